@@ -1,0 +1,1 @@
+"""Cluster membership, partition placement and proxying (a one-member ring on a single node)."""

@@ -1,0 +1,1 @@
+"""The engine: QueuesManager, Queue, LogicalQueue and the lifecycle that run queues on one node."""

@@ -1,0 +1,552 @@
+"""LogicalQueue: the single writer of a set of partitions of one queue (spec §3.3, ADR 0003).
+
+Callers never touch a partition. They put a request on the logical queue's bounded request list and
+await its future; one asyncio task drains every waiting hot request (produce, lease, complete, retry)
+into one batch, places produces and leases with the distribution, makes one storage transaction per
+partition, then settles the futures. Lease requests that got nothing stay parked until items arrive or
+their request_timeout passes. Cold requests (stats, clear, storage listing...) run one at a time between
+batches. The lifecycle runs in the same task from per-partition timers armed at the earliest deadline,
+so nothing else ever mutates partition state and no lock is needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from querator import _tasks
+from querator.clock import MICROS, Clock, TimerHandle
+from querator.errors import InvalidOption, QueratorError, RetryRequest, StorageError, shutting_down
+from querator.ksuid import KsuidGenerator
+from querator.engine.distribution import Distribution
+from querator.storage.base import Deadlines, Item, Partition, PartitionTx, QueueRecord
+from querator.storage.operations import (
+    BatchResult,
+    CompleteOp,
+    LeaseOp,
+    LifecycleResult,
+    PartitionBatch,
+    RetryEntry,
+    RetryOp,
+    apply_batch,
+    lifecycle,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+LEASE_TIMED_OUT = "request timeout; no items are in the queue, try again"
+BACKOFF_MIN = 500_000
+BACKOFF_MAX = 5_000_000
+
+
+class Settings(Protocol):
+    """Where the logical queue reads its queue's current settings (they change on queues.update)."""
+
+    @property
+    def settings(self) -> QueueRecord: ...
+
+
+DeadLetter = Callable[[str, list[Item]], Awaitable[None]]
+"""Stores copies of dead items in the named dead queue; raises if it cannot."""
+
+
+@dataclass(eq=False)
+class PartitionState:
+    """The logical queue's view of one partition it owns."""
+
+    number: int
+    storage: Partition
+    ids: KsuidGenerator | None = None
+    un_leased: int = 0
+    estimate: int = 0
+    failures: int = 0
+    deadlines: Deadlines = field(default_factory=Deadlines)
+    due: bool = False
+    timer: TimerHandle | None = None
+    timer_at: int = 0
+
+    def new_id(self) -> str:
+        assert self.ids is not None, "partition used before it was loaded"
+        return self.ids.next()
+
+
+@dataclass(eq=False)
+class _Request:
+    future: asyncio.Future[Any]
+    partition: PartitionState | None = None
+
+
+@dataclass(eq=False)
+class _Produce(_Request):
+    items: list[Item] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class _Lease(_Request):
+    client_id: str = ""
+    batch_size: int = 1
+    deadline: int = 0
+    op: LeaseOp | None = None
+
+
+@dataclass(eq=False)
+class _Complete(_Request):
+    op: CompleteOp = field(default_factory=lambda: CompleteOp([]))
+
+
+@dataclass(eq=False)
+class _Retry(_Request):
+    op: RetryOp = field(default_factory=lambda: RetryOp([]))
+
+
+@dataclass(eq=False)
+class _Cold(_Request):
+    fn: Callable[[], Awaitable[Any]] | None = None
+
+
+@dataclass
+class LogicalStats:
+    """The waiting counts of queue.stats."""
+
+    produce_waiting: int
+    lease_waiting: int
+    complete_waiting: int
+    in_flight: int
+
+
+class LogicalQueue:
+    """One asyncio task that owns ``partitions`` of a queue. See the module docstring."""
+
+    def __init__(
+        self,
+        queue: Settings,
+        partitions: list[tuple[int, Partition]],
+        clock: Clock,
+        dead_letter: DeadLetter,
+        max_requests: int = 100,
+    ) -> None:
+        self._queue = queue
+        self._clock = clock
+        self._dead_letter_to = dead_letter
+        self._max_requests = max_requests
+        self.partitions = {n: PartitionState(n, storage) for n, storage in partitions}
+        self._pending: deque[_Request] = deque()
+        self._leases: list[_Lease] = []
+        self._clients: set[str] = set()
+        self._in_flight = 0
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._lease_timer: TimerHandle | None = None
+        self._lease_timer_at = 0
+        self._task = _tasks.start(self._run(), f"logical-queue:{queue.settings.name}")
+
+    # -- the API: each call validates nothing (the service did), queues a request and waits ------------
+
+    async def produce(self, items: list[Item]) -> None:
+        """Stores the items in one partition; returns once they are committed."""
+        await self._submit(_Produce(self._future(), items=items))
+
+    async def lease(self, client_id: str, batch_size: int, request_timeout: int) -> tuple[int, list[Item]]:
+        """Leases up to ``batch_size`` items from one partition, waiting up to ``request_timeout``."""
+        if client_id in self._clients:
+            raise InvalidOption("duplicate client id; a client cannot make multiple leased requests to the same queue")
+        self._clients.add(client_id)
+        try:
+            deadline = self._clock.now() + request_timeout
+            result: tuple[int, list[Item]] = await self._submit(
+                _Lease(self._future(), client_id=client_id, batch_size=batch_size, deadline=deadline)
+            )
+            return result
+        finally:
+            self._clients.discard(client_id)
+
+    async def complete(self, partition: int, ids: list[str]) -> None:
+        """Completes leased items of one partition (spec §2.5)."""
+        await self._submit(_Complete(self._future(), self.partitions[partition], op=CompleteOp(ids)))
+
+    async def retry(self, partition: int, entries: list[RetryEntry]) -> None:
+        """Retries leased items of one partition (spec §2.6)."""
+        await self._submit(_Retry(self._future(), self.partitions[partition], op=RetryOp(entries)))
+
+    async def call(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """Runs ``fn`` inside the loop, between batches (cold requests: stats, clear, storage API)."""
+        result: T = await self._submit(_Cold(self._future(), fn=fn))
+        return result
+
+    async def run_on(self, number: int, fn: Callable[[PartitionTx], T]) -> T:
+        """Runs a storage function on one partition inside the loop; a storage failure is a 454."""
+        p = self.partitions[number]
+
+        async def cold() -> T:
+            if p.failures or p.ids is None:
+                raise _unavailable(p)
+            try:
+                result = await p.storage.run(fn)
+                p.deadlines = await p.storage.run(_deadlines_and_counts(p))
+            except StorageError as e:
+                self._fail(p, e)
+                raise RetryRequest("internal error, try your request again") from e
+            self._arm(p)
+            self._serve_parked_soon()
+            return result
+
+        return await self.call(cold)
+
+    async def reload(self, number: int) -> None:
+        """Re-reads one partition's counts and deadlines from storage; also revives a failed partition."""
+        p = self.partitions[number]
+
+        async def cold() -> None:
+            await self._load(p)
+            if p.failures:
+                raise _unavailable(p)
+            self._serve_parked_soon()
+
+        await self.call(cold)
+
+    def waiting(self) -> LogicalStats:
+        """The counts of requests waiting on this logical queue."""
+        produce = sum(1 for r in self._pending if isinstance(r, _Produce))
+        complete = sum(1 for r in self._pending if isinstance(r, _Complete | _Retry))
+        return LogicalStats(produce, len(self._leases) + sum(isinstance(r, _Lease) for r in self._pending),
+                            complete, self._in_flight)
+
+    async def shutdown(self) -> None:
+        """Finishes the batch in progress, answers everything still waiting with 453, stops the task."""
+        self._closing = True
+        self._wake.set()
+        await asyncio.shield(self._task)
+
+    # -- the loop ---------------------------------------------------------------------------------------
+
+    def _future(self) -> asyncio.Future[Any]:
+        return asyncio.get_running_loop().create_future()
+
+    async def _submit(self, request: _Request) -> Any:
+        if self._closing:
+            raise shutting_down()
+        if len(self._pending) >= self._max_requests:
+            raise RetryRequest("queue is overloaded; try again later")
+        self._pending.append(request)
+        self._wake.set()
+        self._in_flight += 1
+        try:
+            return await request.future
+        finally:
+            self._in_flight -= 1
+
+    async def _run(self) -> None:
+        for p in self.partitions.values():
+            await self._load(p)
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self._closing:
+                break
+            await self._process_pending()
+            await self._run_lifecycles()
+            if self._leases:
+                await self._serve_parked()
+                self._expire_parked()
+        self._stop()
+
+    async def _process_pending(self) -> None:
+        while self._pending:
+            hot: list[_Request] = []
+            while self._pending and not isinstance(self._pending[0], _Cold):
+                hot.append(self._pending.popleft())
+            if hot:
+                await self._batch(hot)
+            if self._pending:
+                cold = self._pending.popleft()
+                assert isinstance(cold, _Cold) and cold.fn is not None
+                try:
+                    _settle(cold.future, await cold.fn())
+                except QueratorError as e:
+                    _fail_future(cold.future, e)
+
+    async def _serve_parked(self) -> None:
+        # Parked leases get another chance whenever some partition may have items for them.
+        while self._leases and any(p.un_leased > 0 and not p.failures for p in self.partitions.values()):
+            if not await self._batch([]):
+                break
+
+    def _serve_parked_soon(self) -> None:
+        if self._leases:
+            self._wake.set()
+
+    async def _batch(self, hot: list[_Request]) -> int:
+        """Processes one batch; returns how many items it leased."""
+        now = self._clock.now()
+        settings = self._queue.settings
+        for p in self.partitions.values():
+            p.estimate = p.un_leased
+        dist = Distribution(p for p in self.partitions.values() if p.ids is not None)
+        batches: dict[PartitionState, PartitionBatch] = {}
+
+        def batch_of(p: PartitionState) -> PartitionBatch:
+            b = batches.get(p)
+            if b is None:
+                b = batches[p] = PartitionBatch()
+            return b
+
+        for req in hot:
+            if isinstance(req, _Produce):
+                target = dist.produce(len(req.items))
+                if target is None:
+                    _fail_future(req.future, RetryRequest(
+                        f"partition not available; every partition of '{settings.name}' is failing, retry again"))
+                    continue
+                req.partition = target
+                for item in req.items:
+                    item.expire_deadline = now + settings.expire_timeout
+                    item.max_attempts = settings.max_attempts
+                batch_of(target).produce.extend(req.items)
+            elif isinstance(req, _Lease):
+                self._leases.append(req)
+            else:
+                assert req.partition is not None
+                if req.partition.failures or req.partition.ids is None:
+                    _fail_future(req.future, _unavailable(req.partition))
+                elif isinstance(req, _Complete):
+                    batch_of(req.partition).complete.append(req.op)
+                elif isinstance(req, _Retry):
+                    batch_of(req.partition).retry.append(req.op)
+
+        lease_deadline = now + settings.lease_timeout
+        for lease in self._leases:
+            lease.partition = dist.lease(lease.batch_size)
+            if lease.partition is not None and not lease.future.done():
+                lease.op = LeaseOp(lease.batch_size, lease_deadline)
+                batch_of(lease.partition).lease.append(lease.op)
+            else:
+                lease.op = None
+
+        results: dict[PartitionState, BatchResult | StorageError] = {}
+        has_dead_queue = bool(settings.dead_queue)
+        for p, b in batches.items():
+            # One transaction per partition; sequential because a backend serialises writers anyway.
+            results[p] = await self._apply(p, b, now, has_dead_queue)
+
+        leased = 0
+        for req in hot:
+            if req.future.done() or isinstance(req, _Lease):
+                continue
+            assert req.partition is not None
+            result = results.get(req.partition)
+            if isinstance(result, StorageError):
+                _fail_future(req.future, RetryRequest("internal error, try your request again"))
+            elif isinstance(req, _Produce):
+                _settle(req.future, None)
+            elif isinstance(req, _Complete | _Retry):
+                if req.op.error is not None:
+                    _fail_future(req.future, req.op.error)
+                else:
+                    _settle(req.future, None)
+
+        still: list[_Lease] = []
+        for lease in self._leases:
+            if lease.future.done():
+                continue
+            if lease.op is not None and lease.op.items:
+                assert lease.partition is not None
+                leased += len(lease.op.items)
+                _settle(lease.future, (lease.partition.number, lease.op.items))
+            else:
+                still.append(lease)
+        self._leases = still
+        return leased
+
+    async def _apply(
+        self, p: PartitionState, batch: PartitionBatch, now: int, has_dead_queue: bool
+    ) -> BatchResult | StorageError:
+        try:
+            result = await p.storage.run(lambda tx: apply_batch(tx, batch, now, p.new_id, has_dead_queue))
+        except StorageError as e:
+            self._fail(p, e)
+            return e
+        p.un_leased += result.queued_delta
+        settings = self._queue.settings
+        if result.leased_delta > 0:
+            _sooner(p.deadlines, "lease_deadline", now + settings.lease_timeout)
+        if batch.produce:
+            _sooner(p.deadlines, "expire_deadline", now + settings.expire_timeout)
+        if result.next_enqueue_at:
+            _sooner(p.deadlines, "enqueue_at", result.next_enqueue_at)
+        self._arm(p)
+        if result.dead and not await self._dead_letter(p, result.dead):
+            # The dead items are still stored and leased: the client may retry them again.
+            for op in batch.retry:
+                if op.error is None and any(e.dead for e in op.items):
+                    op.error = RetryRequest("internal error, try your request again")
+        return result
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+
+    async def _load(self, p: PartitionState) -> None:
+        now = self._clock.now()
+        try:
+            last_id, deadlines = await p.storage.run(lambda tx: (tx.last_id(), _deadlines_and_counts(p)(tx)))
+        except StorageError as e:
+            self._fail(p, e)
+            return
+        p.ids = KsuidGenerator(now // MICROS, after=last_id or None)
+        p.failures = 0
+        p.deadlines = deadlines
+        self._arm(p)
+
+    async def _run_lifecycles(self) -> None:
+        for p in self.partitions.values():
+            if not p.due:
+                continue
+            p.due = False
+            if p.ids is None:
+                await self._load(p)
+            else:
+                await self._lifecycle(p)
+
+    async def _lifecycle(self, p: PartitionState) -> None:
+        now = self._clock.now()
+        settings = self._queue.settings
+        try:
+            result: LifecycleResult = await p.storage.run(
+                lambda tx: lifecycle(tx, now, p.new_id, settings.max_attempts, bool(settings.dead_queue))
+            )
+        except StorageError as e:
+            self._fail(p, e)
+            return
+        p.failures = 0
+        p.un_leased += result.queued_delta
+        p.deadlines = result.deadlines
+        if result.dead and not await self._dead_letter(p, result.dead):
+            return
+        if result.more:
+            p.due = True
+            self._wake.set()
+        else:
+            self._arm(p)
+        if result.queued_delta > 0:
+            self._serve_parked_soon()
+
+    async def _dead_letter(self, p: PartitionState, items: list[Item]) -> bool:
+        """Copies dead items into the dead queue, then deletes them here; False (items kept) on failure."""
+        dead_queue = self._queue.settings.dead_queue
+        if dead_queue:
+            try:
+                await self._dead_letter_to(dead_queue, [i.copy() for i in items])
+            except InvalidOption:
+                log.warning("queue %s: dead queue %s is gone; deleting %d dead items",
+                            self._queue.settings.name, dead_queue, len(items))
+            except QueratorError as e:
+                log.warning("queue %s: dead-lettering into %s failed: %s", self._queue.settings.name, dead_queue, e)
+                self._retry_later(p)
+                return False
+        ids = [i.id for i in items]
+        try:
+            await p.storage.run(lambda tx: tx.delete(ids))
+        except StorageError as e:
+            self._fail(p, e)
+            return False
+        return True
+
+    def _fail(self, p: PartitionState, error: StorageError) -> None:
+        p.failures += 1
+        log.warning("queue %s partition %d failed (%d): %s", self._queue.settings.name, p.number, p.failures, error)
+        self._retry_later(p)
+
+    def _retry_later(self, p: PartitionState) -> None:
+        backoff = min(BACKOFF_MAX, int(BACKOFF_MIN * 1.5 ** max(0, p.failures - 1)))
+        self._arm_at(p, self._clock.now() + backoff)
+
+    def _arm(self, p: PartitionState) -> None:
+        d = p.deadlines
+        # Scans select deadlines strictly before now, so fire just after the earliest one.
+        when = min((t for t in (d.lease_deadline, d.expire_deadline, d.enqueue_at) if t), default=0)
+        if when:
+            self._arm_at(p, when + 1)
+
+    def _arm_at(self, p: PartitionState, when: int) -> None:
+        if p.timer is not None:
+            if p.timer_at <= when:
+                return
+            p.timer.cancel()
+
+        def fire() -> None:
+            p.timer = None
+            p.due = True
+            self._wake.set()
+
+        p.timer = self._clock.call_at(when, fire)
+        p.timer_at = when
+
+    # -- parked leases ------------------------------------------------------------------------------------
+
+    def _expire_parked(self) -> None:
+        now = self._clock.now()
+        still = []
+        for lease in self._leases:
+            if lease.future.done():
+                continue
+            if lease.deadline <= now:
+                _fail_future(lease.future, RetryRequest(LEASE_TIMED_OUT))
+            else:
+                still.append(lease)
+        self._leases = still
+        if still:
+            earliest = min(lease.deadline for lease in still)
+            if self._lease_timer is None or earliest < self._lease_timer_at:
+                if self._lease_timer is not None:
+                    self._lease_timer.cancel()
+                self._lease_timer = self._clock.call_at(earliest, self._lease_timer_fired)
+                self._lease_timer_at = earliest
+
+    def _lease_timer_fired(self) -> None:
+        self._lease_timer = None
+        self._wake.set()
+
+    def _stop(self) -> None:
+        for req in [*self._pending, *self._leases]:
+            _fail_future(req.future, shutting_down())
+        self._pending.clear()
+        self._leases.clear()
+        for p in self.partitions.values():
+            if p.timer is not None:
+                p.timer.cancel()
+        if self._lease_timer is not None:
+            self._lease_timer.cancel()
+
+
+def _deadlines_and_counts(p: PartitionState) -> Callable[[PartitionTx], Deadlines]:
+    """A storage function that refreshes the partition's un-leased count and returns its deadlines."""
+
+    def fn(tx: PartitionTx) -> Deadlines:
+        stats = tx.stats(0)
+        p.un_leased = stats.total - stats.leased
+        return tx.deadlines()
+
+    return fn
+
+
+def _sooner(d: Deadlines, name: str, when: int) -> None:
+    current = getattr(d, name)
+    if not current or when < current:
+        setattr(d, name, when)
+
+
+def _unavailable(p: PartitionState) -> RetryRequest:
+    return RetryRequest(f"partition not available; partition '{p.number}' is failing, retry again")
+
+
+def _settle(future: asyncio.Future[Any], value: Any) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+def _fail_future(future: asyncio.Future[Any], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)

@@ -1,0 +1,94 @@
+"""The error tree: every failure a caller can see, each with its wire code and a stable message prefix.
+
+Messages follow the reference's convention ``<stable prefix>; <details>`` so clients can split on ``;``
+and match the prefix. The HTTP layer maps these to replies in one place; anything else is a 500.
+
+    QueratorError
+     +-- InvalidOption      400  bad request, unknown queue, item not leased, body too large
+     +-- Unauthorized       401  missing, malformed or unknown API key
+     +-- RequestFailed      453  valid request that cannot succeed: shutting down, missing resource
+     +-- RetryRequest       454  try again: lease timed out, overloaded, storage hiccup, partition moved
+     +-- ClientContentError 455  unsupported content type, undecodable body
+     +-- NotImplementedRoute 501 unknown path
+     +-- StorageError       (internal) a backend failed; the engine turns it into a RetryRequest
+"""
+
+from __future__ import annotations
+
+CODE_TEXT: dict[int, str] = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    409: "Conflict",
+    429: "Too Many Requests",
+    452: "Client Error",
+    453: "Request Failed",
+    454: "Retry Request",
+    455: "Client Content Error",
+    500: "Internal Service Error",
+    501: "Not Implemented",
+    512: "Server Error",
+}
+
+
+class QueratorError(Exception):
+    """Base of every error the service reports to a caller; ``code`` is the wire status."""
+
+    code = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidOption(QueratorError):
+    """The request is wrong and retrying it unchanged will fail again."""
+
+    code = 400
+
+
+class Unauthorized(QueratorError):
+    """The caller did not prove who it is."""
+
+    code = 401
+
+
+class RequestFailed(QueratorError):
+    """The request was valid but cannot succeed here (shutting down, resource missing)."""
+
+    code = 453
+
+
+class RetryRequest(QueratorError):
+    """A transient condition: the same request may succeed if sent again."""
+
+    code = 454
+
+
+class ClientContentError(QueratorError):
+    """The body or its declared content type cannot be understood."""
+
+    code = 455
+
+
+class NotImplementedRoute(QueratorError):
+    """No such method."""
+
+    code = 501
+
+
+class StorageError(QueratorError):
+    """A storage backend failed; the caller must assume nothing of the failed call was applied."""
+
+    code = 500
+
+
+class StaleOwnerError(StorageError):
+    """The storage refused a write because another owner (a newer epoch) has claimed the partition."""
+
+
+def shutting_down(what: str = "queue") -> RequestFailed:
+    """The 453 every request gets once its queue or the service has begun to stop."""
+    return RequestFailed(f"{what} is shutting down")

@@ -1,0 +1,172 @@
+"""The HTTP transport: the v1 routes on aiohttp, kept thin -- decode, call the Service, encode.
+
+Transport rules of spec §1.1: every RPC is a POST; bodies are JSON or binary protobuf by Content-Type and
+Accept; each route has a body limit that is enforced before the body is read whole; any other method is
+a 400, an unknown path a 501. Errors are mapped to replies in exactly one place (``_error_reply``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import msgspec
+from aiohttp import web
+
+from querator import __version__
+from querator.clock import to_datetime
+from querator.errors import CODE_TEXT, ClientContentError, InvalidOption, NotImplementedRoute, QueratorError
+from querator.service import Service
+from querator.wire import messages as m
+from querator.wire.codec import JSON, decode, encode, negotiate_accept
+
+log = logging.getLogger(__name__)
+
+SERVICE = web.AppKey("service", Service)
+MAX_PRODUCE_BODY = 5_000_000
+SMALL_BODY = 512
+DEFAULT_BODY = 256_000
+UPDATE_BODY = 512_000
+IMPORT_BODY = 64_000_000
+HEALTH_TIMEOUT = 5.0
+
+M = TypeVar("M", bound=m.Message)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def create_app(service: Service, max_produce_body: int = MAX_PRODUCE_BODY) -> web.Application:
+    """The aiohttp application serving ``service``; the caller owns starting and stopping the service."""
+    app = web.Application(client_max_size=max(IMPORT_BODY, max_produce_body) + 1, handler_args={})
+    app[SERVICE] = service
+    s = service
+
+    async def list_scheduled(req: m.StorageItemsListRequest) -> m.StorageItemsListResponse:
+        return await s.list_items(req, scheduled=True)
+
+    routes: list[tuple[str, Handler]] = [
+        ("/v1/queue.produce", _rpc(s.produce, m.QueueProduceRequest, max_produce_body)),
+        ("/v1/queue.lease", _rpc(s.lease, m.QueueLeaseRequest, SMALL_BODY)),
+        ("/v1/queue.complete", _rpc(s.complete, m.QueueCompleteRequest, DEFAULT_BODY)),
+        ("/v1/queue.retry", _rpc(s.retry, m.QueueRetryRequest, DEFAULT_BODY)),
+        ("/v1/queue.stats", _rpc(s.stats, m.QueueStatsRequest, SMALL_BODY)),
+        ("/v1/queue.clear", _rpc(s.clear, m.QueueClearRequest, SMALL_BODY)),
+        ("/v1/queue.reload", _rpc(s.reload, m.QueueReloadRequest, SMALL_BODY)),
+        ("/v1/queues.create", _rpc(s.create_queue, m.QueueInfo, DEFAULT_BODY)),
+        ("/v1/queues.list", _rpc(s.list_queues, m.QueuesListRequest, DEFAULT_BODY)),
+        ("/v1/queues.update", _rpc(s.update_queue, m.QueueInfo, UPDATE_BODY)),
+        ("/v1/queues.delete", _rpc(s.delete_queue, m.QueuesDeleteRequest, DEFAULT_BODY)),
+        ("/v1/queues.info", _rpc(s.queue_info, m.QueuesInfoRequest, DEFAULT_BODY)),
+        ("/v1/storage/items.list", _rpc(s.list_items, m.StorageItemsListRequest, DEFAULT_BODY)),
+        ("/v1/storage/items.import", _rpc(s.import_items, m.StorageItemsImportRequest, IMPORT_BODY)),
+        ("/v1/storage/items.delete", _rpc(s.delete_items, m.StorageItemsDeleteRequest, DEFAULT_BODY)),
+        ("/v1/storage/scheduled.list", _rpc(list_scheduled, m.StorageItemsListRequest, DEFAULT_BODY)),
+    ]
+    for path, handler in routes:
+        app.router.add_route("*", path, handler)
+    app.router.add_route("*", "/health", _health)
+    app.router.add_route("*", "/{tail:.*}", _unknown)
+    return app
+
+
+def _rpc(call: Callable[[M], Awaitable[m.Message | None]], type_: type[M], limit: int) -> Handler:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if request.method != "POST":
+            return _method_not_allowed(request)
+        try:
+            accept = negotiate_accept(request.headers.get("Accept"))
+        except ClientContentError as e:
+            return _error_reply(e, JSON)
+        try:
+            body = await _read_body(request, limit)
+            result = await call(decode(body, request.headers.get("Content-Type"), type_))
+        except QueratorError as e:
+            return _error_reply(e, accept)
+        except Exception:
+            log.exception("%s failed", request.path)
+            return _reply(m.Reply(code=500, code_text=CODE_TEXT[500], message="Internal Error"), accept, 500)
+        return _reply(result if result is not None else m.OK_REPLY, accept, 200)
+
+    return handler
+
+
+async def _read_body(request: web.Request, limit: int) -> bytes:
+    """The request body, refused as soon as it is known to exceed ``limit`` (never buffered whole)."""
+    length = request.content_length
+    if length is not None:
+        if length > limit:
+            raise _too_large(limit)
+        return await request.read()
+    chunks = []
+    size = 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(limit: int) -> InvalidOption:
+    return InvalidOption(f"request body exceeds {human_size(limit)} limit")
+
+
+def human_size(n: int) -> str:
+    """A byte count as the reference prints limits: ``512B``, ``250.0KiB``, ``5.0MB``."""
+    if n < 1000:
+        return f"{n}B"
+    base, units = (1024, ("KiB", "MiB", "GiB")) if n % 1024 == 0 else (1000, ("KB", "MB", "GB"))
+    value = n / base
+    for unit in units:
+        if value < base or unit == units[-1]:
+            return f"{value:.1f}{unit}"
+        value /= base
+    raise AssertionError("unreachable")
+
+
+def _reply(msg: m.Message, accept: str, status: int) -> web.Response:
+    body, content_type = encode(msg, accept)
+    return web.Response(
+        body=body, status=status, headers={"Content-Type": content_type, "X-Content-Type-Options": "nosniff"}
+    )
+
+
+def _error_reply(error: QueratorError, accept: str) -> web.Response:
+    reply = m.Reply(code=error.code, code_text=CODE_TEXT.get(error.code, ""), message=error.message)
+    return _reply(reply, accept, error.code)
+
+
+def _method_not_allowed(request: web.Request) -> web.Response:
+    return _error_reply(InvalidOption(f"http method '{request.method}' not allowed; only POST"), JSON)
+
+
+async def _unknown(request: web.Request) -> web.StreamResponse:
+    if request.method != "POST":
+        return _method_not_allowed(request)
+    return _error_reply(NotImplementedRoute(f"no such method; {request.path}"), JSON)
+
+
+async def _health(request: web.Request) -> web.StreamResponse:
+    """Liveness with a storage probe, in the draft health+json format the reference uses."""
+    if request.method != "GET":
+        return await _unknown(request)
+    service = request.app[SERVICE]
+    check: dict[str, Any] = {"componentType": "datastore", "status": "pass"}
+    try:
+        await asyncio.wait_for(service.store.list_queues("", 1, "_system"), HEALTH_TIMEOUT)
+    except Exception:
+        log.warning("health check: storage check failed", exc_info=True)
+        check.update(status="fail", output="storage check failed")
+    check["time"] = _rfc3339_seconds(service.clock.now())
+    status = check["status"]
+    body = {"status": status, "version": __version__, "checks": {"queues:storage": [check]}}
+    return web.Response(
+        body=msgspec.json.encode(body),
+        status=200 if status == "pass" else 503,
+        headers={"Content-Type": "application/health+json"},
+    )
+
+
+def _rfc3339_seconds(micros: int) -> str:
+    return to_datetime(micros).strftime("%Y-%m-%dT%H:%M:%SZ")

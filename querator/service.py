@@ -1,0 +1,458 @@
+"""Service: the one Python API of Querator -- validates requests and turns them into engine calls.
+
+Every method takes and returns wire messages (``querator.wire.messages``), so the HTTP layer only
+decodes and encodes, and an embedding program gets the same behaviour as an HTTP client. Validation
+follows the reference's order and messages (spec §1.5-§1.6), with the fixes of decisions.md.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from querator.clock import Clock, SystemClock, from_datetime, to_datetime
+from querator.duration import DurationError, format_duration, parse_duration
+from querator.engine.queue import Queue
+from querator.engine.queues_manager import QueuesManager
+from querator.errors import InvalidOption, shutting_down
+from querator.storage.base import ClearOptions, Item, QueueRecord, Store
+from querator.storage.operations import RetryEntry, storage_id_error
+from querator.wire import messages as m
+
+MAX_PRODUCE_BATCH = 1000
+MAX_LEASE_BATCH = 1000
+MAX_COMPLETE_BATCH = 1000
+MAX_REQUEST_TIMEOUT = 15 * 60 * 1_000_000
+MIN_REQUEST_TIMEOUT = 10_000
+MAX_LIST_LIMIT = 65536
+MAX_PARTITIONS = 4096
+DEFAULT_LIST_LIMIT = 1000
+SYSTEM_NAMESPACE = "_system"
+NANOS_PER_MICRO = 1000
+
+
+class Service:
+    """Querator on one node: queue administration and the queue API over a storage backend."""
+
+    def __init__(self, store: Store, clock: Clock | None = None, max_requests_per_queue: int = 100) -> None:
+        self.clock: Clock = clock or SystemClock()
+        self.store = store
+        self.manager = QueuesManager(store, self.clock, max_requests_per_queue)
+        self._closing = False
+
+    async def start(self) -> None:
+        """Opens the storage backend."""
+        await self.store.open()
+
+    async def shutdown(self) -> None:
+        """Stops every queue (waiting requests get 453), then closes storage."""
+        self._closing = True
+        await self.manager.shutdown()
+        await self.store.close()
+
+    async def _queue(self, name: str) -> Queue:
+        if self._closing:
+            raise shutting_down("service")
+        _check_stored_name(name)
+        return await self.manager.get(name)
+
+    # -- the queue API --------------------------------------------------------------------------------------
+
+    async def produce(self, req: m.QueueProduceRequest) -> None:
+        queue = await self._queue(req.queue_name)
+        _request_timeout(req.request_timeout)
+        if not req.items:
+            raise InvalidOption("items cannot be empty; at least one item is required")
+        if len(req.items) > MAX_PRODUCE_BATCH:
+            raise InvalidOption(
+                f"items is invalid; max_produce_batch_size is {MAX_PRODUCE_BATCH} but received {len(req.items)}"
+            )
+        items = [
+            Item(
+                enqueue_at=from_datetime(i.enqueue_at) if i.enqueue_at is not None else 0,
+                reference=i.reference,
+                encoding=i.encoding,
+                kind=i.kind,
+                payload=i.bytes or i.utf8.encode(),
+            )
+            for i in req.items
+        ]
+        await queue.produce(items)
+
+    async def lease(self, req: m.QueueLeaseRequest) -> m.QueueLeaseResponse:
+        queue = await self._queue(req.queue_name)
+        if not req.client_id.strip():
+            raise InvalidOption("invalid client id; cannot be empty")
+        if req.batch_size <= 0:
+            raise InvalidOption("invalid batch size; must be greater than zero")
+        if req.batch_size > MAX_LEASE_BATCH:
+            raise InvalidOption(
+                f"invalid batch size; max_lease_batch_size is {MAX_LEASE_BATCH}, but {req.batch_size} was requested"
+            )
+        timeout = _request_timeout(req.request_timeout)
+        partition, items = await queue.lease(req.client_id, req.batch_size, timeout)
+        return m.QueueLeaseResponse(
+            queue_name=req.queue_name,
+            partition=partition,
+            items=[
+                m.QueueLeaseItem(
+                    id=i.id,
+                    attempts=i.attempts,
+                    lease_deadline=to_datetime(i.lease_deadline),
+                    bytes=i.payload,
+                    encoding=i.encoding,
+                    kind=i.kind,
+                    reference=i.reference,
+                )
+                for i in items
+            ],
+        )
+
+    async def complete(self, req: m.QueueCompleteRequest) -> None:
+        queue = await self._queue(req.queue_name)
+        queue.owner(req.partition)
+        if not req.ids:
+            raise InvalidOption("ids is invalid; list of ids cannot be empty")
+        if len(req.ids) > MAX_COMPLETE_BATCH:
+            raise InvalidOption(
+                f"ids is invalid; max_complete_batch_size is {MAX_COMPLETE_BATCH} but received {len(req.ids)}"
+            )
+        _request_timeout(req.request_timeout, minimum=0)
+        await queue.complete(req.partition, list(req.ids))
+
+    async def retry(self, req: m.QueueRetryRequest) -> None:
+        queue = await self._queue(req.queue_name)
+        queue.owner(req.partition)
+        if not req.items:
+            raise InvalidOption("items is invalid; list of items cannot be empty")
+        if len(req.items) > MAX_COMPLETE_BATCH:
+            raise InvalidOption(
+                f"items is invalid; max_complete_batch_size is {MAX_COMPLETE_BATCH} but received {len(req.items)}"
+            )
+        entries = [
+            RetryEntry(i.id, from_datetime(i.retry_at) if i.retry_at is not None else 0, i.dead) for i in req.items
+        ]
+        await queue.retry(req.partition, entries)
+
+    async def stats(self, req: m.QueueStatsRequest) -> m.QueueStatsResponse:
+        queue = await self._queue(req.queue_name)
+        logical = []
+        for waiting, partitions in await queue.stats():
+            logical.append(
+                m.QueueLogicalStats(
+                    produce_waiting=waiting.produce_waiting,
+                    lease_waiting=waiting.lease_waiting,
+                    complete_waiting=waiting.complete_waiting,
+                    in_flight=waiting.in_flight,
+                    partitions=[
+                        m.QueuePartitionStats(
+                            partition=number,
+                            total=s.total,
+                            total_leased=s.leased,
+                            failures=queue.logical.partitions[number].failures,
+                            average_age=format_duration(s.average_age * NANOS_PER_MICRO),
+                            average_leased_age=format_duration(s.average_leased_age * NANOS_PER_MICRO),
+                            scheduled=s.scheduled,
+                        )
+                        for number, s in partitions
+                    ],
+                )
+            )
+        return m.QueueStatsResponse(queue_name=req.queue_name, logical_queues=logical)
+
+    async def clear(self, req: m.QueueClearRequest) -> None:
+        queue = await self._queue(req.queue_name)
+        if not req.queue and not req.scheduled:
+            raise InvalidOption("invalid clear request; one of 'queue', 'scheduled' must be true")
+        await queue.clear(ClearOptions(queue=req.queue, scheduled=req.scheduled, destructive=req.destructive))
+
+    async def reload(self, req: m.QueueReloadRequest) -> None:
+        queue = await self._queue(req.queue_name)
+        await queue.reload()
+
+    # -- queue administration ------------------------------------------------------------------------------
+
+    async def create_queue(self, info: m.QueueInfo) -> None:
+        _check_new_name(info.queue_name)
+        lease_timeout, expire_timeout = _timeouts(info)
+        namespace = _namespace(info.namespace)
+        if self._closing:
+            raise shutting_down("service")
+        if await self.manager.record(info.queue_name) is not None:
+            raise InvalidOption(f"invalid queue; '{info.queue_name}' already exists")
+        await self._check_dead_queue(info.queue_name, info.dead_queue)
+        now = self.clock.now()
+        record = QueueRecord(
+            name=info.queue_name,
+            namespace=namespace,
+            lease_timeout=lease_timeout,
+            expire_timeout=expire_timeout,
+            dead_queue=info.dead_queue,
+            max_attempts=info.max_attempts,
+            reference=info.reference,
+            requested_partitions=info.requested_partitions,
+            created_at=now,
+            updated_at=now,
+        )
+        _check_record(record)
+        await self.manager.create(record)
+
+    async def update_queue(self, info: m.QueueInfo) -> None:
+        _check_new_name(info.queue_name)
+        lease_timeout, expire_timeout = _timeouts(info)
+        current = await self.manager.record(info.queue_name)
+        if current is None:
+            raise InvalidOption(f"queue does not exist; no such queue named '{info.queue_name}'")
+        await self._check_dead_queue(info.queue_name, info.dead_queue)
+        record = QueueRecord(
+            name=current.name,
+            namespace=current.namespace,
+            lease_timeout=lease_timeout or current.lease_timeout,
+            expire_timeout=expire_timeout or current.expire_timeout,
+            # The reference's documented "replace" semantics: these three are always overwritten.
+            dead_queue=info.dead_queue,
+            max_attempts=info.max_attempts,
+            reference=info.reference,
+            requested_partitions=info.requested_partitions or current.requested_partitions,
+            created_at=current.created_at,
+            updated_at=max(self.clock.now(), current.updated_at + 1),
+            extra=current.extra,
+        )
+        _check_record(record)
+        if record.requested_partitions < current.requested_partitions:
+            raise InvalidOption(
+                f"partitions is invalid; cannot be decreased from {current.requested_partitions}"
+                f" to {record.requested_partitions}"
+            )
+        await self.manager.update(record)
+
+    async def delete_queue(self, req: m.QueuesDeleteRequest) -> None:
+        _check_new_name(req.queue_name)
+        await self.manager.delete(req.queue_name)
+
+    async def queue_info(self, req: m.QueuesInfoRequest) -> m.QueueInfo:
+        _check_stored_name(req.queue_name)
+        record = await self.manager.record(req.queue_name)
+        if record is None:
+            raise InvalidOption(f"queue does not exist; no such queue named '{req.queue_name}'")
+        return queue_info(record)
+
+    async def list_queues(self, req: m.QueuesListRequest) -> m.QueuesListResponse:
+        if req.limit < 0 or req.limit > MAX_LIST_LIMIT:
+            raise InvalidOption(f"limit is invalid; must be between 0 and {MAX_LIST_LIMIT}, but {req.limit} was requested")
+        if "~" in req.pivot:
+            raise InvalidOption(f"pivot is invalid; '{req.pivot}' cannot contain '~' character")
+        records = await self.manager.list_queues(
+            req.pivot, req.limit or DEFAULT_LIST_LIMIT, _namespace(req.namespace)
+        )
+        return m.QueuesListResponse(items=[queue_info(r) for r in records])
+
+    async def _check_dead_queue(self, name: str, dead_queue: str) -> None:
+        if not dead_queue:
+            return
+        if "~" in dead_queue:
+            raise InvalidOption(f"dead queue is invalid; '{dead_queue}' cannot contain '~' character")
+        if _has_space(dead_queue):
+            raise InvalidOption(f"dead queue is invalid; '{dead_queue}' cannot contain whitespace")
+        if dead_queue == name:
+            raise InvalidOption("dead_queue cannot reference itself")
+        target = await self.manager.record(dead_queue)
+        if target is None:
+            raise InvalidOption(f"dead_queue does not exist; '{dead_queue}' was not found, create it first")
+        if target.dead_queue:
+            raise InvalidOption(f"dead_queue is invalid; '{dead_queue}' already has its own dead_queue configured")
+
+    # -- the storage API (operators and debugging) ---------------------------------------------------------
+
+    async def list_items(self, req: m.StorageItemsListRequest, scheduled: bool = False) -> m.StorageItemsListResponse:
+        queue = await self._queue(req.queue_name)
+        queue.owner(req.partition)
+        if req.pivot and (error := storage_id_error(req.pivot)) is not None:
+            raise error
+        if req.limit < 0:
+            raise InvalidOption(f"limit is invalid; cannot be negative, but {req.limit} was requested")
+        items = await queue.list_items(req.partition, req.pivot, req.limit or DEFAULT_LIST_LIMIT, scheduled)
+        return m.StorageItemsListResponse(items=[storage_item(i) for i in items])
+
+    async def import_items(self, req: m.StorageItemsImportRequest) -> m.StorageItemsImportResponse:
+        queue = await self._queue(req.queue_name)
+        queue.owner(req.partition)
+        if not req.items:
+            raise InvalidOption("items is invalid; cannot be empty")
+        items = [
+            Item(
+                source_id=i.source_id,
+                is_leased=i.is_leased,
+                lease_deadline=_micros(i.lease_deadline),
+                expire_deadline=_micros(i.expire_deadline),
+                attempts=i.attempts,
+                max_attempts=i.max_attempts,
+                reference=i.reference,
+                encoding=i.encoding,
+                kind=i.kind,
+                payload=i.payload,
+            )
+            for i in req.items
+        ]
+        stored = await queue.import_items(req.partition, items)
+        return m.StorageItemsImportResponse(items=[storage_item(i) for i in stored])
+
+    async def delete_items(self, req: m.StorageItemsDeleteRequest) -> None:
+        queue = await self._queue(req.queue_name)
+        queue.owner(req.partition)
+        if not req.ids:
+            raise InvalidOption("ids is invalid; cannot be empty")
+        for item_id in req.ids:
+            if (error := storage_id_error(item_id)) is not None:
+                raise error
+        await queue.delete_items(req.partition, list(req.ids))
+
+
+# -- conversions ------------------------------------------------------------------------------------------------
+
+
+def queue_info(r: QueueRecord) -> m.QueueInfo:
+    """A stored queue as the wire's QueueInfo."""
+    return m.QueueInfo(
+        queue_name=r.name,
+        created_at=to_datetime(r.created_at),
+        updated_at=to_datetime(r.updated_at),
+        dead_queue=r.dead_queue,
+        reference=r.reference,
+        lease_timeout=format_duration(r.lease_timeout * NANOS_PER_MICRO),
+        expire_timeout=format_duration(r.expire_timeout * NANOS_PER_MICRO),
+        max_attempts=r.max_attempts,
+        requested_partitions=r.requested_partitions,
+        namespace=r.namespace,
+    )
+
+
+def storage_item(i: Item) -> m.StorageItem:
+    """A stored item as the wire's StorageItem (unset deadlines travel as Go's zero time, as the reference's)."""
+    return m.StorageItem(
+        id=i.id,
+        source_id=i.source_id,
+        is_leased=i.is_leased,
+        lease_deadline=to_datetime(i.lease_deadline),
+        expire_deadline=to_datetime(i.expire_deadline),
+        created_at=to_datetime(i.created_at) if i.id else None,
+        enqueue_at=to_datetime(i.enqueue_at) if i.enqueue_at else None,
+        attempts=i.attempts,
+        max_attempts=i.max_attempts,
+        reference=i.reference,
+        encoding=i.encoding,
+        kind=i.kind,
+        payload=i.payload,
+    )
+
+
+def _micros(value: datetime | None) -> int:
+    return from_datetime(value) if value is not None else 0
+
+
+# -- validation -------------------------------------------------------------------------------------------------
+
+
+def _has_space(text: str) -> bool:
+    return any(c.isspace() for c in text)
+
+
+def _check_stored_name(name: str) -> None:
+    if not name.strip():
+        raise InvalidOption("queue name is invalid; queue name cannot be empty")
+    if "~" in name:
+        raise InvalidOption(f"queue name is invalid; '{name}' cannot contain '~' character")
+
+
+def _check_new_name(name: str) -> None:
+    if len(name) > 512:
+        raise InvalidOption("queue name is invalid; cannot be greater than '512' characters")
+    if not name.strip():
+        raise InvalidOption("queue name is invalid; queue name cannot be empty")
+    if _has_space(name):
+        raise InvalidOption(f"queue name is invalid; '{name}' cannot contain whitespace")
+    if "~" in name:
+        raise InvalidOption(f"queue name is invalid; '{name}' cannot contain '~' character")
+
+
+def _request_timeout(text: str, minimum: int = MIN_REQUEST_TIMEOUT) -> int:
+    """A request_timeout in microseconds, checked against the reference's bounds (10ms..15m inclusive)."""
+    if not text:
+        raise InvalidOption("request timeout is required; '5m' is recommended, 15m is the maximum")
+    try:
+        nanos = parse_duration(text)
+    except DurationError as e:
+        raise InvalidOption(f"request timeout is invalid; {e} - expected format: 900ms, 5m or 15m") from None
+    if nanos == 0:
+        raise InvalidOption("request timeout is required; '5m' is recommended, 15m is the maximum")
+    micros = nanos // NANOS_PER_MICRO
+    if micros > MAX_REQUEST_TIMEOUT:
+        raise InvalidOption(
+            f"request timeout is invalid; maximum timeout is '15m' but '{format_duration(nanos)}' was requested"
+        )
+    if micros < minimum:
+        raise InvalidOption(
+            f"request timeout is invalid; minimum timeout is '10ms' but '{format_duration(nanos)}' was requested"
+        )
+    return micros
+
+
+def _timeouts(info: m.QueueInfo) -> tuple[int, int]:
+    """The lease and expire timeouts of a create or update, in microseconds (0 when absent)."""
+    if len(info.lease_timeout) > 15:
+        raise InvalidOption("lease timeout is invalid; cannot be greater than '15' characters")
+    if len(info.expire_timeout) > 15:
+        raise InvalidOption("expire timeout is invalid; cannot be greater than '15' characters")
+    expire = _queue_duration(info.expire_timeout, "expire timeout", "60m, 2h or 24h")
+    lease = _queue_duration(info.lease_timeout, "lease timeout", "8m, 15m or 1h")
+    return lease, expire
+
+
+def _queue_duration(text: str, what: str, formats: str) -> int:
+    if not text:
+        return 0
+    try:
+        nanos = parse_duration(text)
+    except DurationError as e:
+        raise InvalidOption(f"{what} is invalid; {e} - expected format: {formats}") from None
+    if nanos <= 0:
+        raise InvalidOption(f"{what} is invalid; must be greater than zero but '{text}' was given")
+    return nanos // NANOS_PER_MICRO
+
+
+def _namespace(namespace: str) -> str:
+    if not namespace:
+        return SYSTEM_NAMESPACE
+    if len(namespace) > 256:
+        raise InvalidOption("namespace name is invalid; cannot be greater than '256' characters")
+    if _has_space(namespace):
+        raise InvalidOption(f"namespace name is invalid; '{namespace}' cannot contain whitespace")
+    if "~" in namespace:
+        raise InvalidOption(f"namespace name is invalid; '{namespace}' cannot contain '~' character")
+    if ":" in namespace:
+        raise InvalidOption(f"namespace name is invalid; '{namespace}' cannot contain ':' character")
+    return namespace
+
+
+def _check_record(r: QueueRecord) -> None:
+    """The store checks, in the reference's order."""
+    if len(r.dead_queue) > 512:
+        raise InvalidOption("dead queue is invalid; cannot be greater than '512' characters")
+    if len(r.reference) > 2000:
+        raise InvalidOption("reference field is invalid; cannot be greater than '2000' characters")
+    if r.max_attempts > 65536:
+        raise InvalidOption("max attempts is invalid; cannot be greater than 65536")
+    if r.max_attempts < 0:
+        raise InvalidOption("max attempts is invalid; cannot be negative number")
+    if r.requested_partitions < 1:
+        raise InvalidOption("partitions is invalid; cannot be less than 1")
+    if r.requested_partitions > MAX_PARTITIONS:
+        raise InvalidOption(f"partitions is invalid; cannot be greater than {MAX_PARTITIONS}")
+    if not r.lease_timeout:
+        raise InvalidOption("lease timeout is invalid; cannot be empty")
+    if not r.expire_timeout:
+        raise InvalidOption("expire timeout is invalid; cannot be empty")
+    if r.lease_timeout > r.expire_timeout:
+        raise InvalidOption(
+            f"lease timeout is too long; {format_duration(r.lease_timeout * NANOS_PER_MICRO)} cannot be greater"
+            f" than the expire timeout {format_duration(r.expire_timeout * NANOS_PER_MICRO)}"
+        )

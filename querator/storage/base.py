@@ -1,0 +1,195 @@
+"""The storage contract: what a backend must do for a partition and for queue metadata.
+
+A partition is used by exactly one writer, its LogicalQueue, so backends need no locking of their own.
+The engine never issues one statement at a time: it hands the backend a function and the backend runs
+it inside one transaction (``Partition.run``), giving that function a ``PartitionTx`` of small, indexed
+primitives. The rules of produce, lease, complete, retry and the lifecycle are written once, over those
+primitives, in ``operations.py``; a backend only stores rows. If ``run`` raises, the caller must assume
+none of the function's writes were applied.
+
+Rules every backend keeps:
+- Items are ordered by id. Ids are KSUIDs handed out in increasing order by the engine, so an insert
+  always lands at the tail; an item never returns to the queued state under its old id.
+- Item states: *queued* (not leased, ``enqueue_at == 0``), *leased*, *scheduled* (``enqueue_at > 0``).
+- Times are microseconds since the epoch; 0 means unset.
+- Backends initialise lazily and must not keep every queued item in memory unless they are the memory
+  backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
+
+R = TypeVar("R")
+
+
+@dataclass(slots=True)
+class Item:
+    """One item as stored in a partition."""
+
+    id: str = ""
+    source_id: str = ""
+    is_leased: bool = False
+    lease_deadline: int = 0
+    expire_deadline: int = 0
+    enqueue_at: int = 0
+    created_at: int = 0
+    attempts: int = 0
+    max_attempts: int = 0
+    reference: str = ""
+    encoding: str = ""
+    kind: str = ""
+    payload: bytes = b""
+
+    def copy(self) -> Item:
+        """A snapshot that later writes to the stored item cannot change."""
+        return Item(
+            self.id,
+            self.source_id,
+            self.is_leased,
+            self.lease_deadline,
+            self.expire_deadline,
+            self.enqueue_at,
+            self.created_at,
+            self.attempts,
+            self.max_attempts,
+            self.reference,
+            self.encoding,
+            self.kind,
+            self.payload,
+        )
+
+
+@dataclass(slots=True)
+class Deadlines:
+    """The earliest times at which a partition's lifecycle has something to do (0: nothing)."""
+
+    lease_deadline: int = 0
+    expire_deadline: int = 0
+    enqueue_at: int = 0
+
+
+@dataclass(slots=True)
+class PartitionStats:
+    """Counts and ages of one partition, read from storage."""
+
+    total: int = 0
+    """Non-scheduled items, leased or not."""
+    leased: int = 0
+    scheduled: int = 0
+    average_age: int = 0
+    """Mean of ``now - created_at`` over non-scheduled items, in microseconds."""
+    average_leased_age: int = 0
+    """Mean time left until ``lease_deadline`` over leased items, in microseconds."""
+
+
+@dataclass(slots=True)
+class ClearOptions:
+    """What queue.clear removes."""
+
+    queue: bool = False
+    scheduled: bool = False
+    destructive: bool = False
+
+
+class PartitionTx(Protocol):
+    """The primitives a backend offers inside one transaction on one partition."""
+
+    def last_id(self) -> str:
+        """The greatest id ever stored in the partition, or "" for an empty one (seeds the id generator)."""
+
+    def insert(self, items: Sequence[Item]) -> None:
+        """Stores new items; their ids are greater than every id in the partition."""
+
+    def head(self, limit: int) -> list[Item]:
+        """Up to ``limit`` queued items (not leased, not scheduled) in id order."""
+
+    def get(self, ids: Collection[str]) -> dict[str, Item]:
+        """The stored items among ``ids``, in any state; absent ids are left out."""
+
+    def update(self, items: Sequence[Item]) -> None:
+        """Rewrites existing items under their ids. Never used to make an item queued again."""
+
+    def delete(self, ids: Collection[str]) -> None:
+        """Removes items; absent ids are ignored."""
+
+    def existing_source_ids(self, source_ids: Collection[str]) -> set[str]:
+        """The given source ids that an item in the partition already carries."""
+
+    def expired_leases(self, now: int, limit: int) -> list[Item]:
+        """Up to ``limit`` leased items with ``lease_deadline < now``, earliest deadline first."""
+
+    def expired(self, now: int, limit: int) -> list[Item]:
+        """Up to ``limit`` non-scheduled items with ``expire_deadline < now``, earliest first."""
+
+    def due(self, now: int, limit: int) -> list[Item]:
+        """Up to ``limit`` scheduled items with ``enqueue_at < now``, in id order."""
+
+    def deadlines(self) -> Deadlines:
+        """The earliest lease deadline, expire deadline (non-scheduled) and enqueue_at."""
+
+    def list(self, pivot: str, limit: int, scheduled: bool) -> list[Item]:
+        """Non-scheduled (or, with ``scheduled``, scheduled) items with ``id >= pivot`` in id order."""
+
+    def stats(self, now: int) -> PartitionStats:
+        """Counts and ages for queue.stats."""
+
+    def clear(self, options: ClearOptions) -> None:
+        """Removes what queue.clear asks for."""
+
+
+class Partition(Protocol):
+    """One partition of one queue in a backend."""
+
+    async def run(self, fn: Callable[[PartitionTx], R]) -> R:
+        """Runs ``fn`` in one transaction and returns its result; on error nothing of it is applied."""
+
+
+@dataclass(slots=True)
+class QueueRecord:
+    """A queue's settings as stored. Durations are in microseconds."""
+
+    name: str
+    namespace: str = "_system"
+    lease_timeout: int = 0
+    expire_timeout: int = 0
+    dead_queue: str = ""
+    max_attempts: int = 0
+    reference: str = ""
+    requested_partitions: int = 1
+    created_at: int = 0
+    updated_at: int = 0
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+class Store(Protocol):
+    """A storage backend: queue metadata plus the partitions of every queue."""
+
+    async def open(self) -> None:
+        """Connects and prepares schema; idempotent."""
+
+    async def close(self) -> None:
+        """Releases connections; pending work is finished first."""
+
+    def partition(self, queue: str, number: int) -> Partition:
+        """The partition object (lazy: never fails, never does I/O)."""
+
+    async def delete_partitions(self, queue: str, count: int) -> None:
+        """Removes every item of the queue's partitions 0..count-1."""
+
+    async def get_queue(self, name: str) -> QueueRecord | None:
+        """The queue's settings, or None when it does not exist."""
+
+    async def add_queue(self, record: QueueRecord) -> bool:
+        """Stores a new queue; False (and no change) when the name is taken."""
+
+    async def update_queue(self, record: QueueRecord) -> None:
+        """Replaces an existing queue's settings."""
+
+    async def delete_queue(self, name: str) -> None:
+        """Removes a queue's settings; absent is not an error."""
+
+    async def list_queues(self, pivot: str, limit: int, namespace: str) -> list[QueueRecord]:
+        """Queues of ``namespace`` with ``name >= pivot``, sorted by name, at most ``limit``."""

@@ -1,0 +1,192 @@
+"""The memory backend: every item in process memory, nothing survives a restart. For tests and
+ephemeral queues; it is also the reference the storage contract suite holds the others to."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Sequence
+from itertools import islice
+
+from querator.storage.base import (
+    ClearOptions,
+    Deadlines,
+    Item,
+    Partition,
+    PartitionStats,
+    PartitionTx,
+    QueueRecord,
+    R,
+)
+
+
+class MemoryPartition:
+    """One partition: three id-ordered dicts, one per item state.
+
+    Ids only ever grow and an item never re-enters the queued state under its old id, so appending to a
+    dict keeps it in id order and the head of the queue is simply the first entries of ``queued``.
+    """
+
+    def __init__(self) -> None:
+        self.queued: dict[str, Item] = {}
+        self.leased: dict[str, Item] = {}
+        self.scheduled: dict[str, Item] = {}
+        self.sources: dict[str, str] = {}
+        self.max_id = ""
+
+    async def run(self, fn: Callable[[PartitionTx], R]) -> R:
+        return fn(self)
+
+    def last_id(self) -> str:
+        return self.max_id
+
+    def insert(self, items: Sequence[Item]) -> None:
+        for item in items:
+            self._file(item.copy())
+            self.max_id = max(self.max_id, item.id)
+
+    def _file(self, item: Item) -> None:
+        if item.enqueue_at:
+            self.scheduled[item.id] = item
+        elif item.is_leased:
+            self.leased[item.id] = item
+        else:
+            self.queued[item.id] = item
+        if item.source_id:
+            self.sources[item.source_id] = item.id
+
+    def _pop(self, item_id: str) -> Item | None:
+        for state in (self.queued, self.leased, self.scheduled):
+            item = state.pop(item_id, None)
+            if item is not None:
+                if item.source_id:
+                    self.sources.pop(item.source_id, None)
+                return item
+        return None
+
+    def head(self, limit: int) -> list[Item]:
+        return [item.copy() for item in islice(self.queued.values(), limit)]
+
+    def get(self, ids: Collection[str]) -> dict[str, Item]:
+        found = {}
+        for item_id in ids:
+            item = self.leased.get(item_id) or self.queued.get(item_id) or self.scheduled.get(item_id)
+            if item is not None:
+                found[item_id] = item.copy()
+        return found
+
+    def update(self, items: Sequence[Item]) -> None:
+        for item in items:
+            if self._pop(item.id) is None:
+                continue
+            if not item.is_leased and not item.enqueue_at:
+                raise ValueError(f"item '{item.id}' cannot become queued again under the same id")
+            self._file(item.copy())
+
+    def delete(self, ids: Collection[str]) -> None:
+        for item_id in ids:
+            self._pop(item_id)
+
+    def existing_source_ids(self, source_ids: Collection[str]) -> set[str]:
+        return {s for s in source_ids if s in self.sources}
+
+    def expired_leases(self, now: int, limit: int) -> list[Item]:
+        found = [i for i in self.leased.values() if i.lease_deadline < now]
+        return _earliest(found, limit, lambda i: i.lease_deadline)
+
+    def expired(self, now: int, limit: int) -> list[Item]:
+        found = [i for i in self._unscheduled() if i.expire_deadline and i.expire_deadline < now]
+        return _earliest(found, limit, lambda i: i.expire_deadline)
+
+    def due(self, now: int, limit: int) -> list[Item]:
+        found = [i for i in self.scheduled.values() if i.enqueue_at < now]
+        return _earliest(found, limit, lambda i: i.id)
+
+    def deadlines(self) -> Deadlines:
+        return Deadlines(
+            lease_deadline=min((i.lease_deadline for i in self.leased.values()), default=0),
+            expire_deadline=min((i.expire_deadline for i in self._unscheduled() if i.expire_deadline), default=0),
+            enqueue_at=min((i.enqueue_at for i in self.scheduled.values()), default=0),
+        )
+
+    def list(self, pivot: str, limit: int, scheduled: bool) -> list[Item]:
+        source = self.scheduled.values() if scheduled else self._unscheduled()
+        return [i.copy() for i in islice(sorted((i for i in source if i.id >= pivot), key=_id), limit)]
+
+    def stats(self, now: int) -> PartitionStats:
+        total = len(self.queued) + len(self.leased)
+        leased = len(self.leased)
+        return PartitionStats(
+            total=total,
+            leased=leased,
+            scheduled=len(self.scheduled),
+            average_age=sum(now - i.created_at for i in self._unscheduled()) // total if total else 0,
+            average_leased_age=(
+                sum(i.lease_deadline - now for i in self.leased.values()) // leased if leased else 0
+            ),
+        )
+
+    def clear(self, options: ClearOptions) -> None:
+        doomed: list[str] = []
+        if options.scheduled:
+            doomed.extend(self.scheduled)
+        if options.queue:
+            doomed.extend(self.queued)
+            if options.destructive:
+                doomed.extend(self.leased)
+        self.delete(doomed)
+
+    def _unscheduled(self) -> Iterable[Item]:
+        yield from self.queued.values()
+        yield from self.leased.values()
+
+
+def _id(item: Item) -> str:
+    return item.id
+
+
+def _earliest(items: list[Item], limit: int, key: Callable[[Item], object]) -> list[Item]:
+    items.sort(key=key)  # type: ignore[arg-type]
+    return [i.copy() for i in items[:limit]]
+
+
+class MemoryStore:
+    """Queues and partitions in process memory."""
+
+    def __init__(self) -> None:
+        self._queues: dict[str, QueueRecord] = {}
+        self._partitions: dict[tuple[str, int], MemoryPartition] = {}
+
+    async def open(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    def partition(self, queue: str, number: int) -> Partition:
+        key = (queue, number)
+        part = self._partitions.get(key)
+        if part is None:
+            part = self._partitions[key] = MemoryPartition()
+        return part
+
+    async def delete_partitions(self, queue: str, count: int) -> None:
+        for number in range(count):
+            self._partitions.pop((queue, number), None)
+
+    async def get_queue(self, name: str) -> QueueRecord | None:
+        return self._queues.get(name)
+
+    async def add_queue(self, record: QueueRecord) -> bool:
+        if record.name in self._queues:
+            return False
+        self._queues[record.name] = record
+        return True
+
+    async def update_queue(self, record: QueueRecord) -> None:
+        self._queues[record.name] = record
+
+    async def delete_queue(self, name: str) -> None:
+        self._queues.pop(name, None)
+
+    async def list_queues(self, pivot: str, limit: int, namespace: str) -> list[QueueRecord]:
+        names = sorted(n for n, r in self._queues.items() if n >= pivot and r.namespace == namespace)
+        return [self._queues[n] for n in names[:limit]]

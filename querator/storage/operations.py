@@ -1,0 +1,324 @@
+"""What produce, lease, complete, retry, import and the lifecycle do to a partition, written once.
+
+Each function runs inside ``Partition.run`` on a backend's ``PartitionTx``, so every backend gets the
+same semantics (spec §2.3-§2.7 with the fixes of decisions.md) and the storage contract suite checks
+them against each backend. The functions are synchronous: a backend decides where its transaction runs
+(inline for memory, on the database thread for sqlite).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from querator.errors import InvalidOption, QueratorError
+from querator.ksuid import KsuidError, parse_ksuid
+from querator.storage.base import Deadlines, Item, PartitionTx
+
+NEAR_NOW = 100_000
+"""An enqueue_at or retry_at closer than this (microseconds) to now means "now" (reference: 100 ms)."""
+
+LIFECYCLE_LIMIT = 1000
+"""Most items of each kind one lifecycle run handles; a fuller run asks to be run again at once."""
+
+NewId = Callable[[], str]
+
+
+@dataclass(slots=True)
+class LeaseOp:
+    """One lease request's share of a batch: how many items it wants, and what it got."""
+
+    batch_size: int
+    lease_deadline: int
+    items: list[Item] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class CompleteOp:
+    """One complete request; ``error`` is set by the first id that fails (earlier ids stay completed)."""
+
+    ids: list[str]
+    error: QueratorError | None = None
+
+
+@dataclass(slots=True)
+class RetryEntry:
+    """One item of a retry request."""
+
+    id: str
+    retry_at: int = 0
+    dead: bool = False
+
+
+@dataclass(slots=True)
+class RetryOp:
+    """One retry request; error semantics as for CompleteOp."""
+
+    items: list[RetryEntry]
+    error: QueratorError | None = None
+
+
+@dataclass(slots=True)
+class PartitionBatch:
+    """Everything one LogicalQueue loop iteration asks of one partition, applied in this order."""
+
+    produce: list[Item] = field(default_factory=list)
+    lease: list[LeaseOp] = field(default_factory=list)
+    complete: list[CompleteOp] = field(default_factory=list)
+    retry: list[RetryOp] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.produce or self.lease or self.complete or self.retry)
+
+
+@dataclass(slots=True)
+class BatchResult:
+    """What a batch changed, for the distribution counters and the lifecycle timer."""
+
+    queued_delta: int = 0
+    leased_delta: int = 0
+    next_enqueue_at: int = 0
+    """The earliest enqueue_at this batch scheduled (0: none), for the scheduled-items timer."""
+    dead: list[Item] = field(default_factory=list)
+    """Items retried with ``dead`` while the queue has a dead queue: still stored, to be dead-lettered."""
+
+
+@dataclass(slots=True)
+class LifecycleResult:
+    """What a lifecycle run did and when it next has work."""
+
+    dead: list[Item] = field(default_factory=list)
+    """Items to dead-letter (still stored); without a dead queue they were already deleted."""
+    requeued: int = 0
+    enqueued: int = 0
+    deleted: int = 0
+    queued_delta: int = 0
+    leased_delta: int = 0
+    more: bool = False
+    deadlines: Deadlines = field(default_factory=Deadlines)
+
+
+def storage_id_error(item_id: str) -> InvalidOption | None:
+    """The reference's error for an id that is not a KSUID, or None."""
+    try:
+        parse_ksuid(item_id)
+    except KsuidError as e:
+        return InvalidOption(f"invalid storage id; '{item_id}': {e}")
+    return None
+
+
+def apply_batch(
+    tx: PartitionTx, batch: PartitionBatch, now: int, new_id: NewId, has_dead_queue: bool
+) -> BatchResult:
+    """Applies a batch: produce, lease, complete, retry, in that order."""
+    result = BatchResult()
+    if batch.produce:
+        _produce(tx, batch.produce, now, new_id, result)
+    if batch.lease:
+        _lease(tx, batch.lease, result)
+    if batch.complete or batch.retry:
+        _complete_and_retry(tx, batch, now, new_id, has_dead_queue, result)
+    return result
+
+
+def _produce(tx: PartitionTx, items: list[Item], now: int, new_id: NewId, result: BatchResult) -> None:
+    for item in items:
+        item.id = new_id()
+        item.created_at = now
+        if item.enqueue_at and item.enqueue_at < now + NEAR_NOW:
+            item.enqueue_at = 0
+        if item.enqueue_at:
+            result.next_enqueue_at = _earliest(result.next_enqueue_at, item.enqueue_at)
+        else:
+            result.queued_delta += 1
+    tx.insert(items)
+
+
+def _lease(tx: PartitionTx, ops: list[LeaseOp], result: BatchResult) -> None:
+    available = tx.head(sum(op.batch_size for op in ops))
+    if not available:
+        return
+    # Deal one item at a time, in arrival order, to the requests that still want more (spec §2.4).
+    wanting = list(ops)
+    it = iter(available)
+    while wanting:
+        still: list[LeaseOp] = []
+        for op in wanting:
+            item = next(it, None)
+            if item is None:
+                still = []
+                break
+            item.is_leased = True
+            item.lease_deadline = op.lease_deadline
+            item.attempts += 1
+            op.items.append(item)
+            if len(op.items) < op.batch_size:
+                still.append(op)
+        wanting = still
+    taken = [item for op in ops for item in op.items]
+    tx.update(taken)
+    result.queued_delta -= len(taken)
+    result.leased_delta += len(taken)
+
+
+def _complete_and_retry(
+    tx: PartitionTx, batch: PartitionBatch, now: int, new_id: NewId, has_dead_queue: bool, result: BatchResult
+) -> None:
+    wanted = {i for op in batch.complete for i in op.ids}
+    wanted.update(e.id for op in batch.retry for e in op.items)
+    found = tx.get(wanted)
+    deleted: set[str] = set()
+    requeued: list[Item] = []
+    updated: dict[str, Item] = {}
+
+    def leased(item_id: str, verb: str) -> Item | InvalidOption:
+        item = found.get(item_id)
+        if item is None or item_id in deleted:
+            return storage_id_error(item_id) or InvalidOption(f"invalid storage id; '{item_id}' does not exist")
+        if not item.is_leased:
+            return InvalidOption(f"item(s) cannot be {verb}; '{item_id}' is not marked as leased")
+        return item
+
+    for op in batch.complete:
+        for item_id in op.ids:
+            got = leased(item_id, "completed")
+            if isinstance(got, InvalidOption):
+                op.error = got
+                break
+            deleted.add(item_id)
+            updated.pop(item_id, None)
+            result.leased_delta -= 1
+
+    for rop in batch.retry:
+        for entry in rop.items:
+            got = leased(entry.id, "retried")
+            if isinstance(got, InvalidOption):
+                rop.error = got
+                break
+            result.leased_delta -= 1
+            got.is_leased = False
+            got.lease_deadline = 0
+            if entry.dead:
+                if has_dead_queue:
+                    # Stays stored until the copy in the dead queue is written: nothing is lost on a crash.
+                    result.dead.append(got)
+                    found.pop(entry.id)
+                    continue
+                deleted.add(entry.id)
+            elif entry.retry_at >= now + NEAR_NOW:
+                got.enqueue_at = entry.retry_at
+                updated[entry.id] = got
+                found.pop(entry.id)
+                result.next_enqueue_at = _earliest(result.next_enqueue_at, entry.retry_at)
+            else:
+                deleted.add(entry.id)
+                moved = got.copy()
+                moved.id = new_id()
+                requeued.append(moved)
+                result.queued_delta += 1
+
+    if deleted:
+        tx.delete(deleted)
+    if updated:
+        tx.update(list(updated.values()))
+    if requeued:
+        tx.insert(requeued)
+
+
+def import_items(tx: PartitionTx, items: list[Item], now: int, new_id: NewId) -> list[Item]:
+    """Stores items as given (storage items.import, dead-lettering) with new ids and created_at.
+
+    Items whose source_id is already in the partition are skipped and come back without an id, which
+    makes dead-lettering idempotent. ``enqueue_at`` is ignored: imported items are never scheduled.
+    """
+    existing = tx.existing_source_ids({i.source_id for i in items if i.source_id})
+    stored: list[Item] = []
+    for item in items:
+        item.enqueue_at = 0
+        if item.source_id:
+            if item.source_id in existing:
+                item.id = ""
+                continue
+            existing.add(item.source_id)
+        item.id = new_id()
+        item.created_at = now
+        stored.append(item)
+    if stored:
+        tx.insert(stored)
+    return items
+
+
+def lifecycle(
+    tx: PartitionTx, now: int, new_id: NewId, max_attempts: int, has_dead_queue: bool
+) -> LifecycleResult:
+    """One lifecycle pass (spec §2.7 with decisions.md): expiry, lease expiry, scheduled items due.
+
+    An item past its expire_deadline dies whether or not it is leased. An expired lease dies when its
+    attempts reached ``max_attempts`` (never earlier), otherwise it goes back to the tail with a new id.
+    Dead items are deleted, or returned for dead-lettering when the queue has a dead queue.
+    """
+    result = LifecycleResult()
+    dead: dict[str, Item] = {}
+    for item in tx.expired(now, LIFECYCLE_LIMIT):
+        dead[item.id] = item
+    expired_leases = tx.expired_leases(now, LIFECYCLE_LIMIT)
+    requeued: list[Item] = []
+    gone: list[str] = []
+    for item in expired_leases:
+        if item.id in dead:
+            continue
+        if max_attempts and item.attempts >= max_attempts:
+            dead[item.id] = item
+            continue
+        gone.append(item.id)
+        moved = item.copy()
+        moved.id = new_id()
+        moved.is_leased = False
+        moved.lease_deadline = 0
+        requeued.append(moved)
+    due = tx.due(now, LIFECYCLE_LIMIT)
+    for item in due:
+        gone.append(item.id)
+        moved = item.copy()
+        moved.id = new_id()
+        moved.enqueue_at = 0
+        requeued.append(moved)
+    # Counted as if the dead items were gone already: dead-lettering deletes them right after.
+    result.queued_delta = len(requeued) - sum(1 for i in dead.values() if not i.is_leased)
+    result.leased_delta = -sum(1 for i in expired_leases) - sum(
+        1 for i in dead.values() if i.is_leased and i.lease_deadline >= now
+    )
+    if dead and not has_dead_queue:
+        gone.extend(dead)
+        result.deleted = len(dead)
+    elif dead:
+        result.dead = list(dead.values())
+    if gone:
+        tx.delete(gone)
+    if requeued:
+        tx.insert(requeued)
+    result.requeued = len(requeued) - len(due)
+    result.enqueued = len(due)
+    result.more = LIFECYCLE_LIMIT in (len(expired_leases), len(due)) or len(dead) >= LIFECYCLE_LIMIT
+    result.deadlines = tx.deadlines()
+    return result
+
+
+def dead_letter_copies(items: list[Item], now: int, expire_timeout: int) -> list[Item]:
+    """The copies a dead queue receives: new item, attempts 0, source_id = the dead item's id."""
+    return [
+        Item(
+            source_id=item.id,
+            expire_deadline=now + expire_timeout,
+            max_attempts=item.max_attempts,
+            reference=item.reference,
+            encoding=item.encoding,
+            kind=item.kind,
+            payload=item.payload,
+        )
+        for item in items
+    ]
+
+
+def _earliest(current: int, candidate: int) -> int:
+    return candidate if not current or candidate < current else current

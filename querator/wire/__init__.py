@@ -1,0 +1,1 @@
+"""The v1 wire format: message types and their JSON and protobuf encodings."""
