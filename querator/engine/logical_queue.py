@@ -261,13 +261,23 @@ class LogicalQueue:
             while self._pending and not isinstance(self._pending[0], _Cold):
                 hot.append(self._pending.popleft())
             if hot:
-                await self._batch(hot)
-            if self._pending:
+                try:
+                    await self._batch(hot)
+                except Exception as e:
+                    # A bug must cost the requests of this batch, never the loop that serves the queue.
+                    log.exception("queue %s: batch failed", self._queue.settings.name)
+                    for req in hot:
+                        _fail_future(req.future, e)
+            # Hot requests that arrived while the batch awaited storage go first, in the next batch.
+            if self._pending and isinstance(self._pending[0], _Cold):
                 cold = self._pending.popleft()
                 assert isinstance(cold, _Cold) and cold.fn is not None
                 try:
                     _settle(cold.future, await cold.fn())
                 except QueratorError as e:
+                    _fail_future(cold.future, e)
+                except Exception as e:
+                    log.exception("queue %s: request failed", self._queue.settings.name)
                     _fail_future(cold.future, e)
 
     async def _serve_parked(self) -> None:

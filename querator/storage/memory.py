@@ -3,6 +3,7 @@ ephemeral queues; it is also the reference the storage contract suite holds the 
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Collection, Iterable, Sequence
 from itertools import islice
 
@@ -19,14 +20,18 @@ from querator.storage.base import (
 
 
 class MemoryPartition:
-    """One partition: three id-ordered dicts, one per item state.
+    """One partition: three id-ordered dicts, one per item state, plus the FIFO order of queued ids.
 
-    Ids only ever grow and an item never re-enters the queued state under its old id, so appending to a
-    dict keeps it in id order and the head of the queue is simply the first entries of ``queued``.
+    Ids only ever grow and an item never re-enters the queued state under its old id, so appending keeps
+    everything in id order. The head is read from ``order`` rather than from the ``queued`` dict: a dict
+    drained from the front keeps the deleted slots until it resizes, so iterating it from the start
+    would cost O(items ever dequeued) per lease. Ids that left ``queued`` are dropped from ``order``
+    lazily, when they reach its front.
     """
 
     def __init__(self) -> None:
         self.queued: dict[str, Item] = {}
+        self.order: deque[str] = deque()
         self.leased: dict[str, Item] = {}
         self.scheduled: dict[str, Item] = {}
         self.sources: dict[str, str] = {}
@@ -50,6 +55,7 @@ class MemoryPartition:
             self.leased[item.id] = item
         else:
             self.queued[item.id] = item
+            self.order.append(item.id)
         if item.source_id:
             self.sources[item.source_id] = item.id
 
@@ -63,7 +69,17 @@ class MemoryPartition:
         return None
 
     def head(self, limit: int) -> list[Item]:
-        return [item.copy() for item in islice(self.queued.values(), limit)]
+        order, queued = self.order, self.queued
+        while order and order[0] not in queued:
+            order.popleft()
+        found: list[Item] = []
+        for item_id in order:
+            item = queued.get(item_id)
+            if item is not None:
+                found.append(item.copy())
+                if len(found) == limit:
+                    break
+        return found
 
     def get(self, ids: Collection[str]) -> dict[str, Item]:
         found = {}
@@ -130,6 +146,7 @@ class MemoryPartition:
             doomed.extend(self.scheduled)
         if options.queue:
             doomed.extend(self.queued)
+            self.order.clear()
             if options.destructive:
                 doomed.extend(self.leased)
         self.delete(doomed)
