@@ -1,0 +1,421 @@
+"""The ``querator`` command: ``serve`` runs a node; the other commands are a client of a running node.
+
+Client commands talk to ``--endpoint`` (env ``QUERATOR_ENDPOINT``) with ``--api-key`` (env
+``QUERATOR_API_KEY``), print the server's reply as indented protojson on stdout (``{"code": 200}`` for
+calls without a payload), and report failures on stderr as ``querator: <code> <message>``. Exit status: 0
+success, 1 the server refused the call (or sent an unreadable reply), 2 a usage error, 3 no reply at all
+(connection failed or timed out; code 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import fields
+from datetime import UTC, datetime
+from pathlib import Path
+
+import msgspec
+
+from querator import __version__
+from querator.client import DEFAULT_ENDPOINT, AsyncClient, ConnectionFailed
+from querator.config import ConfigError, ServerConfig, environment, load, option_name
+from querator.duration import DurationError, format_duration, parse_duration
+from querator.errors import QueratorError
+from querator.wire import messages as m
+from querator.wire.codec import encode_json
+
+EXIT_SERVER_ERROR = 1
+EXIT_USAGE = 2
+EXIT_CONNECTION = 3
+
+
+def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("serve", help="run a Querator node", description="Run a Querator node.")
+    p.add_argument("--config", help="YAML file of settings (env QUERATOR_CONFIG)")
+    for f in fields(ServerConfig):
+        env = "QUERATOR_" + f.name.upper()
+        p.add_argument(
+            "--" + option_name(f.name),
+            dest=f.name,
+            help=f"{f.metadata.get('help', '')} (env {env}; default {f.default})",
+        )
+
+
+class UsageError(Exception):
+    """A command line that parses but cannot be carried out (exit status 2)."""
+
+
+def _duration(text: str) -> str:
+    """An argparse type: a Go duration, kept as text."""
+    try:
+        parse_duration(text)
+    except DurationError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def _timestamp(text: str) -> datetime:
+    """An argparse type: an RFC 3339 time with a zone (``2024-01-01T12:00:00Z``), as aware UTC."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        value = None
+    if value is None or value.tzinfo is None:
+        raise argparse.ArgumentTypeError(
+            f"'{text}' is not an RFC 3339 time with a zone, e.g. 2024-01-01T12:00:00Z"
+        )
+    return value.astimezone(UTC)
+
+
+def _global_options(with_defaults: bool) -> argparse.ArgumentParser:
+    """``--endpoint`` and ``--api-key``, accepted before or after the command.
+
+    Only the top-level parser has defaults; after the command they are SUPPRESSed so that an absent flag
+    does not overwrite one given before it.
+    """
+    p = argparse.ArgumentParser(add_help=False)
+    endpoint = os.environ.get("QUERATOR_ENDPOINT") or DEFAULT_ENDPOINT
+    p.add_argument(
+        "--endpoint",
+        default=endpoint if with_defaults else argparse.SUPPRESS,
+        help=f"server URL (env QUERATOR_ENDPOINT; default {DEFAULT_ENDPOINT})",
+    )
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("QUERATOR_API_KEY") if with_defaults else argparse.SUPPRESS,
+        help="sent as 'Authorization: Bearer <key>' (env QUERATOR_API_KEY)",
+    )
+    return p
+
+
+def _queue_options(p: argparse.ArgumentParser, create: bool) -> None:
+    """The queue settings of ``create`` (with defaults) and ``update`` (None = keep the current value)."""
+    p.add_argument(
+        "--lease-timeout",
+        type=_duration,
+        default="1m" if create else None,
+        help="how long a lease lasts" + (" (default 1m)" if create else ""),
+    )
+    p.add_argument(
+        "--expire-timeout",
+        type=_duration,
+        help="how long an item may stay in the queue"
+        + (" (default 60 x the lease timeout)" if create else ""),
+    )
+    p.add_argument(
+        "--max-attempts",
+        type=int,
+        default=0 if create else None,
+        help="leases allowed per item, 0 = unlimited" + (" (default 0)" if create else ""),
+    )
+    p.add_argument(
+        "--dead-queue",
+        default="" if create else None,
+        help="queue that receives dead items (must exist; '' = none)",
+    )
+    p.add_argument("--reference", default="" if create else None, help="free-form text kept with the queue")
+    p.add_argument(
+        "--partitions",
+        type=int,
+        default=1 if create else None,
+        help="number of partitions" + (" (default 1)" if create else " (can only grow)"),
+    )
+
+
+def _client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    common = [_global_options(with_defaults=False)]
+
+    def add(name: str, help_text: str, description: str = "") -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help_text, description=description or help_text, parents=common)
+
+    p = add("create", "create a queue")
+    p.add_argument("queue")
+    _queue_options(p, create=True)
+    p.add_argument("--namespace", default="", help="namespace of the queue (default _system)")
+
+    p = add(
+        "update",
+        "change a queue's settings",
+        "Change a queue's settings: the current settings are read first and only the flags given change "
+        "(--max-attempts 0 and --dead-queue '' are explicit values). At least one flag is required.",
+    )
+    p.add_argument("queue")
+    _queue_options(p, create=False)
+
+    p = add("list", "list queues")
+    p.add_argument("--limit", type=int, default=0, help="at most this many (default: the server's, 1000)")
+    p.add_argument("--pivot", default="", help="start at the first queue name >= this")
+    p.add_argument("--namespace", default="", help="namespace to list (default _system)")
+
+    p = add("info", "show a queue's settings")
+    p.add_argument("queue")
+
+    p = add("delete", "delete a queue")
+    p.add_argument("queue")
+    p.add_argument("--force", action="store_true", help="sent to the server (which ignores it)")
+
+    p = add("stats", "show a queue's statistics")
+    p.add_argument("queue")
+
+    p = add("clear", "delete items of a queue")
+    p.add_argument("queue")
+    p.add_argument(
+        "--queue", dest="clear_queue", action="store_true", help="delete the un-leased queued items"
+    )
+    p.add_argument("--scheduled", action="store_true", help="delete the scheduled items")
+    p.add_argument("--destructive", action="store_true", help="with --queue: delete leased items too")
+
+    p = add(
+        "produce",
+        "produce items",
+        "Produce one item (the --payload, else all of stdin) or, with --file, one item per non-empty line "
+        "in a single request (at most 1000, the server's batch limit).",
+    )
+    p.add_argument("queue")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("-p", "--payload", help="the payload (default: read stdin)")
+    source.add_argument("--file", help="one payload per line ('-' = stdin)")
+    p.add_argument("--encoding", default="", help="free-form encoding of the payload")
+    p.add_argument("--kind", default="", help="free-form kind of the item")
+    p.add_argument("--reference", default="", help="free-form reference of the item")
+    p.add_argument("--enqueue-at", type=_timestamp, help="RFC 3339 time from which the item may be leased")
+    p.add_argument("--timeout", type=_duration, default="30s", help="request timeout (default 30s)")
+
+    p = add("lease", "lease items and print them")
+    p.add_argument("queue")
+    p.add_argument("-c", "--client-id", help="unique id of this consumer (default: random)")
+    p.add_argument("-b", "--batch-size", type=int, default=1, help="at most this many items (default 1)")
+    p.add_argument(
+        "--timeout", type=_duration, default="30s", help="how long to wait for items (default 30s)"
+    )
+
+    p = add("complete", "complete leased items")
+    p.add_argument("queue")
+    p.add_argument("ids", nargs="*", metavar="id")
+    p.add_argument(
+        "-p", "--partition", type=int, required=True, help="the partition the items were leased from"
+    )
+    p.add_argument("--file", help="more ids, one per line ('-' = stdin)")
+    p.add_argument("--timeout", type=_duration, default="30s", help="request timeout (default 30s)")
+
+    p = add("retry", "give leased items back to the queue")
+    p.add_argument("queue")
+    p.add_argument("ids", nargs="*", metavar="id")
+    p.add_argument(
+        "-p", "--partition", type=int, required=True, help="the partition the items were leased from"
+    )
+    p.add_argument("--file", help="more ids, one per line ('-' = stdin)")
+    when = p.add_mutually_exclusive_group()
+    when.add_argument("--retry-at", type=_timestamp, help="RFC 3339 time of the retry (default: now)")
+    when.add_argument("--dead", action="store_true", help="send the items to the dead queue (or drop them)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="querator", description="Querator: a lease-based FIFO queue.", parents=[_global_options(True)]
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    _serve_parser(sub)
+    sub.add_parser("version", help="print the version")
+    _client_parsers(sub)
+    return parser
+
+
+# -- client commands ----------------------------------------------------------------------------------------
+
+Command = Callable[[AsyncClient, argparse.Namespace], Awaitable[m.Message | None]]
+
+
+def _lines(path: str) -> list[bytes]:
+    """The non-empty lines of a file (``-`` = stdin), without their line endings."""
+    try:
+        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    except OSError as e:
+        raise UsageError(f"cannot read '{path}': {e.strerror}") from None
+    return [line for line in data.splitlines() if line.strip()]
+
+
+def _ids(args: argparse.Namespace) -> list[str]:
+    ids = list(args.ids)
+    if args.file:
+        ids.extend(line.decode("utf-8", "replace").strip() for line in _lines(args.file))
+    if not ids:
+        raise UsageError("no ids; give them as arguments or with --file")
+    return ids
+
+
+async def _create(client: AsyncClient, args: argparse.Namespace) -> None:
+    await client.create_queue(
+        args.queue,
+        lease_timeout=args.lease_timeout,
+        expire_timeout=args.expire_timeout or format_duration(60 * parse_duration(args.lease_timeout)),
+        max_attempts=args.max_attempts,
+        dead_queue=args.dead_queue,
+        reference=args.reference,
+        partitions=args.partitions,
+        namespace=args.namespace,
+    )
+
+
+async def _update(client: AsyncClient, args: argparse.Namespace) -> None:
+    changes = {
+        "lease_timeout": args.lease_timeout,
+        "expire_timeout": args.expire_timeout,
+        "max_attempts": args.max_attempts,
+        "dead_queue": args.dead_queue,
+        "reference": args.reference,
+        "requested_partitions": args.partitions,
+    }
+    changes = {k: v for k, v in changes.items() if v is not None}
+    if not changes:
+        raise UsageError(
+            "nothing to update; give at least one of --lease-timeout, --expire-timeout, --max-attempts, "
+            "--dead-queue, --reference, --partitions"
+        )
+    current = await client.queue_info(args.queue)
+    await client.update_queue(msgspec.structs.replace(current, **changes))
+
+
+async def _list(client: AsyncClient, args: argparse.Namespace) -> m.Message:
+    return await client.list_queues(args.pivot, args.limit, args.namespace)
+
+
+async def _info(client: AsyncClient, args: argparse.Namespace) -> m.Message:
+    return await client.queue_info(args.queue)
+
+
+async def _delete(client: AsyncClient, args: argparse.Namespace) -> None:
+    await client.delete_queue(args.queue, force=args.force)
+
+
+async def _stats(client: AsyncClient, args: argparse.Namespace) -> m.Message:
+    return await client.stats(args.queue)
+
+
+async def _clear(client: AsyncClient, args: argparse.Namespace) -> None:
+    await client.clear(
+        args.queue, queue=args.clear_queue, scheduled=args.scheduled, destructive=args.destructive
+    )
+
+
+async def _produce(client: AsyncClient, args: argparse.Namespace) -> None:
+    if args.payload is not None:
+        payloads = [args.payload.encode()]
+    elif args.file is not None:
+        payloads = _lines(args.file)
+        if not payloads:
+            raise UsageError(f"no payloads; '{args.file}' has no non-empty line")
+    else:
+        payloads = [sys.stdin.buffer.read()]
+    items = [
+        m.QueueProduceItem(
+            bytes=payload,
+            encoding=args.encoding,
+            kind=args.kind,
+            reference=args.reference,
+            enqueue_at=args.enqueue_at,
+        )
+        for payload in payloads
+    ]
+    await client.produce(args.queue, items, request_timeout=args.timeout)
+
+
+async def _lease(client: AsyncClient, args: argparse.Namespace) -> m.Message:
+    client_id = args.client_id or "id-" + secrets.token_hex(5)
+    return await client.lease(args.queue, args.batch_size, client_id, request_timeout=args.timeout)
+
+
+async def _complete(client: AsyncClient, args: argparse.Namespace) -> None:
+    await client.complete(args.queue, args.partition, _ids(args), request_timeout=args.timeout)
+
+
+async def _retry(client: AsyncClient, args: argparse.Namespace) -> None:
+    items = [m.QueueRetryItem(id=i, retry_at=args.retry_at, dead=args.dead) for i in _ids(args)]
+    await client.retry(args.queue, args.partition, items)
+
+
+COMMANDS: dict[str, Command] = {
+    "create": _create,
+    "update": _update,
+    "list": _list,
+    "info": _info,
+    "delete": _delete,
+    "stats": _stats,
+    "clear": _clear,
+    "produce": _produce,
+    "lease": _lease,
+    "complete": _complete,
+    "retry": _retry,
+}
+
+
+def _print_json(msg: m.Message) -> None:
+    sys.stdout.write(msgspec.json.format(encode_json(msg), indent=2).decode() + "\n")
+    sys.stdout.flush()
+
+
+async def _client_command(command: Command, args: argparse.Namespace) -> m.Message:
+    async with AsyncClient(args.endpoint, api_key=args.api_key) as client:
+        result = await command(client, args)
+    return m.OK_REPLY if result is None else result
+
+
+def run_client(args: argparse.Namespace) -> int:
+    """Runs a parsed client command; returns the exit status (see the module docstring)."""
+    try:
+        result = asyncio.run(_client_command(COMMANDS[args.command], args))
+    except UsageError as e:
+        print(f"querator: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except ConnectionFailed as e:
+        print(f"querator: {e.code} {e.message}", file=sys.stderr)
+        return EXIT_CONNECTION
+    except QueratorError as e:
+        print(f"querator: {e.code} {e.message}", file=sys.stderr)
+        return EXIT_SERVER_ERROR
+    _print_json(result)
+    return 0
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parses the command line; ids may also follow options (``complete q -p 0 id1 id2``).
+
+    argparse fills an optional-length positional at its first chance, so ids given after an option
+    come back unrecognised: they are added to ``ids`` here, anything else is still an error.
+    """
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if isinstance(getattr(args, "ids", None), list) and not any(x.startswith("-") for x in extra):
+            args.ids.extend(extra)
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse(argv)
+    if args.command == "version":
+        print(f"querator {__version__}")
+        return 0
+    if args.command == "serve":
+        try:
+            config = load(None, environment(), vars(args))
+        except ConfigError as e:
+            print(f"querator: {e}", file=sys.stderr)
+            return 2
+        from querator.server import run, setup_logging
+
+        setup_logging(config.log_level, config.log_format)
+        run(config)
+        return 0
+    return run_client(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,661 @@
+"""querator.client (AsyncClient, Client) against a real in-process server, and the CLI against a real
+``querator serve`` subprocess.
+
+Error typing and transport failures the real server cannot produce (401, unknown codes, HTML replies,
+a server that never answers) are checked against a small fake aiohttp app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from aiohttp import web
+
+from querator.client import AsyncClient, Client, ConnectionFailed
+from querator.errors import (
+    ClientContentError,
+    InvalidOption,
+    NotImplementedRoute,
+    QueratorError,
+    RequestFailed,
+    RetryRequest,
+    Unauthorized,
+)
+from querator.http import create_app
+from querator.service import Service
+from querator.storage.memory import MemoryStore
+from querator.wire import codec
+from querator.wire import messages as m
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def start_app(app: web.Application) -> tuple[web.AppRunner, str]:
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    return runner, f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture
+async def endpoint() -> AsyncIterator[str]:
+    """A real server (memory storage) on a free loopback port."""
+    service = Service(MemoryStore())
+    await service.start()
+    runner, url = await start_app(create_app(service))
+    yield url
+    await service.shutdown()
+    await runner.cleanup()
+
+
+@pytest.fixture(params=[False, True], ids=["json", "protobuf"])
+async def client(endpoint: str, request: pytest.FixtureRequest) -> AsyncIterator[AsyncClient]:
+    async with AsyncClient(endpoint, protobuf=bool(request.param)) as c:
+        yield c
+
+
+# -- the client against the real server ----------------------------------------------------------------------
+
+
+async def test_queue_administration(client: AsyncClient) -> None:
+    await client.create_queue("q1")
+    info = await client.queue_info("q1")
+    assert (info.queue_name, info.lease_timeout, info.expire_timeout) == ("q1", "1m0s", "1h0m0s")
+    assert (info.requested_partitions, info.max_attempts, info.namespace) == (1, 0, "_system")
+    assert info.created_at is not None and info.created_at.tzinfo is not None
+
+    await client.create_queue("dlq", lease_timeout="30s", expire_timeout="24h")
+    await client.create_queue(
+        m.QueueInfo(
+            queue_name="q2",
+            lease_timeout="2m",
+            expire_timeout="3h",
+            max_attempts=5,
+            dead_queue="dlq",
+            reference="ref",
+            requested_partitions=2,
+        )
+    )
+    info = await client.queue_info("q2")
+    assert (info.lease_timeout, info.expire_timeout, info.max_attempts) == ("2m0s", "3h0m0s", 5)
+    assert (info.dead_queue, info.reference, info.requested_partitions) == ("dlq", "ref", 2)
+    with pytest.raises(TypeError):
+        await client.create_queue(info, max_attempts=1)
+    with pytest.raises(InvalidOption, match="already exists"):
+        await client.create_queue("q1")
+
+    listed = await client.list_queues()
+    assert [q.queue_name for q in listed.items] == ["dlq", "q1", "q2"]
+    listed = await client.list_queues(pivot="q1", limit=1)
+    assert [q.queue_name for q in listed.items] == ["q1"]
+    assert (await client.list_queues(namespace="other")).items == []
+
+    await client.update_queue(
+        msgspec.structs.replace(info, max_attempts=0, dead_queue="", lease_timeout="5m")
+    )
+    info = await client.queue_info("q2")
+    assert (info.lease_timeout, info.expire_timeout, info.max_attempts, info.dead_queue) == (
+        "5m0s",
+        "3h0m0s",
+        0,
+        "",
+    )
+
+    await client.delete_queue("q2")
+    with pytest.raises(InvalidOption) as e:
+        await client.queue_info("q2")
+    assert e.value.code == 400
+    assert e.value.message == "queue does not exist; no such queue named 'q2'"
+
+
+async def test_produce_lease_complete(client: AsyncClient) -> None:
+    await client.create_queue("q")
+    await client.produce(
+        "q",
+        ["text", b"\x00\xffbinary", m.QueueProduceItem(utf8="full", kind="k", reference="r", encoding="e")],
+    )
+    before = datetime.now(UTC)
+    lease = await client.lease("q", batch_size=10, client_id="c1", request_timeout="5s")
+    assert lease.queue_name == "q" and lease.partition == 0
+    assert [i.bytes for i in lease.items] == [b"text", b"\x00\xffbinary", b"full"]
+    assert [i.attempts for i in lease.items] == [1, 1, 1]
+    assert (lease.items[2].kind, lease.items[2].reference, lease.items[2].encoding) == ("k", "r", "e")
+    deadline = lease.items[0].lease_deadline
+    assert deadline is not None and before + timedelta(seconds=50) < deadline < before + timedelta(minutes=2)
+
+    stored = await client.list_items("q", 0)
+    assert [s.id for s in stored.items] == [i.id for i in lease.items]
+    assert all(s.is_leased for s in stored.items)
+    assert len((await client.list_items("q", 0, pivot=lease.items[1].id, limit=1)).items) == 1
+
+    await client.complete("q", lease.partition, [i.id for i in lease.items])
+    assert (await client.list_items("q", 0)).items == []
+    with pytest.raises(InvalidOption, match="does not exist"):
+        await client.complete("q", 0, [lease.items[0].id])
+
+
+async def test_retry_schedule_clear_stats(client: AsyncClient) -> None:
+    await client.create_queue("q")
+    await client.produce("q", ["a", "b", "c"])
+    lease = await client.lease("q", 3, "c1")
+    a, b, c = (i.id for i in lease.items)
+    later = datetime.now(UTC) + timedelta(hours=1)
+    await client.retry("q", 0, [a, m.QueueRetryItem(id=b, retry_at=later), m.QueueRetryItem(id=c, dead=True)])
+
+    again = await client.lease("q", 10, "c1")
+    assert [(i.bytes, i.attempts) for i in again.items] == [(b"a", 2)]
+    assert again.items[0].id != a  # an immediate retry gets a new id at the tail
+    [scheduled] = (await client.list_scheduled("q", 0)).items
+    assert (scheduled.id, scheduled.payload) == (b, b"b")
+    assert scheduled.enqueue_at is not None and abs(scheduled.enqueue_at - later) < timedelta(seconds=1)
+
+    stats = await client.stats("q")
+    assert stats.queue_name == "q"
+    [logical] = stats.logical_queues
+    [part] = logical.partitions
+    assert (part.partition, part.total, part.total_leased, part.scheduled) == (0, 1, 1, 1)
+    assert part.average_age.endswith("s")
+
+    with pytest.raises(InvalidOption, match="one of 'queue', 'scheduled' must be true"):
+        await client.clear("q")
+    await client.clear("q", scheduled=True)
+    assert (await client.list_scheduled("q", 0)).items == []
+    await client.clear("q", queue=True)  # the leased item survives a non-destructive clear
+    assert len((await client.list_items("q", 0)).items) == 1
+    await client.clear("q", queue=True, destructive=True)
+    assert (await client.list_items("q", 0)).items == []
+
+
+async def test_import_reload_delete_items(client: AsyncClient) -> None:
+    await client.create_queue("q")
+    expire = datetime.now(UTC) + timedelta(hours=1)
+    imported = await client.import_items(
+        "q",
+        0,
+        [m.StorageItem(payload=b"one", expire_deadline=expire), m.StorageItem(payload=b"two", kind="k")],
+    )
+    assert [i.payload for i in imported.items] == [b"one", b"two"]
+    assert all(i.id for i in imported.items)
+    await client.reload("q")
+    [part] = (await client.stats("q")).logical_queues[0].partitions
+    assert part.total == 2
+    await client.delete_items("q", 0, [imported.items[0].id])
+    assert [i.payload for i in (await client.list_items("q", 0)).items] == [b"two"]
+    with pytest.raises(InvalidOption, match="invalid storage id"):
+        await client.delete_items("q", 0, ["not-an-id"])
+
+
+async def test_health(client: AsyncClient) -> None:
+    health = await client.health()
+    assert health["status"] == "pass"
+    assert "version" in health
+
+
+async def test_error_typing(client: AsyncClient) -> None:
+    with pytest.raises(InvalidOption) as e:
+        await client.produce("missing", ["x"])
+    assert e.value.code == 400 and e.value.message.startswith("queue does not exist")
+    assert type(e.value) is InvalidOption
+
+    await client.create_queue("q")
+    with pytest.raises(InvalidOption, match=r"^invalid batch size; must be greater than zero$"):
+        await client.lease("q", 0, "c")
+    with pytest.raises(InvalidOption, match=r"^request timeout is invalid; time: invalid duration"):
+        await client.produce("q", ["x"], request_timeout="soon")
+
+    started = time.monotonic()
+    with pytest.raises(RetryRequest) as retry:
+        await client.lease("q", 1, "c", request_timeout="200ms")
+    assert retry.value.code == 454
+    assert retry.value.message == "request timeout; no items are in the queue, try again"
+    assert time.monotonic() - started < 0.2 + client.timeout_margin
+
+    with pytest.raises(NotImplementedRoute) as nope:
+        await client.call("/v1/queues.rebalance", m.QueuesInfoRequest(queue_name="q"), m.Reply)
+    assert (nope.value.code, nope.value.message) == (501, "no such method; /v1/queues.rebalance")
+
+
+async def test_long_poll_is_woken_by_produce_and_ended_by_delete(client: AsyncClient) -> None:
+    await client.create_queue("q")
+
+    async def lease_waiting() -> int:
+        return (await client.stats("q")).logical_queues[0].lease_waiting
+
+    async def wait_parked() -> None:
+        deadline = time.monotonic() + 5
+        while await lease_waiting() != 1:
+            assert time.monotonic() < deadline, "the lease never parked"
+            await asyncio.sleep(0.01)
+
+    waiting = asyncio.create_task(client.lease("q", 5, "c", request_timeout="10s"))
+    await wait_parked()
+    await client.produce("q", ["wake up"])
+    lease = await asyncio.wait_for(waiting, 5)
+    assert [i.bytes for i in lease.items] == [b"wake up"]
+
+    waiting = asyncio.create_task(client.lease("q", 5, "c2", request_timeout="10s"))
+    await wait_parked()
+    await client.delete_queue("q")
+    with pytest.raises(RequestFailed) as e:
+        await asyncio.wait_for(waiting, 5)
+    assert (e.value.code, e.value.message) == (453, "queue is shutting down")
+
+
+async def test_unknown_json_field_is_a_client_content_error(endpoint: str) -> None:
+    async with AsyncClient(endpoint) as client:
+        with pytest.raises(ClientContentError) as e:
+            # a lease request's fields sent to stats: unknown JSON fields are refused (protobuf skips them)
+            await client.call("/v1/queue.stats", m.QueueLeaseRequest(queue_name="q", batch_size=1), m.Reply)
+    assert e.value.code == 455 and "batch_size" in e.value.message
+
+
+async def test_protobuf_mode_speaks_binary(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    decoded: list[str] = []
+    real_pb, real_json = codec.decode_protobuf, codec.decode_json
+
+    def spy_pb(body: bytes, type_: type[m.Message]) -> Any:
+        decoded.append("protobuf")
+        return real_pb(body, type_)
+
+    def spy_json(body: bytes, type_: type[m.Message]) -> Any:
+        decoded.append("json")
+        return real_json(body, type_)
+
+    monkeypatch.setattr(codec, "decode_protobuf", spy_pb)
+    monkeypatch.setattr(codec, "decode_json", spy_json)
+    async with AsyncClient(endpoint, protobuf=True) as client:
+        await client.create_queue("q")
+        with pytest.raises(InvalidOption, match=r"^invalid queue; 'q' already exists$"):
+            await client.create_queue("q")  # the error reply is protobuf too
+        payload = bytes(range(256))
+        await client.produce("q", [payload])
+        lease = await client.lease("q", 1, "c")
+        assert lease.items[0].bytes == payload
+    # the server decoded 4 requests and the client 4 replies, none of them as JSON
+    assert decoded == ["protobuf"] * 8
+
+
+async def test_closed_client_refuses_calls(endpoint: str) -> None:
+    client = AsyncClient(endpoint)
+    await client.health()
+    await client.close()
+    await client.close()  # idempotent
+    with pytest.raises(RuntimeError, match="closed"):
+        await client.health()
+
+
+async def test_sync_client(endpoint: str) -> None:
+    # The sync client blocks its caller, so it runs in worker threads while this loop serves HTTP.
+    def scenario() -> list[bytes]:
+        with Client(endpoint, timeout_margin=0.5) as c:
+            c.create_queue("q", lease_timeout="10s")
+            assert c.queue_info("q").expire_timeout == "10m0s"
+            c.produce("q", [f"item-{i}" for i in range(20)])
+            leased: list[bytes] = []
+
+            def consume(n: int) -> None:
+                lease = c.lease("q", 5, f"client-{n}", request_timeout="2s")
+                c.complete("q", lease.partition, [i.id for i in lease.items])
+                leased.extend(i.bytes for i in lease.items)
+
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(4) as pool:
+                list(pool.map(consume, range(4)))
+            assert c.stats("q").logical_queues[0].partitions[0].total == 0
+            with pytest.raises(InvalidOption, match=r"^queue does not exist"):
+                c.stats("nope")
+            assert c.health()["status"] == "pass"
+            assert c.list_queues().items[0].queue_name == "q"
+        with pytest.raises(RuntimeError, match="closed"):
+            c.health()
+        c.close()
+        return leased
+
+    leased = await asyncio.to_thread(scenario)
+    assert sorted(leased) == sorted(f"item-{i}".encode() for i in range(20))
+
+
+# -- transport behaviour against a fake server ---------------------------------------------------------------
+
+
+class Fake:
+    def __init__(self) -> None:
+        self.headers: list[dict[str, str]] = []
+        self.release = asyncio.Event()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.headers.append(dict(request.headers))
+        await request.read()
+        route = request.path.rsplit("/", 1)[-1]
+        if route == "slow":
+            await self.release.wait()
+            return web.Response(body=b'{"code":200}', content_type="application/json")
+        if route == "html":
+            return web.Response(status=502, body=b"<html>bad gateway</html>", content_type="text/html")
+        if route == "ok-text":
+            return web.Response(status=200, body=b"fine", content_type="text/plain")
+        if route == "garbled":
+            return web.Response(status=400, body=b"{not json", content_type="application/json")
+        code = int(route)
+        body = msgspec.json.encode({"code": code, "code_text": "x", "message": f"failed; {code}"})
+        return web.Response(status=code if code >= 200 else 500, body=body, content_type="application/json")
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[tuple[Fake, str]]:
+    f = Fake()
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", f.handle)
+    runner, url = await start_app(app)
+    yield f, url
+    f.release.set()
+    await runner.cleanup()
+
+
+@pytest.mark.parametrize(
+    ("code", "error"),
+    [
+        (400, InvalidOption),
+        (401, Unauthorized),
+        (453, RequestFailed),
+        (454, RetryRequest),
+        (455, ClientContentError),
+        (501, NotImplementedRoute),
+        (403, QueratorError),
+        (418, QueratorError),
+        (500, QueratorError),
+    ],
+)
+async def test_error_codes_map_to_types(
+    fake: tuple[Fake, str], code: int, error: type[QueratorError]
+) -> None:
+    _, url = fake
+    async with AsyncClient(url) as client:
+        with pytest.raises(QueratorError) as e:
+            await client.call(f"/v1/{code}", m.Reply(), m.Reply)
+    assert type(e.value) is error
+    assert (e.value.code, e.value.message) == (code, f"failed; {code}")
+
+
+async def test_undecodable_replies_carry_the_http_status(fake: tuple[Fake, str]) -> None:
+    _, url = fake
+    async with AsyncClient(url) as client:
+        for route, status in (("html", 502), ("ok-text", 200), ("garbled", 400)):
+            with pytest.raises(QueratorError) as e:
+                await client.call(f"/v1/{route}", m.Reply(), m.Reply)
+            assert type(e.value) is QueratorError
+            assert e.value.code == status
+        with pytest.raises(QueratorError) as e:
+            await client.call("/v1/html", m.Reply(), m.Reply)
+        assert "bad gateway" in e.value.message
+
+
+async def test_headers_and_api_key(fake: tuple[Fake, str]) -> None:
+    f, url = fake
+    async with AsyncClient(url, api_key="qtr-live-secret") as client:
+        await client.call("/v1/200", m.Reply(), m.Reply)
+    async with AsyncClient(url, protobuf=True) as client:
+        await client.call("/v1/200", m.Reply(), m.Reply)
+    first, second = f.headers
+    assert first["Authorization"] == "Bearer qtr-live-secret"
+    assert (first["Content-Type"], first["Accept"]) == ("application/json", "application/json")
+    assert "Authorization" not in second
+    assert (second["Content-Type"], second["Accept"]) == ("application/protobuf", "application/protobuf")
+
+
+async def test_http_timeout_is_request_timeout_plus_margin(fake: tuple[Fake, str]) -> None:
+    _, url = fake
+    async with AsyncClient(url, timeout_margin=0.3) as client:
+        started = time.monotonic()
+        with pytest.raises(ConnectionFailed) as e:
+            msg = m.QueueLeaseRequest(queue_name="q", batch_size=1, client_id="c", request_timeout="200ms")
+            await client.call("/v1/slow", msg, m.QueueLeaseResponse, seconds=0.2)
+        elapsed = time.monotonic() - started
+    assert 0.45 <= elapsed < 3
+    assert e.value.code == 0 and e.value.message.startswith("request timed out")
+
+
+async def test_connection_refused() -> None:
+    async with AsyncClient(f"http://127.0.0.1:{free_port()}") as client:
+        with pytest.raises(ConnectionFailed) as e:
+            await client.stats("q")
+        assert e.value.code == 0 and e.value.message.startswith("connection failed")
+        with pytest.raises(ConnectionFailed):
+            await client.health()
+
+
+# -- the CLI against a `querator serve` subprocess -----------------------------------------------------------
+
+
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("QUERATOR_")}
+
+
+@pytest.fixture(scope="module")
+def cli_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("server") / "server.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "querator.cli",
+                "serve",
+                "--storage",
+                "memory",
+                "--address",
+                f"127.0.0.1:{port}",
+            ],
+            cwd=ROOT,
+            env=_clean_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                if proc.poll() is not None:
+                    raise AssertionError(f"server exited with {proc.returncode}: {log_path.read_text()}")
+                try:
+                    with urllib.request.urlopen(url + "/health", timeout=1) as resp:
+                        if resp.status == 200:
+                            break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"server did not become healthy: {log_path.read_text()}")
+                time.sleep(0.05)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def cli(
+    endpoint: str | None, *args: str, stdin: bytes | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    prefix = ["--endpoint", endpoint] if endpoint else []
+    return subprocess.run(
+        [sys.executable, "-m", "querator.cli", *prefix, *args],
+        cwd=ROOT,
+        env={**_clean_env(), **(env or {})},
+        input=(stdin or b"").decode(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> Any:
+    assert result.returncode == 0, result.stderr
+    return msgspec.json.decode(result.stdout)
+
+
+def test_cli_queue_administration(cli_endpoint: str) -> None:
+    e = cli_endpoint
+    assert ok(cli(e, "create", "adm-a")) == {"code": 200}
+    info = ok(cli(e, "info", "adm-a"))
+    assert (info["lease_timeout"], info["expire_timeout"], info["requested_partitions"]) == (
+        "1m0s",
+        "1h0m0s",
+        1,
+    )
+
+    ok(cli(e, "create", "adm-dlq", "--lease-timeout", "10s"))
+    assert ok(cli(e, "info", "adm-dlq"))["expire_timeout"] == "10m0s"
+    ok(
+        cli(
+            e,
+            "create",
+            "adm-b",
+            "--lease-timeout",
+            "2m",
+            "--expire-timeout",
+            "5h",
+            "--max-attempts",
+            "3",
+            "--dead-queue",
+            "adm-dlq",
+            "--reference",
+            "ref",
+            "--partitions",
+            "2",
+        )
+    )
+    info = ok(cli(e, "info", "adm-b"))
+    assert (info["lease_timeout"], info["expire_timeout"], info["max_attempts"]) == ("2m0s", "5h0m0s", 3)
+    assert (info["dead_queue"], info["reference"], info["requested_partitions"]) == ("adm-dlq", "ref", 2)
+
+    # update keeps every setting it is not given, and can set zero / empty values explicitly
+    ok(cli(e, "update", "adm-b", "--max-attempts", "0", "--dead-queue", ""))
+    info = ok(cli(e, "info", "adm-b"))
+    assert "max_attempts" not in info and "dead_queue" not in info  # protojson omits zero values
+    assert (info["lease_timeout"], info["expire_timeout"], info["reference"]) == ("2m0s", "5h0m0s", "ref")
+    assert info["requested_partitions"] == 2
+    ok(cli(e, "update", "adm-b", "--lease-timeout", "3m", "--reference", ""))
+    info = ok(cli(e, "info", "adm-b"))
+    assert (info["lease_timeout"], info["expire_timeout"], "reference" in info) == ("3m0s", "5h0m0s", False)
+
+    nothing = cli(e, "update", "adm-b")
+    assert nothing.returncode == 2 and nothing.stderr.startswith("querator: nothing to update")
+
+    names = [q["queue_name"] for q in ok(cli(e, "list"))["items"]]
+    assert [n for n in names if n.startswith("adm-")] == ["adm-a", "adm-b", "adm-dlq"]
+    page = ok(cli(e, "list", "--pivot", "adm-b", "--limit", "1"))
+    assert [q["queue_name"] for q in page["items"]] == ["adm-b"]
+    assert ok(cli(e, "list", "--namespace", "elsewhere")) == {}
+
+    assert ok(cli(e, "delete", "adm-a")) == {"code": 200}
+    gone = cli(e, "info", "adm-a")
+    assert gone.returncode == 1
+    assert gone.stdout == ""
+    assert gone.stderr == "querator: 400 queue does not exist; no such queue named 'adm-a'\n"
+
+
+def test_cli_produce_lease_complete(cli_endpoint: str, tmp_path: Path) -> None:
+    e = cli_endpoint
+    ok(cli(e, "create", "work"))
+    assert ok(cli(e, "produce", "work", "-p", "hello", "--kind", "greeting", "--reference", "r1")) == {
+        "code": 200
+    }
+    ok(cli(e, "produce", "work", stdin=b"from\nstdin\n"))
+    batch = tmp_path / "batch.txt"
+    batch.write_bytes(b"line-1\n\nline-2\r\nline-3\n")
+    ok(cli(e, "produce", "work", "--file", str(batch)))
+    later = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ok(cli(e, "produce", "work", "-p", "later", "--enqueue-at", later))
+
+    lease = ok(cli(e, "lease", "work", "-b", "10", "-c", "worker-1", "--timeout", "5s"))
+    assert lease["queue_name"] == "work"
+    items = lease["items"]
+    payloads = [base64.b64decode(i["bytes"]) for i in items]
+    assert payloads == [b"hello", b"from\nstdin\n", b"line-1", b"line-2", b"line-3"]
+    assert (items[0]["kind"], items[0]["reference"], items[0]["attempts"]) == ("greeting", "r1", 1)
+    assert items[0]["lease_deadline"].endswith("Z")
+
+    stats = ok(cli(e, "stats", "work"))
+    [part] = stats["logicalQueues"][0]["partitions"]
+    assert (part["total"], part["total_leased"], part["scheduled"]) == (5, 5, 1)
+
+    ids = [i["id"] for i in items]
+    id_file = tmp_path / "ids.txt"
+    id_file.write_text("\n".join(ids[2:]) + "\n")
+    partition = str(lease.get("partition", 0))
+    assert ok(
+        cli(e, "complete", "work", "--partition", partition, ids[0], ids[1], "--file", str(id_file))
+    ) == {"code": 200}
+    again = cli(e, "complete", "work", "-p", partition, ids[0])
+    assert again.returncode == 1 and again.stderr.startswith("querator: 400 ")
+
+    ok(cli(e, "clear", "work", "--scheduled"))
+    part = ok(cli(e, "stats", "work"))["logicalQueues"][0]["partitions"][0]
+    assert "total" not in part and "scheduled" not in part
+
+
+def test_cli_retry(cli_endpoint: str) -> None:
+    e = cli_endpoint
+    ok(cli(e, "create", "retries"))
+    ok(cli(e, "produce", "retries", "-p", "again"))
+    ok(cli(e, "produce", "retries", "-p", "dead"))
+    first = ok(cli(e, "lease", "retries", "-b", "2"))
+    again_id, dead_id = (i["id"] for i in first["items"])
+    assert ok(cli(e, "retry", "retries", "--partition", "0", again_id)) == {"code": 200}
+    ok(cli(e, "retry", "retries", "--partition", "0", dead_id, "--dead"))
+    second = ok(cli(e, "lease", "retries", "-b", "10"))
+    [item] = second["items"]
+    assert base64.b64decode(item["bytes"]) == b"again" and item["attempts"] == 2
+    later = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    ok(cli(e, "retry", "retries", "-p", "0", item["id"], "--retry-at", later))
+    part = ok(cli(e, "stats", "retries"))["logicalQueues"][0]["partitions"][0]
+    assert part["scheduled"] == 1 and "total" not in part
+
+
+def test_cli_failures_and_exit_codes(cli_endpoint: str) -> None:
+    e = cli_endpoint
+    ok(cli(e, "create", "empty"))
+    timeout = cli(e, "lease", "empty", "--timeout", "100ms")
+    assert timeout.returncode == 1
+    assert timeout.stderr == "querator: 454 request timeout; no items are in the queue, try again\n"
+
+    refused = cli(f"http://127.0.0.1:{free_port()}", "stats", "empty")
+    assert refused.returncode == 3 and refused.stderr.startswith("querator: 0 connection failed")
+
+    assert cli(e, "produce", "empty", "-p", "x", "--timeout", "soon").returncode == 2
+    assert cli(e, "produce", "empty", "-p", "x", "--enqueue-at", "2024-01-01 12:00").returncode == 2
+    assert cli(e, "complete", "empty", "someid").returncode == 2  # --partition is required
+    no_ids = cli(e, "complete", "empty", "-p", "0")
+    assert no_ids.returncode == 2 and no_ids.stderr.startswith("querator: no ids")
+    assert cli(e, "frobnicate").returncode == 2
+
+    # the endpoint from the environment, and global flags after the command
+    assert ok(cli(None, "info", "empty", env={"QUERATOR_ENDPOINT": e}))["queue_name"] == "empty"
+    assert ok(cli(None, "info", "empty", "--endpoint", e, "--api-key", "k"))["queue_name"] == "empty"
