@@ -1,0 +1,282 @@
+"""Benchmark harness: throughput and latency of a Querator node, measured from another process.
+
+    python bench/bench.py --storage memory                # start a node, run every scenario
+    python bench/bench.py --endpoint http://host:2319     # against a running node
+    python bench/bench.py --storage sqlite --scenario rss --items 1000000
+
+Scenarios (1 KiB items): ``produce``, ``lease`` (of a pre-filled queue), ``cycle`` (produce -> lease ->
+complete per client), each for batch sizes 1/10/100/1000 and N concurrent clients; ``latency`` (time from
+produce to a waiting consumer at a fixed rate); ``rss`` (server memory with many items queued).
+Reports items/s and request latency percentiles. Numbers go in docs/benchmarks.md with the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from querator.client import AsyncClient
+from querator.errors import RetryRequest
+from querator.wire import messages as m
+
+PAYLOAD = os.urandom(1024)
+
+
+@dataclass
+class Result:
+    scenario: str
+    batch: int
+    clients: int
+    items: int = 0
+    seconds: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+
+    def line(self) -> str:
+        lat = sorted(self.latencies)
+
+        def pct(p: float) -> str:
+            return f"{lat[min(len(lat) - 1, int(p * len(lat)))] * 1000:.2f}" if lat else "-"
+
+        rate = self.items / self.seconds if self.seconds else 0.0
+        return (f"| {self.scenario} | {self.batch} | {self.clients} | {rate:,.0f} | {pct(0.5)} | {pct(0.99)} |")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """A `querator serve` child process on a free port and a temporary data dir."""
+
+    def __init__(self, storage: str, synchronous: str) -> None:
+        self.port = free_port()
+        self.data = tempfile.mkdtemp(prefix="querator-bench-")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "querator.cli", "serve", "--storage", storage, "--data-dir", self.data,
+             "--address", f"127.0.0.1:{self.port}", "--log-level", "warn", "--max-requests-per-queue", "1000",
+             "--sqlite-synchronous", synchronous],
+        )
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+
+    async def wait_ready(self, client: AsyncClient) -> None:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                await client.health()
+                return
+            except Exception:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise
+                await asyncio.sleep(0.05)
+
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return 0.0
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+        shutil.rmtree(self.data, ignore_errors=True)
+
+
+async def fresh_queue(client: AsyncClient, name: str, partitions: int) -> None:
+    try:
+        await client.delete_queue(name)
+    except Exception:
+        pass
+    await client.create_queue(m.QueueInfo(queue_name=name, lease_timeout="5m", expire_timeout="24h",
+                                          requested_partitions=partitions))
+
+
+async def timed(result: Result, call: Callable[[], Awaitable[int]]) -> None:
+    start = time.perf_counter()
+    result.items += await call()
+    result.latencies.append(time.perf_counter() - start)
+
+
+async def run_clients(clients: int, duration: float, body: Callable[[int, float], Awaitable[None]]) -> float:
+    start = time.perf_counter()
+    deadline = start + duration
+    await asyncio.gather(*(body(n, deadline) for n in range(clients)))
+    return time.perf_counter() - start
+
+
+async def produce_scenario(client: AsyncClient, batch: int, clients: int, duration: float, parts: int) -> Result:
+    await fresh_queue(client, "bench", parts)
+    result = Result("produce", batch, clients)
+    items = [PAYLOAD] * batch
+
+    async def one() -> int:
+        await client.produce("bench", items)
+        return batch
+
+    async def body(n: int, deadline: float) -> None:
+        while time.perf_counter() < deadline:
+            await timed(result, one)
+
+    result.seconds = await run_clients(clients, duration, body)
+    return result
+
+
+async def lease_scenario(client: AsyncClient, batch: int, clients: int, duration: float, parts: int) -> Result:
+    await fresh_queue(client, "bench", parts)
+    total = max(20_000, batch * clients * 20)
+    for _ in range(0, total, 1000):
+        await client.produce("bench", [PAYLOAD] * 1000)
+    result = Result("lease", batch, clients)
+
+    async def lease(n: int) -> int:
+        try:
+            reply = await client.lease("bench", batch, f"bench-{n}", request_timeout="50ms")
+        except RetryRequest:
+            return 0
+        return len(reply.items)
+
+    async def body(n: int, deadline: float) -> None:
+        while time.perf_counter() < deadline and result.items < total:
+            await timed(result, lambda: lease(n))
+
+    result.seconds = await run_clients(clients, duration, body)
+    return result
+
+
+async def cycle_scenario(client: AsyncClient, batch: int, clients: int, duration: float, parts: int) -> Result:
+    await fresh_queue(client, "bench", parts)
+    result = Result("cycle", batch, clients)
+
+    async def one(n: int) -> int:
+        await client.produce("bench", [PAYLOAD] * batch)
+        reply = await client.lease("bench", batch, f"bench-{n}", request_timeout="5s")
+        await client.complete("bench", reply.partition, [i.id for i in reply.items])
+        return len(reply.items)
+
+    async def body(n: int, deadline: float) -> None:
+        while time.perf_counter() < deadline:
+            await timed(result, lambda: one(n))
+
+    result.seconds = await run_clients(clients, duration, body)
+    return result
+
+
+async def latency_scenario(client: AsyncClient, rate: float, duration: float, consumers: int) -> Result:
+    """Produce one item at a time at ``rate`` items/s; consumers wait in long polls and complete."""
+    await fresh_queue(client, "latency", 1)
+    result = Result(f"latency@{rate:,.0f}/s", 1, consumers)
+    sent: dict[bytes, float] = {}
+    stop = asyncio.Event()
+
+    async def consumer(n: int) -> None:
+        while not stop.is_set():
+            try:
+                reply = await client.lease("latency", 100, f"lat-{n}", request_timeout="1s")
+            except RetryRequest:
+                continue
+            now = time.perf_counter()
+            for item in reply.items:
+                result.latencies.append(now - sent.pop(item.bytes))
+                result.items += 1
+            await client.complete("latency", reply.partition, [i.id for i in reply.items])
+
+    tasks = [asyncio.ensure_future(consumer(n)) for n in range(consumers)]
+    await asyncio.sleep(0.5)
+    start = time.perf_counter()
+    count = int(rate * duration)
+    for k in range(count):
+        target = start + k / rate
+        delay = target - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        key = k.to_bytes(8, "big") + PAYLOAD[8:]
+        sent[key] = time.perf_counter()
+        asyncio.ensure_future(client.produce("latency", [key]))
+    deadline = time.perf_counter() + 10
+    while sent and time.perf_counter() < deadline:
+        await asyncio.sleep(0.05)
+    result.seconds = time.perf_counter() - start
+    stop.set()
+    await asyncio.gather(*tasks)
+    return result
+
+
+async def rss_scenario(client: AsyncClient, server: Server, items: int) -> str:
+    await fresh_queue(client, "rss", 4)
+    before = server.rss_mb()
+    sem = asyncio.Semaphore(4)
+
+    async def one() -> None:
+        async with sem:
+            await client.produce("rss", [PAYLOAD] * 1000)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(items // 1000)))
+    seconds = time.perf_counter() - start
+    return (f"rss: {items:,} items queued in {seconds:.1f} s ({items / seconds:,.0f} items/s); server RSS "
+            f"{before:.0f} MB before, {server.rss_mb():.0f} MB after")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--endpoint", help="a running node (otherwise one is started)")
+    parser.add_argument("--storage", default="memory", choices=["memory", "sqlite"])
+    parser.add_argument("--sqlite-synchronous", default="FULL", choices=["FULL", "NORMAL"])
+    parser.add_argument("--scenario", action="append",
+                        choices=["produce", "lease", "cycle", "latency", "rss"], help="repeatable; default all but rss")
+    parser.add_argument("--batch", type=int, action="append", help="repeatable; default 1 10 100 1000")
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--partitions", type=int, default=1)
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
+    parser.add_argument("--rate", type=float, action="append", help="latency scenario rates (items/s)")
+    parser.add_argument("--items", type=int, default=1_000_000, help="items for the rss scenario")
+    args = parser.parse_args()
+    scenarios = args.scenario or ["produce", "lease", "cycle", "latency"]
+    batches = args.batch or [1, 10, 100, 1000]
+    server = None if args.endpoint else Server(args.storage, args.sqlite_synchronous)
+    endpoint = args.endpoint or server.endpoint  # type: ignore[union-attr]
+    print(f"# {time.strftime('%Y-%m-%d')} {platform.node()} {os.cpu_count()} cpus, python "
+          f"{platform.python_version()}, storage {args.storage}, {args.clients} clients, "
+          f"{args.partitions} partitions, {args.duration:.0f} s each")
+    try:
+        async with AsyncClient(endpoint, limit=args.clients * 4) as client:
+            if server is not None:
+                await server.wait_ready(client)
+            print("| scenario | batch | clients | items/s | p50 ms | p99 ms |\n|---|---|---|---|---|---|")
+            for scenario in scenarios:
+                if scenario == "rss":
+                    assert server is not None, "rss needs a server started by the harness"
+                    print(await rss_scenario(client, server, args.items))
+                    continue
+                if scenario == "latency":
+                    for rate in args.rate or [1000.0]:
+                        print((await latency_scenario(client, rate, args.duration, 2)).line(), flush=True)
+                    continue
+                run = {"produce": produce_scenario, "lease": lease_scenario, "cycle": cycle_scenario}[scenario]
+                for batch in batches:
+                    result = await run(client, batch, args.clients, args.duration, args.partitions)
+                    print(result.line(), flush=True)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+if __name__ == "__main__":
+    try:
+        import uvloop
+
+        uvloop.run(main())
+    except ImportError:
+        asyncio.run(main())

@@ -1,0 +1,172 @@
+"""Fixtures for the in-process tests: a real HTTP server on loopback per test, a FakeClock, both backends.
+
+``api`` speaks raw JSON so the tests pin the exact wire shapes an existing Querator client sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import msgspec
+import pytest
+from aiohttp.test_utils import TestServer
+
+from querator.clock import Clock, FakeClock, SystemClock
+from querator.http import create_app
+from querator.service import Service
+from querator.storage.base import Store
+from querator.storage.memory import MemoryStore
+from querator.storage.sqlite import SqliteStore
+
+JSON = {"Content-Type": "application/json"}
+LEASE_TIMEOUT = "1m0s"
+EXPIRE_TIMEOUT = "24h0m0s"
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        super().__init__(f"{status}: {body}")
+        self.status = status
+        self.code = body.get("code")
+        self.message: str = body.get("message", "")
+
+
+class Api:
+    """A JSON client of one test server, with shortcuts for the common calls."""
+
+    def __init__(self, session: aiohttp.ClientSession, base: str, service: Service) -> None:
+        self.session = session
+        self.base = base
+        self.service = service
+
+    async def raw(self, path: str, body: bytes, headers: dict[str, str] | None = None) -> aiohttp.ClientResponse:
+        async with self.session.post(self.base + path, data=body, headers=headers or JSON) as resp:
+            await resp.read()
+            return resp
+
+    async def post(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """POSTs JSON; returns the reply body on 200, raises ApiError otherwise."""
+        async with self.session.post(self.base + path, data=msgspec.json.encode(body or {}), headers=JSON) as resp:
+            reply = msgspec.json.decode(await resp.read())
+            if resp.status != 200:
+                raise ApiError(resp.status, reply)
+            assert isinstance(reply, dict)
+            return reply
+
+    async def error(self, path: str, body: dict[str, Any] | None = None) -> ApiError:
+        """POSTs a request that must fail; returns the error."""
+        with pytest.raises(ApiError) as info:
+            await self.post(path, body)
+        assert info.value.code == info.value.status
+        return info.value
+
+    async def create(self, name: str, **fields: Any) -> None:
+        body = {"queue_name": name, "lease_timeout": LEASE_TIMEOUT, "expire_timeout": EXPIRE_TIMEOUT,
+                "requested_partitions": 1}
+        body.update(fields)
+        assert await self.post("/v1/queues.create", body) == {"code": 200}
+
+    async def produce(self, queue: str, items: list[dict[str, Any]], timeout: str = "1m") -> None:
+        body = {"queue_name": queue, "request_timeout": timeout, "items": items}
+        assert await self.post("/v1/queue.produce", body) == {"code": 200}
+
+    async def produce_n(self, queue: str, n: int, prefix: str = "item") -> None:
+        await self.produce(queue, [{"utf8": f"{prefix}-{i}"} for i in range(n)])
+
+    async def lease(self, queue: str, batch_size: int = 1, client_id: str = "client",
+                    timeout: str = "5s") -> dict[str, Any]:
+        return await self.post("/v1/queue.lease", {"queue_name": queue, "batch_size": batch_size,
+                                                   "client_id": client_id, "request_timeout": timeout})
+
+    async def complete(self, queue: str, partition: int, ids: list[str]) -> dict[str, Any]:
+        return await self.post("/v1/queue.complete", {"queue_name": queue, "partition": partition,
+                                                      "request_timeout": "5s", "ids": ids})
+
+    async def retry(self, queue: str, partition: int, items: list[dict[str, Any]]) -> dict[str, Any]:
+        return await self.post("/v1/queue.retry", {"queue_name": queue, "partition": partition, "items": items})
+
+    async def items(self, queue: str, partition: int = 0, **kw: Any) -> list[dict[str, Any]]:
+        reply = await self.post("/v1/storage/items.list", {"queue_name": queue, "partition": partition, **kw})
+        return list(reply.get("items", []))
+
+    async def scheduled(self, queue: str, partition: int = 0, **kw: Any) -> list[dict[str, Any]]:
+        reply = await self.post("/v1/storage/scheduled.list", {"queue_name": queue, "partition": partition, **kw})
+        return list(reply.get("items", []))
+
+    async def stats(self, queue: str) -> dict[str, Any]:
+        return await self.post("/v1/queue.stats", {"queue_name": queue})
+
+    async def partition_stats(self, queue: str, partition: int = 0) -> dict[str, Any]:
+        stats = await self.stats(queue)
+        found = [p for p in stats["logicalQueues"][0]["partitions"] if p.get("partition", 0) == partition]
+        assert len(found) == 1
+        return dict(found[0])
+
+    async def lease_waiting(self, queue: str) -> int:
+        return int((await self.stats(queue))["logicalQueues"][0].get("lease_waiting", 0))
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 5.0) -> None:
+    """Polls ``check`` until it is true; fails at the deadline (no fixed sleeps in tests)."""
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met before the deadline")
+        await asyncio.sleep(0.01)
+
+
+ServerFactory = Callable[..., Awaitable[Api]]
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+async def start_server(backend: str, tmp_path: Path) -> AsyncIterator[ServerFactory]:
+    """Starts servers on a backend; the same ``data`` name re-opens the same sqlite file (restart)."""
+    running: list[tuple[Service, TestServer, aiohttp.ClientSession]] = []
+
+    async def start(clock: Clock | None = None, data: str = "db", **service_kw: Any) -> Api:
+        store: Store = MemoryStore() if backend == "memory" else SqliteStore(tmp_path / f"{data}.sqlite")
+        service = Service(store, clock or SystemClock(), **service_kw)
+        await service.start()
+        server = TestServer(create_app(service))
+        await server.start_server()
+        session = aiohttp.ClientSession()
+        running.append((service, server, session))
+        return Api(session, str(server.make_url("")), service)
+
+    yield start
+    for service, server, session in reversed(running):
+        await stop(service, server, session)
+
+
+async def stop(service: Service, server: TestServer, session: aiohttp.ClientSession) -> None:
+    if not service._closing:
+        await service.shutdown()
+    await server.close()
+    await session.close()
+
+
+@pytest.fixture
+async def api(start_server: ServerFactory, clock: FakeClock) -> Api:
+    """A server on the FakeClock."""
+    return await start_server(clock)
+
+
+@pytest.fixture
+async def live_api(start_server: ServerFactory) -> Api:
+    """A server on the real clock (for long-poll timeouts)."""
+    return await start_server(SystemClock())

@@ -1,0 +1,112 @@
+"""queue.retry over real HTTP (spec §2.6, retry_test.go)."""
+
+from __future__ import annotations
+
+from querator.clock import FakeClock
+
+from .conftest import Api, eventually
+from .test_queue import ts
+
+
+async def test_immediate_retry_is_leasable_again(api: Api) -> None:
+    await api.create("q")
+    await api.produce_n("q", 1)
+    item = (await api.lease("q"))["items"][0]
+    await api.retry("q", 0, [{"id": item["id"]}])
+    again = (await api.lease("q"))["items"][0]
+    assert again["attempts"] == 2 and again["id"] != item["id"]
+
+
+async def test_dead_retry_without_dead_queue_deletes(live_api: Api) -> None:
+    await live_api.create("q")
+    await live_api.produce_n("q", 1)
+    item = (await live_api.lease("q"))["items"][0]
+    await live_api.retry("q", 0, [{"id": item["id"], "dead": True}])
+    e = await live_api.error("/v1/queue.lease", {"queue_name": "q", "batch_size": 1, "client_id": "c",
+                                                 "request_timeout": "100ms"})
+    assert e.status == 454
+    assert await live_api.items("q") == []
+
+
+async def test_dead_retry_goes_to_the_dead_queue(api: Api) -> None:
+    await api.create("dead")
+    await api.create("q", dead_queue="dead")
+    await api.produce("q", [{"utf8": "bad", "kind": "k"}])
+    item = (await api.lease("q"))["items"][0]
+    await api.retry("q", 0, [{"id": item["id"], "dead": True}])
+    [dead] = await api.items("dead")
+    assert dead["source_id"] == item["id"] and dead["kind"] == "k"
+    assert await api.items("q") == []
+
+
+async def test_future_retry_schedules(api: Api, clock: FakeClock) -> None:
+    await api.create("q")
+    await api.produce_n("q", 1)
+    item = (await api.lease("q"))["items"][0]
+    await api.retry("q", 0, [{"id": item["id"], "retry_at": ts(clock, 60)}])
+    assert [i["id"] for i in await api.scheduled("q")] == [item["id"]]
+    assert await api.items("q") == []
+    clock.advance(61)
+
+    async def back() -> bool:
+        return len(await api.items("q")) == 1
+
+    await eventually(back)
+    assert (await api.lease("q"))["items"][0]["attempts"] == 2
+
+
+async def test_past_retry_at_is_immediate(api: Api, clock: FakeClock) -> None:
+    await api.create("q")
+    await api.produce_n("q", 1)
+    item = (await api.lease("q"))["items"][0]
+    await api.retry("q", 0, [{"id": item["id"], "retry_at": ts(clock, -60)}])
+    assert await api.scheduled("q") == []
+    assert (await api.lease("q"))["items"][0]["attempts"] == 2
+
+
+async def test_retry_moves_to_tail(api: Api) -> None:
+    await api.create("q")
+    await api.produce(("q"), [{"utf8": x} for x in "ABC"])
+    a = (await api.lease("q"))["items"][0]
+    await api.retry("q", 0, [{"id": a["id"]}])
+    got = (await api.lease("q", batch_size=3, client_id="c2"))["items"]
+    assert [i["bytes"] for i in got] == ["Qg==", "Qw==", "QQ=="]
+    assert got[2]["id"] != a["id"] and got[2]["attempts"] == 2
+
+
+async def test_lease_expiry_moves_to_tail(api: Api, clock: FakeClock) -> None:
+    await api.create("q", lease_timeout="300ms")
+    await api.produce(("q"), [{"utf8": x} for x in "ABC"])
+    a = (await api.lease("q"))["items"][0]
+    clock.advance(2)
+
+    async def requeued() -> bool:
+        items = await api.items("q")
+        return len(items) == 3 and not any(i.get("is_leased") for i in items)
+
+    await eventually(requeued)
+    got = (await api.lease("q", batch_size=3, client_id="c2"))["items"]
+    assert [i["bytes"] for i in got] == ["Qg==", "Qw==", "QQ=="]
+    assert got[2]["id"] != a["id"]
+
+
+async def test_retry_errors(api: Api) -> None:
+    await api.create("q")
+    await api.produce_n("q", 1)
+    [stored] = await api.items("q")
+    e = await api.error("/v1/queue.retry", {})
+    assert e.message == "queue name is invalid; queue name cannot be empty"
+    e = await api.error("/v1/queue.retry", {"queue_name": "q", "partition": 0})
+    assert e.message == "items is invalid; list of items cannot be empty"
+    e = await api.error("/v1/queue.retry", {"queue_name": "q", "partition": 1, "items": [{"id": stored["id"]}]})
+    assert e.message == "partition is invalid; '1' is not a valid partition"
+    e = await api.error("/v1/queue.retry", {"queue_name": "q", "partition": 0, "items": [{"id": "bad-id"}]})
+    assert e.message.startswith("invalid storage id; 'bad-id': ")
+    e = await api.error("/v1/queue.retry", {"queue_name": "q", "partition": 0,
+                                            "items": [{"id": "1zzzzzzzzzzzzzzzzzzzzzzzzzz"}]})
+    assert e.message.startswith("invalid storage id;")
+    e = await api.error("/v1/queue.retry", {"queue_name": "q", "partition": 0, "items": [{"id": stored["id"]}]})
+    assert e.message == f"item(s) cannot be retried; '{stored['id']}' is not marked as leased"
+    e = await api.error("/v1/queue.retry", {"queue_name": "q", "partition": 0,
+                                            "items": [{"id": stored["id"]}] * 1001})
+    assert e.message == "items is invalid; max_complete_batch_size is 1000 but received 1001"
