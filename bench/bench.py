@@ -49,7 +49,7 @@ class Result:
             return f"{lat[min(len(lat) - 1, int(p * len(lat)))] * 1000:.2f}" if lat else "-"
 
         rate = self.items / self.seconds if self.seconds else 0.0
-        return (f"| {self.scenario} | {self.batch} | {self.clients} | {rate:,.0f} | {pct(0.5)} | {pct(0.99)} |")
+        return f"| {self.scenario} | {self.batch} | {self.clients} | {rate:,.0f} | {pct(0.5)} | {pct(0.99)} |"
 
 
 def free_port() -> int:
@@ -65,9 +65,24 @@ class Server:
         self.port = free_port()
         self.data = tempfile.mkdtemp(prefix="querator-bench-")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "querator.cli", "serve", "--storage", storage, "--data-dir", self.data,
-             "--address", f"127.0.0.1:{self.port}", "--log-level", "warn", "--max-requests-per-queue", "1000",
-             "--sqlite-synchronous", synchronous],
+            [
+                sys.executable,
+                "-m",
+                "querator.cli",
+                "serve",
+                "--storage",
+                storage,
+                "--data-dir",
+                self.data,
+                "--address",
+                f"127.0.0.1:{self.port}",
+                "--log-level",
+                "warn",
+                "--max-requests-per-queue",
+                "1000",
+                "--sqlite-synchronous",
+                synchronous,
+            ],
         )
         self.endpoint = f"http://127.0.0.1:{self.port}"
 
@@ -99,8 +114,11 @@ async def fresh_queue(client: AsyncClient, name: str, partitions: int) -> None:
         await client.delete_queue(name)
     except Exception:
         pass
-    await client.create_queue(m.QueueInfo(queue_name=name, lease_timeout="5m", expire_timeout="24h",
-                                          requested_partitions=partitions))
+    await client.create_queue(
+        m.QueueInfo(
+            queue_name=name, lease_timeout="5m", expire_timeout="24h", requested_partitions=partitions
+        )
+    )
 
 
 async def timed(result: Result, call: Callable[[], Awaitable[int]]) -> None:
@@ -116,7 +134,9 @@ async def run_clients(clients: int, duration: float, body: Callable[[int, float]
     return time.perf_counter() - start
 
 
-async def produce_scenario(client: AsyncClient, batch: int, clients: int, duration: float, parts: int) -> Result:
+async def produce_scenario(
+    client: AsyncClient, batch: int, clients: int, duration: float, parts: int
+) -> Result:
     await fresh_queue(client, "bench", parts)
     result = Result("produce", batch, clients)
     items = [PAYLOAD] * batch
@@ -133,7 +153,9 @@ async def produce_scenario(client: AsyncClient, batch: int, clients: int, durati
     return result
 
 
-async def lease_scenario(client: AsyncClient, batch: int, clients: int, duration: float, parts: int) -> Result:
+async def lease_scenario(
+    client: AsyncClient, batch: int, clients: int, duration: float, parts: int
+) -> Result:
     await fresh_queue(client, "bench", parts)
     total = max(20_000, batch * clients * 20)
     for _ in range(0, total, 1000):
@@ -155,7 +177,9 @@ async def lease_scenario(client: AsyncClient, batch: int, clients: int, duration
     return result
 
 
-async def cycle_scenario(client: AsyncClient, batch: int, clients: int, duration: float, parts: int) -> Result:
+async def cycle_scenario(
+    client: AsyncClient, batch: int, clients: int, duration: float, parts: int
+) -> Result:
     await fresh_queue(client, "bench", parts)
     result = Result("cycle", batch, clients)
 
@@ -196,6 +220,7 @@ async def latency_scenario(client: AsyncClient, rate: float, duration: float, co
     await asyncio.sleep(0.5)
     start = time.perf_counter()
     count = int(rate * duration)
+    producing: list[asyncio.Future[None]] = []
     for k in range(count):
         target = start + k / rate
         delay = target - time.perf_counter()
@@ -203,9 +228,10 @@ async def latency_scenario(client: AsyncClient, rate: float, duration: float, co
             await asyncio.sleep(delay)
         key = k.to_bytes(8, "big") + PAYLOAD[8:]
         sent[key] = time.perf_counter()
-        asyncio.ensure_future(client.produce("latency", [key]))
+        producing.append(asyncio.ensure_future(client.produce("latency", [key])))
+    await asyncio.gather(*producing)
     deadline = time.perf_counter() + 10
-    while sent and time.perf_counter() < deadline:
+    while sent and time.perf_counter() < deadline:  # noqa: ASYNC110 - consumers drain on their own
         await asyncio.sleep(0.05)
     result.seconds = time.perf_counter() - start
     stop.set()
@@ -225,17 +251,25 @@ async def rss_scenario(client: AsyncClient, server: Server, items: int) -> str:
     start = time.perf_counter()
     await asyncio.gather(*(one() for _ in range(items // 1000)))
     seconds = time.perf_counter() - start
-    return (f"rss: {items:,} items queued in {seconds:.1f} s ({items / seconds:,.0f} items/s); server RSS "
-            f"{before:.0f} MB before, {server.rss_mb():.0f} MB after")
+    return (
+        f"rss: {items:,} items queued in {seconds:.1f} s ({items / seconds:,.0f} items/s); server RSS "
+        f"{before:.0f} MB before, {server.rss_mb():.0f} MB after"
+    )
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--endpoint", help="a running node (otherwise one is started)")
     parser.add_argument("--storage", default="memory", choices=["memory", "sqlite"])
     parser.add_argument("--sqlite-synchronous", default="FULL", choices=["FULL", "NORMAL"])
-    parser.add_argument("--scenario", action="append",
-                        choices=["produce", "lease", "cycle", "latency", "rss"], help="repeatable; default all but rss")
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        choices=["produce", "lease", "cycle", "latency", "rss"],
+        help="repeatable; default all but rss",
+    )
     parser.add_argument("--batch", type=int, action="append", help="repeatable; default 1 10 100 1000")
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--partitions", type=int, default=1)
@@ -247,9 +281,11 @@ async def main() -> None:
     batches = args.batch or [1, 10, 100, 1000]
     server = None if args.endpoint else Server(args.storage, args.sqlite_synchronous)
     endpoint = args.endpoint or server.endpoint  # type: ignore[union-attr]
-    print(f"# {time.strftime('%Y-%m-%d')} {platform.node()} {os.cpu_count()} cpus, python "
-          f"{platform.python_version()}, storage {args.storage}, {args.clients} clients, "
-          f"{args.partitions} partitions, {args.duration:.0f} s each")
+    print(
+        f"# {time.strftime('%Y-%m-%d')} {platform.node()} {os.cpu_count()} cpus, python "
+        f"{platform.python_version()}, storage {args.storage}, {args.clients} clients, "
+        f"{args.partitions} partitions, {args.duration:.0f} s each"
+    )
     try:
         async with AsyncClient(endpoint, limit=args.clients * 4) as client:
             if server is not None:
@@ -264,7 +300,9 @@ async def main() -> None:
                     for rate in args.rate or [1000.0]:
                         print((await latency_scenario(client, rate, args.duration, 2)).line(), flush=True)
                     continue
-                run = {"produce": produce_scenario, "lease": lease_scenario, "cycle": cycle_scenario}[scenario]
+                run = {"produce": produce_scenario, "lease": lease_scenario, "cycle": cycle_scenario}[
+                    scenario
+                ]
                 for batch in batches:
                     result = await run(client, batch, args.clients, args.duration, args.partitions)
                     print(result.line(), flush=True)

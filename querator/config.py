@@ -34,7 +34,9 @@ class ServerConfig:
     data_dir: str = field(default="querator-data", metadata={"help": "directory of the sqlite store"})
     sqlite_synchronous: str = field(
         default="FULL",
-        metadata={"help": "sqlite fsync policy: FULL (a 200 survives power loss) or NORMAL (survives a crash)"},
+        metadata={
+            "help": "sqlite fsync policy: FULL (a 200 survives power loss) or NORMAL (survives a crash)"
+        },
     )
     log_level: str = field(default="info", metadata={"help": "debug, info, warn or error"})
     log_format: str = field(default="text", metadata={"help": "text or json"})
@@ -56,15 +58,21 @@ class ServerConfig:
         if ":" not in self.address or not self.address.rpartition(":")[2].isdigit():
             raise ConfigError(f"address is invalid; '{self.address}' is not host:port")
         if self.storage not in STORAGE_KINDS:
-            raise ConfigError(f"storage is invalid; '{self.storage}' is not one of ({', '.join(STORAGE_KINDS)})")
+            raise ConfigError(
+                f"storage is invalid; '{self.storage}' is not one of ({', '.join(STORAGE_KINDS)})"
+            )
         level = self.log_level.lower()
         if level not in LOG_LEVELS:
-            raise ConfigError(f"log-level is invalid; '{self.log_level}' is not one of (debug, info, warn, error)")
+            raise ConfigError(
+                f"log-level is invalid; '{self.log_level}' is not one of (debug, info, warn, error)"
+            )
         if self.log_format not in LOG_FORMATS:
             raise ConfigError(f"log-format is invalid; '{self.log_format}' is not one of (text, json)")
         sync = self.sqlite_synchronous.upper()
         if sync not in SQLITE_SYNC:
-            raise ConfigError(f"sqlite-synchronous is invalid; '{self.sqlite_synchronous}' is not FULL or NORMAL")
+            raise ConfigError(
+                f"sqlite-synchronous is invalid; '{self.sqlite_synchronous}' is not FULL or NORMAL"
+            )
         if self.max_produce_body <= 0 or self.max_requests_per_queue <= 0:
             raise ConfigError("max-produce-body and max-requests-per-queue must be greater than zero")
         return replace(self, log_level=level, sqlite_synchronous=sync)

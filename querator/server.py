@@ -71,7 +71,10 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> None
     service = Service(make_store(config), max_requests_per_queue=config.max_requests_per_queue)
     await service.start()
     runner = web.AppRunner(
-        create_app(service, config.max_produce_body), access_log=None, handle_signals=False, shutdown_timeout=5
+        create_app(service, config.max_produce_body),
+        access_log=None,
+        handle_signals=False,
+        shutdown_timeout=5,
     )
     await runner.setup()
     try:

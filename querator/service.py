@@ -64,7 +64,8 @@ class Service:
             raise InvalidOption("items cannot be empty; at least one item is required")
         if len(req.items) > MAX_PRODUCE_BATCH:
             raise InvalidOption(
-                f"items is invalid; max_produce_batch_size is {MAX_PRODUCE_BATCH} but received {len(req.items)}"
+                "items is invalid; max_produce_batch_size is "
+                f"{MAX_PRODUCE_BATCH} but received {len(req.items)}"
             )
         items = [
             Item(
@@ -86,7 +87,8 @@ class Service:
             raise InvalidOption("invalid batch size; must be greater than zero")
         if req.batch_size > MAX_LEASE_BATCH:
             raise InvalidOption(
-                f"invalid batch size; max_lease_batch_size is {MAX_LEASE_BATCH}, but {req.batch_size} was requested"
+                "invalid batch size; max_lease_batch_size is "
+                f"{MAX_LEASE_BATCH}, but {req.batch_size} was requested"
             )
         timeout = _request_timeout(req.request_timeout)
         partition, items = await queue.lease(req.client_id, req.batch_size, timeout)
@@ -126,10 +128,12 @@ class Service:
             raise InvalidOption("items is invalid; list of items cannot be empty")
         if len(req.items) > MAX_COMPLETE_BATCH:
             raise InvalidOption(
-                f"items is invalid; max_complete_batch_size is {MAX_COMPLETE_BATCH} but received {len(req.items)}"
+                "items is invalid; max_complete_batch_size is "
+                f"{MAX_COMPLETE_BATCH} but received {len(req.items)}"
             )
         entries = [
-            RetryEntry(i.id, from_datetime(i.retry_at) if i.retry_at is not None else 0, i.dead) for i in req.items
+            RetryEntry(i.id, from_datetime(i.retry_at) if i.retry_at is not None else 0, i.dead)
+            for i in req.items
         ]
         await queue.retry(req.partition, entries)
 
@@ -238,7 +242,9 @@ class Service:
 
     async def list_queues(self, req: m.QueuesListRequest) -> m.QueuesListResponse:
         if req.limit < 0 or req.limit > MAX_LIST_LIMIT:
-            raise InvalidOption(f"limit is invalid; must be between 0 and {MAX_LIST_LIMIT}, but {req.limit} was requested")
+            raise InvalidOption(
+                f"limit is invalid; must be between 0 and {MAX_LIST_LIMIT}, but {req.limit} was requested"
+            )
         if "~" in req.pivot:
             raise InvalidOption(f"pivot is invalid; '{req.pivot}' cannot contain '~' character")
         records = await self.manager.list_queues(
@@ -259,11 +265,15 @@ class Service:
         if target is None:
             raise InvalidOption(f"dead_queue does not exist; '{dead_queue}' was not found, create it first")
         if target.dead_queue:
-            raise InvalidOption(f"dead_queue is invalid; '{dead_queue}' already has its own dead_queue configured")
+            raise InvalidOption(
+                f"dead_queue is invalid; '{dead_queue}' already has its own dead_queue configured"
+            )
 
     # -- the storage API (operators and debugging) ---------------------------------------------------------
 
-    async def list_items(self, req: m.StorageItemsListRequest, scheduled: bool = False) -> m.StorageItemsListResponse:
+    async def list_items(
+        self, req: m.StorageItemsListRequest, scheduled: bool = False
+    ) -> m.StorageItemsListResponse:
         queue = await self._queue(req.queue_name)
         queue.owner(req.partition)
         if req.pivot and (error := storage_id_error(req.pivot)) is not None:
@@ -307,7 +317,7 @@ class Service:
         await queue.delete_items(req.partition, list(req.ids))
 
 
-# -- conversions ------------------------------------------------------------------------------------------------
+# -- conversions --------------------------------------------------------------------------------------------
 
 
 def queue_info(r: QueueRecord) -> m.QueueInfo:
@@ -327,7 +337,7 @@ def queue_info(r: QueueRecord) -> m.QueueInfo:
 
 
 def storage_item(i: Item) -> m.StorageItem:
-    """A stored item as the wire's StorageItem (unset deadlines travel as Go's zero time, as the reference's)."""
+    """A stored item as the wire's StorageItem; unset deadlines travel as Go's zero time."""
     return m.StorageItem(
         id=i.id,
         source_id=i.source_id,
@@ -349,7 +359,7 @@ def _micros(value: datetime | None) -> int:
     return from_datetime(value) if value is not None else 0
 
 
-# -- validation -------------------------------------------------------------------------------------------------
+# -- validation ---------------------------------------------------------------------------------------------
 
 
 def _has_space(text: str) -> bool:
@@ -387,11 +397,13 @@ def _request_timeout(text: str, minimum: int = MIN_REQUEST_TIMEOUT) -> int:
     micros = nanos // NANOS_PER_MICRO
     if micros > MAX_REQUEST_TIMEOUT:
         raise InvalidOption(
-            f"request timeout is invalid; maximum timeout is '15m' but '{format_duration(nanos)}' was requested"
+            "request timeout is invalid; maximum timeout is '15m' "
+            f"but '{format_duration(nanos)}' was requested"
         )
     if micros < minimum:
         raise InvalidOption(
-            f"request timeout is invalid; minimum timeout is '10ms' but '{format_duration(nanos)}' was requested"
+            "request timeout is invalid; minimum timeout is '10ms' "
+            f"but '{format_duration(nanos)}' was requested"
         )
     return micros
 
@@ -453,6 +465,7 @@ def _check_record(r: QueueRecord) -> None:
         raise InvalidOption("expire timeout is invalid; cannot be empty")
     if r.lease_timeout > r.expire_timeout:
         raise InvalidOption(
-            f"lease timeout is too long; {format_duration(r.lease_timeout * NANOS_PER_MICRO)} cannot be greater"
+            f"lease timeout is too long; {format_duration(r.lease_timeout * NANOS_PER_MICRO)} "
+            "cannot be greater"
             f" than the expire timeout {format_duration(r.expire_timeout * NANOS_PER_MICRO)}"
         )

@@ -44,14 +44,18 @@ class Api:
         self.base = base
         self.service = service
 
-    async def raw(self, path: str, body: bytes, headers: dict[str, str] | None = None) -> aiohttp.ClientResponse:
+    async def raw(
+        self, path: str, body: bytes, headers: dict[str, str] | None = None
+    ) -> aiohttp.ClientResponse:
         async with self.session.post(self.base + path, data=body, headers=headers or JSON) as resp:
             await resp.read()
             return resp
 
     async def post(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """POSTs JSON; returns the reply body on 200, raises ApiError otherwise."""
-        async with self.session.post(self.base + path, data=msgspec.json.encode(body or {}), headers=JSON) as resp:
+        async with self.session.post(
+            self.base + path, data=msgspec.json.encode(body or {}), headers=JSON
+        ) as resp:
             reply = msgspec.json.decode(await resp.read())
             if resp.status != 200:
                 raise ApiError(resp.status, reply)
@@ -66,8 +70,12 @@ class Api:
         return info.value
 
     async def create(self, name: str, **fields: Any) -> None:
-        body = {"queue_name": name, "lease_timeout": LEASE_TIMEOUT, "expire_timeout": EXPIRE_TIMEOUT,
-                "requested_partitions": 1}
+        body = {
+            "queue_name": name,
+            "lease_timeout": LEASE_TIMEOUT,
+            "expire_timeout": EXPIRE_TIMEOUT,
+            "requested_partitions": 1,
+        }
         body.update(fields)
         assert await self.post("/v1/queues.create", body) == {"code": 200}
 
@@ -78,24 +86,38 @@ class Api:
     async def produce_n(self, queue: str, n: int, prefix: str = "item") -> None:
         await self.produce(queue, [{"utf8": f"{prefix}-{i}"} for i in range(n)])
 
-    async def lease(self, queue: str, batch_size: int = 1, client_id: str = "client",
-                    timeout: str = "5s") -> dict[str, Any]:
-        return await self.post("/v1/queue.lease", {"queue_name": queue, "batch_size": batch_size,
-                                                   "client_id": client_id, "request_timeout": timeout})
+    async def lease(
+        self, queue: str, batch_size: int = 1, client_id: str = "client", timeout: str = "5s"
+    ) -> dict[str, Any]:
+        return await self.post(
+            "/v1/queue.lease",
+            {
+                "queue_name": queue,
+                "batch_size": batch_size,
+                "client_id": client_id,
+                "request_timeout": timeout,
+            },
+        )
 
     async def complete(self, queue: str, partition: int, ids: list[str]) -> dict[str, Any]:
-        return await self.post("/v1/queue.complete", {"queue_name": queue, "partition": partition,
-                                                      "request_timeout": "5s", "ids": ids})
+        return await self.post(
+            "/v1/queue.complete",
+            {"queue_name": queue, "partition": partition, "request_timeout": "5s", "ids": ids},
+        )
 
     async def retry(self, queue: str, partition: int, items: list[dict[str, Any]]) -> dict[str, Any]:
-        return await self.post("/v1/queue.retry", {"queue_name": queue, "partition": partition, "items": items})
+        return await self.post(
+            "/v1/queue.retry", {"queue_name": queue, "partition": partition, "items": items}
+        )
 
     async def items(self, queue: str, partition: int = 0, **kw: Any) -> list[dict[str, Any]]:
         reply = await self.post("/v1/storage/items.list", {"queue_name": queue, "partition": partition, **kw})
         return list(reply.get("items", []))
 
     async def scheduled(self, queue: str, partition: int = 0, **kw: Any) -> list[dict[str, Any]]:
-        reply = await self.post("/v1/storage/scheduled.list", {"queue_name": queue, "partition": partition, **kw})
+        reply = await self.post(
+            "/v1/storage/scheduled.list", {"queue_name": queue, "partition": partition, **kw}
+        )
         return list(reply.get("items", []))
 
     async def stats(self, queue: str) -> dict[str, Any]:

@@ -43,8 +43,11 @@ async def test_restart_keeps_queued_leased_and_scheduled(start_server: ServerFac
 
     async def settled() -> bool:
         ps = (await second.stats("q"))["logicalQueues"][0]["partitions"]
-        return (sum(p.get("total_leased", 0) for p in ps), sum(p.get("scheduled", 0) for p in ps),
-                sum(p.get("total", 0) for p in ps)) == (0, 0, 27)
+        return (
+            sum(p.get("total_leased", 0) for p in ps),
+            sum(p.get("scheduled", 0) for p in ps),
+            sum(p.get("total", 0) for p in ps),
+        ) == (0, 0, 27)
 
     await eventually(settled)
     got = 0

@@ -27,11 +27,15 @@ async def test_lease_expiry_requeues_with_new_id(api: Api, clock: FakeClock) -> 
     clock.advance(120)
     [item] = await wait_for_items(api, "q", lambda items: items and items[0]["id"] != first["id"])
     assert "is_leased" not in item and item["attempts"] == 1
-    e = await api.error("/v1/queue.complete", {"queue_name": "q", "partition": 0, "request_timeout": "5s",
-                                               "ids": [first["id"]]})
+    e = await api.error(
+        "/v1/queue.complete",
+        {"queue_name": "q", "partition": 0, "request_timeout": "5s", "ids": [first["id"]]},
+    )
     assert e.message == f"invalid storage id; '{first['id']}' does not exist"
-    e = await api.error("/v1/queue.complete", {"queue_name": "q", "partition": 0, "request_timeout": "5s",
-                                               "ids": [item["id"]]})
+    e = await api.error(
+        "/v1/queue.complete",
+        {"queue_name": "q", "partition": 0, "request_timeout": "5s", "ids": [item["id"]]},
+    )
     assert e.message == f"item(s) cannot be completed; '{item['id']}' is not marked as leased"
     second = (await api.lease("q"))["items"][0]
     assert second["id"] == item["id"] and second["attempts"] == 2

@@ -61,8 +61,10 @@ async def test_one_partition_many_consumers(api: Api) -> None:
 
 async def test_waiting_consumers_share_one_produce(live_api: Api) -> None:
     await live_api.create("q", requested_partitions=5)
-    waiting = [asyncio.ensure_future(live_api.lease("q", batch_size=10, client_id=f"c{i}", timeout="10s"))
-               for i in range(5)]
+    waiting = [
+        asyncio.ensure_future(live_api.lease("q", batch_size=10, client_id=f"c{i}", timeout="10s"))
+        for i in range(5)
+    ]
 
     async def parked() -> bool:
         return await live_api.lease_waiting("q") == 5

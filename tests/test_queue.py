@@ -83,7 +83,9 @@ async def test_scheduled_produce_moves_to_queue_when_due(api: Api, clock: FakeCl
 
 async def test_enqueue_at_near_now_or_past_is_immediate(api: Api, clock: FakeClock) -> None:
     await api.create("q")
-    await api.produce("q", [{"utf8": "soon", "enqueue_at": ts(clock, 0.05)}, {"utf8": "past", "enqueue_at": ts(clock, -60)}])
+    await api.produce(
+        "q", [{"utf8": "soon", "enqueue_at": ts(clock, 0.05)}, {"utf8": "past", "enqueue_at": ts(clock, -60)}]
+    )
     assert await api.scheduled("q") == []
     assert len((await api.lease("q", batch_size=2))["items"]) == 2
 
@@ -116,9 +118,14 @@ async def test_scheduled_list_pagination(api: Api, clock: FakeClock) -> None:
 
 async def test_lease_takes_head_in_fifo_order(api: Api, clock: FakeClock) -> None:
     await api.create("q")
-    await api.post("/v1/storage/items.import", {
-        "queue_name": "q", "partition": 0,
-        "items": [{"payload": "eA==", "reference": f"r{i}"} for i in range(1000)]})
+    await api.post(
+        "/v1/storage/items.import",
+        {
+            "queue_name": "q",
+            "partition": 0,
+            "items": [{"payload": "eA==", "reference": f"r{i}"} for i in range(1000)],
+        },
+    )
     stored = await api.items("q", limit=20)
     first = await api.lease("q", batch_size=10)
     assert [i["id"] for i in first["items"]] == [s["id"] for s in stored[:10]]
@@ -159,8 +166,13 @@ async def test_concurrent_leases_each_get_what_they_asked(api: Api) -> None:
 async def test_parked_leases_time_out_with_454(live_api: Api) -> None:
     await live_api.create("q")
     errors = await asyncio.gather(
-        *(live_api.error("/v1/queue.lease", {"queue_name": "q", "batch_size": 1, "client_id": f"c{i}",
-                                             "request_timeout": t}) for i, t in enumerate(["200ms", "200ms", "300ms"]))
+        *(
+            live_api.error(
+                "/v1/queue.lease",
+                {"queue_name": "q", "batch_size": 1, "client_id": f"c{i}", "request_timeout": t},
+            )
+            for i, t in enumerate(["200ms", "200ms", "300ms"])
+        )
     )
     for e in errors:
         assert e.status == 454
@@ -183,15 +195,28 @@ async def test_complete_errors(api: Api) -> None:
     await api.create("q")
     await api.produce_n("q", 2)
     ids = [i["id"] for i in await api.items("q")]
-    e = await api.error("/v1/queue.complete", {"queue_name": "q", "partition": 0, "request_timeout": "5s", "ids": ids})
+    e = await api.error(
+        "/v1/queue.complete", {"queue_name": "q", "partition": 0, "request_timeout": "5s", "ids": ids}
+    )
     assert e.status == 400
-    assert e.message.startswith("item(s) cannot be completed;") and e.message.endswith(" is not marked as leased")
-    e = await api.error("/v1/queue.complete", {"queue_name": "q", "partition": 0, "request_timeout": "5s",
-                                               "ids": ["another-invalid-id"]})
+    assert e.message.startswith("item(s) cannot be completed;") and e.message.endswith(
+        " is not marked as leased"
+    )
+    e = await api.error(
+        "/v1/queue.complete",
+        {"queue_name": "q", "partition": 0, "request_timeout": "5s", "ids": ["another-invalid-id"]},
+    )
     assert e.message.startswith("invalid storage id; 'another-invalid-id'")
     leased = await api.lease("q", batch_size=1)
-    e = await api.error("/v1/queue.complete", {"queue_name": "q", "partition": 0, "request_timeout": "5s",
-                                               "ids": [leased["items"][0]["id"], ids[1]]})
+    e = await api.error(
+        "/v1/queue.complete",
+        {
+            "queue_name": "q",
+            "partition": 0,
+            "request_timeout": "5s",
+            "ids": [leased["items"][0]["id"], ids[1]],
+        },
+    )
     assert "is not marked as leased" in e.message
     # The first id was completed before the second failed: no rollback (spec §2.5).
     assert [i["id"] for i in await api.items("q")] == [ids[1]]
@@ -227,8 +252,14 @@ async def test_stats_scheduled(api: Api, clock: FakeClock) -> None:
 async def test_clear(api: Api, clock: FakeClock) -> None:
     await api.create("q")
     deadline = ts(clock, 60)
-    await api.post("/v1/storage/items.import", {"queue_name": "q", "partition": 0, "items": [
-        {"is_leased": True, "lease_deadline": deadline, "payload": "eA=="} for _ in range(2)]})
+    await api.post(
+        "/v1/storage/items.import",
+        {
+            "queue_name": "q",
+            "partition": 0,
+            "items": [{"is_leased": True, "lease_deadline": deadline, "payload": "eA=="} for _ in range(2)],
+        },
+    )
     await api.produce_n("q", 500)
     await api.produce("q", [{"utf8": "later", "enqueue_at": ts(clock, 600)}])
     e = await api.error("/v1/queue.clear", {"queue_name": "q"})
@@ -246,8 +277,10 @@ async def test_reload(api: Api) -> None:
     await api.create("q")
     await api.post("/v1/queue.reload", {"queue_name": "q"})
     await api.produce_n("q", 100)
-    await api.post("/v1/storage/items.import", {"queue_name": "q", "partition": 0,
-                                               "items": [{"payload": "eA=="} for _ in range(50)]})
+    await api.post(
+        "/v1/storage/items.import",
+        {"queue_name": "q", "partition": 0, "items": [{"payload": "eA=="} for _ in range(50)]},
+    )
     assert (await api.partition_stats("q"))["total"] == 150
     await api.post("/v1/queue.reload", {"queue_name": "q"})
     leased = await api.lease("q", batch_size=150)

@@ -18,8 +18,9 @@ def when(text: str) -> datetime:
 
 async def test_create_and_list(api: Api) -> None:
     await api.create("dead")
-    await api.create("q", lease_timeout="1m", expire_timeout="10m", dead_queue="dead", max_attempts=10,
-                     reference="ref")
+    await api.create(
+        "q", lease_timeout="1m", expire_timeout="10m", dead_queue="dead", max_attempts=10, reference="ref"
+    )
     listed = await api.post("/v1/queues.list", {"pivot": "q", "limit": 1})
     [info] = listed["items"]
     assert info["queue_name"] == "q"
@@ -50,7 +51,9 @@ async def test_list_paging(api: Api) -> None:
 async def test_namespaces_filter_lists(api: Api) -> None:
     await api.create("a", namespace="tenant")
     await api.create("b")
-    assert [i["queue_name"] for i in (await api.post("/v1/queues.list", {"namespace": "tenant"}))["items"]] == ["a"]
+    assert [
+        i["queue_name"] for i in (await api.post("/v1/queues.list", {"namespace": "tenant"}))["items"]
+    ] == ["a"]
     assert [i["queue_name"] for i in (await api.post("/v1/queues.list", {}))["items"]] == ["b"]
 
 
@@ -59,8 +62,10 @@ async def test_update(api: Api, clock: FakeClock) -> None:
     await api.create("q", max_attempts=5, reference="r")
     before = await api.post("/v1/queues.info", {"queue_name": "q"})
     clock.advance(1)
-    await api.post("/v1/queues.update", {"queue_name": "q", "lease_timeout": "1m10s", "max_attempts": 7,
-                                         "dead_queue": "dead"})
+    await api.post(
+        "/v1/queues.update",
+        {"queue_name": "q", "lease_timeout": "1m10s", "max_attempts": 7, "dead_queue": "dead"},
+    )
     after = await api.post("/v1/queues.info", {"queue_name": "q"})
     assert after["lease_timeout"] == "1m10s" and after["expire_timeout"] == "24h0m0s"
     assert after["max_attempts"] == 7 and after["dead_queue"] == "dead"
@@ -108,8 +113,12 @@ async def test_delete_removes_items_and_answers_waiting_leases(live_api: Api) ->
     import asyncio
 
     await live_api.create("q")
-    waiting = asyncio.ensure_future(live_api.error("/v1/queue.lease", {
-        "queue_name": "q", "batch_size": 1, "client_id": "c", "request_timeout": "10s"}))
+    waiting = asyncio.ensure_future(
+        live_api.error(
+            "/v1/queue.lease",
+            {"queue_name": "q", "batch_size": 1, "client_id": "c", "request_timeout": "10s"},
+        )
+    )
 
     async def parked() -> bool:
         return await live_api.lease_waiting("q") == 1
@@ -127,36 +136,74 @@ CREATE_ERRORS: list[tuple[dict[str, Any], str]] = [
     ({"queue_name": "x" * 513}, "queue name is invalid; cannot be greater than '512' characters"),
     ({"queue_name": "a b"}, "queue name is invalid; 'a b' cannot contain whitespace"),
     ({"queue_name": "a~b"}, "queue name is invalid; 'a~b' cannot contain '~' character"),
-    ({"queue_name": "q", "lease_timeout": "1234567890123456"},
-     "lease timeout is invalid; cannot be greater than '15' characters"),
-    ({"queue_name": "q", "expire_timeout": "1234567890123456"},
-     "expire timeout is invalid; cannot be greater than '15' characters"),
-    ({"queue_name": "q", "lease_timeout": "1m", "expire_timeout": "bad"},
-     'expire timeout is invalid; time: invalid duration "bad" - expected format: 60m, 2h or 24h'),
-    ({"queue_name": "q", "lease_timeout": "bad", "expire_timeout": "1h"},
-     'lease timeout is invalid; time: invalid duration "bad" - expected format: 8m, 15m or 1h'),
-    ({"queue_name": "q", "namespace": "a b", "lease_timeout": "1m", "expire_timeout": "1h"},
-     "namespace name is invalid; 'a b' cannot contain whitespace"),
-    ({"queue_name": "exists", "lease_timeout": "1m", "expire_timeout": "1h"}, "invalid queue; 'exists' already exists"),
-    ({"queue_name": "q", "dead_queue": "d~", "lease_timeout": "1m", "expire_timeout": "1h"},
-     "dead queue is invalid; 'd~' cannot contain '~' character"),
-    ({"queue_name": "q", "dead_queue": "q", "lease_timeout": "1m", "expire_timeout": "1h"},
-     "dead_queue cannot reference itself"),
-    ({"queue_name": "q", "dead_queue": "nope", "lease_timeout": "1m", "expire_timeout": "1h"},
-     "dead_queue does not exist; 'nope' was not found, create it first"),
-    ({"queue_name": "q", "dead_queue": "exists", "lease_timeout": "1m", "expire_timeout": "1h"},
-     "dead_queue is invalid; 'exists' already has its own dead_queue configured"),
-    ({"queue_name": "q", "reference": "r" * 2001, "lease_timeout": "1m", "expire_timeout": "1h"},
-     "reference field is invalid; cannot be greater than '2000' characters"),
-    ({"queue_name": "q", "max_attempts": 65537, "lease_timeout": "1m", "expire_timeout": "1h"},
-     "max attempts is invalid; cannot be greater than 65536"),
-    ({"queue_name": "q", "max_attempts": -1, "lease_timeout": "1m", "expire_timeout": "1h"},
-     "max attempts is invalid; cannot be negative number"),
-    ({"queue_name": "q", "lease_timeout": "1m", "expire_timeout": "1h"}, "partitions is invalid; cannot be less than 1"),
-    ({"queue_name": "q", "expire_timeout": "1h", "requested_partitions": 1}, "lease timeout is invalid; cannot be empty"),
-    ({"queue_name": "q", "lease_timeout": "1m", "requested_partitions": 1}, "expire timeout is invalid; cannot be empty"),
-    ({"queue_name": "q", "lease_timeout": "1h", "expire_timeout": "30m", "requested_partitions": 1},
-     "lease timeout is too long; 1h0m0s cannot be greater than the expire timeout 30m0s"),
+    (
+        {"queue_name": "q", "lease_timeout": "1234567890123456"},
+        "lease timeout is invalid; cannot be greater than '15' characters",
+    ),
+    (
+        {"queue_name": "q", "expire_timeout": "1234567890123456"},
+        "expire timeout is invalid; cannot be greater than '15' characters",
+    ),
+    (
+        {"queue_name": "q", "lease_timeout": "1m", "expire_timeout": "bad"},
+        'expire timeout is invalid; time: invalid duration "bad" - expected format: 60m, 2h or 24h',
+    ),
+    (
+        {"queue_name": "q", "lease_timeout": "bad", "expire_timeout": "1h"},
+        'lease timeout is invalid; time: invalid duration "bad" - expected format: 8m, 15m or 1h',
+    ),
+    (
+        {"queue_name": "q", "namespace": "a b", "lease_timeout": "1m", "expire_timeout": "1h"},
+        "namespace name is invalid; 'a b' cannot contain whitespace",
+    ),
+    (
+        {"queue_name": "exists", "lease_timeout": "1m", "expire_timeout": "1h"},
+        "invalid queue; 'exists' already exists",
+    ),
+    (
+        {"queue_name": "q", "dead_queue": "d~", "lease_timeout": "1m", "expire_timeout": "1h"},
+        "dead queue is invalid; 'd~' cannot contain '~' character",
+    ),
+    (
+        {"queue_name": "q", "dead_queue": "q", "lease_timeout": "1m", "expire_timeout": "1h"},
+        "dead_queue cannot reference itself",
+    ),
+    (
+        {"queue_name": "q", "dead_queue": "nope", "lease_timeout": "1m", "expire_timeout": "1h"},
+        "dead_queue does not exist; 'nope' was not found, create it first",
+    ),
+    (
+        {"queue_name": "q", "dead_queue": "exists", "lease_timeout": "1m", "expire_timeout": "1h"},
+        "dead_queue is invalid; 'exists' already has its own dead_queue configured",
+    ),
+    (
+        {"queue_name": "q", "reference": "r" * 2001, "lease_timeout": "1m", "expire_timeout": "1h"},
+        "reference field is invalid; cannot be greater than '2000' characters",
+    ),
+    (
+        {"queue_name": "q", "max_attempts": 65537, "lease_timeout": "1m", "expire_timeout": "1h"},
+        "max attempts is invalid; cannot be greater than 65536",
+    ),
+    (
+        {"queue_name": "q", "max_attempts": -1, "lease_timeout": "1m", "expire_timeout": "1h"},
+        "max attempts is invalid; cannot be negative number",
+    ),
+    (
+        {"queue_name": "q", "lease_timeout": "1m", "expire_timeout": "1h"},
+        "partitions is invalid; cannot be less than 1",
+    ),
+    (
+        {"queue_name": "q", "expire_timeout": "1h", "requested_partitions": 1},
+        "lease timeout is invalid; cannot be empty",
+    ),
+    (
+        {"queue_name": "q", "lease_timeout": "1m", "requested_partitions": 1},
+        "expire timeout is invalid; cannot be empty",
+    ),
+    (
+        {"queue_name": "q", "lease_timeout": "1h", "expire_timeout": "30m", "requested_partitions": 1},
+        "lease timeout is too long; 1h0m0s cannot be greater than the expire timeout 30m0s",
+    ),
 ]
 
 
@@ -168,14 +215,21 @@ async def test_create_errors(api: Api, body: dict[str, Any], message: str) -> No
     assert (e.status, e.message) == (400, message)
 
 
-@pytest.mark.parametrize(("path", "body", "message"), [
-    ("/v1/queues.info", {}, "queue name is invalid; queue name cannot be empty"),
-    ("/v1/queues.info", {"queue_name": "  "}, "queue name is invalid; queue name cannot be empty"),
-    ("/v1/queues.info", {"queue_name": "nope"}, "queue does not exist; no such queue named 'nope'"),
-    ("/v1/queues.delete", {"queue_name": "nope"}, "queue does not exist; no such queue named 'nope'"),
-    ("/v1/queues.delete", {"queue_name": "a b"}, "queue name is invalid; 'a b' cannot contain whitespace"),
-    ("/v1/queues.list", {"pivot": "~"}, "pivot is invalid; '~' cannot contain '~' character"),
-])
+@pytest.mark.parametrize(
+    ("path", "body", "message"),
+    [
+        ("/v1/queues.info", {}, "queue name is invalid; queue name cannot be empty"),
+        ("/v1/queues.info", {"queue_name": "  "}, "queue name is invalid; queue name cannot be empty"),
+        ("/v1/queues.info", {"queue_name": "nope"}, "queue does not exist; no such queue named 'nope'"),
+        ("/v1/queues.delete", {"queue_name": "nope"}, "queue does not exist; no such queue named 'nope'"),
+        (
+            "/v1/queues.delete",
+            {"queue_name": "a b"},
+            "queue name is invalid; 'a b' cannot contain whitespace",
+        ),
+        ("/v1/queues.list", {"pivot": "~"}, "pivot is invalid; '~' cannot contain '~' character"),
+    ],
+)
 async def test_admin_errors(api: Api, path: str, body: dict[str, Any], message: str) -> None:
     e = await api.error(path, body)
     assert (e.status, e.message) == (400, message)

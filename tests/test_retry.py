@@ -22,8 +22,9 @@ async def test_dead_retry_without_dead_queue_deletes(live_api: Api) -> None:
     await live_api.produce_n("q", 1)
     item = (await live_api.lease("q"))["items"][0]
     await live_api.retry("q", 0, [{"id": item["id"], "dead": True}])
-    e = await live_api.error("/v1/queue.lease", {"queue_name": "q", "batch_size": 1, "client_id": "c",
-                                                 "request_timeout": "100ms"})
+    e = await live_api.error(
+        "/v1/queue.lease", {"queue_name": "q", "batch_size": 1, "client_id": "c", "request_timeout": "100ms"}
+    )
     assert e.status == 454
     assert await live_api.items("q") == []
 
@@ -98,15 +99,22 @@ async def test_retry_errors(api: Api) -> None:
     assert e.message == "queue name is invalid; queue name cannot be empty"
     e = await api.error("/v1/queue.retry", {"queue_name": "q", "partition": 0})
     assert e.message == "items is invalid; list of items cannot be empty"
-    e = await api.error("/v1/queue.retry", {"queue_name": "q", "partition": 1, "items": [{"id": stored["id"]}]})
+    e = await api.error(
+        "/v1/queue.retry", {"queue_name": "q", "partition": 1, "items": [{"id": stored["id"]}]}
+    )
     assert e.message == "partition is invalid; '1' is not a valid partition"
     e = await api.error("/v1/queue.retry", {"queue_name": "q", "partition": 0, "items": [{"id": "bad-id"}]})
     assert e.message.startswith("invalid storage id; 'bad-id': ")
-    e = await api.error("/v1/queue.retry", {"queue_name": "q", "partition": 0,
-                                            "items": [{"id": "1zzzzzzzzzzzzzzzzzzzzzzzzzz"}]})
+    e = await api.error(
+        "/v1/queue.retry",
+        {"queue_name": "q", "partition": 0, "items": [{"id": "1zzzzzzzzzzzzzzzzzzzzzzzzzz"}]},
+    )
     assert e.message.startswith("invalid storage id;")
-    e = await api.error("/v1/queue.retry", {"queue_name": "q", "partition": 0, "items": [{"id": stored["id"]}]})
+    e = await api.error(
+        "/v1/queue.retry", {"queue_name": "q", "partition": 0, "items": [{"id": stored["id"]}]}
+    )
     assert e.message == f"item(s) cannot be retried; '{stored['id']}' is not marked as leased"
-    e = await api.error("/v1/queue.retry", {"queue_name": "q", "partition": 0,
-                                            "items": [{"id": stored["id"]}] * 1001})
+    e = await api.error(
+        "/v1/queue.retry", {"queue_name": "q", "partition": 0, "items": [{"id": stored["id"]}] * 1001}
+    )
     assert e.message == "items is invalid; max_complete_batch_size is 1000 but received 1001"

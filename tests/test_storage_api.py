@@ -17,9 +17,19 @@ async def test_import_preserves_fields(api: Api, clock: FakeClock) -> None:
     await api.create("q")
     lease_deadline = ts(clock, 30)
     expire_deadline = ts(clock, 3600)
-    sent = {"is_leased": True, "lease_deadline": lease_deadline, "expire_deadline": expire_deadline,
-            "attempts": 3, "max_attempts": 5, "reference": "r", "encoding": "e", "kind": "k", "payload": "cGF5",
-            "id": "ignored", "enqueue_at": ts(clock, 99)}
+    sent = {
+        "is_leased": True,
+        "lease_deadline": lease_deadline,
+        "expire_deadline": expire_deadline,
+        "attempts": 3,
+        "max_attempts": 5,
+        "reference": "r",
+        "encoding": "e",
+        "kind": "k",
+        "payload": "cGF5",
+        "id": "ignored",
+        "enqueue_at": ts(clock, 99),
+    }
     reply = await api.post("/v1/storage/items.import", {"queue_name": "q", "partition": 0, "items": [sent]})
     [back] = reply["items"]
     assert back["id"] != "ignored" and back["created_at"]
@@ -33,8 +43,10 @@ async def test_import_preserves_fields(api: Api, clock: FakeClock) -> None:
 
 async def test_list_pivots_and_limits(api: Api) -> None:
     await api.create("q")
-    await api.post("/v1/storage/items.import", {"queue_name": "q", "partition": 0,
-                                               "items": [{"payload": "eA=="} for _ in range(10_000)]})
+    await api.post(
+        "/v1/storage/items.import",
+        {"queue_name": "q", "partition": 0, "items": [{"payload": "eA=="} for _ in range(10_000)]},
+    )
     assert len(await api.items("q", limit=10_000)) == 10_000
     assert len(await api.items("q", limit=20_000)) == 10_000
     default = await api.items("q")
@@ -57,23 +69,49 @@ async def test_delete(api: Api) -> None:
     assert await api.post("/v1/storage/items.delete", body) == {"code": 200}
 
 
-@pytest.mark.parametrize(("path", "body", "message"), [
-    ("/v1/storage/items.list", {"queue_name": "~q"}, "queue name is invalid; '~q' cannot contain '~' character"),
-    ("/v1/storage/items.list", {}, "queue name is invalid; queue name cannot be empty"),
-    ("/v1/storage/items.list", {"queue_name": "q", "partition": 1}, "partition is invalid; '1' is not a valid partition"),
-    ("/v1/storage/items.list", {"queue_name": "q", "partition": 500},
-     "partition is invalid; '500' is not a valid partition"),
-    ("/v1/storage/items.list", {"queue_name": "q", "pivot": "bad"},
-     "invalid storage id; 'bad': Valid encoded KSUIDs are 27 characters"),
-    ("/v1/storage/items.import", {"queue_name": "q"}, "items is invalid; cannot be empty"),
-    ("/v1/storage/items.import", {"queue_name": "q", "partition": 1, "items": [{}]},
-     "partition is invalid; '1' is not a valid partition"),
-    ("/v1/storage/items.delete", {"queue_name": "q"}, "ids is invalid; cannot be empty"),
-    ("/v1/storage/items.delete", {"queue_name": "q", "ids": ["bad"]},
-     "invalid storage id; 'bad': Valid encoded KSUIDs are 27 characters"),
-    ("/v1/storage/scheduled.list", {"queue_name": "q", "partition": 1},
-     "partition is invalid; '1' is not a valid partition"),
-])
+@pytest.mark.parametrize(
+    ("path", "body", "message"),
+    [
+        (
+            "/v1/storage/items.list",
+            {"queue_name": "~q"},
+            "queue name is invalid; '~q' cannot contain '~' character",
+        ),
+        ("/v1/storage/items.list", {}, "queue name is invalid; queue name cannot be empty"),
+        (
+            "/v1/storage/items.list",
+            {"queue_name": "q", "partition": 1},
+            "partition is invalid; '1' is not a valid partition",
+        ),
+        (
+            "/v1/storage/items.list",
+            {"queue_name": "q", "partition": 500},
+            "partition is invalid; '500' is not a valid partition",
+        ),
+        (
+            "/v1/storage/items.list",
+            {"queue_name": "q", "pivot": "bad"},
+            "invalid storage id; 'bad': Valid encoded KSUIDs are 27 characters",
+        ),
+        ("/v1/storage/items.import", {"queue_name": "q"}, "items is invalid; cannot be empty"),
+        (
+            "/v1/storage/items.import",
+            {"queue_name": "q", "partition": 1, "items": [{}]},
+            "partition is invalid; '1' is not a valid partition",
+        ),
+        ("/v1/storage/items.delete", {"queue_name": "q"}, "ids is invalid; cannot be empty"),
+        (
+            "/v1/storage/items.delete",
+            {"queue_name": "q", "ids": ["bad"]},
+            "invalid storage id; 'bad': Valid encoded KSUIDs are 27 characters",
+        ),
+        (
+            "/v1/storage/scheduled.list",
+            {"queue_name": "q", "partition": 1},
+            "partition is invalid; '1' is not a valid partition",
+        ),
+    ],
+)
 async def test_storage_errors(api: Api, path: str, body: dict[str, Any], message: str) -> None:
     await api.create("q")
     e = await api.error(path, body)

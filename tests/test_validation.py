@@ -15,16 +15,27 @@ PRODUCE_ERRORS: list[tuple[dict[str, Any], str]] = [
     ({"queue_name": "   "}, "queue name is invalid; queue name cannot be empty"),
     ({"queue_name": "~q"}, "queue name is invalid; '~q' cannot contain '~' character"),
     ({"queue_name": "nope"}, "queue does not exist; no such queue named 'nope'"),
-    ({"queue_name": "q", "items": [{}]}, "request timeout is required; '5m' is recommended, 15m is the maximum"),
-    ({"queue_name": "q", "request_timeout": "16m", "items": [{}]},
-     "request timeout is invalid; maximum timeout is '15m' but '16m0s' was requested"),
-    ({"queue_name": "q", "request_timeout": "foo", "items": [{}]},
-     'request timeout is invalid; time: invalid duration "foo" - expected format: 900ms, 5m or 15m'),
-    ({"queue_name": "q", "request_timeout": "1ms", "items": [{}]},
-     "request timeout is invalid; minimum timeout is '10ms' but '1ms' was requested"),
+    (
+        {"queue_name": "q", "items": [{}]},
+        "request timeout is required; '5m' is recommended, 15m is the maximum",
+    ),
+    (
+        {"queue_name": "q", "request_timeout": "16m", "items": [{}]},
+        "request timeout is invalid; maximum timeout is '15m' but '16m0s' was requested",
+    ),
+    (
+        {"queue_name": "q", "request_timeout": "foo", "items": [{}]},
+        'request timeout is invalid; time: invalid duration "foo" - expected format: 900ms, 5m or 15m',
+    ),
+    (
+        {"queue_name": "q", "request_timeout": "1ms", "items": [{}]},
+        "request timeout is invalid; minimum timeout is '10ms' but '1ms' was requested",
+    ),
     ({"queue_name": "q", "request_timeout": "1m"}, "items cannot be empty; at least one item is required"),
-    ({"queue_name": "q", "request_timeout": "1m", "items": [{}] * 1001},
-     "items is invalid; max_produce_batch_size is 1000 but received 1001"),
+    (
+        {"queue_name": "q", "request_timeout": "1m", "items": [{}] * 1001},
+        "items is invalid; max_produce_batch_size is 1000 but received 1001",
+    ),
 ]
 
 LEASE_ERRORS: list[tuple[dict[str, Any], str]] = [
@@ -32,32 +43,55 @@ LEASE_ERRORS: list[tuple[dict[str, Any], str]] = [
     ({"queue_name": "q"}, "invalid client id; cannot be empty"),
     ({"queue_name": "q", "client_id": "  "}, "invalid client id; cannot be empty"),
     ({"queue_name": "q", "client_id": "c"}, "invalid batch size; must be greater than zero"),
-    ({"queue_name": "q", "client_id": "c", "batch_size": 1001},
-     "invalid batch size; max_lease_batch_size is 1000, but 1001 was requested"),
-    ({"queue_name": "q", "client_id": "c", "batch_size": 1},
-     "request timeout is required; '5m' is recommended, 15m is the maximum"),
-    ({"queue_name": "q", "client_id": "c", "batch_size": 1, "request_timeout": "16m"},
-     "request timeout is invalid; maximum timeout is '15m' but '16m0s' was requested"),
-    ({"queue_name": "q", "client_id": "c", "batch_size": 1, "request_timeout": "1ms"},
-     "request timeout is invalid; minimum timeout is '10ms' but '1ms' was requested"),
-    ({"queue_name": "q", "client_id": "c", "batch_size": 1, "request_timeout": "x"},
-     'request timeout is invalid; time: invalid duration "x" - expected format: 900ms, 5m or 15m'),
+    (
+        {"queue_name": "q", "client_id": "c", "batch_size": 1001},
+        "invalid batch size; max_lease_batch_size is 1000, but 1001 was requested",
+    ),
+    (
+        {"queue_name": "q", "client_id": "c", "batch_size": 1},
+        "request timeout is required; '5m' is recommended, 15m is the maximum",
+    ),
+    (
+        {"queue_name": "q", "client_id": "c", "batch_size": 1, "request_timeout": "16m"},
+        "request timeout is invalid; maximum timeout is '15m' but '16m0s' was requested",
+    ),
+    (
+        {"queue_name": "q", "client_id": "c", "batch_size": 1, "request_timeout": "1ms"},
+        "request timeout is invalid; minimum timeout is '10ms' but '1ms' was requested",
+    ),
+    (
+        {"queue_name": "q", "client_id": "c", "batch_size": 1, "request_timeout": "x"},
+        'request timeout is invalid; time: invalid duration "x" - expected format: 900ms, 5m or 15m',
+    ),
 ]
 
 COMPLETE_ERRORS: list[tuple[dict[str, Any], str]] = [
     ({}, "queue name is invalid; queue name cannot be empty"),
     ({"queue_name": "q"}, "ids is invalid; list of ids cannot be empty"),
-    ({"queue_name": "q", "ids": ["a"]}, "request timeout is required; '5m' is recommended, 15m is the maximum"),
-    ({"queue_name": "q", "ids": ["a"], "request_timeout": "0ms"},
-     "request timeout is required; '5m' is recommended, 15m is the maximum"),
-    ({"queue_name": "q", "partition": 65234, "ids": ["a"], "request_timeout": "1m"},
-     "partition is invalid; '65234' is not a valid partition"),
-    ({"queue_name": "q", "ids": ["a"], "request_timeout": "16m"},
-     "request timeout is invalid; maximum timeout is '15m' but '16m0s' was requested"),
-    ({"queue_name": "q", "ids": ["a"] * 1001, "request_timeout": "1m"},
-     "ids is invalid; max_complete_batch_size is 1000 but received 1001"),
-    ({"queue_name": "q", "ids": ["a"], "request_timeout": "1m"},
-     "invalid storage id; 'a': Valid encoded KSUIDs are 27 characters"),
+    (
+        {"queue_name": "q", "ids": ["a"]},
+        "request timeout is required; '5m' is recommended, 15m is the maximum",
+    ),
+    (
+        {"queue_name": "q", "ids": ["a"], "request_timeout": "0ms"},
+        "request timeout is required; '5m' is recommended, 15m is the maximum",
+    ),
+    (
+        {"queue_name": "q", "partition": 65234, "ids": ["a"], "request_timeout": "1m"},
+        "partition is invalid; '65234' is not a valid partition",
+    ),
+    (
+        {"queue_name": "q", "ids": ["a"], "request_timeout": "16m"},
+        "request timeout is invalid; maximum timeout is '15m' but '16m0s' was requested",
+    ),
+    (
+        {"queue_name": "q", "ids": ["a"] * 1001, "request_timeout": "1m"},
+        "ids is invalid; max_complete_batch_size is 1000 but received 1001",
+    ),
+    (
+        {"queue_name": "q", "ids": ["a"], "request_timeout": "1m"},
+        "invalid storage id; 'a': Valid encoded KSUIDs are 27 characters",
+    ),
 ]
 
 
@@ -95,15 +129,20 @@ async def test_duplicate_waiting_client_id(live_api: Api) -> None:
     from .conftest import eventually
 
     await live_api.create("q")
-    first = asyncio.ensure_future(live_api.error("/v1/queue.lease", {
-        "queue_name": "q", "batch_size": 1, "client_id": "same", "request_timeout": "500ms"}))
+    first = asyncio.ensure_future(
+        live_api.error(
+            "/v1/queue.lease",
+            {"queue_name": "q", "batch_size": 1, "client_id": "same", "request_timeout": "500ms"},
+        )
+    )
 
     async def parked() -> bool:
         return await live_api.lease_waiting("q") == 1
 
     await eventually(parked)
-    e = await live_api.error("/v1/queue.lease", {"queue_name": "q", "batch_size": 1, "client_id": "same",
-                                                 "request_timeout": "1s"})
+    e = await live_api.error(
+        "/v1/queue.lease", {"queue_name": "q", "batch_size": 1, "client_id": "same", "request_timeout": "1s"}
+    )
     assert e.message == "duplicate client id; a client cannot make multiple leased requests to the same queue"
     assert (await first).status == 454
 
@@ -123,7 +162,9 @@ async def test_transport_rules(api: Api) -> None:
     assert resp.status == 455
     resp = await api.raw("/v1/queue.stats", b"not json")
     assert resp.status == 455
-    resp = await api.raw("/v1/queue.stats", b'{"queueName":"q"}', {"Content-Type": "application/json; charset=utf-8"})
+    resp = await api.raw(
+        "/v1/queue.stats", b'{"queueName":"q"}', {"Content-Type": "application/json; charset=utf-8"}
+    )
     assert resp.status == 200
 
 
@@ -136,7 +177,7 @@ async def test_oversized_bodies_are_refused(api: Api) -> None:
     async def chunked() -> AsyncIterator[bytes]:
         # No Content-Length: the server must count while reading and stop at the limit.
         for start in range(0, len(big), 65536):
-            yield big[start:start + 65536]
+            yield big[start : start + 65536]
 
     for body in (io.BytesIO(big), chunked()):
         async with api.session.post(api.base + "/v1/queue.produce", data=body, headers=JSON) as resp:

@@ -20,9 +20,9 @@ from typing import Any, Protocol, TypeVar
 
 from querator import _tasks
 from querator.clock import MICROS, Clock, TimerHandle
+from querator.engine.distribution import Distribution
 from querator.errors import InvalidOption, QueratorError, RetryRequest, StorageError, shutting_down
 from querator.ksuid import KsuidGenerator
-from querator.engine.distribution import Distribution
 from querator.storage.base import Deadlines, Item, Partition, PartitionTx, QueueRecord
 from querator.storage.operations import (
     BatchResult,
@@ -154,7 +154,9 @@ class LogicalQueue:
     async def lease(self, client_id: str, batch_size: int, request_timeout: int) -> tuple[int, list[Item]]:
         """Leases up to ``batch_size`` items from one partition, waiting up to ``request_timeout``."""
         if client_id in self._clients:
-            raise InvalidOption("duplicate client id; a client cannot make multiple leased requests to the same queue")
+            raise InvalidOption(
+                "duplicate client id; a client cannot make multiple leased requests to the same queue"
+            )
         self._clients.add(client_id)
         try:
             deadline = self._clock.now() + request_timeout
@@ -213,8 +215,12 @@ class LogicalQueue:
         """The counts of requests waiting on this logical queue."""
         produce = sum(1 for r in self._pending if isinstance(r, _Produce))
         complete = sum(1 for r in self._pending if isinstance(r, _Complete | _Retry))
-        return LogicalStats(produce, len(self._leases) + sum(isinstance(r, _Lease) for r in self._pending),
-                            complete, self._in_flight)
+        return LogicalStats(
+            produce,
+            len(self._leases) + sum(isinstance(r, _Lease) for r in self._pending),
+            complete,
+            self._in_flight,
+        )
 
     async def shutdown(self) -> None:
         """Finishes the batch in progress, answers everything still waiting with 453, stops the task."""
@@ -309,8 +315,13 @@ class LogicalQueue:
             if isinstance(req, _Produce):
                 target = dist.produce(len(req.items))
                 if target is None:
-                    _fail_future(req.future, RetryRequest(
-                        f"partition not available; every partition of '{settings.name}' is failing, retry again"))
+                    _fail_future(
+                        req.future,
+                        RetryRequest(
+                            "partition not available; every partition of "
+                            f"'{settings.name}' is failing, retry again"
+                        ),
+                    )
                     continue
                 req.partition = target
                 for item in req.items:
@@ -450,10 +461,16 @@ class LogicalQueue:
             try:
                 await self._dead_letter_to(dead_queue, [i.copy() for i in items])
             except InvalidOption:
-                log.warning("queue %s: dead queue %s is gone; deleting %d dead items",
-                            self._queue.settings.name, dead_queue, len(items))
+                log.warning(
+                    "queue %s: dead queue %s is gone; deleting %d dead items",
+                    self._queue.settings.name,
+                    dead_queue,
+                    len(items),
+                )
             except QueratorError as e:
-                log.warning("queue %s: dead-lettering into %s failed: %s", self._queue.settings.name, dead_queue, e)
+                log.warning(
+                    "queue %s: dead-lettering into %s failed: %s", self._queue.settings.name, dead_queue, e
+                )
                 self._retry_later(p)
                 return False
         ids = [i.id for i in items]
@@ -466,7 +483,9 @@ class LogicalQueue:
 
     def _fail(self, p: PartitionState, error: StorageError) -> None:
         p.failures += 1
-        log.warning("queue %s partition %d failed (%d): %s", self._queue.settings.name, p.number, p.failures, error)
+        log.warning(
+            "queue %s partition %d failed (%d): %s", self._queue.settings.name, p.number, p.failures, error
+        )
         self._retry_later(p)
 
     def _retry_later(self, p: PartitionState) -> None:

@@ -119,7 +119,9 @@ class MemoryPartition:
     def deadlines(self) -> Deadlines:
         return Deadlines(
             lease_deadline=min((i.lease_deadline for i in self.leased.values()), default=0),
-            expire_deadline=min((i.expire_deadline for i in self._unscheduled() if i.expire_deadline), default=0),
+            expire_deadline=min(
+                (i.expire_deadline for i in self._unscheduled() if i.expire_deadline), default=0
+            ),
             enqueue_at=min((i.enqueue_at for i in self.scheduled.values()), default=0),
         )
 

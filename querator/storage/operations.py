@@ -174,7 +174,9 @@ def _complete_and_retry(
     def leased(item_id: str, verb: str) -> Item | InvalidOption:
         item = found.get(item_id)
         if item is None or item_id in deleted:
-            return storage_id_error(item_id) or InvalidOption(f"invalid storage id; '{item_id}' does not exist")
+            return storage_id_error(item_id) or InvalidOption(
+                f"invalid storage id; '{item_id}' does not exist"
+            )
         if not item.is_leased:
             return InvalidOption(f"item(s) cannot be {verb}; '{item_id}' is not marked as leased")
         return item
