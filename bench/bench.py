@@ -123,7 +123,10 @@ async def fresh_queue(client: AsyncClient, name: str, partitions: int) -> None:
 
 async def timed(result: Result, call: Callable[[], Awaitable[int]]) -> None:
     start = time.perf_counter()
-    result.items += await call()
+    # Not `result.items += await call()`: that reads the count before awaiting and loses the updates
+    # other clients make meanwhile.
+    items = await call()
+    result.items += items
     result.latencies.append(time.perf_counter() - start)
 
 

@@ -92,6 +92,8 @@ class Service:
             )
         timeout = _request_timeout(req.request_timeout)
         partition, items = await queue.lease(req.client_id, req.batch_size, timeout)
+        # Every item of one lease shares its deadline: convert it once.
+        deadline = to_datetime(items[0].lease_deadline) if items else None
         return m.QueueLeaseResponse(
             queue_name=req.queue_name,
             partition=partition,
@@ -99,7 +101,7 @@ class Service:
                 m.QueueLeaseItem(
                     id=i.id,
                     attempts=i.attempts,
-                    lease_deadline=to_datetime(i.lease_deadline),
+                    lease_deadline=deadline,
                     bytes=i.payload,
                     encoding=i.encoding,
                     kind=i.kind,

@@ -101,16 +101,25 @@ class PartitionTx(Protocol):
         """The greatest id ever stored in the partition, or "" for an empty one (seeds the id generator)."""
 
     def insert(self, items: Sequence[Item]) -> None:
-        """Stores new items; their ids are greater than every id in the partition."""
+        """Stores new items; their ids are greater than every id in the partition.
+
+        The backend may keep the given objects: the caller must not change them afterwards.
+        """
 
     def head(self, limit: int) -> list[Item]:
-        """Up to ``limit`` queued items (not leased, not scheduled) in id order."""
+        """Up to ``limit`` queued items (not leased, not scheduled) in id order.
+
+        Reads may return the stored objects themselves: a caller copies an item before changing it.
+        """
 
     def get(self, ids: Collection[str]) -> dict[str, Item]:
         """The stored items among ``ids``, in any state; absent ids are left out."""
 
     def update(self, items: Sequence[Item]) -> None:
-        """Rewrites existing items under their ids. Never used to make an item queued again."""
+        """Rewrites existing items under their ids. Never used to make an item queued again.
+
+        As with ``insert``, the backend may keep the given objects.
+        """
 
     def delete(self, ids: Collection[str]) -> None:
         """Removes items; absent ids are ignored."""

@@ -44,8 +44,9 @@ class MemoryPartition:
         return self.max_id
 
     def insert(self, items: Sequence[Item]) -> None:
+        # Stored as given: stored items are never changed in place, only replaced (see base.py).
         for item in items:
-            self._file(item.copy())
+            self._file(item)
             self.max_id = max(self.max_id, item.id)
 
     def _file(self, item: Item) -> None:
@@ -76,7 +77,7 @@ class MemoryPartition:
         for item_id in order:
             item = queued.get(item_id)
             if item is not None:
-                found.append(item.copy())
+                found.append(item)
                 if len(found) == limit:
                     break
         return found
@@ -86,7 +87,7 @@ class MemoryPartition:
         for item_id in ids:
             item = self.leased.get(item_id) or self.queued.get(item_id) or self.scheduled.get(item_id)
             if item is not None:
-                found[item_id] = item.copy()
+                found[item_id] = item
         return found
 
     def update(self, items: Sequence[Item]) -> None:
@@ -95,7 +96,7 @@ class MemoryPartition:
                 continue
             if not item.is_leased and not item.enqueue_at:
                 raise ValueError(f"item '{item.id}' cannot become queued again under the same id")
-            self._file(item.copy())
+            self._file(item)
 
     def delete(self, ids: Collection[str]) -> None:
         for item_id in ids:
@@ -127,7 +128,7 @@ class MemoryPartition:
 
     def list(self, pivot: str, limit: int, scheduled: bool) -> list[Item]:
         source = self.scheduled.values() if scheduled else self._unscheduled()
-        return [i.copy() for i in islice(sorted((i for i in source if i.id >= pivot), key=_id), limit)]
+        return list(islice(sorted((i for i in source if i.id >= pivot), key=_id), limit))
 
     def stats(self, now: int) -> PartitionStats:
         total = len(self.queued) + len(self.leased)
@@ -164,7 +165,7 @@ def _id(item: Item) -> str:
 
 def _earliest(items: list[Item], limit: int, key: Callable[[Item], object]) -> list[Item]:
     items.sort(key=key)  # type: ignore[arg-type]
-    return [i.copy() for i in items[:limit]]
+    return items[:limit]
 
 
 class MemoryStore:

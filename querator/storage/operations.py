@@ -140,7 +140,7 @@ def _lease(tx: PartitionTx, ops: list[LeaseOp], result: BatchResult) -> None:
         return
     # Deal one item at a time, in arrival order, to the requests that still want more (spec §2.4).
     wanting = list(ops)
-    it = iter(available)
+    it = (item.copy() for item in available)
     while wanting:
         still: list[LeaseOp] = []
         for op in wanting:
@@ -198,6 +198,7 @@ def _complete_and_retry(
                 rop.error = got
                 break
             result.leased_delta -= 1
+            got = got.copy()
             got.is_leased = False
             got.lease_deadline = 0
             if entry.dead:
