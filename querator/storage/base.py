@@ -116,9 +116,11 @@ class PartitionTx(Protocol):
         """The stored items among ``ids``, in any state; absent ids are left out."""
 
     def update(self, items: Sequence[Item]) -> None:
-        """Rewrites existing items under their ids. Never used to make an item queued again.
+        """Stores new lease and schedule fields of existing items, by id.
 
-        As with ``insert``, the backend may keep the given objects.
+        Only ``is_leased``, ``lease_deadline``, ``attempts`` and ``enqueue_at`` change while an item keeps
+        its id (anything else moving means a new id); a backend may write just those. Never used to make an
+        item queued again. As with ``insert``, the backend may keep the given objects.
         """
 
     def delete(self, ids: Collection[str]) -> None:

@@ -128,13 +128,16 @@ _COLUMNS = (
 """Item columns in the order of ``Item``'s fields."""
 
 SQL_INSERT_ITEM: Final = f"INSERT INTO items (part, {_COLUMNS}) VALUES ({', '.join('?' * 14)})"
+# Only the lease and schedule fields change while an item keeps its id (see PartitionTx.update).
 SQL_UPDATE_ITEM: Final = (
-    "UPDATE items SET source_id = ?, is_leased = ?, lease_deadline = ?, expire_deadline = ?, enqueue_at = ?, "
-    "created_at = ?, attempts = ?, max_attempts = ?, reference = ?, encoding = ?, kind = ?, payload = ? "
+    "UPDATE items SET is_leased = ?, lease_deadline = ?, attempts = ?, enqueue_at = ? "
     "WHERE part = ? AND id = ?"
 )
-SQL_DELETE_ITEM: Final = "DELETE FROM items WHERE part = ? AND id = ?"
-SQL_GET_ITEM: Final = f"SELECT {_COLUMNS} FROM items WHERE part = ? AND id = ?"
+# One statement for a whole batch of ids: the ids travel as one JSON array.
+SQL_DELETE_ITEMS: Final = "DELETE FROM items WHERE part = ? AND id IN (SELECT value FROM json_each(?))"
+SQL_GET_ITEMS: Final = (
+    f"SELECT {_COLUMNS} FROM items WHERE part = ? AND id IN (SELECT value FROM json_each(?))"
+)
 SQL_HEAD: Final = (
     f"SELECT {_COLUMNS} FROM items INDEXED BY items_queued "
     "WHERE part = ? AND is_leased = 0 AND enqueue_at = 0 ORDER BY id LIMIT ?"
@@ -217,6 +220,7 @@ SQL_LIST_QUEUES: Final = (
 )
 
 _EXTRA_ENCODER = msgspec.json.Encoder()
+_IDS_ENCODER = msgspec.json.Encoder()
 _EXTRA_DECODER = msgspec.json.Decoder(dict[str, str])
 
 
@@ -251,13 +255,6 @@ def _item_row(key: int, i: Item) -> tuple[Any, ...]:
     return (
         key, i.id, i.source_id, int(i.is_leased), i.lease_deadline, i.expire_deadline, i.enqueue_at,
         i.created_at, i.attempts, i.max_attempts, i.reference, i.encoding, i.kind, i.payload,
-    )  # fmt: skip
-
-
-def _update_row(key: int, i: Item) -> tuple[Any, ...]:
-    return (
-        i.source_id, int(i.is_leased), i.lease_deadline, i.expire_deadline, i.enqueue_at, i.created_at,
-        i.attempts, i.max_attempts, i.reference, i.encoding, i.kind, i.payload, key, i.id,
     )  # fmt: skip
 
 
@@ -334,22 +331,19 @@ class SqliteTx:
         return [_item(r) for r in self._conn.execute(SQL_HEAD, (self._key, limit))]
 
     def get(self, ids: Collection[str]) -> dict[str, Item]:
-        found: dict[str, Item] = {}
-        execute = self._conn.execute
-        key = self._key
-        for item_id in ids:
-            row = execute(SQL_GET_ITEM, (key, item_id)).fetchone()
-            if row is not None:
-                found[item_id] = _item(row)
-        return found
+        rows = self._conn.execute(SQL_GET_ITEMS, (self._key, _IDS_ENCODER.encode(list(ids))))
+        return {row[0]: _item(row) for row in rows}
 
     def update(self, items: Sequence[Item]) -> None:
         key = self._key
-        self._conn.executemany(SQL_UPDATE_ITEM, [_update_row(key, i) for i in items])
+        self._conn.executemany(
+            SQL_UPDATE_ITEM,
+            [(int(i.is_leased), i.lease_deadline, i.attempts, i.enqueue_at, key, i.id) for i in items],
+        )
 
     def delete(self, ids: Collection[str]) -> None:
-        key = self._key
-        self._conn.executemany(SQL_DELETE_ITEM, [(key, i) for i in ids])
+        if ids:
+            self._conn.execute(SQL_DELETE_ITEMS, (self._key, _IDS_ENCODER.encode(list(ids))))
 
     def existing_source_ids(self, source_ids: Collection[str]) -> set[str]:
         execute = self._conn.execute
