@@ -31,6 +31,8 @@ from querator.errors import RetryRequest
 from querator.wire import messages as m
 
 PAYLOAD = os.urandom(1024)
+TICK = 0.002
+PRODUCE_IN_FLIGHT = 8
 
 
 @dataclass
@@ -201,16 +203,20 @@ async def cycle_scenario(
 
 
 async def latency_scenario(client: AsyncClient, rate: float, duration: float, consumers: int) -> Result:
-    """Produce one item at a time at ``rate`` items/s; consumers wait in long polls and complete."""
+    """Items reach consumers already waiting in long polls: time from produce call to lease reply.
+
+    The producer sends one batch every ``TICK`` seconds, sized to make ``rate`` items/s, with at most
+    ``PRODUCE_IN_FLIGHT`` requests outstanding (a real producer batches too).
+    """
     await fresh_queue(client, "latency", 1)
-    result = Result(f"latency@{rate:,.0f}/s", 1, consumers)
+    result = Result(f"latency@{rate:,.0f}/s", max(1, round(rate * TICK)), consumers)
     sent: dict[bytes, float] = {}
     stop = asyncio.Event()
 
     async def consumer(n: int) -> None:
         while not stop.is_set():
             try:
-                reply = await client.lease("latency", 100, f"lat-{n}", request_timeout="1s")
+                reply = await client.lease("latency", 1000, f"lat-{n}", request_timeout="1s")
             except RetryRequest:
                 continue
             now = time.perf_counter()
@@ -219,19 +225,33 @@ async def latency_scenario(client: AsyncClient, rate: float, duration: float, co
                 result.items += 1
             await client.complete("latency", reply.partition, [i.id for i in reply.items])
 
+    slots = asyncio.Semaphore(PRODUCE_IN_FLIGHT)
+
+    async def produce(batch: list[bytes]) -> None:
+        try:
+            await client.produce("latency", batch)
+        finally:
+            slots.release()
+
     tasks = [asyncio.ensure_future(consumer(n)) for n in range(consumers)]
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)  # let the consumers park
     start = time.perf_counter()
-    count = int(rate * duration)
     producing: list[asyncio.Future[None]] = []
-    for k in range(count):
-        target = start + k / rate
-        delay = target - time.perf_counter()
+    per_tick = max(1, round(rate * TICK))
+    key = 0
+    for tick in range(int(duration / TICK)):
+        delay = start + tick * TICK - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        key = k.to_bytes(8, "big") + PAYLOAD[8:]
-        sent[key] = time.perf_counter()
-        producing.append(asyncio.ensure_future(client.produce("latency", [key])))
+        await slots.acquire()
+        batch = []
+        for _ in range(per_tick):
+            payload = key.to_bytes(8, "big") + PAYLOAD[8:]
+            key += 1
+            batch.append(payload)
+        now = time.perf_counter()
+        sent.update((payload, now) for payload in batch)
+        producing.append(asyncio.ensure_future(produce(batch)))
     await asyncio.gather(*producing)
     deadline = time.perf_counter() + 10
     while sent and time.perf_counter() < deadline:  # noqa: ASYNC110 - consumers drain on their own
