@@ -40,15 +40,7 @@ import msgspec
 
 from querator import __version__
 from querator.duration import SECOND, DurationError, format_duration, parse_duration
-from querator.errors import (
-    ClientContentError,
-    InvalidOption,
-    NotImplementedRoute,
-    QueratorError,
-    RequestFailed,
-    RetryRequest,
-    Unauthorized,
-)
+from querator.errors import QueratorError, error_for, plain_error
 from querator.wire import codec
 from querator.wire import messages as m
 
@@ -76,14 +68,6 @@ ProduceItem = m.QueueProduceItem | bytes | str
 RetryItem = m.QueueRetryItem | str
 """An item to retry: a full message, or just its id (retry now)."""
 
-_ERRORS: dict[int, type[QueratorError]] = {
-    InvalidOption.code: InvalidOption,
-    Unauthorized.code: Unauthorized,
-    RequestFailed.code: RequestFailed,
-    RetryRequest.code: RetryRequest,
-    ClientContentError.code: ClientContentError,
-    NotImplementedRoute.code: NotImplementedRoute,
-}
 _SNIPPET = 200
 
 
@@ -95,20 +79,6 @@ class ConnectionFailed(QueratorError):
     """
 
     code = 0
-
-
-def error_for(code: int, message: str) -> QueratorError:
-    """The typed exception for a reply ``code`` (a plain ``QueratorError`` carrying the code if unknown)."""
-    cls = _ERRORS.get(code)
-    if cls is not None:
-        return cls(message)
-    return _plain_error(code, message)
-
-
-def _plain_error(code: int, message: str) -> QueratorError:
-    error = QueratorError(message)
-    error.code = code
-    return error
 
 
 def _media_type(header: str | None) -> str:
@@ -529,11 +499,11 @@ class AsyncClient:
         except (aiohttp.ClientError, TimeoutError) as e:
             raise _connection_failed(url, e) from e
         if status not in (200, 503):
-            raise _plain_error(status, f"health check failed; HTTP {status}: {_snippet(body)}")
+            raise plain_error(status, f"health check failed; HTTP {status}: {_snippet(body)}")
         try:
             return msgspec.json.decode(body, type=dict[str, Any])
         except msgspec.DecodeError:
-            raise _plain_error(status, f"unexpected health reply; {_snippet(body)}") from None
+            raise plain_error(status, f"unexpected health reply; {_snippet(body)}") from None
 
 
 def new_queue_info(
@@ -585,10 +555,10 @@ def _decode(body: bytes, media: str, type_: type[R], status: int) -> R:
         if media == codec.PROTOBUF:
             return codec.decode_protobuf(body, type_)
     except (msgspec.DecodeError, msgspec.ValidationError, QueratorError, ValueError) as e:
-        raise _plain_error(
+        raise plain_error(
             status, f"undecodable reply; HTTP {status} {media or 'no content type'}: {e}"
         ) from None
-    raise _plain_error(
+    raise plain_error(
         status, f"unexpected reply; HTTP {status} {media or 'no content type'}: {_snippet(body)}"
     )
 

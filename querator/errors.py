@@ -92,3 +92,29 @@ class StaleOwnerError(StorageError):
 def shutting_down(what: str = "queue") -> RequestFailed:
     """The 453 every request gets once its queue or the service has begun to stop."""
     return RequestFailed(f"{what} is shutting down")
+
+
+_BY_CODE: dict[int, type[QueratorError]] = {
+    cls.code: cls
+    for cls in (
+        InvalidOption,
+        Unauthorized,
+        RequestFailed,
+        RetryRequest,
+        ClientContentError,
+        NotImplementedRoute,
+    )
+}
+
+
+def error_for(code: int, message: str) -> QueratorError:
+    """The typed error for a reply's ``code``; a plain ``QueratorError`` carrying the code if none fits."""
+    cls = _BY_CODE.get(code)
+    return cls(message) if cls is not None else plain_error(code, message)
+
+
+def plain_error(code: int, message: str) -> QueratorError:
+    """A ``QueratorError`` with ``code`` but no type: for replies that did not come from a Querator server."""
+    error = QueratorError(message)
+    error.code = code
+    return error
