@@ -412,7 +412,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from querator.server import run, setup_logging
 
         setup_logging(config.log_level, config.log_format)
-        run(config)
+        try:
+            run(config)
+        except ConfigError as e:  # found only when starting, e.g. an address that cannot be bound
+            print(f"querator: {e}", file=sys.stderr)
+            return 2
         return 0
     return run_client(args)
 

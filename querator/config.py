@@ -55,8 +55,11 @@ class ServerConfig:
 
     def validated(self) -> ServerConfig:
         """This config, normalised; raises ConfigError naming the first bad setting."""
-        if ":" not in self.address or not self.address.rpartition(":")[2].isdigit():
-            raise ConfigError(f"address is invalid; '{self.address}' is not host:port")
+        port = self.address.rpartition(":")[2]
+        if ":" not in self.address or not port.isdigit() or int(port) > 65535:
+            raise ConfigError(
+                f"address is invalid; '{self.address}' is not host:port with a port up to 65535"
+            )
         if self.storage not in STORAGE_KINDS:
             raise ConfigError(
                 f"storage is invalid; '{self.storage}' is not one of ({', '.join(STORAGE_KINDS)})"
@@ -124,10 +127,13 @@ def _from_file(path: Path) -> dict[str, Any]:
 
 def _cast(name: str, value: Any, kind: Any) -> Any:
     if kind in (int, "int"):
-        try:
+        # YAML gives ints, the environment and flags give strings; anything else (1.5, true) is refused
+        # rather than truncated.
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
             return int(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{option_name(name)} is invalid; '{value}' is not a whole number") from None
+        raise ConfigError(f"{option_name(name)} is invalid; '{value}' is not a whole number")
     return str(value)
 
 

@@ -10,13 +10,14 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import sys
 from pathlib import Path
 
 import msgspec
 from aiohttp import web
 
-from querator.config import ServerConfig
+from querator.config import ConfigError, ServerConfig
 from querator.http import create_app
 from querator.service import Service
 from querator.storage.base import Store
@@ -68,8 +69,19 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> None
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
+    # Bind before anything else, so that an address we cannot use fails before storage is touched.
+    try:
+        sock = socket.create_server((config.host, config.port), backlog=1024)
+    except OSError as e:
+        raise ConfigError(
+            f"address is invalid; cannot listen on '{config.address}': {e.strerror or e}"
+        ) from None
     service = Service(make_store(config), max_requests_per_queue=config.max_requests_per_queue)
-    await service.start()
+    try:
+        await service.start()
+    except BaseException:
+        sock.close()
+        raise
     runner = web.AppRunner(
         create_app(service, config.max_produce_body),
         access_log=None,
@@ -78,8 +90,7 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> None
     )
     await runner.setup()
     try:
-        site = web.TCPSite(runner, config.host, config.port, backlog=1024, reuse_address=True)
-        await site.start()
+        await web.SockSite(runner, sock).start()
         log.info(
             "querator listening on %s (storage %s%s)",
             config.address,

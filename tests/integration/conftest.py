@@ -1,0 +1,236 @@
+"""Real ``querator serve`` processes for the integration tests.
+
+``servers`` is a factory fixture: ``servers.start(*args, env=..., cwd=...)`` runs
+``sys.executable -m querator.cli serve ...`` on a free loopback port, waits (with a deadline) until
+``GET /health`` answers 200 and returns a ``ServerProcess``; ``servers.spawn`` starts one without waiting
+(for settings that must make it exit). Every process still running at teardown is killed with SIGKILL.
+``kill9`` kills one now, without a graceful shutdown; ``terminate`` stops one gracefully (SIGTERM).
+
+Nothing here sleeps to synchronise: ``wait_until`` and ``eventually`` poll a condition until a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+START_DEADLINE = 30.0
+"""Seconds a server may take to answer its first health check."""
+STOP_DEADLINE = 20.0
+"""Seconds a server may take to exit after SIGTERM or SIGKILL."""
+POLL_INTERVAL = 0.02
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def server_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without any ``QUERATOR_*`` variable, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUERATOR_")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env.update(extra or {})
+    return env
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    """Polls ``check`` until it is true; fails naming ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not true after {timeout}s")
+        time.sleep(POLL_INTERVAL)
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
+    """``wait_until`` for asyncio code: the check is awaited, the loop keeps running between polls."""
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not true after {timeout}s")
+        await asyncio.sleep(POLL_INTERVAL)
+
+
+class ServerProcess:
+    """One ``querator serve`` child process; its stdout and stderr go to files under the test's tmp dir."""
+
+    def __init__(
+        self, proc: subprocess.Popen[bytes], port: int | None, stdout: Path, stderr: Path, cwd: Path
+    ) -> None:
+        self.proc = proc
+        self.port = port
+        self.stdout_path = stdout
+        self.stderr_path = stderr
+        self.cwd = cwd
+
+    @property
+    def url(self) -> str:
+        assert self.port is not None, "this server was not given a port"
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def stdout(self) -> str:
+        return self.stdout_path.read_text(errors="replace")
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def describe(self) -> str:
+        """Exit status and output, for assertion messages."""
+        return f"pid {self.pid}, exit {self.proc.poll()}\n--- stderr ---\n{self.stderr()}"
+
+    def healthy(self) -> bool:
+        """True when ``GET /health`` answers 200."""
+        try:
+            with urllib.request.urlopen(self.url + "/health", timeout=1) as resp:
+                return int(resp.status) == 200
+        except (OSError, http.client.HTTPException):  # refused, reset, 503 (HTTPError), ...
+            return False
+
+    def wait(self, timeout: float = STOP_DEADLINE) -> int:
+        """Waits for the process to exit; returns its exit status."""
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"server did not exit within {timeout}s: {self.describe()}") from None
+
+
+def kill9(server: ServerProcess) -> None:
+    """Kills the server with SIGKILL (no graceful shutdown) and waits until it is gone."""
+    os.kill(server.pid, signal.SIGKILL)
+    status = server.wait()
+    assert status == -signal.SIGKILL, server.describe()
+
+
+def terminate(server: ServerProcess) -> int:
+    """Stops the server gracefully with SIGTERM; returns its exit status."""
+    server.proc.send_signal(signal.SIGTERM)
+    return server.wait()
+
+
+def refuses_connections(port: int) -> bool:
+    """True when nothing accepts TCP connections on ``127.0.0.1:port``."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return False
+    except ConnectionRefusedError:
+        return True
+
+
+class Servers:
+    """Starts ``querator serve`` processes for one test and kills whatever is left at teardown."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.started: list[ServerProcess] = []
+
+    def spawn(
+        self,
+        *args: str,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        port: int | None = None,
+    ) -> ServerProcess:
+        """Starts ``querator serve *args`` without waiting for it; ``port`` is where it should listen."""
+        n = len(self.started)
+        cwd = cwd or self.base / f"cwd-{n}"
+        cwd.mkdir(parents=True, exist_ok=True)
+        stdout, stderr = self.base / f"server-{n}.out", self.base / f"server-{n}.err"
+        with stdout.open("wb") as out, stderr.open("wb") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "querator.cli", "serve", *args],
+                cwd=cwd,
+                env=server_env(env),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+            )
+        server = ServerProcess(proc, port, stdout, stderr, cwd)
+        self.started.append(server)
+        return server
+
+    def start(
+        self,
+        *args: str,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        port: int | None = None,
+        address_flag: bool = True,
+    ) -> ServerProcess:
+        """Starts a server and waits until it is healthy.
+
+        With ``address_flag`` (the default) ``--address 127.0.0.1:<port>`` is added to ``args``, on a free
+        port unless ``port`` is given. Without it the address must come from ``args``, ``env`` or a
+        config file, and ``port`` must say where the server will listen.
+        """
+        attempts = 3 if address_flag and port is None else 1
+        for attempt in range(attempts):
+            chosen = port if port is not None else free_port()
+            extra = ("--address", f"127.0.0.1:{chosen}") if address_flag else ()
+            server = self.spawn(*args, *extra, env=env, cwd=cwd, port=chosen)
+            deadline = time.monotonic() + START_DEADLINE
+            while server.running() and not server.healthy():
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"server not healthy after {START_DEADLINE}s: {server.describe()}")
+                time.sleep(POLL_INTERVAL)
+            if server.running():
+                return server
+            # Another process may have taken the free port between the probe and the bind: try another.
+            if "address already in use" not in server.stderr().lower() or attempt == attempts - 1:
+                raise AssertionError(f"server exited before it became healthy: {server.describe()}")
+        raise AssertionError("unreachable")
+
+    async def astart(
+        self,
+        *args: str,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        port: int | None = None,
+        address_flag: bool = True,
+    ) -> ServerProcess:
+        """``start`` for asyncio tests: waits in a thread, so the event loop keeps running."""
+        return await asyncio.to_thread(
+            self.start, *args, env=env, cwd=cwd, port=port, address_flag=address_flag
+        )
+
+    def close(self) -> None:
+        for server in self.started:
+            if server.running():
+                server.proc.kill()
+            try:
+                server.proc.wait(STOP_DEADLINE)
+            except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
+                pass
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[Servers]:
+    """A factory of ``querator serve`` processes; all of them are killed at teardown."""
+    factory = Servers(tmp_path / "servers")
+    factory.base.mkdir()
+    try:
+        yield factory
+    finally:
+        factory.close()
