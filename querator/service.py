@@ -59,7 +59,7 @@ class Service:
 
     async def produce(self, req: m.QueueProduceRequest) -> None:
         queue = await self._queue(req.queue_name)
-        _request_timeout(req.request_timeout)
+        timeout = _request_timeout(req.request_timeout)
         if not req.items:
             raise InvalidOption("items cannot be empty; at least one item is required")
         if len(req.items) > MAX_PRODUCE_BATCH:
@@ -77,7 +77,7 @@ class Service:
             )
             for i in req.items
         ]
-        await queue.produce(items)
+        await queue.produce(items, timeout)
 
     async def lease(self, req: m.QueueLeaseRequest) -> m.QueueLeaseResponse:
         queue = await self._queue(req.queue_name)
@@ -396,18 +396,17 @@ def _request_timeout(text: str, minimum: int = MIN_REQUEST_TIMEOUT) -> int:
         raise InvalidOption(f"request timeout is invalid; {e} - expected format: 900ms, 5m or 15m") from None
     if nanos == 0:
         raise InvalidOption("request timeout is required; '5m' is recommended, 15m is the maximum")
-    micros = nanos // NANOS_PER_MICRO
-    if micros > MAX_REQUEST_TIMEOUT:
+    if nanos > MAX_REQUEST_TIMEOUT * NANOS_PER_MICRO:
         raise InvalidOption(
             "request timeout is invalid; maximum timeout is '15m' "
             f"but '{format_duration(nanos)}' was requested"
         )
-    if micros < minimum:
+    if nanos < minimum * NANOS_PER_MICRO:
         raise InvalidOption(
             "request timeout is invalid; minimum timeout is '10ms' "
             f"but '{format_duration(nanos)}' was requested"
         )
-    return micros
+    return nanos // NANOS_PER_MICRO
 
 
 def _timeouts(info: m.QueueInfo) -> tuple[int, int]:
@@ -428,8 +427,10 @@ def _queue_duration(text: str, what: str, formats: str) -> int:
         nanos = parse_duration(text)
     except DurationError as e:
         raise InvalidOption(f"{what} is invalid; {e} - expected format: {formats}") from None
-    if nanos <= 0:
-        raise InvalidOption(f"{what} is invalid; must be greater than zero but '{text}' was given")
+    if nanos < 0:
+        raise InvalidOption(f"{what} is invalid; cannot be negative but '{text}' was given")
+    # Zero reads as "not given": on create the store check answers "cannot be empty", on update the
+    # current value is kept (as the reference does for a zero duration).
     return nanos // NANOS_PER_MICRO
 
 

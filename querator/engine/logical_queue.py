@@ -12,6 +12,7 @@ so nothing else ever mutates partition state and no lock is needed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 LEASE_TIMED_OUT = "request timeout; no items are in the queue, try again"
+PRODUCE_TIMED_OUT = "request timeout; the items could not be stored before request_timeout, try again"
 BACKOFF_MIN = 500_000
 BACKOFF_MAX = 5_000_000
 
@@ -84,6 +86,7 @@ class _Request:
 @dataclass(eq=False)
 class _Produce(_Request):
     items: list[Item] = field(default_factory=list)
+    deadline: int = 0
 
 
 @dataclass(eq=False)
@@ -147,9 +150,19 @@ class LogicalQueue:
 
     # -- the API: each call validates nothing (the service did), queues a request and waits ------------
 
-    async def produce(self, items: list[Item]) -> None:
-        """Stores the items in one partition; returns once they are committed."""
-        await self._submit(_Produce(self._future(), items=items))
+    async def produce(self, items: list[Item], request_timeout: int) -> None:
+        """Stores the items in one partition; returns once they are committed.
+
+        A produce not yet taken into a batch when ``request_timeout`` passes is answered 454 and was not
+        stored. Once its write has started it is always waited for: "454 but stored" would make the
+        client produce the items twice.
+        """
+        request = _Produce(self._future(), items=items, deadline=self._clock.now() + request_timeout)
+        timer = self._clock.call_at(request.deadline, lambda: self._expire_produce(request))
+        try:
+            await self._submit(request)
+        finally:
+            timer.cancel()
 
     async def lease(self, client_id: str, batch_size: int, request_timeout: int) -> tuple[int, list[Item]]:
         """Leases up to ``batch_size`` items from one partition, waiting up to ``request_timeout``."""
@@ -226,7 +239,10 @@ class LogicalQueue:
         """Finishes the batch in progress, answers everything still waiting with 453, stops the task."""
         self._closing = True
         self._wake.set()
-        await asyncio.shield(self._task)
+        # A task that died has already been logged (querator._tasks); shutting down must still complete.
+        if not self._task.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._task)
 
     # -- the loop ---------------------------------------------------------------------------------------
 
@@ -234,7 +250,7 @@ class LogicalQueue:
         return asyncio.get_running_loop().create_future()
 
     async def _submit(self, request: _Request) -> Any:
-        if self._closing:
+        if self._closing or self._task.done():
             raise shutting_down()
         if len(self._pending) >= self._max_requests:
             raise RetryRequest("queue is overloaded; try again later")
@@ -247,19 +263,25 @@ class LogicalQueue:
             self._in_flight -= 1
 
     async def _run(self) -> None:
-        for p in self.partitions.values():
-            await self._load(p)
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            if self._closing:
-                break
-            await self._process_pending()
-            await self._run_lifecycles()
-            if self._leases:
-                await self._serve_parked()
-                self._expire_parked()
-        self._stop()
+        try:
+            for p in self.partitions.values():
+                await self._load(p)
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                if self._closing:
+                    break
+                await self._process_pending()
+                if self._closing:  # shutdown asked during the batch: no new work after it
+                    break
+                await self._run_lifecycles()
+                if self._leases:
+                    await self._serve_parked()
+                    self._expire_parked()
+        finally:
+            # Whatever ends the loop, nobody is left waiting on a future that will never settle.
+            self._closing = True
+            self._stop()
 
     async def _process_pending(self) -> None:
         while self._pending:
@@ -289,8 +311,14 @@ class LogicalQueue:
     async def _serve_parked(self) -> None:
         # Parked leases get another chance whenever some partition may have items for them.
         while self._leases and any(p.un_leased > 0 and not p.failures for p in self.partitions.values()):
-            if not await self._batch([]):
-                break
+            try:
+                if not await self._batch([]):
+                    break
+            except Exception as e:
+                log.exception("queue %s: serving parked leases failed", self._queue.settings.name)
+                for lease in self._leases:
+                    _fail_future(lease.future, e)
+                self._leases = []
 
     def _serve_parked_soon(self) -> None:
         if self._leases:
@@ -374,7 +402,9 @@ class LogicalQueue:
         for lease in self._leases:
             if lease.future.done():
                 continue
-            if lease.op is not None and lease.op.items:
+            # Items of a transaction that failed were never leased: the request stays parked.
+            failed = isinstance(results.get(lease.partition), StorageError)  # type: ignore[arg-type]
+            if lease.op is not None and lease.op.items and not failed:
                 assert lease.partition is not None
                 leased += len(lease.op.items)
                 _settle(lease.future, (lease.partition.number, lease.op.items))
@@ -393,7 +423,7 @@ class LogicalQueue:
             return e
         p.un_leased += result.queued_delta
         settings = self._queue.settings
-        if result.leased_delta > 0:
+        if any(op.items for op in batch.lease):
             _sooner(p.deadlines, "lease_deadline", now + settings.lease_timeout)
         if batch.produce:
             _sooner(p.deadlines, "expire_deadline", now + settings.expire_timeout)
@@ -413,7 +443,7 @@ class LogicalQueue:
         now = self._clock.now()
         try:
             last_id, deadlines = await p.storage.run(lambda tx: (tx.last_id(), _deadlines_and_counts(p)(tx)))
-        except StorageError as e:
+        except Exception as e:
             self._fail(p, e)
             return
         p.ids = KsuidGenerator(now // MICROS, after=last_id or None)
@@ -438,13 +468,15 @@ class LogicalQueue:
             result: LifecycleResult = await p.storage.run(
                 lambda tx: lifecycle(tx, now, p.new_id, settings.max_attempts, bool(settings.dead_queue))
             )
-        except StorageError as e:
+        except Exception as e:
             self._fail(p, e)
             return
         p.failures = 0
         p.un_leased += result.queued_delta
         p.deadlines = result.deadlines
         if result.dead and not await self._dead_letter(p, result.dead):
+            # The delta counted the dead items as gone; they stay stored until the next attempt.
+            p.un_leased += sum(1 for i in result.dead if not i.is_leased)
             return
         if result.more:
             p.due = True
@@ -467,7 +499,7 @@ class LogicalQueue:
                     dead_queue,
                     len(items),
                 )
-            except QueratorError as e:
+            except Exception as e:
                 log.warning(
                     "queue %s: dead-lettering into %s failed: %s", self._queue.settings.name, dead_queue, e
                 )
@@ -476,15 +508,20 @@ class LogicalQueue:
         ids = [i.id for i in items]
         try:
             await p.storage.run(lambda tx: tx.delete(ids))
-        except StorageError as e:
+        except Exception as e:
             self._fail(p, e)
             return False
         return True
 
-    def _fail(self, p: PartitionState, error: StorageError) -> None:
+    def _fail(self, p: PartitionState, error: Exception) -> None:
         p.failures += 1
         log.warning(
-            "queue %s partition %d failed (%d): %s", self._queue.settings.name, p.number, p.failures, error
+            "queue %s partition %d failed (%d): %s",
+            self._queue.settings.name,
+            p.number,
+            p.failures,
+            error,
+            exc_info=not isinstance(error, StorageError),
         )
         self._retry_later(p)
 
@@ -533,6 +570,11 @@ class LogicalQueue:
                     self._lease_timer.cancel()
                 self._lease_timer = self._clock.call_at(earliest, self._lease_timer_fired)
                 self._lease_timer_at = earliest
+
+    def _expire_produce(self, request: _Produce) -> None:
+        if request in self._pending:
+            self._pending.remove(request)
+            _fail_future(request.future, RetryRequest(PRODUCE_TIMED_OUT))
 
     def _lease_timer_fired(self) -> None:
         self._lease_timer = None

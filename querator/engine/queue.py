@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from querator.clock import Clock
 from querator.engine.logical_queue import DeadLetter, LogicalQueue, LogicalStats
-from querator.errors import InvalidOption
+from querator.errors import InvalidOption, RetryRequest
 from querator.storage.base import ClearOptions, Item, PartitionStats, PartitionTx, QueueRecord, Store
 from querator.storage.operations import RetryEntry, dead_letter_copies, import_items
 
@@ -37,8 +37,8 @@ class Queue:
             raise InvalidOption(f"partition is invalid; '{partition}' is not a valid partition")
         return self.logical
 
-    async def produce(self, items: list[Item]) -> None:
-        await self.logical.produce(items)
+    async def produce(self, items: list[Item], request_timeout: int) -> None:
+        await self.logical.produce(items, request_timeout)
 
     async def lease(self, client_id: str, batch_size: int, request_timeout: int) -> tuple[int, list[Item]]:
         return await self.logical.lease(client_id, batch_size, request_timeout)
@@ -54,15 +54,27 @@ class Queue:
         waiting = self.logical.waiting()
         partitions = []
         for number in sorted(self.logical.partitions):
-            partitions.append((number, await self.logical.run_on(number, self._stats)))
+            try:
+                stats = await self.logical.run_on(number, self._stats)
+            except RetryRequest:
+                # A failing partition is reported by its failures count rather than failing the call.
+                stats = PartitionStats()
+            partitions.append((number, stats))
         return [(waiting, partitions)]
 
     def _stats(self, tx: PartitionTx) -> PartitionStats:
         return tx.stats(self._clock.now())
 
     async def clear(self, options: ClearOptions) -> None:
+        """Clears every partition it can; a failing partition is reported after the others are done."""
+        failure: RetryRequest | None = None
         for number in sorted(self.logical.partitions):
-            await self.logical.run_on(number, lambda tx: tx.clear(options))
+            try:
+                await self.logical.run_on(number, lambda tx: tx.clear(options))
+            except RetryRequest as e:
+                failure = failure or e
+        if failure is not None:
+            raise failure
 
     async def reload(self) -> None:
         for number in sorted(self.logical.partitions):

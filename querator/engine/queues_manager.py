@@ -63,9 +63,11 @@ class QueuesManager:
         if record.requested_partitions == queue.settings.requested_partitions:
             queue.settings = record
         else:
-            # New partitions need a new engine; the next request spawns it with the new count.
-            self._queues.pop(record.name, None)
-            await queue.shutdown()
+            # New partitions need a new engine; the next request spawns it with the new count, and not
+            # before the old one has stopped writing (one writer per partition).
+            async with self._spawning:
+                self._queues.pop(record.name, None)
+                await queue.shutdown()
 
     async def delete(self, name: str) -> None:
         """Removes the queue's settings and items; its waiting requests get 453."""

@@ -1,0 +1,213 @@
+"""The LogicalQueue under storage faults and bugs: nothing handed out twice, nothing left hanging.
+
+These drive the engine directly with a FakeClock and a memory partition that can fail like a real
+transaction (rolled back) or raise an unexpected exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pytest
+
+from querator.clock import MICROS, FakeClock
+from querator.engine.logical_queue import LogicalQueue
+from querator.errors import QueratorError, RetryRequest, StorageError
+from querator.storage.base import Item, PartitionTx, QueueRecord
+from querator.storage.memory import MemoryPartition
+
+from .conftest import eventually
+
+R = TypeVar("R")
+MINUTE = 60 * MICROS
+
+
+@dataclass
+class Settings:
+    settings: QueueRecord
+
+
+def record(**fields: Any) -> QueueRecord:
+    values: dict[str, Any] = {"name": "q", "lease_timeout": MINUTE, "expire_timeout": 60 * MINUTE}
+    values.update(fields)
+    return QueueRecord(**values)
+
+
+class FaultyPartition:
+    """A memory partition with real rollback, told to fail its next commit or to raise a bug."""
+
+    def __init__(self) -> None:
+        self.part = MemoryPartition()
+        self.fail_commits = 0
+        self.bug: Exception | None = None
+
+    async def run(self, fn: Callable[[PartitionTx], R]) -> R:
+        if self.bug is not None:
+            raise self.bug
+        before = copy.deepcopy(self.part.__dict__)
+        result = fn(self.part)
+        if self.fail_commits:
+            self.fail_commits -= 1
+            self.part.__dict__.update(before)
+            raise StorageError("commit failed")
+        return result
+
+
+async def no_dead_queue(name: str, items: list[Item]) -> None:
+    raise AssertionError("no dead-lettering expected")
+
+
+async def test_a_failed_lease_transaction_hands_nothing_out() -> None:
+    clock = FakeClock()
+    p = FaultyPartition()
+    lq = LogicalQueue(Settings(record()), [(0, p)], clock, no_dead_queue)
+    await lq.produce([Item(payload=b"x")], MINUTE)
+    p.fail_commits = 1
+    lease = asyncio.ensure_future(lq.lease("c1", 1, 10 * MINUTE))
+
+    async def failed() -> bool:
+        return lq.partitions[0].failures == 1
+
+    await eventually(failed)
+    assert not lease.done()  # the rolled-back items were not given out; the request waits
+    clock.advance(1)  # past the back-off: the partition recovers and the parked lease is served
+
+    async def served() -> bool:
+        return lease.done()
+
+    await eventually(served)
+    _, [item] = lease.result()
+    assert item.attempts == 1 and p.part.head(1) == [] and list(p.part.leased) == [item.id]
+    await lq.shutdown()
+
+
+async def test_failed_dead_lettering_keeps_counts_and_wakes_leases() -> None:
+    clock = FakeClock()
+    part = MemoryPartition()
+    failures = [RetryRequest("queue is overloaded; try again later")] * 3
+    copied: list[Item] = []
+
+    async def flaky_dead_queue(name: str, items: list[Item]) -> None:
+        if failures:
+            raise failures.pop()
+        copied.extend(items)
+
+    lq = LogicalQueue(
+        Settings(record(dead_queue="dead", expire_timeout=MINUTE)), [(0, part)], clock, flaky_dead_queue
+    )
+    await lq.produce([Item(payload=b"a"), Item(payload=b"b")], MINUTE)
+    clock.advance(61)
+
+    async def dead_lettered() -> bool:
+        clock.advance(6)  # through the back-offs
+        return len(copied) == 2
+
+    await eventually(dead_lettered)
+    assert part.head(10) == [] and lq.partitions[0].un_leased == 0
+    # With honest counts a parked lease is woken as soon as a scheduled item comes due.
+    await lq.produce([Item(payload=b"s", enqueue_at=clock.now() + 10 * MICROS)], MINUTE)
+    lease = asyncio.ensure_future(lq.lease("c", 1, MINUTE))
+
+    async def parked() -> bool:
+        return lq.waiting().lease_waiting == 1
+
+    await eventually(parked)
+    clock.advance(11)
+    _, [item] = await asyncio.wait_for(lease, 5)
+    assert item.payload == b"s"
+    await lq.shutdown()
+
+
+async def test_an_unexpected_error_backs_off_instead_of_killing_the_queue() -> None:
+    clock = FakeClock()
+    p = FaultyPartition()
+    lq = LogicalQueue(Settings(record(lease_timeout=10 * MICROS)), [(0, p)], clock, no_dead_queue)
+    await lq.produce([Item(payload=b"x")], MINUTE)
+    await lq.lease("c", 1, MINUTE)
+    p.bug = RuntimeError("a bug in a storage function")
+    clock.advance(11)  # the lease expires; the lifecycle hits the bug
+
+    async def backed_off() -> bool:
+        return lq.partitions[0].failures > 0
+
+    await eventually(backed_off)
+    p.bug = None
+    clock.advance(1)
+
+    async def recovered() -> bool:
+        return lq.partitions[0].failures == 0
+
+    await eventually(recovered)
+    await asyncio.wait_for(lq.produce([Item(payload=b"y")], MINUTE), 5)
+    _, items = await asyncio.wait_for(lq.lease("c2", 2, MINUTE), 5)
+    assert sorted(i.payload for i in items) == [b"x", b"y"]  # the expired lease came back too
+    await lq.shutdown()
+
+
+async def test_lease_in_a_batch_that_completes_more_still_arms_its_expiry() -> None:
+    clock = FakeClock()
+    part = MemoryPartition()
+    queue = Settings(record(lease_timeout=10 * MINUTE))
+    lq = LogicalQueue(queue, [(0, part)], clock, no_dead_queue)
+    await lq.produce([Item(payload=b"a"), Item(payload=b"b"), Item(payload=b"c")], MINUTE)
+    _, old = await lq.lease("c1", 2, MINUTE)
+    queue.settings = record(lease_timeout=MINUTE)  # queues.update shortens the lease
+    hold = asyncio.Event()
+    blocker = asyncio.ensure_future(lq.call(hold.wait))
+    lease = asyncio.ensure_future(lq.lease("c2", 1, MINUTE))
+    done = asyncio.ensure_future(lq.complete(0, [i.id for i in old]))
+
+    async def queued() -> bool:
+        return len(lq._pending) == 2
+
+    await eventually(queued)
+    hold.set()
+    await blocker
+    await done
+    _, [item] = await lease  # one batch leased 1 and completed 2
+    clock.advance(61)
+
+    async def expired() -> bool:
+        head = part.head(1)
+        return bool(head) and head[0].payload == item.payload
+
+    await eventually(expired)
+    await lq.shutdown()
+
+
+async def test_a_produce_not_taken_before_its_timeout_is_454() -> None:
+    clock = FakeClock()
+    lq = LogicalQueue(Settings(record()), [(0, MemoryPartition())], clock, no_dead_queue)
+    hold = asyncio.Event()
+    blocker = asyncio.ensure_future(lq.call(hold.wait))  # the loop is busy (a slow disk, say)
+    produce = asyncio.ensure_future(lq.produce([Item(payload=b"x")], MICROS))
+
+    async def queued() -> bool:
+        return len(lq._pending) == 1
+
+    await eventually(queued)
+    clock.advance(2)
+    with pytest.raises(RetryRequest, match=r"^request timeout;"):
+        await asyncio.wait_for(produce, 5)
+    hold.set()
+    await blocker
+    assert lq.partitions[0].un_leased == 0
+    await lq.shutdown()
+
+
+async def test_requests_after_the_task_died_fail_fast() -> None:
+    clock = FakeClock()
+    lq = LogicalQueue(Settings(record()), [(0, MemoryPartition())], clock, no_dead_queue)
+    lq._task.cancel()
+
+    async def dead() -> bool:
+        return lq._task.done()
+
+    await eventually(dead)
+    with pytest.raises(QueratorError, match="shutting down"):
+        await asyncio.wait_for(lq.produce([Item(payload=b"x")], MINUTE), 5)
+    await lq.shutdown()
