@@ -123,39 +123,38 @@ async def fresh_queue(client: AsyncClient, name: str, partitions: int) -> None:
     )
 
 
-async def timed(result: Result, call: Callable[[], Awaitable[int]]) -> None:
-    start = time.perf_counter()
-    # Not `result.items += await call()`: that reads the count before awaiting and loses the updates
-    # other clients make meanwhile.
-    items = await call()
-    result.items += items
-    result.latencies.append(time.perf_counter() - start)
+async def measure(
+    result: Result, clients: int, duration: float, step: Callable[[int], Awaitable[int]], limit: int = 0
+) -> Result:
+    """Runs ``step(client_number)`` in a loop on ``clients`` concurrent clients for ``duration`` seconds
+    (or until ``limit`` items), recording each step's latency and the items it reports."""
 
+    async def client_loop(n: int, deadline: float) -> None:
+        while time.perf_counter() < deadline and not (limit and result.items >= limit):
+            start = time.perf_counter()
+            # Not `result.items += await step(n)`: that reads the count before awaiting and loses the
+            # updates other clients make meanwhile.
+            items = await step(n)
+            result.items += items
+            result.latencies.append(time.perf_counter() - start)
 
-async def run_clients(clients: int, duration: float, body: Callable[[int, float], Awaitable[None]]) -> float:
     start = time.perf_counter()
-    deadline = start + duration
-    await asyncio.gather(*(body(n, deadline) for n in range(clients)))
-    return time.perf_counter() - start
+    await asyncio.gather(*(client_loop(n, start + duration) for n in range(clients)))
+    result.seconds = time.perf_counter() - start
+    return result
 
 
 async def produce_scenario(
     client: AsyncClient, batch: int, clients: int, duration: float, parts: int
 ) -> Result:
     await fresh_queue(client, "bench", parts)
-    result = Result("produce", batch, clients)
     items = [PAYLOAD] * batch
 
-    async def one() -> int:
+    async def produce(n: int) -> int:
         await client.produce("bench", items)
         return batch
 
-    async def body(n: int, deadline: float) -> None:
-        while time.perf_counter() < deadline:
-            await timed(result, one)
-
-    result.seconds = await run_clients(clients, duration, body)
-    return result
+    return await measure(Result("produce", batch, clients), clients, duration, produce)
 
 
 async def lease_scenario(
@@ -165,7 +164,6 @@ async def lease_scenario(
     total = max(20_000, batch * clients * 20)
     for _ in range(0, total, 1000):
         await client.produce("bench", [PAYLOAD] * 1000)
-    result = Result("lease", batch, clients)
 
     async def lease(n: int) -> int:
         try:
@@ -174,32 +172,21 @@ async def lease_scenario(
             return 0
         return len(reply.items)
 
-    async def body(n: int, deadline: float) -> None:
-        while time.perf_counter() < deadline and result.items < total:
-            await timed(result, lambda: lease(n))
-
-    result.seconds = await run_clients(clients, duration, body)
-    return result
+    return await measure(Result("lease", batch, clients), clients, duration, lease, limit=total)
 
 
 async def cycle_scenario(
     client: AsyncClient, batch: int, clients: int, duration: float, parts: int
 ) -> Result:
     await fresh_queue(client, "bench", parts)
-    result = Result("cycle", batch, clients)
 
-    async def one(n: int) -> int:
+    async def cycle(n: int) -> int:
         await client.produce("bench", [PAYLOAD] * batch)
         reply = await client.lease("bench", batch, f"bench-{n}", request_timeout="5s")
         await client.complete("bench", reply.partition, [i.id for i in reply.items])
         return len(reply.items)
 
-    async def body(n: int, deadline: float) -> None:
-        while time.perf_counter() < deadline:
-            await timed(result, lambda: one(n))
-
-    result.seconds = await run_clients(clients, duration, body)
-    return result
+    return await measure(Result("cycle", batch, clients), clients, duration, cycle)
 
 
 async def latency_scenario(client: AsyncClient, rate: float, duration: float, consumers: int) -> Result:

@@ -444,19 +444,19 @@ class AsyncClient:
         Raises:
             InvalidOption: unknown queue or partition, pivot not a valid id, negative limit.
         """
-        msg = m.StorageItemsListRequest(queue_name=queue_name, partition=partition, pivot=pivot, limit=limit)
-        return await self.call("/v1/storage/items.list", msg, m.StorageItemsListResponse)
+        return await self._list("/v1/storage/items.list", queue_name, partition, pivot, limit)
 
     async def list_scheduled(
         self, queue_name: str, partition: int, pivot: str = "", limit: int = 0
     ) -> m.StorageItemsListResponse:
-        """Scheduled items of one partition, like ``list_items``.
+        """Scheduled items of one partition, like ``list_items``."""
+        return await self._list("/v1/storage/scheduled.list", queue_name, partition, pivot, limit)
 
-        Raises:
-            InvalidOption: unknown queue or partition, pivot not a valid id, negative limit.
-        """
+    async def _list(
+        self, path: str, queue_name: str, partition: int, pivot: str, limit: int
+    ) -> m.StorageItemsListResponse:
         msg = m.StorageItemsListRequest(queue_name=queue_name, partition=partition, pivot=pivot, limit=limit)
-        return await self.call("/v1/storage/scheduled.list", msg, m.StorageItemsListResponse)
+        return await self.call(path, msg, m.StorageItemsListResponse)
 
     async def import_items(
         self, queue_name: str, partition: int, items: Sequence[m.StorageItem]
