@@ -114,12 +114,7 @@ class Service:
     async def complete(self, req: m.QueueCompleteRequest) -> None:
         queue = await self._queue(req.queue_name)
         queue.owner(req.partition)
-        if not req.ids:
-            raise InvalidOption("ids is invalid; list of ids cannot be empty")
-        if len(req.ids) > MAX_COMPLETE_BATCH:
-            raise InvalidOption(
-                f"ids is invalid; max_complete_batch_size is {MAX_COMPLETE_BATCH} but received {len(req.ids)}"
-            )
+        _check_ids(req.ids)
         _request_timeout(req.request_timeout, minimum=0)
         await queue.complete(req.partition, list(req.ids))
 
@@ -138,6 +133,22 @@ class Service:
             for i in req.items
         ]
         await queue.retry(req.partition, entries)
+
+    async def renew(self, req: m.QueueRenewRequest) -> m.QueueRenewResponse:
+        """Extends the leases of leased items (extensions.md): lease_deadline = now + lease_timeout."""
+        queue = await self._queue(req.queue_name)
+        queue.owner(req.partition)
+        _check_ids(req.ids)
+        settings = queue.settings
+        lease_timeout = _queue_duration(req.lease_timeout, "lease timeout", "8m, 15m or 1h")
+        if lease_timeout > settings.expire_timeout:
+            raise _lease_too_long(lease_timeout, settings.expire_timeout)
+        _request_timeout(req.request_timeout, minimum=0)
+        deadline = self.clock.now() + (lease_timeout or settings.lease_timeout)
+        items = await queue.renew(req.partition, list(req.ids), deadline)
+        return m.QueueRenewResponse(
+            items=[m.QueueRenewItem(id=i.id, lease_deadline=to_datetime(i.lease_deadline)) for i in items]
+        )
 
     async def stats(self, req: m.QueueStatsRequest) -> m.QueueStatsResponse:
         queue = await self._queue(req.queue_name)
@@ -386,6 +397,23 @@ def _check_new_name(name: str) -> None:
         raise InvalidOption(f"queue name is invalid; '{name}' cannot contain '~' character")
 
 
+def _check_ids(ids: list[str]) -> None:
+    """The ids of a complete or renew."""
+    if not ids:
+        raise InvalidOption("ids is invalid; list of ids cannot be empty")
+    if len(ids) > MAX_COMPLETE_BATCH:
+        raise InvalidOption(
+            f"ids is invalid; max_complete_batch_size is {MAX_COMPLETE_BATCH} but received {len(ids)}"
+        )
+
+
+def _lease_too_long(lease_timeout: int, expire_timeout: int) -> InvalidOption:
+    return InvalidOption(
+        f"lease timeout is too long; {format_duration(lease_timeout * NANOS_PER_MICRO)} cannot be greater"
+        f" than the expire timeout {format_duration(expire_timeout * NANOS_PER_MICRO)}"
+    )
+
+
 def _request_timeout(text: str, minimum: int = MIN_REQUEST_TIMEOUT) -> int:
     """A request_timeout in microseconds, checked against the reference's bounds (10ms..15m inclusive)."""
     if not text:
@@ -467,8 +495,4 @@ def _check_record(r: QueueRecord) -> None:
     if not r.expire_timeout:
         raise InvalidOption("expire timeout is invalid; cannot be empty")
     if r.lease_timeout > r.expire_timeout:
-        raise InvalidOption(
-            f"lease timeout is too long; {format_duration(r.lease_timeout * NANOS_PER_MICRO)} "
-            "cannot be greater"
-            f" than the expire timeout {format_duration(r.expire_timeout * NANOS_PER_MICRO)}"
-        )
+        raise _lease_too_long(r.lease_timeout, r.expire_timeout)

@@ -31,6 +31,7 @@ from querator.storage.operations import (
     LeaseOp,
     LifecycleResult,
     PartitionBatch,
+    RenewOp,
     RetryEntry,
     RetryOp,
     apply_batch,
@@ -105,6 +106,11 @@ class _Complete(_Request):
 @dataclass(eq=False)
 class _Retry(_Request):
     op: RetryOp = field(default_factory=lambda: RetryOp([]))
+
+
+@dataclass(eq=False)
+class _Renew(_Request):
+    op: RenewOp = field(default_factory=lambda: RenewOp([], 0))
 
 
 @dataclass(eq=False)
@@ -188,6 +194,12 @@ class LogicalQueue:
         """Retries leased items of one partition (spec §2.6)."""
         await self._submit(_Retry(self._future(), self.partitions[partition], op=RetryOp(entries)))
 
+    async def renew(self, partition: int, ids: list[str], lease_deadline: int) -> list[Item]:
+        """Moves the lease deadline of leased items of one partition; returns them as renewed."""
+        op = RenewOp(ids, lease_deadline)
+        await self._submit(_Renew(self._future(), self.partitions[partition], op=op))
+        return op.renewed
+
     async def call(self, fn: Callable[[], Awaitable[T]]) -> T:
         """Runs ``fn`` inside the loop, between batches (cold requests: stats, clear, storage API)."""
         result: T = await self._submit(_Cold(self._future(), fn=fn))
@@ -227,7 +239,7 @@ class LogicalQueue:
     def waiting(self) -> LogicalStats:
         """The counts of requests waiting on this logical queue."""
         produce = sum(1 for r in self._pending if isinstance(r, _Produce))
-        complete = sum(1 for r in self._pending if isinstance(r, _Complete | _Retry))
+        complete = sum(1 for r in self._pending if isinstance(r, _Complete | _Retry | _Renew))
         return LogicalStats(
             produce,
             len(self._leases) + sum(isinstance(r, _Lease) for r in self._pending),
@@ -366,6 +378,8 @@ class LogicalQueue:
                     batch_of(req.partition).complete.append(req.op)
                 elif isinstance(req, _Retry):
                     batch_of(req.partition).retry.append(req.op)
+                elif isinstance(req, _Renew):
+                    batch_of(req.partition).renew.append(req.op)
 
         lease_deadline = now + settings.lease_timeout
         for lease in self._leases:
@@ -392,7 +406,7 @@ class LogicalQueue:
                 _fail_future(req.future, RetryRequest("internal error, try your request again"))
             elif isinstance(req, _Produce):
                 _settle(req.future, None)
-            elif isinstance(req, _Complete | _Retry):
+            elif isinstance(req, _Complete | _Retry | _Renew):
                 if req.op.error is not None:
                     _fail_future(req.future, req.op.error)
                 else:

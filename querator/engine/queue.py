@@ -49,6 +49,9 @@ class Queue:
     async def retry(self, partition: int, entries: list[RetryEntry]) -> None:
         await self.owner(partition).retry(partition, entries)
 
+    async def renew(self, partition: int, ids: list[str], lease_deadline: int) -> list[Item]:
+        return await self.owner(partition).renew(partition, ids, lease_deadline)
+
     async def stats(self) -> list[tuple[LogicalStats, list[tuple[int, PartitionStats]]]]:
         """Per logical queue: its waiting counts and each of its partitions' storage stats."""
         waiting = self.logical.waiting()

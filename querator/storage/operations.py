@@ -59,16 +59,27 @@ class RetryOp:
 
 
 @dataclass(slots=True)
+class RenewOp:
+    """One renew request: new lease deadlines for leased items; error semantics as for CompleteOp."""
+
+    ids: list[str]
+    lease_deadline: int
+    renewed: list[Item] = field(default_factory=list)
+    error: QueratorError | None = None
+
+
+@dataclass(slots=True)
 class PartitionBatch:
     """Everything one LogicalQueue loop iteration asks of one partition, applied in this order."""
 
     produce: list[Item] = field(default_factory=list)
     lease: list[LeaseOp] = field(default_factory=list)
+    renew: list[RenewOp] = field(default_factory=list)
     complete: list[CompleteOp] = field(default_factory=list)
     retry: list[RetryOp] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.produce or self.lease or self.complete or self.retry)
+        return bool(self.produce or self.lease or self.renew or self.complete or self.retry)
 
 
 @dataclass(slots=True)
@@ -110,14 +121,18 @@ def storage_id_error(item_id: str) -> InvalidOption | None:
 def apply_batch(
     tx: PartitionTx, batch: PartitionBatch, now: int, new_id: NewId, has_dead_queue: bool
 ) -> BatchResult:
-    """Applies a batch: produce, lease, complete, retry, in that order."""
+    """Applies a batch: produce, lease, renew, complete, retry, in that order.
+
+    Renew goes before complete so that a consumer's heartbeat racing its own completion in one batch
+    does not fail.
+    """
     result = BatchResult()
     if batch.produce:
         _produce(tx, batch.produce, now, new_id, result)
     if batch.lease:
         _lease(tx, batch.lease, result)
-    if batch.complete or batch.retry:
-        _complete_and_retry(tx, batch, now, new_id, has_dead_queue, result)
+    if batch.renew or batch.complete or batch.retry:
+        _settle_leases(tx, batch, now, new_id, has_dead_queue, result)
     return result
 
 
@@ -161,10 +176,12 @@ def _lease(tx: PartitionTx, ops: list[LeaseOp], result: BatchResult) -> None:
     result.leased_delta += len(taken)
 
 
-def _complete_and_retry(
+def _settle_leases(
     tx: PartitionTx, batch: PartitionBatch, now: int, new_id: NewId, has_dead_queue: bool, result: BatchResult
 ) -> None:
+    """Renew, complete and retry: each acts on items that must be leased, and checks them the same way."""
     wanted = {i for op in batch.complete for i in op.ids}
+    wanted.update(i for op in batch.renew for i in op.ids)
     wanted.update(e.id for op in batch.retry for e in op.items)
     found = tx.get(wanted)
     deleted: set[str] = set()
@@ -180,6 +197,17 @@ def _complete_and_retry(
         if not item.is_leased:
             return InvalidOption(f"item(s) cannot be {verb}; '{item_id}' is not marked as leased")
         return item
+
+    for nop in batch.renew:
+        for item_id in nop.ids:
+            got = leased(item_id, "renewed")
+            if isinstance(got, InvalidOption):
+                nop.error = got
+                break
+            got = updated.get(item_id) or got.copy()
+            got.lease_deadline = nop.lease_deadline
+            updated[item_id] = got
+            nop.renewed.append(got)
 
     for op in batch.complete:
         for item_id in op.ids:
@@ -198,6 +226,7 @@ def _complete_and_retry(
                 rop.error = got
                 break
             result.leased_delta -= 1
+            updated.pop(entry.id, None)  # a renew earlier in this batch no longer matters
             got = got.copy()
             got.is_leased = False
             got.lease_deadline = 0

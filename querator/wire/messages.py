@@ -47,7 +47,17 @@ class QueueProduceItem(Message):
     # ``bytes`` annotation would resolve to this field's own slot descriptor: spell the type out.
     bytes: builtins.bytes = b""
     utf8: str = ""
-    __pb__ = {"encoding": 1, "kind": 2, "reference": 3, "enqueue_at": 4, "bytes": 5, "utf8": 6}
+    dedup_id: str = ""
+    # Extension fields (extensions.md) take numbers from 100 so the reference's future fields stay free.
+    __pb__ = {
+        "encoding": 1,
+        "kind": 2,
+        "reference": 3,
+        "enqueue_at": 4,
+        "bytes": 5,
+        "utf8": 6,
+        "dedup_id": 100,
+    }
 
 
 class QueueProduceRequest(Message):
@@ -188,6 +198,7 @@ class QueueInfo(Message):
     requested_partitions: int = 0
     partitions: list[PartitionInfo] = []
     namespace: str = ""
+    dedup_window: str = ""
     __pb__ = {
         "queue_name": 1,
         "created_at": 2,
@@ -200,6 +211,7 @@ class QueueInfo(Message):
         "requested_partitions": 9,
         "partitions": 10,
         "namespace": 11,
+        "dedup_window": 100,
     }
 
 
@@ -291,3 +303,39 @@ class StorageItemsDeleteRequest(Message):
     partition: int = 0
     ids: list[str] = []
     __pb__ = {"queue_name": 1, "partition": 2, "ids": 3}
+
+
+# -- extensions (extensions.md) --------------------------------------------------------------------------
+
+
+class QueueRenewRequest(Message):
+    queue_name: str = ""
+    partition: int = 0
+    ids: list[str] = []
+    lease_timeout: str = ""
+    request_timeout: str = ""
+    __pb__ = {"queue_name": 1, "partition": 2, "ids": 3, "lease_timeout": 4, "request_timeout": 5}
+
+
+class QueueRenewItem(Message):
+    id: str = ""
+    lease_deadline: datetime | None = None
+    __pb__ = {"id": 1, "lease_deadline": 2}
+
+
+class QueueRenewResponse(Message):
+    items: list[QueueRenewItem] = []
+    __pb__ = {"items": 1}
+
+
+class QueueRedriveRequest(Message):
+    queue_name: str = ""
+    target_queue: str = ""
+    limit: int = 0
+    request_timeout: str = ""
+    __pb__ = {"queue_name": 1, "target_queue": 2, "limit": 3, "request_timeout": 4}
+
+
+class QueueRedriveResponse(Message):
+    moved: int = 0
+    __pb__ = {"moved": 1}
