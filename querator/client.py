@@ -29,8 +29,10 @@ would have meant a new session, a new connection and a new TCP handshake on ever
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -39,6 +41,7 @@ import aiohttp
 import msgspec
 
 from querator import __version__
+from querator.clock import MICROS, SystemClock, from_datetime
 from querator.duration import SECOND, DurationError, format_duration, parse_duration
 from querator.errors import QueratorError, error_for, plain_error
 from querator.wire import codec
@@ -313,6 +316,115 @@ class AsyncClient:
         )
         await self._reply_call("/v1/queue.retry", msg)
 
+    async def renew(
+        self,
+        queue_name: str,
+        partition: int,
+        ids: Sequence[str],
+        lease_timeout: str = "",
+        request_timeout: str = "1m",
+    ) -> m.QueueRenewResponse:
+        """Extends leases (a heartbeat): each leased id's deadline becomes now + ``lease_timeout``.
+
+        ``lease_timeout`` defaults to the queue's and may not exceed its expire timeout. Ids are processed
+        in order; the first that fails stops the request, and the ids before it stay renewed.
+
+        Raises:
+            InvalidOption: unknown queue or partition, no ids, an id that does not exist or is not leased
+                (its lease expired and it went back to the queue), a bad ``lease_timeout``.
+            RetryRequest: a storage or partition failure.
+            ConnectionFailed: no reply; some ids may have been renewed.
+        """
+        msg = m.QueueRenewRequest(
+            queue_name=queue_name,
+            partition=partition,
+            ids=list(ids),
+            lease_timeout=lease_timeout,
+            request_timeout=request_timeout,
+        )
+        return await self.call(
+            "/v1/queue.renew", msg, m.QueueRenewResponse, seconds=_http_timeout(request_timeout)
+        )
+
+    @contextlib.asynccontextmanager
+    async def leased(
+        self,
+        queue_name: str,
+        batch_size: int,
+        client_id: str,
+        request_timeout: str = "1m",
+        lease_timeout: str = "",
+    ) -> AsyncIterator[m.QueueLeaseResponse]:
+        """Leases items for the body of an ``async with``, renewing the leases while it runs.
+
+        On a normal exit the items are completed; if the body raises, they are retried (now) and the
+        exception propagates. Renewal happens when a third of the time left on the lease has passed
+        (measured against the server's ``lease_deadline``, so pass ``lease_timeout`` when client and
+        server clocks may disagree by more than a fraction of it).
+
+        Example::
+
+            async with client.leased("orders", 10, "worker-1") as lease:
+                for item in lease.items:
+                    await handle(item.bytes)
+
+        Raises:
+            as ``lease`` when leasing; as ``complete``/``retry`` on exit; a renewal failure (the lease was
+            lost) is raised on exit instead of completing.
+        """
+        lease = await self.lease(queue_name, batch_size, client_id, request_timeout)
+        ids = [i.id for i in lease.items]
+        renewing = asyncio.create_task(self._keep_renewed(lease, lease_timeout))
+        try:
+            yield lease
+        except BaseException:
+            await _stopped(renewing)
+            with contextlib.suppress(QueratorError):
+                # Best effort: items not retried come back anyway when their lease expires.
+                await self.retry(queue_name, lease.partition, ids)
+            raise
+        lost = await _stopped(renewing)
+        if lost is not None:
+            raise lost  # a renewal failed: the items may no longer be ours to complete
+        await self.complete(queue_name, lease.partition, ids)
+
+    async def _keep_renewed(self, lease: m.QueueLeaseResponse, lease_timeout: str) -> None:
+        """Renews ``lease``'s items each time a third of their remaining lease has passed."""
+        if not lease.items:
+            return
+        ids = [i.id for i in lease.items]
+        deadline = lease.items[0].lease_deadline
+        period = parse_duration(lease_timeout) / 1e9 / 3 if lease_timeout else 0.0
+        clock = SystemClock()
+        while True:
+            if not period:
+                left = (from_datetime(deadline) - clock.now()) / MICROS if deadline else 1.0
+                await asyncio.sleep(max(left / 3, 0.01))
+            else:
+                await asyncio.sleep(period)
+            reply = await self.renew(lease.queue_name, lease.partition, ids, lease_timeout)
+            deadline = reply.items[0].lease_deadline if reply.items else deadline
+
+    async def redrive(
+        self, queue_name: str, target_queue: str, limit: int = 0, request_timeout: str = "1m"
+    ) -> int:
+        """Moves items of a dead-letter queue into ``target_queue`` (FIFO; at most ``limit``, 0 = all).
+
+        Returns the number moved; fewer than asked when ``request_timeout`` ran out first (call again to
+        go on). An interrupted redrive neither loses nor duplicates items.
+
+        Raises:
+            InvalidOption: unknown queue or target, target equal to the queue, negative limit.
+            RetryRequest: a storage or partition failure; items moved so far stay moved.
+        """
+        msg = m.QueueRedriveRequest(
+            queue_name=queue_name, target_queue=target_queue, limit=limit, request_timeout=request_timeout
+        )
+        reply = await self.call(
+            "/v1/queue.redrive", msg, m.QueueRedriveResponse, seconds=_http_timeout(request_timeout)
+        )
+        return reply.moved
+
     async def stats(self, queue_name: str) -> m.QueueStatsResponse:
         """Counts of waiting requests and, per partition, of items, leases, failures and ages.
 
@@ -536,6 +648,18 @@ def new_queue_info(
     )
 
 
+async def _stopped(task: asyncio.Task[None]) -> BaseException | None:
+    """Cancels ``task`` and waits for it; the exception it had already failed with, if any."""
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        return None
+    except Exception as e:
+        return e
+    return None
+
+
 def _snippet(body: bytes) -> str:
     text = body[:_SNIPPET].decode("utf-8", "replace").strip()
     return text + ("..." if len(body) > _SNIPPET else "") if text else "<empty body>"
@@ -648,6 +772,46 @@ class Client:
     def retry(self, queue_name: str, partition: int, items: Sequence[RetryItem]) -> None:
         """See ``AsyncClient.retry``."""
         self._run(self.aio.retry(queue_name, partition, items))
+
+    def renew(
+        self,
+        queue_name: str,
+        partition: int,
+        ids: Sequence[str],
+        lease_timeout: str = "",
+        request_timeout: str = "1m",
+    ) -> m.QueueRenewResponse:
+        """See ``AsyncClient.renew``."""
+        return self._run(self.aio.renew(queue_name, partition, ids, lease_timeout, request_timeout))
+
+    @contextlib.contextmanager
+    def leased(
+        self,
+        queue_name: str,
+        batch_size: int,
+        client_id: str,
+        request_timeout: str = "1m",
+        lease_timeout: str = "",
+    ) -> Iterator[m.QueueLeaseResponse]:
+        """See ``AsyncClient.leased``; renewal runs on the client's own loop while the body works."""
+        lease = self.lease(queue_name, batch_size, client_id, request_timeout)
+        ids = [i.id for i in lease.items]
+        renewing = asyncio.run_coroutine_threadsafe(self.aio._keep_renewed(lease, lease_timeout), self._loop)
+        try:
+            yield lease
+        except BaseException:
+            renewing.cancel()
+            with contextlib.suppress(QueratorError):
+                self.retry(queue_name, lease.partition, ids)
+            raise
+        renewing.cancel()
+        with contextlib.suppress(concurrent.futures.CancelledError):
+            renewing.result()  # a renewal that failed raises here: the items may no longer be ours
+        self.complete(queue_name, lease.partition, ids)
+
+    def redrive(self, queue_name: str, target_queue: str, limit: int = 0, request_timeout: str = "1m") -> int:
+        """See ``AsyncClient.redrive``."""
+        return self._run(self.aio.redrive(queue_name, target_queue, limit, request_timeout))
 
     def stats(self, queue_name: str) -> m.QueueStatsResponse:
         """See ``AsyncClient.stats``."""

@@ -38,6 +38,21 @@ class Clock(Protocol):
         """Runs ``callback`` on the event loop once ``now() >= when``."""
 
 
+async def sleep_until(clock: Clock, when: int) -> None:
+    """Waits until ``clock.now() >= when`` (a FakeClock's advance wakes it, with no real waiting)."""
+    woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def wake() -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    timer = clock.call_at(when, wake)
+    try:
+        await woken
+    finally:
+        timer.cancel()
+
+
 class SystemClock:
     """The wall clock; timers are event-loop timers."""
 

@@ -7,14 +7,18 @@ follows the reference's order and messages (spec §1.5-§1.6), with the fixes of
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from datetime import datetime
 
-from querator.clock import Clock, SystemClock, from_datetime, to_datetime
+from querator import _tasks
+from querator.clock import Clock, SystemClock, from_datetime, sleep_until, to_datetime
 from querator.duration import DurationError, format_duration, parse_duration
 from querator.engine.queue import Queue
 from querator.engine.queues_manager import QueuesManager
 from querator.errors import InvalidOption, shutting_down
-from querator.storage.base import ClearOptions, Item, QueueRecord, Store
+from querator.storage.base import DEFAULT_DEDUP_WINDOW, ClearOptions, Item, QueueRecord, Store
 from querator.storage.operations import RetryEntry, storage_id_error
 from querator.wire import messages as m
 
@@ -25,9 +29,14 @@ MAX_REQUEST_TIMEOUT = 15 * 60 * 1_000_000
 MIN_REQUEST_TIMEOUT = 10_000
 MAX_LIST_LIMIT = 65536
 MAX_PARTITIONS = 4096
+MAX_DEDUP_ID = 128
+MAX_DEDUP_WINDOW = 7 * 24 * 3600 * 1_000_000
 DEFAULT_LIST_LIMIT = 1000
 SYSTEM_NAMESPACE = "_system"
 NANOS_PER_MICRO = 1000
+DEDUP_PURGE_INTERVAL = 60 * 1_000_000
+
+log = logging.getLogger(__name__)
 
 
 class Service:
@@ -38,16 +47,33 @@ class Service:
         self.store = store
         self.manager = QueuesManager(store, self.clock, max_requests_per_queue)
         self._closing = False
+        self._purger: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Opens the storage backend."""
+        """Opens the storage backend and starts dropping expired de-duplication records."""
         await self.store.open()
+        self._purger = _tasks.start(self._purge_dedup(), "dedup-purge")
 
     async def shutdown(self) -> None:
         """Stops every queue (waiting requests get 453), then closes storage."""
         self._closing = True
+        if self._purger is not None:
+            self._purger.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._purger
         await self.manager.shutdown()
         await self.store.close()
+
+    async def _purge_dedup(self) -> None:
+        while True:
+            await sleep_until(self.clock, self.clock.now() + DEDUP_PURGE_INTERVAL)
+            try:
+                purged = await self.store.purge_dedup(self.clock.now())
+            except Exception as e:
+                log.warning("dropping expired dedup ids failed (tried again later): %s", e)
+            else:
+                if purged:
+                    log.debug("dropped %d expired dedup ids", purged)
 
     async def _queue(self, name: str) -> Queue:
         if self._closing:
@@ -67,6 +93,11 @@ class Service:
                 "items is invalid; max_produce_batch_size is "
                 f"{MAX_PRODUCE_BATCH} but received {len(req.items)}"
             )
+        for i in req.items:
+            if len(i.dedup_id) > MAX_DEDUP_ID:
+                raise InvalidOption(
+                    f"dedup id is invalid; cannot be greater than '{MAX_DEDUP_ID}' characters"
+                )
         items = [
             Item(
                 enqueue_at=from_datetime(i.enqueue_at) if i.enqueue_at is not None else 0,
@@ -74,6 +105,7 @@ class Service:
                 encoding=i.encoding,
                 kind=i.kind,
                 payload=i.bytes or i.utf8.encode(),
+                dedup_id=i.dedup_id,
             )
             for i in req.items
         ]
@@ -209,6 +241,7 @@ class Service:
             requested_partitions=info.requested_partitions,
             created_at=now,
             updated_at=now,
+            dedup_window=_dedup_window(info.dedup_window, DEFAULT_DEDUP_WINDOW),
         )
         _check_record(record)
         await self.manager.create(record)
@@ -233,6 +266,7 @@ class Service:
             created_at=current.created_at,
             updated_at=max(self.clock.now(), current.updated_at + 1),
             extra=current.extra,
+            dedup_window=_dedup_window(info.dedup_window, current.dedup_window),
         )
         _check_record(record)
         if record.requested_partitions < current.requested_partitions:
@@ -346,6 +380,12 @@ def queue_info(r: QueueRecord) -> m.QueueInfo:
         max_attempts=r.max_attempts,
         requested_partitions=r.requested_partitions,
         namespace=r.namespace,
+        # Only when not the default: a reference client rejects fields it does not know.
+        dedup_window=(
+            ""
+            if r.dedup_window == DEFAULT_DEDUP_WINDOW
+            else format_duration(r.dedup_window * NANOS_PER_MICRO)
+        ),
     )
 
 
@@ -459,6 +499,24 @@ def _queue_duration(text: str, what: str, formats: str) -> int:
         raise InvalidOption(f"{what} is invalid; cannot be negative but '{text}' was given")
     # Zero reads as "not given": on create the store check answers "cannot be empty", on update the
     # current value is kept (as the reference does for a zero duration).
+    return nanos // NANOS_PER_MICRO
+
+
+def _dedup_window(text: str, unset: int) -> int:
+    """A queue's dedup_window in microseconds; ``unset`` when not given, 0 (``0s``) disables."""
+    if not text:
+        return unset
+    try:
+        nanos = parse_duration(text)
+    except DurationError as e:
+        raise InvalidOption(f"dedup window is invalid; {e} - expected format: 5m, 1h or 0s") from None
+    if nanos < 0:
+        raise InvalidOption(f"dedup window is invalid; cannot be negative but '{text}' was given")
+    if nanos > MAX_DEDUP_WINDOW * NANOS_PER_MICRO:
+        raise InvalidOption(
+            f"dedup window is invalid; maximum is '{format_duration(MAX_DEDUP_WINDOW * NANOS_PER_MICRO)}'"
+            f" but '{format_duration(nanos)}' was given"
+        )
     return nanos // NANOS_PER_MICRO
 
 

@@ -56,7 +56,7 @@ async def test_renew_of_an_item_not_leased_is_400(api: Api) -> None:
     await api.create("q")
     await api.produce_n("q", 2)
     leased = (await api.lease("q"))["items"][0]["id"]
-    queued = [i["id"] for i in await api.items("q") if not i.get("is_leased")][0]
+    queued = next(i["id"] for i in await api.items("q") if not i.get("is_leased"))
     e = await api.error(
         "/v1/queue.renew",
         {"queue_name": "q", "partition": 0, "ids": [leased, queued], "request_timeout": "5s"},

@@ -430,8 +430,11 @@ class LogicalQueue:
     async def _apply(
         self, p: PartitionState, batch: PartitionBatch, now: int, has_dead_queue: bool
     ) -> BatchResult | StorageError:
+        dedup_window = self._queue.settings.dedup_window
         try:
-            result = await p.storage.run(lambda tx: apply_batch(tx, batch, now, p.new_id, has_dead_queue))
+            result = await p.storage.run(
+                lambda tx: apply_batch(tx, batch, now, p.new_id, has_dead_queue, dedup_window)
+            )
         except StorageError as e:
             self._fail(p, e)
             return e

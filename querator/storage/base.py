@@ -24,6 +24,9 @@ from typing import Protocol, TypeVar
 
 R = TypeVar("R")
 
+DEFAULT_DEDUP_WINDOW = 5 * 60 * 1_000_000
+"""A queue's dedup_window unless set (extensions.md), in microseconds."""
+
 
 @dataclass(slots=True)
 class Item:
@@ -42,6 +45,8 @@ class Item:
     encoding: str = ""
     kind: str = ""
     payload: bytes = b""
+    dedup_id: str = ""
+    """Only meaningful while an item is being produced; backends need not store it."""
 
     def copy(self) -> Item:
         """A snapshot that later writes to the stored item cannot change."""
@@ -59,6 +64,7 @@ class Item:
             self.encoding,
             self.kind,
             self.payload,
+            self.dedup_id,
         )
 
 
@@ -147,6 +153,14 @@ class PartitionTx(Protocol):
     def stats(self, now: int) -> PartitionStats:
         """Counts and ages for queue.stats."""
 
+    def dedup(self, dedup_ids: Collection[str], now: int, expires_at: int) -> set[str]:
+        """Produce de-duplication, queue-wide: records each id as seen until ``expires_at`` unless it is
+        already recorded for this queue (by any partition) and not yet expired; returns those ids.
+
+        Runs in the same transaction as the insert of the items it lets through, so a failed produce
+        leaves no record behind and a retried produce is not mistaken for a duplicate.
+        """
+
     def clear(self, options: ClearOptions) -> None:
         """Removes what queue.clear asks for."""
 
@@ -173,6 +187,7 @@ class QueueRecord:
     created_at: int = 0
     updated_at: int = 0
     extra: dict[str, str] = field(default_factory=dict)
+    dedup_window: int = DEFAULT_DEDUP_WINDOW
 
 
 class Store(Protocol):
@@ -188,7 +203,11 @@ class Store(Protocol):
         """The partition object (lazy: never fails, never does I/O)."""
 
     async def delete_partitions(self, queue: str, count: int) -> None:
-        """Removes every item of the queue's partitions 0..count-1."""
+        """Removes every item of the queue's partitions 0..count-1, and its de-duplication records."""
+
+    async def purge_dedup(self, now: int) -> int:
+        """Drops de-duplication records that expired before ``now``; returns how many (0 if the backend
+        expires them by itself)."""
 
     async def get_queue(self, name: str) -> QueueRecord | None:
         """The queue's settings, or None when it does not exist."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Sequence
+from functools import partial
 from itertools import islice
 
 from querator.storage.base import (
@@ -27,24 +28,41 @@ class MemoryPartition:
     drained from the front keeps the deleted slots until it resizes, so iterating it from the start
     would cost O(items ever dequeued) per lease. Ids that left ``queued`` are dropped from ``order``
     lazily, when they reach its front.
+
+    ``run`` is a transaction: every change made inside it is journaled as its inverse, and the journal
+    is played backwards if the function raises.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, dedup: dict[str, int] | None = None) -> None:
+        self.dedup_records = {} if dedup is None else dedup
+        """The queue's de-duplication records (dedup id -> expires at), shared by its partitions."""
         self.queued: dict[str, Item] = {}
         self.order: deque[str] = deque()
         self.leased: dict[str, Item] = {}
         self.scheduled: dict[str, Item] = {}
         self.sources: dict[str, str] = {}
         self.max_id = ""
+        self._journal: list[Callable[[], None]] | None = None
 
     async def run(self, fn: Callable[[PartitionTx], R]) -> R:
-        return fn(self)
+        journal: list[Callable[[], None]] = []
+        self._journal = journal
+        try:
+            return fn(self)
+        except BaseException:
+            for undo in reversed(journal):
+                undo()
+            raise
+        finally:
+            self._journal = None
 
     def last_id(self) -> str:
         return self.max_id
 
     def insert(self, items: Sequence[Item]) -> None:
         # Stored as given: stored items are never changed in place, only replaced (see base.py).
+        if self._journal is not None:
+            self._journal.append(partial(setattr, self, "max_id", self.max_id))
         for item in items:
             self._file(item)
             self.max_id = max(self.max_id, item.id)
@@ -59,6 +77,21 @@ class MemoryPartition:
             self.order.append(item.id)
         if item.source_id:
             self.sources[item.source_id] = item.id
+        if self._journal is not None:
+            self._journal.append(partial(self._unfile, item))
+
+    def _unfile(self, item: Item) -> None:
+        """Undoes ``_file``."""
+        if item.enqueue_at:
+            del self.scheduled[item.id]
+        elif item.is_leased:
+            del self.leased[item.id]
+        else:
+            del self.queued[item.id]
+            if self.order and self.order[-1] == item.id:
+                self.order.pop()
+        if item.source_id:
+            self.sources.pop(item.source_id, None)
 
     def _pop(self, item_id: str) -> Item | None:
         for state in (self.queued, self.leased, self.scheduled):
@@ -66,13 +99,23 @@ class MemoryPartition:
             if item is not None:
                 if item.source_id:
                     self.sources.pop(item.source_id, None)
+                if self._journal is not None:
+                    self._journal.append(partial(self._restore, state, item))
                 return item
         return None
+
+    def _restore(self, state: dict[str, Item], item: Item) -> None:
+        """Undoes ``_pop``; a queued item's id is still in ``order`` (dropping it is journaled too)."""
+        state[item.id] = item
+        if item.source_id:
+            self.sources[item.source_id] = item.id
 
     def head(self, limit: int) -> list[Item]:
         order, queued = self.order, self.queued
         while order and order[0] not in queued:
-            order.popleft()
+            dropped = order.popleft()
+            if self._journal is not None:
+                self._journal.append(partial(order.appendleft, dropped))
         found: list[Item] = []
         for item_id in order:
             item = queued.get(item_id)
@@ -143,13 +186,25 @@ class MemoryPartition:
             ),
         )
 
+    def dedup(self, dedup_ids: Collection[str], now: int, expires_at: int) -> set[str]:
+        records = self.dedup_records
+        seen = {d for d in dedup_ids if records.get(d, 0) > now}
+        for d in dedup_ids:
+            if d not in seen:
+                if self._journal is not None:
+                    self._journal.append(partial(_put_back, records, d, records.get(d)))
+                records[d] = expires_at
+        return seen
+
     def clear(self, options: ClearOptions) -> None:
         doomed: list[str] = []
         if options.scheduled:
             doomed.extend(self.scheduled)
         if options.queue:
             doomed.extend(self.queued)
-            self.order.clear()
+            if self._journal is not None:
+                self._journal.append(partial(setattr, self, "order", self.order.copy()))
+            self.order = deque()
             if options.destructive:
                 doomed.extend(self.leased)
         self.delete(doomed)
@@ -157,6 +212,13 @@ class MemoryPartition:
     def _unscheduled(self) -> Iterable[Item]:
         yield from self.queued.values()
         yield from self.leased.values()
+
+
+def _put_back(records: dict[str, int], key: str, value: int | None) -> None:
+    if value is None:
+        records.pop(key, None)
+    else:
+        records[key] = value
 
 
 def _id(item: Item) -> str:
@@ -174,6 +236,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self._queues: dict[str, QueueRecord] = {}
         self._partitions: dict[tuple[str, int], MemoryPartition] = {}
+        self._dedup: dict[str, dict[str, int]] = {}
 
     async def open(self) -> None:
         pass
@@ -185,12 +248,22 @@ class MemoryStore:
         key = (queue, number)
         part = self._partitions.get(key)
         if part is None:
-            part = self._partitions[key] = MemoryPartition()
+            part = self._partitions[key] = MemoryPartition(self._dedup.setdefault(queue, {}))
         return part
 
     async def delete_partitions(self, queue: str, count: int) -> None:
         for number in range(count):
             self._partitions.pop((queue, number), None)
+        self._dedup.pop(queue, None)
+
+    async def purge_dedup(self, now: int) -> int:
+        purged = 0
+        for records in self._dedup.values():
+            expired = [d for d, expires_at in records.items() if expires_at <= now]
+            for d in expired:
+                del records[d]
+            purged += len(expired)
+        return purged
 
     async def get_queue(self, name: str) -> QueueRecord | None:
         return self._queues.get(name)

@@ -119,7 +119,12 @@ def storage_id_error(item_id: str) -> InvalidOption | None:
 
 
 def apply_batch(
-    tx: PartitionTx, batch: PartitionBatch, now: int, new_id: NewId, has_dead_queue: bool
+    tx: PartitionTx,
+    batch: PartitionBatch,
+    now: int,
+    new_id: NewId,
+    has_dead_queue: bool,
+    dedup_window: int = 0,
 ) -> BatchResult:
     """Applies a batch: produce, lease, renew, complete, retry, in that order.
 
@@ -128,12 +133,29 @@ def apply_batch(
     """
     result = BatchResult()
     if batch.produce:
-        _produce(tx, batch.produce, now, new_id, result)
+        items = batch.produce
+        if dedup_window and any(i.dedup_id for i in items):
+            items = _not_seen(tx, items, now, dedup_window)
+        _produce(tx, items, now, new_id, result)
     if batch.lease:
         _lease(tx, batch.lease, result)
     if batch.renew or batch.complete or batch.retry:
         _settle_leases(tx, batch, now, new_id, has_dead_queue, result)
     return result
+
+
+def _not_seen(tx: PartitionTx, items: list[Item], now: int, dedup_window: int) -> list[Item]:
+    """The items to store: those without a dedup_id, and the first with each dedup_id not seen within
+    the window. The others are accepted (their produce answers 200) but not stored again."""
+    seen = tx.dedup({i.dedup_id for i in items if i.dedup_id}, now, now + dedup_window)
+    fresh: list[Item] = []
+    for item in items:
+        if item.dedup_id:
+            if item.dedup_id in seen:
+                continue
+            seen.add(item.dedup_id)
+        fresh.append(item)
+    return fresh
 
 
 def _produce(tx: PartitionTx, items: list[Item], now: int, new_id: NewId, result: BatchResult) -> None:

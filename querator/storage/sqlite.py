@@ -32,6 +32,7 @@ import msgspec
 
 from querator.errors import StorageError
 from querator.storage.base import (
+    DEFAULT_DEDUP_WINDOW,
     ClearOptions,
     Deadlines,
     Item,
@@ -47,7 +48,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 """``PRAGMA user_version`` of the schema below; a database written by a newer version is refused."""
 
 MAX_GROUP: Final = 64
@@ -61,6 +62,8 @@ CACHE_SIZE_KIB: Final = 32 * 1024
 MMAP_SIZE: Final = 256 * 1024 * 1024
 JOURNAL_SIZE_LIMIT: Final = 64 * 1024 * 1024
 """Bytes the WAL file is truncated back to after a checkpoint."""
+PURGE_LIMIT: Final = 10_000
+"""Most expired de-duplication records one purge transaction deletes."""
 BUSY_TIMEOUT_MS: Final = 5000
 """How long a transaction waits for a lock held by another process (none is expected)."""
 
@@ -118,6 +121,21 @@ SCHEMA: Final = (
     "CREATE INDEX IF NOT EXISTS items_scheduled ON items (part, id) WHERE enqueue_at > 0",
     "CREATE INDEX IF NOT EXISTS items_source ON items (part, source_id) WHERE source_id <> ''",
 )
+
+MIGRATIONS: Final = {
+    # Version 2: produce de-duplication (extensions.md).
+    2: (
+        f"ALTER TABLE queues ADD COLUMN dedup_window INTEGER NOT NULL DEFAULT {DEFAULT_DEDUP_WINDOW}",
+        """CREATE TABLE dedup (
+            queue TEXT NOT NULL,
+            id TEXT NOT NULL,
+            expires_at INTEGER NOT NULL,
+            PRIMARY KEY (queue, id)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX dedup_expiry ON dedup (expires_at)",
+    ),
+}
+"""Statements that bring a database from the previous version to each version; ``SCHEMA`` is version 1."""
 
 # --- statements ---------------------------------------------------------------------------------------
 
@@ -195,6 +213,17 @@ SQL_CLEAR_SCHEDULED: Final = (
     "DELETE FROM items INDEXED BY items_scheduled_at WHERE part = ? AND enqueue_at > 0"
 )
 
+# An expired record is taken over by the new produce: its window starts again from now.
+SQL_DEDUP: Final = (
+    "INSERT INTO dedup (queue, id, expires_at) VALUES (?1, ?2, ?3) ON CONFLICT (queue, id) "
+    "DO UPDATE SET expires_at = excluded.expires_at WHERE dedup.expires_at <= ?4"
+)
+SQL_PURGE_DEDUP: Final = (
+    "DELETE FROM dedup WHERE (queue, id) IN "
+    "(SELECT queue, id FROM dedup INDEXED BY dedup_expiry WHERE expires_at <= ? LIMIT ?)"
+)
+SQL_DELETE_QUEUE_DEDUP: Final = "DELETE FROM dedup WHERE queue = ?"
+
 SQL_PARTITION_KEY: Final = "SELECT key FROM partitions WHERE queue = ? AND number = ?"
 SQL_INSERT_PARTITION: Final = "INSERT INTO partitions (queue, number) VALUES (?, ?)"
 SQL_LAST_ID: Final = "SELECT last_id FROM partitions WHERE key = ?"
@@ -206,10 +235,10 @@ SQL_DELETE_PARTITIONS: Final = "DELETE FROM partitions WHERE queue = ? AND numbe
 
 _QUEUE_COLUMNS = (
     "name, namespace, lease_timeout, expire_timeout, dead_queue, max_attempts, reference, "
-    "requested_partitions, created_at, updated_at, extra"
+    "requested_partitions, created_at, updated_at, extra, dedup_window"
 )
 SQL_GET_QUEUE: Final = f"SELECT {_QUEUE_COLUMNS} FROM queues WHERE name = ?"
-_QUEUE_VALUES = ", ".join("?" * 11)
+_QUEUE_VALUES = ", ".join("?" * 12)
 SQL_ADD_QUEUE: Final = (
     f"INSERT INTO queues ({_QUEUE_COLUMNS}) VALUES ({_QUEUE_VALUES}) ON CONFLICT (name) DO NOTHING"
 )
@@ -262,12 +291,14 @@ def _queue_row(r: QueueRecord) -> tuple[Any, ...]:
     return (
         r.name, r.namespace, r.lease_timeout, r.expire_timeout, r.dead_queue, r.max_attempts, r.reference,
         r.requested_partitions, r.created_at, r.updated_at, _EXTRA_ENCODER.encode(r.extra).decode(),
+        r.dedup_window,
     )  # fmt: skip
 
 
 def _queue(row: tuple[Any, ...]) -> QueueRecord:
     record = QueueRecord(*row[:10])
     record.extra = _EXTRA_DECODER.decode(row[10])
+    record.dedup_window = row[11]
     return record
 
 
@@ -310,11 +341,12 @@ class _Worker:
 class SqliteTx:
     """``PartitionTx`` over the items of one partition key, inside the writer thread's transaction."""
 
-    __slots__ = ("_conn", "_key")
+    __slots__ = ("_conn", "_key", "_queue")
 
-    def __init__(self, conn: sqlite3.Connection, key: int) -> None:
+    def __init__(self, conn: sqlite3.Connection, key: int, queue_name: str) -> None:
         self._conn = conn
         self._key = key
+        self._queue = queue_name
 
     def last_id(self) -> str:
         row = self._conn.execute(SQL_LAST_ID, (self._key,)).fetchone()
@@ -372,6 +404,10 @@ class SqliteTx:
             average_age=int(age) // total if total else 0,
             average_leased_age=int(left) // leased if leased else 0,
         )
+
+    def dedup(self, dedup_ids: Collection[str], now: int, expires_at: int) -> set[str]:
+        execute, queue_name = self._conn.execute, self._queue
+        return {d for d in dedup_ids if execute(SQL_DEDUP, (queue_name, d, expires_at, now)).rowcount == 0}
 
     def clear(self, options: ClearOptions) -> None:
         key = (self._key,)
@@ -471,6 +507,9 @@ class _Writer:
                     )
                 for statement in SCHEMA:
                     conn.execute(statement)
+                for target in range(max(version, 1) + 1, SCHEMA_VERSION + 1):
+                    for statement in MIGRATIONS[target]:
+                        conn.execute(statement)
                 if version < SCHEMA_VERSION:
                     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 conn.execute("COMMIT")
@@ -624,7 +663,7 @@ class SqlitePartition:
         queue_name, number = self._queue, self._number
 
         def job(worker: _Worker) -> T:
-            return fn(SqliteTx(worker.conn, worker.partition_key(queue_name, number)))
+            return fn(SqliteTx(worker.conn, worker.partition_key(queue_name, number), queue_name))
 
         return await self._store._submit(job)
 
@@ -719,10 +758,22 @@ class SqliteStore:
         def job(worker: _Worker) -> None:
             worker.conn.execute(SQL_DELETE_PARTITION_ITEMS, (queue, count))
             worker.conn.execute(SQL_DELETE_PARTITIONS, (queue, count))
+            worker.conn.execute(SQL_DELETE_QUEUE_DEDUP, (queue,))
             for number in range(count):
                 worker.keys.pop((queue, number), None)
 
         await self._submit(job)
+
+    async def purge_dedup(self, now: int) -> int:
+        def job(worker: _Worker) -> int:
+            return int(worker.conn.execute(SQL_PURGE_DEDUP, (now, PURGE_LIMIT)).rowcount)
+
+        # A bounded delete per transaction keeps the writer thread free for produces in between.
+        purged = total = await self._submit(job)
+        while purged == PURGE_LIMIT:
+            purged = await self._submit(job)
+            total += purged
+        return total
 
     async def get_queue(self, name: str) -> QueueRecord | None:
         def job(worker: _Worker) -> QueueRecord | None:

@@ -26,6 +26,7 @@ from querator.storage.operations import (
     LifecycleResult,
     NewId,
     PartitionBatch,
+    RenewOp,
     RetryEntry,
     RetryOp,
     apply_batch,
@@ -71,11 +72,13 @@ class Part:
     async def run(self, fn: Callable[[PartitionTx], T]) -> T:
         return await self.partition.run(fn)
 
-    async def batch(self, batch: PartitionBatch, now: int = NOW, dead_queue: bool = False) -> BatchResult:
-        return await self.run(lambda tx: apply_batch(tx, batch, now, self.new_id, dead_queue))
+    async def batch(
+        self, batch: PartitionBatch, now: int = NOW, dead_queue: bool = False, dedup_window: int = 0
+    ) -> BatchResult:
+        return await self.run(lambda tx: apply_batch(tx, batch, now, self.new_id, dead_queue, dedup_window))
 
-    async def produce(self, *items: Item, now: int = NOW) -> list[Item]:
-        await self.batch(PartitionBatch(produce=list(items)), now)
+    async def produce(self, *items: Item, now: int = NOW, dedup_window: int = 0) -> list[Item]:
+        await self.batch(PartitionBatch(produce=list(items)), now, dedup_window=dedup_window)
         return list(items)
 
     async def lease(self, *sizes: int, deadline: int = NOW + 60 * SECOND) -> list[list[Item]]:
@@ -289,6 +292,105 @@ class StoreContract:
         assert error is not None
         assert error.message == f"invalid storage id; '{a.id}' does not exist"
         assert await part.list() == []
+
+    # --- renew --------------------------------------------------------------------------------------------
+
+    async def test_renew_moves_the_lease_deadline_only(self, part: Part) -> None:
+        a, b = await part.produce(item("a"), item("b"))
+        await part.lease(2)
+        op = RenewOp([b.id, a.id], NOW + 600 * SECOND)
+        result = await part.batch(PartitionBatch(renew=[op]))
+        assert op.error is None
+        assert ids(op.renewed) == [b.id, a.id]
+        assert (result.queued_delta, result.leased_delta) == (0, 0)
+        stored = await part.get(a.id, b.id)
+        for i in stored.values():
+            assert (i.is_leased, i.lease_deadline, i.attempts) == (True, NOW + 600 * SECOND, 1)
+        assert (await part.run(lambda tx: tx.deadlines())).lease_deadline == NOW + 600 * SECOND
+        assert await part.run(lambda tx: tx.expired_leases(NOW + 61 * SECOND, 10)) == []
+
+    async def test_renew_errors_keep_earlier_ids_renewed(self, part: Part) -> None:
+        a, b = await part.produce(item("a"), item("b"))
+        await part.lease(1)
+        op = RenewOp([a.id, b.id], NOW + 600 * SECOND)
+        await part.batch(PartitionBatch(renew=[op]))
+        assert op.error is not None
+        assert op.error.message == f"item(s) cannot be renewed; '{b.id}' is not marked as leased"
+        assert ids(op.renewed) == [a.id]
+        assert (await part.get(a.id))[a.id].lease_deadline == NOW + 600 * SECOND
+
+    async def test_renew_then_complete_or_retry_in_one_batch(self, part: Part) -> None:
+        a, b = await part.produce(item("a"), item("b"))
+        await part.lease(2)
+        renew = RenewOp([a.id, b.id], NOW + 600 * SECOND)
+        complete = CompleteOp([a.id])
+        retry = RetryOp([RetryEntry(b.id)])
+        result = await part.batch(PartitionBatch(renew=[renew], complete=[complete], retry=[retry]))
+        assert (renew.error, complete.error, retry.error) == (None, None, None)
+        assert result.leased_delta == -2
+        [requeued] = await part.list()
+        assert requeued.payload == b"b" and not requeued.is_leased and requeued.id not in (a.id, b.id)
+
+    # --- de-duplication -----------------------------------------------------------------------------------
+
+    async def test_dedup_ids_are_stored_once_per_window(self, part: Part) -> None:
+        window = 300 * SECOND
+        await part.produce(
+            item("a", dedup_id="x"), item("b"), item("a-again", dedup_id="x"), item("c", dedup_id="y"),
+            dedup_window=window,
+        )  # fmt: skip
+        assert payloads(await part.list()) == ["a", "b", "c"]
+        await part.produce(item("later", dedup_id="x"), now=NOW + window - 1, dedup_window=window)
+        assert payloads(await part.list()) == ["a", "b", "c"]
+        await part.produce(item("after", dedup_id="x"), now=NOW + window, dedup_window=window)
+        assert payloads(await part.list()) == ["a", "b", "c", "after"]
+
+    async def test_dedup_outlives_completion(self, part: Part) -> None:
+        (a,) = await part.produce(item("a", dedup_id="x"), dedup_window=60 * SECOND)
+        await part.lease(1)
+        assert await part.complete(a.id) is None
+        await part.produce(item("again", dedup_id="x"), now=NOW + SECOND, dedup_window=60 * SECOND)
+        assert await part.list() == []
+
+    async def test_without_a_window_dedup_ids_are_ignored(self, part: Part) -> None:
+        await part.produce(item("a", dedup_id="x"), item("b", dedup_id="x"))
+        assert payloads(await part.list()) == ["a", "b"]
+
+    async def test_dedup_is_queue_wide(self, store: Store) -> None:
+        window = 60 * SECOND
+        first, second = Part(store.partition("queue", 0)), Part(store.partition("queue", 1))
+        other = Part(store.partition("other", 0))
+        await first.produce(item("a", dedup_id="x"), dedup_window=window)
+        await second.produce(item("a", dedup_id="x"), dedup_window=window)
+        await other.produce(item("a", dedup_id="x"), dedup_window=window)
+        assert payloads(await first.list()) == ["a"]
+        assert await second.list() == []
+        assert payloads(await other.list()) == ["a"]
+
+    async def test_a_failed_produce_leaves_no_dedup_record(self, part: Part) -> None:
+        def failing(tx: PartitionTx) -> None:
+            apply_batch(
+                tx, PartitionBatch(produce=[item("a", dedup_id="x")]), NOW, part.new_id, False, SECOND
+            )
+            raise RuntimeError("boom")
+
+        with pytest.raises(RuntimeError):
+            await part.run(failing)
+        await part.produce(item("retried", dedup_id="x"), dedup_window=SECOND)
+        assert payloads(await part.list()) == ["retried"]
+
+    async def test_purge_and_delete_drop_dedup_records(self, store: Store) -> None:
+        part = Part(store.partition("queue", 0))
+        await part.produce(item("a", dedup_id="old"), dedup_window=SECOND)
+        await part.produce(item("b", dedup_id="new"), dedup_window=100 * SECOND)
+        purged = await store.purge_dedup(NOW + 2 * SECOND)
+        assert purged in (0, 1)  # 0: the backend expires records by itself
+        seen = await part.run(lambda tx: tx.dedup({"old", "new"}, NOW + 2 * SECOND, NOW + 3 * SECOND))
+        assert seen == {"new"}
+        await store.delete_partitions("queue", 1)
+        part = Part(store.partition("queue", 0))
+        await part.produce(item("c", dedup_id="new"), dedup_window=100 * SECOND)
+        assert payloads(await part.list()) == ["c"]
 
     # --- retry --------------------------------------------------------------------------------------------
 
@@ -596,6 +698,31 @@ class StoreContract:
             await part.run(fail)
         assert caught.value is error
         assert await part.run(lambda tx: tx.head(10)) == []
+
+    async def test_a_failed_run_changes_nothing(self, part: Part) -> None:
+        a, b, _, _ = await part.produce(item("a"), item("b"), item("c"), item("d", source_id="s"))
+        await part.produce(item("later", enqueue_at=NOW + 60 * SECOND))
+        await part.lease(1)
+        before = (await part.list(), await part.list(scheduled=True), await part.head(), await part.last_id())
+
+        def everything_then_fail(tx: PartitionTx) -> None:
+            batch = PartitionBatch(
+                produce=[item("e")], lease=[LeaseOp(2, NOW + SECOND)], complete=[CompleteOp([a.id])],
+                retry=[RetryOp([RetryEntry(a.id)])],
+            )  # fmt: skip
+            apply_batch(tx, batch, NOW, part.new_id, False)
+            lifecycle(tx, NOW + 3600 * SECOND, part.new_id, 0, False)
+            import_items(tx, [item("f", source_id="t")], NOW, part.new_id)
+            tx.clear(ClearOptions(queue=True, scheduled=True, destructive=True))
+            raise RuntimeError("boom")
+
+        with pytest.raises(RuntimeError):
+            await part.run(everything_then_fail)
+        after = (await part.list(), await part.list(scheduled=True), await part.head(), await part.last_id())
+        assert after == before
+        assert ids(await part.head()) == ids(before[2])
+        assert await part.run(lambda tx: tx.existing_source_ids({"s", "t"})) == {"s"}
+        assert (await part.get(a.id))[a.id].is_leased and not (await part.get(b.id))[b.id].is_leased
 
     async def test_partitions_are_independent(self, store: Store) -> None:
         first = Part(store.partition("queue", 0))

@@ -13,9 +13,9 @@ import pytest
 
 from querator.errors import StorageError
 from querator.ksuid import KsuidGenerator
-from querator.storage.base import Item, PartitionTx, QueueRecord, Store
+from querator.storage.base import DEFAULT_DEDUP_WINDOW, Item, PartitionTx, QueueRecord, Store
 from querator.storage.operations import NEAR_NOW, RetryEntry
-from querator.storage.sqlite import SqliteStorageError, SqliteStore
+from querator.storage.sqlite import SCHEMA, SCHEMA_VERSION, SqliteStorageError, SqliteStore
 from tests.storage.contract import NOW, SECOND, Part, StoreContract, ids, item, payloads
 
 
@@ -225,10 +225,31 @@ async def test_schema_is_created_once(tmp_path: Path) -> None:
         await store.close()
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone() == (1,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     finally:
         conn.close()
+
+
+async def test_a_version_1_database_is_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "v1.sqlite"
+    conn = sqlite3.connect(path)
+    for statement in SCHEMA:
+        conn.execute(statement)
+    conn.execute("INSERT INTO queues VALUES ('old', '_system', 1, 2, '', 0, '', 1, 3, 4, '{}')")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    store = SqliteStore(path)
+    await store.open()
+    try:
+        record = await store.get_queue("old")
+        assert record is not None and record.dedup_window == DEFAULT_DEDUP_WINDOW
+        part = store.partition("old", 0)
+        assert await part.run(lambda tx: tx.dedup({"a"}, NOW, NOW + 10)) == set()
+        assert await part.run(lambda tx: tx.dedup({"a", "b"}, NOW, NOW + 10)) == {"a"}
+    finally:
+        await store.close()
 
 
 async def test_scheduling_threshold_survives_restart(tmp_path: Path) -> None:
