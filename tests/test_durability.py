@@ -58,3 +58,16 @@ async def test_restart_keeps_queued_leased_and_scheduled(start_server: ServerFac
         if got == 27:
             break
     assert got == 27
+
+
+async def test_dedup_ids_survive_a_restart(start_server: ServerFactory) -> None:
+    clock = FakeClock()
+    first = await start_server(clock, data="dedup")
+    await first.create("q", requested_partitions=3)
+    await first.produce("q", [{"utf8": "a", "dedup_id": "x"}])
+    await first.service.shutdown()
+    second = await start_server(clock, data="dedup")
+    for _ in range(3):
+        await second.produce("q", [{"utf8": "a", "dedup_id": "x"}])
+    stats = await second.stats("q")
+    assert sum(p.get("total", 0) for p in stats["logicalQueues"][0]["partitions"]) == 1

@@ -1,0 +1,114 @@
+"""Produce de-duplication over real HTTP (extensions.md: dedup_id and the queue's dedup_window)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from querator.clock import FakeClock
+
+from .conftest import Api
+
+
+async def total(api: Api, queue: str) -> int:
+    partitions = (await api.stats(queue))["logicalQueues"][0]["partitions"]
+    return sum(int(p.get("total", 0)) for p in partitions)
+
+
+async def payloads(api: Api, queue: str, partitions: int = 1) -> list[str]:
+    found = []
+    for n in range(partitions):
+        found.extend(i["payload"] for i in await api.items(queue, n))
+    return found
+
+
+async def test_a_repeated_dedup_id_is_accepted_but_stored_once(api: Api) -> None:
+    await api.create("q")
+    await api.produce("q", [{"utf8": "a", "dedup_id": "order-1"}, {"utf8": "b"}])
+    await api.produce(
+        "q", [{"utf8": "a-retried", "dedup_id": "order-1"}, {"utf8": "c", "dedup_id": "order-2"}]
+    )
+    await api.produce("q", [{"utf8": "d", "dedup_id": "order-3"}, {"utf8": "d-twice", "dedup_id": "order-3"}])
+    leased = (await api.lease("q", batch_size=10))["items"]
+    assert [i["bytes"] for i in leased] == ["YQ==", "Yg==", "Yw==", "ZA=="]  # a, b, c, d
+
+
+async def test_the_window_holds_after_completion_and_ends(api: Api, clock: FakeClock) -> None:
+    await api.create("q", dedup_window="2m")
+    info = await api.post("/v1/queues.info", {"queue_name": "q"})
+    assert info["dedup_window"] == "2m0s"
+    await api.produce("q", [{"utf8": "first", "dedup_id": "x"}])
+    item = (await api.lease("q"))["items"][0]
+    await api.complete("q", 0, [item["id"]])
+    clock.advance(119)
+    await api.produce("q", [{"utf8": "too soon", "dedup_id": "x"}])
+    assert await total(api, "q") == 0
+    clock.advance(1)
+    await api.produce("q", [{"utf8": "next window", "dedup_id": "x"}])
+    assert await total(api, "q") == 1
+
+
+async def test_dedup_holds_across_partitions(api: Api) -> None:
+    await api.create("q", requested_partitions=4)
+    # Concurrent produces spread over the partitions (each goes to the emptiest one).
+    await asyncio.gather(*(api.produce("q", [{"utf8": f"copy-{n}", "dedup_id": "same"}]) for n in range(8)))
+    await asyncio.gather(*(api.produce("q", [{"utf8": f"other-{n}"}]) for n in range(3)))
+    assert await total(api, "q") == 4
+    stored = await payloads(api, "q", 4)
+    assert sum(1 for p in stored if p.startswith("Y29weS")) == 1  # base64 of "copy-"
+
+
+async def test_dedup_is_per_queue(api: Api) -> None:
+    await api.create("a")
+    await api.create("b")
+    await api.produce("a", [{"utf8": "x", "dedup_id": "same"}])
+    await api.produce("b", [{"utf8": "x", "dedup_id": "same"}])
+    assert (await total(api, "a"), await total(api, "b")) == (1, 1)
+
+
+async def test_a_zero_window_disables_dedup(api: Api) -> None:
+    await api.create("q", dedup_window="0s")
+    assert (await api.post("/v1/queues.info", {"queue_name": "q"}))["dedup_window"] == "0s"
+    await api.produce("q", [{"utf8": "a", "dedup_id": "x"}, {"utf8": "b", "dedup_id": "x"}])
+    assert await total(api, "q") == 2
+
+
+async def test_the_default_window_is_five_minutes_and_not_shown(api: Api, clock: FakeClock) -> None:
+    await api.create("q")
+    assert "dedup_window" not in await api.post("/v1/queues.info", {"queue_name": "q"})
+    await api.produce("q", [{"utf8": "a", "dedup_id": "x"}])
+    clock.advance(299)
+    await api.produce("q", [{"utf8": "a", "dedup_id": "x"}])
+    assert await total(api, "q") == 1
+    clock.advance(1)
+    await api.produce("q", [{"utf8": "a", "dedup_id": "x"}])
+    assert await total(api, "q") == 2
+
+
+async def test_update_changes_or_keeps_the_window(api: Api) -> None:
+    await api.create("q", dedup_window="1m")
+    body: dict[str, Any] = {"queue_name": "q", "lease_timeout": "1m", "expire_timeout": "24h"}
+    await api.post("/v1/queues.update", body)
+    assert (await api.post("/v1/queues.info", {"queue_name": "q"}))["dedup_window"] == "1m0s"
+    await api.post("/v1/queues.update", {**body, "dedup_window": "10m"})
+    assert (await api.post("/v1/queues.info", {"queue_name": "q"}))["dedup_window"] == "10m0s"
+    await api.post("/v1/queues.update", {**body, "dedup_window": "5m"})
+    assert "dedup_window" not in await api.post("/v1/queues.info", {"queue_name": "q"})
+
+
+async def test_validation(api: Api) -> None:
+    await api.create("q")
+    e = await api.error(
+        "/v1/queue.produce",
+        {"queue_name": "q", "request_timeout": "1m", "items": [{"utf8": "a", "dedup_id": "x" * 129}]},
+    )
+    assert (e.status, e.message) == (400, "dedup id is invalid; cannot be greater than '128' characters")
+    await api.produce("q", [{"utf8": "a", "dedup_id": "x" * 128}])
+    base = {"queue_name": "r", "lease_timeout": "1m", "expire_timeout": "1h", "requested_partitions": 1}
+    for window, message in [
+        ("-1s", "dedup window is invalid; cannot be negative but '-1s' was given"),
+        ("soon", "dedup window is invalid; "),
+        ("169h", "dedup window is invalid; maximum is '168h0m0s' but '169h0m0s' was given"),
+    ]:
+        e = await api.error("/v1/queues.create", {**base, "dedup_window": window})
+        assert e.status == 400 and e.message.startswith(message), e.message
