@@ -51,6 +51,7 @@ def create_app(service: Service, max_produce_body: int = MAX_PRODUCE_BODY) -> we
         ("/v1/queue.complete", _rpc(s.complete, m.QueueCompleteRequest, DEFAULT_BODY)),
         ("/v1/queue.retry", _rpc(s.retry, m.QueueRetryRequest, DEFAULT_BODY)),
         ("/v1/queue.renew", _rpc(s.renew, m.QueueRenewRequest, DEFAULT_BODY)),
+        ("/v1/queue.redrive", _rpc(s.redrive, m.QueueRedriveRequest, SMALL_BODY)),
         ("/v1/queue.stats", _rpc(s.stats, m.QueueStatsRequest, SMALL_BODY)),
         ("/v1/queue.clear", _rpc(s.clear, m.QueueClearRequest, SMALL_BODY)),
         ("/v1/queue.reload", _rpc(s.reload, m.QueueReloadRequest, SMALL_BODY)),

@@ -17,6 +17,7 @@ from querator.clock import Clock, SystemClock, from_datetime, sleep_until, to_da
 from querator.duration import DurationError, format_duration, parse_duration
 from querator.engine.queue import Queue
 from querator.engine.queues_manager import QueuesManager
+from querator.engine.redrive import redrive
 from querator.errors import InvalidOption, shutting_down
 from querator.storage.base import DEFAULT_DEDUP_WINDOW, ClearOptions, Item, QueueRecord, Store
 from querator.storage.operations import RetryEntry, storage_id_error
@@ -181,6 +182,20 @@ class Service:
         return m.QueueRenewResponse(
             items=[m.QueueRenewItem(id=i.id, lease_deadline=to_datetime(i.lease_deadline)) for i in items]
         )
+
+    async def redrive(self, req: m.QueueRedriveRequest) -> m.QueueRedriveResponse:
+        """Moves items of a dead-letter queue into a target queue (extensions.md)."""
+        source = await self._queue(req.queue_name)
+        if not req.target_queue.strip():
+            raise InvalidOption("target queue is invalid; cannot be empty")
+        if req.target_queue == req.queue_name:
+            raise InvalidOption(f"target queue is invalid; '{req.target_queue}' is the queue being redriven")
+        target = await self._queue(req.target_queue)
+        if req.limit < 0:
+            raise InvalidOption(f"limit is invalid; cannot be negative, but {req.limit} was requested")
+        deadline = self.clock.now() + _request_timeout(req.request_timeout)
+        moved = await redrive(source, target, req.limit, deadline, self.clock)
+        return m.QueueRedriveResponse(moved=moved)
 
     async def stats(self, req: m.QueueStatsRequest) -> m.QueueStatsResponse:
         queue = await self._queue(req.queue_name)

@@ -13,7 +13,7 @@ from querator.clock import Clock
 from querator.engine.logical_queue import DeadLetter, LogicalQueue, LogicalStats
 from querator.errors import InvalidOption, RetryRequest
 from querator.storage.base import ClearOptions, Item, PartitionStats, PartitionTx, QueueRecord, Store
-from querator.storage.operations import RetryEntry, dead_letter_copies, import_items
+from querator.storage.operations import RetryEntry, import_items, moved_copies
 
 
 class Queue:
@@ -98,7 +98,7 @@ class Queue:
 
     async def accept_dead(self, items: list[Item]) -> None:
         """Stores copies of another queue's dead items in partition 0 (idempotent per source item)."""
-        copies = dead_letter_copies(items, self._clock.now(), self.settings.expire_timeout)
+        copies = moved_copies(items, self._clock.now(), self.settings.expire_timeout)
         await self.import_items(0, copies)
 
     async def shutdown(self) -> None:

@@ -358,13 +358,17 @@ def lifecycle(
     return result
 
 
-def dead_letter_copies(items: list[Item], now: int, expire_timeout: int) -> list[Item]:
-    """The copies a dead queue receives: new item, attempts 0, source_id = the dead item's id."""
+def moved_copies(
+    items: list[Item], now: int, expire_timeout: int, max_attempts: int | None = None
+) -> list[Item]:
+    """The copies another queue receives (dead-lettering, redrive): new items, attempts 0, source_id =
+    the moved item's id, so that importing them twice stores them once. ``max_attempts`` None keeps each
+    item's own."""
     return [
         Item(
             source_id=item.id,
             expire_deadline=now + expire_timeout,
-            max_attempts=item.max_attempts,
+            max_attempts=item.max_attempts if max_attempts is None else max_attempts,
             reference=item.reference,
             encoding=item.encoding,
             kind=item.kind,
