@@ -206,6 +206,58 @@ async def test_import_reload_delete_items(client: AsyncClient) -> None:
         await client.delete_items("q", 0, ["not-an-id"])
 
 
+WORK = 1.5
+"""Seconds a consumer below works on its items: three lease timeouts of its queue."""
+
+
+async def test_leased_renews_while_working_then_completes(client: AsyncClient) -> None:
+    await client.create_queue("slow", lease_timeout="500ms", expire_timeout="1m")
+    await client.produce("slow", ["a", "b"])
+    async with client.leased("slow", 2, "worker", request_timeout="5s") as lease:
+        ids = [i.id for i in lease.items]
+        await asyncio.sleep(WORK)  # the work itself, three lease timeouts long
+        items = (await client.list_items("slow", 0)).items
+        assert [(i.id, i.is_leased, i.attempts) for i in items] == [(ids[0], True, 1), (ids[1], True, 1)]
+    assert (await client.list_items("slow", 0)).items == []
+
+
+async def test_leased_retries_when_the_work_fails(client: AsyncClient) -> None:
+    await client.create_queue("q", lease_timeout="1m", expire_timeout="1h")
+    await client.produce("q", ["a"])
+    with pytest.raises(ZeroDivisionError):
+        async with client.leased("q", 1, "worker", lease_timeout="30s") as lease:
+            first = lease.items[0].id
+            _ = 1 / 0
+    again = await client.lease("q", 1, "worker", request_timeout="5s")
+    assert again.items[0].attempts == 2 and again.items[0].id != first
+
+
+async def test_leased_raises_when_the_lease_was_lost(client: AsyncClient) -> None:
+    await client.create_queue("q", lease_timeout="1m", expire_timeout="1h")
+    await client.produce("q", ["a"])
+    with pytest.raises(InvalidOption, match="does not exist"):
+        async with client.leased("q", 1, "worker", lease_timeout="300ms") as lease:
+            # Someone else completes it (an operator, or a duplicate worker after an expiry).
+            await client.complete("q", lease.partition, [lease.items[0].id])
+            await asyncio.sleep(WORK)  # work long enough for the next renewal to find the item gone
+    assert (await client.list_items("q", 0)).items == []
+
+
+async def test_renew_and_redrive(client: AsyncClient) -> None:
+    await client.create_queue("dead")
+    await client.create_queue("q", dead_queue="dead", expire_timeout="1h")
+    await client.produce("q", ["a", "b"])
+    lease = await client.lease("q", 2, "c", request_timeout="5s")
+    reply = await client.renew("q", lease.partition, [i.id for i in lease.items], lease_timeout="10m")
+    assert [i.id for i in reply.items] == [i.id for i in lease.items]
+    assert all(i.lease_deadline is not None for i in reply.items)
+    await client.retry("q", lease.partition, [m.QueueRetryItem(id=i.id, dead=True) for i in lease.items])
+    assert await client.redrive("dead", "q", limit=1) == 1
+    assert await client.redrive("dead", "q") == 1
+    again = await client.lease("q", 2, "c", request_timeout="5s")
+    assert [i.bytes for i in again.items] == [b"a", b"b"]
+
+
 async def test_health(client: AsyncClient) -> None:
     health = await client.health()
     assert health["status"] == "pass"
@@ -335,6 +387,24 @@ async def test_sync_client(endpoint: str) -> None:
 
     leased = await asyncio.to_thread(scenario)
     assert sorted(leased) == sorted(f"item-{i}".encode() for i in range(20))
+
+
+async def test_sync_leased_renews_then_completes_or_retries(endpoint: str) -> None:
+    def scenario() -> None:
+        with Client(endpoint) as c:
+            c.create_queue("slow", lease_timeout="500ms", expire_timeout="1m")
+            c.produce("slow", ["a", "b"])
+            with c.leased("slow", 1, "worker", request_timeout="5s") as lease:
+                time.sleep(WORK)  # the work itself, three lease timeouts long
+                [item, _] = c.list_items("slow", 0).items
+                assert (item.id, item.is_leased) == (lease.items[0].id, True)
+            with pytest.raises(KeyError), c.leased("slow", 1, "worker", request_timeout="5s"):
+                raise KeyError("failed")
+            assert [i.attempts for i in c.list_items("slow", 0).items] == [1]
+            assert c.redrive("slow", "slow-2") is None
+
+    with pytest.raises(InvalidOption, match="no such queue named 'slow-2'"):
+        await asyncio.to_thread(scenario)
 
 
 # -- transport behaviour against a fake server ---------------------------------------------------------------
