@@ -22,7 +22,8 @@ from pathlib import Path
 import msgspec
 
 from querator import __version__
-from querator.client import DEFAULT_ENDPOINT, AsyncClient, ConnectionFailed
+from querator.auth import generate_key, key_hash
+from querator.client import DEFAULT_ENDPOINT, AsyncClient, ConnectionFailed, new_queue_info
 from querator.config import ConfigError, ServerConfig, environment, load, option_name
 from querator.duration import DurationError, format_duration, parse_duration
 from querator.errors import QueratorError
@@ -120,6 +121,12 @@ def _queue_options(p: argparse.ArgumentParser, create: bool) -> None:
     )
     p.add_argument("--reference", default="" if create else None, help="free-form text kept with the queue")
     p.add_argument(
+        "--dedup-window",
+        type=_duration,
+        default=None,
+        help="how long a produce dedup_id is remembered (default 5m; 0s disables)",
+    )
+    p.add_argument(
         "--partitions",
         type=int,
         default=1 if create else None,
@@ -184,6 +191,7 @@ def _client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--kind", default="", help="free-form kind of the item")
     p.add_argument("--reference", default="", help="free-form reference of the item")
     p.add_argument("--enqueue-at", type=_timestamp, help="RFC 3339 time from which the item may be leased")
+    p.add_argument("--dedup-id", default="", help="produce de-duplication id (one item only)")
     p.add_argument("--timeout", type=_duration, default="30s", help="request timeout (default 30s)")
 
     p = add("lease", "lease items and print them")
@@ -214,6 +222,22 @@ def _client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     when.add_argument("--retry-at", type=_timestamp, help="RFC 3339 time of the retry (default: now)")
     when.add_argument("--dead", action="store_true", help="send the items to the dead queue (or drop them)")
 
+    p = add("renew", "extend the leases of leased items")
+    p.add_argument("queue")
+    p.add_argument("ids", nargs="*", metavar="id")
+    p.add_argument(
+        "-p", "--partition", type=int, required=True, help="the partition the items were leased from"
+    )
+    p.add_argument("--file", help="more ids, one per line ('-' = stdin)")
+    p.add_argument("--lease-timeout", type=_duration, default="", help="new lease (default: the queue's)")
+    p.add_argument("--timeout", type=_duration, default="30s", help="request timeout (default 30s)")
+
+    p = add("redrive", "move the items of a dead-letter queue into another queue")
+    p.add_argument("queue", help="the dead-letter queue")
+    p.add_argument("target", help="the queue the items move to")
+    p.add_argument("--limit", type=int, default=0, help="at most this many (default: all)")
+    p.add_argument("--timeout", type=_duration, default="5m", help="request timeout (default 5m)")
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -222,6 +246,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _serve_parser(sub)
     sub.add_parser("version", help="print the version")
+    p = sub.add_parser(
+        "apikey",
+        help="generate an API key",
+        description="Generate an API key: prints the key (give it to the client, once) and its SHA-256 hash "
+        "(give it to the server with --api-keys or --api-keys-file).",
+    )
+    p.add_argument(
+        "--tag", default="live", help="lowercase letters or digits shown in the key (default live)"
+    )
     _client_parsers(sub)
     return parser
 
@@ -250,7 +283,7 @@ def _ids(args: argparse.Namespace) -> list[str]:
 
 
 async def _create(client: AsyncClient, args: argparse.Namespace) -> None:
-    await client.create_queue(
+    info = new_queue_info(
         args.queue,
         lease_timeout=args.lease_timeout,
         expire_timeout=args.expire_timeout or format_duration(60 * parse_duration(args.lease_timeout)),
@@ -260,10 +293,12 @@ async def _create(client: AsyncClient, args: argparse.Namespace) -> None:
         partitions=args.partitions,
         namespace=args.namespace,
     )
+    await client.create_queue(msgspec.structs.replace(info, dedup_window=args.dedup_window or ""))
 
 
 async def _update(client: AsyncClient, args: argparse.Namespace) -> None:
     changes = {
+        "dedup_window": args.dedup_window,
         "lease_timeout": args.lease_timeout,
         "expire_timeout": args.expire_timeout,
         "max_attempts": args.max_attempts,
@@ -275,7 +310,7 @@ async def _update(client: AsyncClient, args: argparse.Namespace) -> None:
     if not changes:
         raise UsageError(
             "nothing to update; give at least one of --lease-timeout, --expire-timeout, --max-attempts, "
-            "--dead-queue, --reference, --partitions"
+            "--dead-queue, --reference, --partitions, --dedup-window"
         )
     current = await client.queue_info(args.queue)
     await client.update_queue(msgspec.structs.replace(current, **changes))
@@ -319,9 +354,12 @@ async def _produce(client: AsyncClient, args: argparse.Namespace) -> None:
             kind=args.kind,
             reference=args.reference,
             enqueue_at=args.enqueue_at,
+            dedup_id=args.dedup_id,
         )
         for payload in payloads
     ]
+    if args.dedup_id and len(items) > 1:
+        raise UsageError("--dedup-id names one item; it cannot be used with several lines of --file")
     await client.produce(args.queue, items, request_timeout=args.timeout)
 
 
@@ -339,6 +377,17 @@ async def _retry(client: AsyncClient, args: argparse.Namespace) -> None:
     await client.retry(args.queue, args.partition, items)
 
 
+async def _renew(client: AsyncClient, args: argparse.Namespace) -> m.Message:
+    return await client.renew(
+        args.queue, args.partition, _ids(args), lease_timeout=args.lease_timeout, request_timeout=args.timeout
+    )
+
+
+async def _redrive(client: AsyncClient, args: argparse.Namespace) -> m.Message:
+    moved = await client.redrive(args.queue, args.target, limit=args.limit, request_timeout=args.timeout)
+    return m.QueueRedriveResponse(moved=moved)
+
+
 COMMANDS: dict[str, Command] = {
     "create": _create,
     "update": _update,
@@ -351,6 +400,8 @@ COMMANDS: dict[str, Command] = {
     "lease": _lease,
     "complete": _complete,
     "retry": _retry,
+    "renew": _renew,
+    "redrive": _redrive,
 }
 
 
@@ -402,6 +453,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
     if args.command == "version":
         print(f"querator {__version__}")
+        return 0
+    if args.command == "apikey":
+        try:
+            key = generate_key(args.tag)
+        except ValueError as e:
+            print(f"querator: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        print(f"key:  {key}\nhash: {key_hash(key)}")
         return 0
     if args.command == "serve":
         try:

@@ -44,22 +44,21 @@ class ServerConfig:
     max_requests_per_queue: int = field(
         default=100, metadata={"help": "requests waiting on one queue before it answers 'overloaded'"}
     )
-
-    @property
-    def host(self) -> str:
-        return self.address.rpartition(":")[0] or "localhost"
-
-    @property
-    def port(self) -> int:
-        return int(self.address.rpartition(":")[2])
+    admin_address: str = field(
+        default="",
+        metadata={"help": "host:port serving /health, /ready and /metrics apart from the API (off: '')"},
+    )
+    api_keys: str = field(
+        default="",
+        metadata={"help": "comma-separated SHA-256 hashes of the API keys (see 'querator apikey')"},
+    )
+    api_keys_file: str = field(
+        default="", metadata={"help": "file of API key hashes, one per line ('#' starts a comment)"}
+    )
 
     def validated(self) -> ServerConfig:
         """This config, normalised; raises ConfigError naming the first bad setting."""
-        port = self.address.rpartition(":")[2]
-        if ":" not in self.address or not port.isdigit() or int(port) > 65535:
-            raise ConfigError(
-                f"address is invalid; '{self.address}' is not host:port with a port up to 65535"
-            )
+        _check_address("address", self.address)
         if self.storage not in STORAGE_KINDS:
             raise ConfigError(
                 f"storage is invalid; '{self.storage}' is not one of ({', '.join(STORAGE_KINDS)})"
@@ -76,9 +75,23 @@ class ServerConfig:
             raise ConfigError(
                 f"sqlite-synchronous is invalid; '{self.sqlite_synchronous}' is not FULL or NORMAL"
             )
+        if self.admin_address:
+            _check_address("admin-address", self.admin_address)
         if self.max_produce_body <= 0 or self.max_requests_per_queue <= 0:
             raise ConfigError("max-produce-body and max-requests-per-queue must be greater than zero")
         return replace(self, log_level=level, sqlite_synchronous=sync)
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """``host:port`` as (host, port); an empty host means localhost."""
+    host, _, port = address.rpartition(":")
+    return host or "localhost", int(port)
+
+
+def _check_address(name: str, address: str) -> None:
+    port = address.rpartition(":")[2]
+    if ":" not in address or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"{name} is invalid; '{address}' is not host:port with a port up to 65535")
 
 
 def option_name(name: str) -> str:

@@ -10,14 +10,23 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 from aiohttp import web
 
 from querator import __version__
+from querator.auth import ApiKeys
 from querator.clock import to_datetime
-from querator.errors import CODE_TEXT, ClientContentError, InvalidOption, NotImplementedRoute, QueratorError
+from querator.errors import (
+    CODE_TEXT,
+    ClientContentError,
+    InvalidOption,
+    NotImplementedRoute,
+    QueratorError,
+    Unauthorized,
+)
+from querator.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from querator.service import Service
 from querator.wire import messages as m
 from querator.wire.codec import JSON, decode, encode, negotiate_accept
@@ -31,14 +40,33 @@ DEFAULT_BODY = 256_000
 UPDATE_BODY = 512_000
 IMPORT_BODY = 64_000_000
 HEALTH_TIMEOUT = 5.0
+OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
+"""Paths a GET may reach without an API key."""
 
 M = TypeVar("M", bound=m.Message)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def create_app(service: Service, max_produce_body: int = MAX_PRODUCE_BODY) -> web.Application:
-    """The aiohttp application serving ``service``; the caller owns starting and stopping the service."""
-    app = web.Application(client_max_size=max(IMPORT_BODY, max_produce_body) + 1, handler_args={})
+class Observer(Protocol):
+    def observe(self, amount: float) -> None: ...
+
+
+def create_app(
+    service: Service,
+    max_produce_body: int = MAX_PRODUCE_BODY,
+    api_keys: ApiKeys | None = None,
+    operations: bool = True,
+) -> web.Application:
+    """The aiohttp application serving ``service``; the caller owns starting and stopping the service.
+
+    With ``api_keys`` every request but ``GET /health``, ``/ready`` and ``/metrics`` must carry a key.
+    ``operations`` False leaves ``/ready`` and ``/metrics`` to the admin application (``--admin-address``);
+    ``/health`` stays, as the reference serves it on the API address.
+    """
+    middlewares = [_authenticate(api_keys)] if api_keys else []
+    app = web.Application(
+        client_max_size=max(IMPORT_BODY, max_produce_body) + 1, handler_args={}, middlewares=middlewares
+    )
     app[SERVICE] = service
     s = service
 
@@ -65,11 +93,52 @@ def create_app(service: Service, max_produce_body: int = MAX_PRODUCE_BODY) -> we
         ("/v1/storage/items.delete", _rpc(s.delete_items, m.StorageItemsDeleteRequest, DEFAULT_BODY)),
         ("/v1/storage/scheduled.list", _rpc(list_scheduled, m.StorageItemsListRequest, DEFAULT_BODY)),
     ]
+    latency = service.metrics.latency
     for path, handler in routes:
-        app.router.add_route("*", path, handler)
+        app.router.add_route("*", path, _timed(handler, latency.labels(path)))
     app.router.add_route("*", "/health", _health)
+    if operations:
+        app.router.add_route("*", "/ready", _ready)
+        app.router.add_route("*", "/metrics", _metrics)
     app.router.add_route("*", "/{tail:.*}", _unknown)
     return app
+
+
+def create_admin_app(service: Service) -> web.Application:
+    """Health, readiness and metrics alone, for a separate admin address (never authenticated)."""
+    app = web.Application()
+    app[SERVICE] = service
+    app.router.add_route("*", "/health", _health)
+    app.router.add_route("*", "/ready", _ready)
+    app.router.add_route("*", "/metrics", _metrics)
+    return app
+
+
+def _authenticate(keys: ApiKeys) -> Any:
+    @web.middleware
+    async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+        # Before routing, as the reference does: a caller without a key learns nothing, not even which
+        # paths exist. Only the GETs of probes and scrapers pass (POST /health is an ordinary 501).
+        if request.method != "GET" or request.path not in OPEN_PATHS:
+            try:
+                keys.check(request.headers.get("Authorization"))
+            except Unauthorized as e:
+                return _error_reply(e, _accept_or_json(request))
+        return await handler(request)
+
+    return authenticate
+
+
+def _timed(handler: Handler, latency: Observer) -> Handler:
+    async def timed(request: web.Request) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            return await handler(request)
+        finally:
+            latency.observe(loop.time() - started)
+
+    return timed
 
 
 def _rpc(call: Callable[[M], Awaitable[m.Message | None]], type_: type[M], limit: int) -> Handler:
@@ -91,6 +160,13 @@ def _rpc(call: Callable[[M], Awaitable[m.Message | None]], type_: type[M], limit
         return _reply(result if result is not None else m.OK_REPLY, accept, 200)
 
     return handler
+
+
+def _accept_or_json(request: web.Request) -> str:
+    try:
+        return negotiate_accept(request.headers.get("Accept"))
+    except ClientContentError:
+        return JSON
 
 
 async def _read_body(request: web.Request, limit: int) -> bytes:
@@ -168,6 +244,26 @@ async def _health(request: web.Request) -> web.StreamResponse:
         status=200 if status == "pass" else 503,
         headers={"Content-Type": "application/health+json"},
     )
+
+
+async def _ready(request: web.Request) -> web.StreamResponse:
+    """Readiness: 200 when this node should get traffic, 503 with the reason otherwise."""
+    if request.method != "GET":
+        return await _unknown(request)
+    reason = await request.app[SERVICE].ready()
+    body: dict[str, str] = {"status": "fail", "output": reason} if reason else {"status": "pass"}
+    return web.Response(
+        body=msgspec.json.encode(body),
+        status=503 if reason else 200,
+        headers={"Content-Type": "application/health+json"},
+    )
+
+
+async def _metrics(request: web.Request) -> web.StreamResponse:
+    if request.method != "GET":
+        return await _unknown(request)
+    body = await request.app[SERVICE].render_metrics()
+    return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
 
 
 def _rfc3339_seconds(micros: int) -> str:

@@ -17,8 +17,9 @@ from pathlib import Path
 import msgspec
 from aiohttp import web
 
-from querator.config import ConfigError, ServerConfig
-from querator.http import create_app
+from querator.auth import ApiKeyError, ApiKeys, read_hashes
+from querator.config import ConfigError, ServerConfig, split_address
+from querator.http import create_admin_app, create_app
 from querator.service import Service
 from querator.storage.base import Store
 from querator.storage.memory import MemoryStore
@@ -69,40 +70,64 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> None
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
+    keys = _api_keys(config)
     # Bind before anything else, so that an address we cannot use fails before storage is touched.
-    try:
-        sock = socket.create_server((config.host, config.port), backlog=1024)
-    except OSError as e:
-        raise ConfigError(
-            f"address is invalid; cannot listen on '{config.address}': {e.strerror or e}"
-        ) from None
+    sockets = [_listen("address", config.address)]
+    if config.admin_address:
+        try:
+            sockets.append(_listen("admin-address", config.admin_address))
+        except BaseException:
+            sockets[0].close()
+            raise
     service = Service(make_store(config), max_requests_per_queue=config.max_requests_per_queue)
     try:
         await service.start()
     except BaseException:
-        sock.close()
+        for sock in sockets:
+            sock.close()
         raise
-    runner = web.AppRunner(
-        create_app(service, config.max_produce_body),
-        access_log=None,
-        handle_signals=False,
-        shutdown_timeout=5,
-    )
-    await runner.setup()
+    apps = [create_app(service, config.max_produce_body, keys, operations=not config.admin_address)]
+    if config.admin_address:
+        apps.append(create_admin_app(service))
+    runners = [web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5) for app in apps]
     try:
-        await web.SockSite(runner, sock).start()
+        for runner, sock in zip(runners, sockets, strict=True):
+            await runner.setup()
+            await web.SockSite(runner, sock).start()
         log.info(
-            "querator listening on %s (storage %s%s)",
+            "querator listening on %s (storage %s%s; api keys %s)%s",
             config.address,
             config.storage,
             f" in {config.data_dir}" if config.storage == "sqlite" else "",
+            "required" if keys else "off",
+            f"; admin on {config.admin_address}" if config.admin_address else "",
         )
         await stop.wait()
         log.info("shutting down")
     finally:
         await service.shutdown()
-        await runner.cleanup()
+        for runner in runners:
+            await runner.cleanup()
     log.info("stopped")
+
+
+def _listen(name: str, address: str) -> socket.socket:
+    host, port = split_address(address)
+    try:
+        return socket.create_server((host, port), backlog=1024)
+    except OSError as e:
+        raise ConfigError(f"{name} is invalid; cannot listen on '{address}': {e.strerror or e}") from None
+
+
+def _api_keys(config: ServerConfig) -> ApiKeys:
+    try:
+        return ApiKeys(read_hashes(config.api_keys_file, config.api_keys))
+    except OSError as e:
+        raise ConfigError(
+            f"api-keys-file is invalid; cannot read '{config.api_keys_file}': {e.strerror}"
+        ) from None
+    except ApiKeyError as e:
+        raise ConfigError(str(e)) from None
 
 
 def run(config: ServerConfig) -> None:

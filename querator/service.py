@@ -19,6 +19,7 @@ from querator.engine.queue import Queue
 from querator.engine.queues_manager import QueuesManager
 from querator.engine.redrive import redrive
 from querator.errors import InvalidOption, shutting_down
+from querator.metrics import Metrics
 from querator.storage.base import DEFAULT_DEDUP_WINDOW, ClearOptions, Item, QueueRecord, Store
 from querator.storage.operations import RetryEntry, storage_id_error
 from querator.wire import messages as m
@@ -36,6 +37,7 @@ DEFAULT_LIST_LIMIT = 1000
 SYSTEM_NAMESPACE = "_system"
 NANOS_PER_MICRO = 1000
 DEDUP_PURGE_INTERVAL = 60 * 1_000_000
+READY_TIMEOUT = 5.0
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +50,15 @@ class Service:
         self.store = store
         self.manager = QueuesManager(store, self.clock, max_requests_per_queue)
         self._closing = False
+        self._started = False
         self._purger: asyncio.Task[None] | None = None
+        self.metrics = Metrics(self.clock)
 
     async def start(self) -> None:
         """Opens the storage backend and starts dropping expired de-duplication records."""
         await self.store.open()
         self._purger = _tasks.start(self._purge_dedup(), "dedup-purge")
+        self._started = True
 
     async def shutdown(self) -> None:
         """Stops every queue (waiting requests get 453), then closes storage."""
@@ -64,6 +69,23 @@ class Service:
                 await self._purger
         await self.manager.shutdown()
         await self.store.close()
+
+    async def ready(self) -> str:
+        """Why this node should not get traffic now, or "" when it is ready (storage answers)."""
+        if not self._started:
+            return "starting"
+        if self._closing:
+            return "shutting down"
+        try:
+            await asyncio.wait_for(self.store.list_queues("", 1, SYSTEM_NAMESPACE), READY_TIMEOUT)
+        except Exception as e:
+            log.warning("readiness: storage check failed: %s", e)
+            return "storage check failed"
+        return ""
+
+    async def render_metrics(self) -> bytes:
+        """The Prometheus exposition of this node."""
+        return await self.metrics.render(self.manager.running())
 
     async def _purge_dedup(self) -> None:
         while True:

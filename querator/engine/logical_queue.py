@@ -118,6 +118,21 @@ class _Cold(_Request):
     fn: Callable[[], Awaitable[Any]] | None = None
 
 
+@dataclass(slots=True)
+class ItemCounters:
+    """What happened to items since the logical queue started (exported as Prometheus counters)."""
+
+    produced: int = 0
+    leased: int = 0
+    completed: int = 0
+    retried: int = 0
+    lease_expired: int = 0
+    """Expired leases whose items went back to the queue."""
+    dead: int = 0
+    """Items that died (max_attempts, expire_timeout, retry dead): dead-lettered, or dropped without a
+    dead queue."""
+
+
 @dataclass
 class LogicalStats:
     """The waiting counts of queue.stats."""
@@ -152,6 +167,7 @@ class LogicalQueue:
         self._closing = False
         self._lease_timer: TimerHandle | None = None
         self._lease_timer_at = 0
+        self.counters = ItemCounters()
         self._task = _tasks.start(self._run(), f"logical-queue:{queue.settings.name}")
 
     # -- the API: each call validates nothing (the service did), queues a request and waits ------------
@@ -439,6 +455,12 @@ class LogicalQueue:
             self._fail(p, e)
             return e
         p.un_leased += result.queued_delta
+        counters = self.counters
+        counters.produced += result.produced
+        counters.leased += result.leased
+        counters.completed += result.completed
+        counters.retried += result.retried
+        counters.dead += result.dropped
         settings = self._queue.settings
         if any(op.items for op in batch.lease):
             _sooner(p.deadlines, "lease_deadline", now + settings.lease_timeout)
@@ -491,6 +513,8 @@ class LogicalQueue:
         p.failures = 0
         p.un_leased += result.queued_delta
         p.deadlines = result.deadlines
+        self.counters.lease_expired += result.requeued
+        self.counters.dead += result.deleted
         if result.dead and not await self._dead_letter(p, result.dead):
             # The delta counted the dead items as gone; they stay stored until the next attempt.
             p.un_leased += sum(1 for i in result.dead if not i.is_leased)
@@ -528,6 +552,7 @@ class LogicalQueue:
         except Exception as e:
             self._fail(p, e)
             return False
+        self.counters.dead += len(items)
         return True
 
     def _fail(self, p: PartitionState, error: Exception) -> None:

@@ -46,6 +46,10 @@ class QueuesManager:
                 )
             return queue
 
+    def running(self) -> list[Queue]:
+        """The queues whose engines run on this node, by name."""
+        return [self._queues[name] for name in sorted(self._queues)]
+
     async def record(self, name: str) -> QueueRecord | None:
         """The queue's current settings, or None."""
         queue = self._queues.get(name)

@@ -92,6 +92,13 @@ class BatchResult:
     """The earliest enqueue_at this batch scheduled (0: none), for the scheduled-items timer."""
     dead: list[Item] = field(default_factory=list)
     """Items retried with ``dead`` while the queue has a dead queue: still stored, to be dead-lettered."""
+    produced: int = 0
+    """Items stored by produce (duplicates by dedup_id are not)."""
+    leased: int = 0
+    completed: int = 0
+    retried: int = 0
+    dropped: int = 0
+    """Items retried with ``dead`` and deleted because the queue has no dead queue."""
 
 
 @dataclass(slots=True)
@@ -168,6 +175,7 @@ def _produce(tx: PartitionTx, items: list[Item], now: int, new_id: NewId, result
             result.next_enqueue_at = _earliest(result.next_enqueue_at, item.enqueue_at)
         else:
             result.queued_delta += 1
+    result.produced += len(items)
     tx.insert(items)
 
 
@@ -193,6 +201,7 @@ def _lease(tx: PartitionTx, ops: list[LeaseOp], result: BatchResult) -> None:
                 still.append(op)
         wanting = still
     taken = [item for op in ops for item in op.items]
+    result.leased += len(taken)
     tx.update(taken)
     result.queued_delta -= len(taken)
     result.leased_delta += len(taken)
@@ -240,6 +249,7 @@ def _settle_leases(
             deleted.add(item_id)
             updated.pop(item_id, None)
             result.leased_delta -= 1
+            result.completed += 1
 
     for rop in batch.retry:
         for entry in rop.items:
@@ -248,6 +258,7 @@ def _settle_leases(
                 rop.error = got
                 break
             result.leased_delta -= 1
+            result.retried += 1
             updated.pop(entry.id, None)  # a renew earlier in this batch no longer matters
             got = got.copy()
             got.is_leased = False
@@ -259,6 +270,7 @@ def _settle_leases(
                     found.pop(entry.id)
                     continue
                 deleted.add(entry.id)
+                result.dropped += 1
             elif entry.retry_at >= now + NEAR_NOW:
                 got.enqueue_at = entry.retry_at
                 updated[entry.id] = got

@@ -1,0 +1,95 @@
+"""API-key authentication (extensions.md): off unless keys are configured.
+
+Keys look like the reference's, ``qtr-<tag>-<43 base62 characters>`` (32 random bytes), and the server
+only ever holds their SHA-256 hashes, configured in a file or an environment variable, as hex or as the
+reference's unpadded URL-safe base64. A request presents ``Authorization: Bearer <key>``; the key is
+hashed and compared with every configured hash in constant time, so neither the answer's timing nor its
+message tells a caller anything beyond "not a valid key". Authentication runs before routing: an
+unauthenticated caller cannot learn which queues (or routes) exist.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import re
+import secrets
+from collections.abc import Iterable
+from pathlib import Path
+
+from querator.errors import Unauthorized
+
+KEY_PATTERN = re.compile(r"qtr-[a-z0-9]{1,16}-[0-9A-Za-z]{43}")
+BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+DEFAULT_TAG = "live"
+
+
+class ApiKeyError(ValueError):
+    """A configured key hash that is neither 64 hex digits nor 43 characters of URL-safe base64."""
+
+
+def generate_key(tag: str = DEFAULT_TAG) -> str:
+    """A new API key (32 random bytes) in the reference's format."""
+    if not re.fullmatch(r"[a-z0-9]{1,16}", tag):
+        raise ValueError("key tag is invalid; must be 1 to 16 lowercase letters or digits")
+    value = int.from_bytes(secrets.token_bytes(32))
+    digits = []
+    while value:
+        value, digit = divmod(value, 62)
+        digits.append(BASE62[digit])
+    return f"qtr-{tag}-{''.join(reversed(digits)).rjust(43, '0')}"
+
+
+def key_hash(key: str) -> str:
+    """The hex SHA-256 of a key: what the server is configured with."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def parse_hash(text: str) -> bytes:
+    """A configured hash as its 32 bytes."""
+    text = text.strip()
+    try:
+        if len(text) == 64:
+            return bytes.fromhex(text)
+        if len(text) == 43:
+            return base64.urlsafe_b64decode(text + "=")
+    except (ValueError, binascii.Error):
+        pass
+    raise ApiKeyError(f"api key hash is invalid; '{text[:12]}...' is not a hex or base64 SHA-256")
+
+
+def read_hashes(file: str, listed: str) -> list[bytes]:
+    """Hashes from a file (one per line, ``#`` comments) and from a comma-separated list."""
+    lines: list[str] = []
+    if file:
+        lines.extend(Path(file).read_text().splitlines())
+    lines.extend(listed.split(","))
+    return [parse_hash(line) for line in (raw.split("#", 1)[0].strip() for raw in lines) if line]
+
+
+class ApiKeys:
+    """The configured key hashes; ``check`` authenticates one request's Authorization header."""
+
+    def __init__(self, hashes: Iterable[bytes]) -> None:
+        self._hashes = tuple(hashes)
+
+    def __bool__(self) -> bool:
+        return bool(self._hashes)
+
+    def check(self, authorization: str | None) -> None:
+        """Raises Unauthorized (401, the reference's messages) unless the header carries a known key."""
+        if authorization is None:
+            raise Unauthorized("api key is invalid; an 'Authorization: Bearer <api-key>' header is required")
+        if not authorization.startswith("Bearer "):
+            raise Unauthorized("invalid authorization header format")
+        key = authorization[len("Bearer ") :].strip()
+        if not KEY_PATTERN.fullmatch(key):
+            raise Unauthorized("api key is invalid")
+        digest = hashlib.sha256(key.encode()).digest()
+        found = False
+        for known in self._hashes:  # every hash, every time: no early exit to time
+            found |= hmac.compare_digest(digest, known)
+        if not found:
+            raise Unauthorized("api key does not exist")

@@ -1,0 +1,144 @@
+"""Prometheus metrics (extensions.md): per-queue gauges and counters, per-route latency histograms.
+
+A node exports what it runs: the queues whose engines are running here (every queue it was asked about
+since it started; in a cluster, the partitions it owns). Gauges are read from storage when scraped,
+through each queue's own logical queue, so they are exact rather than sampled; counters are the engine's
+``ItemCounters``. Labels are the queue name and, for latency, the route: both bounded by what the
+operator creates, never by item ids or clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Histogram, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
+
+from querator.clock import MICROS, Clock
+from querator.engine.logical_queue import ItemCounters
+from querator.engine.queue import Queue
+from querator.errors import RetryRequest
+from querator.storage.base import PartitionTx
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
+"""Seconds; up to 15 minutes because a lease long-polls up to its request_timeout."""
+
+
+@dataclass(slots=True)
+class QueueGauges:
+    """One queue's state, summed over the partitions this node runs."""
+
+    queued: int = 0
+    leased: int = 0
+    scheduled: int = 0
+    oldest_created_at: int = 0
+    failing_partitions: int = 0
+
+
+class Metrics:
+    """The node's private registry (no global state, so tests can run many servers in one process)."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.registry = CollectorRegistry()
+        self.latency = Histogram(
+            "querator_request_duration_seconds",
+            "Time to answer an API request, by route.",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        ProcessCollector(registry=self.registry)
+        self._queues = _QueueCollector(clock)
+        self.registry.register(self._queues)
+        self._lock = asyncio.Lock()
+
+    async def render(self, queues: list[Queue]) -> bytes:
+        """The exposition text, with the gauges read now."""
+        async with self._lock:  # one scrape at a time reads storage; the next reuses nothing stale
+            self._queues.snapshot = [(q.name, await _gauges(q), q.logical.counters) for q in queues]
+            try:
+                return generate_latest(self.registry)
+            finally:
+                self._queues.snapshot = []
+
+
+async def _gauges(queue: Queue) -> QueueGauges:
+    gauges = QueueGauges()
+
+    def read(tx: PartitionTx) -> tuple[int, int, int, int]:
+        stats = tx.stats(0)
+        head = tx.head(1)
+        return stats.total - stats.leased, stats.leased, stats.scheduled, head[0].created_at if head else 0
+
+    for number in sorted(queue.logical.partitions):
+        try:
+            queued, leased, scheduled, oldest = await queue.logical.run_on(number, read)
+        except RetryRequest:
+            gauges.failing_partitions += 1
+            continue
+        gauges.queued += queued
+        gauges.leased += leased
+        gauges.scheduled += scheduled
+        if oldest and (not gauges.oldest_created_at or oldest < gauges.oldest_created_at):
+            gauges.oldest_created_at = oldest
+    return gauges
+
+
+class _QueueCollector(Collector):
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self.snapshot: list[tuple[str, QueueGauges, ItemCounters]] = []
+
+    def collect(self) -> Iterator[Metric]:
+        now = self._clock.now()
+        gauges = {
+            "queued": GaugeMetricFamily(
+                "querator_items_queued", "Items waiting to be leased.", labels=["queue"]
+            ),
+            "leased": GaugeMetricFamily(
+                "querator_items_leased", "Items leased and not yet done.", labels=["queue"]
+            ),
+            "scheduled": GaugeMetricFamily(
+                "querator_items_scheduled", "Items waiting for their enqueue_at.", labels=["queue"]
+            ),
+            "age": GaugeMetricFamily(
+                "querator_oldest_item_age_seconds",
+                "Age of the oldest queued item (0: none).",
+                labels=["queue"],
+            ),
+            "failing": GaugeMetricFamily(
+                "querator_partitions_failing", "Partitions whose storage is failing.", labels=["queue"]
+            ),
+        }
+        counters = {
+            name: CounterMetricFamily(f"querator_items_{name}", text, labels=["queue"])
+            for name, text in (
+                ("produced", "Items stored by produce (de-duplicated items are not)."),
+                ("leased", "Items handed to consumers."),
+                ("completed", "Items completed."),
+                ("retried", "Items given back by retry (now, later or dead)."),
+                ("lease_expired", "Expired leases whose items went back to the queue."),
+                ("dead_lettered", "Items that died: moved to the dead queue, or dropped without one."),
+            )
+        }
+        for name, g, c in self.snapshot:
+            labels = [name]
+            gauges["queued"].add_metric(labels, g.queued)
+            gauges["leased"].add_metric(labels, g.leased)
+            gauges["scheduled"].add_metric(labels, g.scheduled)
+            age = (now - g.oldest_created_at) / MICROS if g.oldest_created_at else 0.0
+            gauges["age"].add_metric(labels, max(age, 0.0))
+            gauges["failing"].add_metric(labels, g.failing_partitions)
+            counters["produced"].add_metric(labels, c.produced)
+            counters["leased"].add_metric(labels, c.leased)
+            counters["completed"].add_metric(labels, c.completed)
+            counters["retried"].add_metric(labels, c.retried)
+            counters["lease_expired"].add_metric(labels, c.lease_expired)
+            counters["dead_lettered"].add_metric(labels, c.dead)
+        yield from gauges.values()
+        yield from counters.values()
