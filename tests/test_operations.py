@@ -1,0 +1,191 @@
+"""Operations over real HTTP (extensions.md): API keys, /ready, /metrics."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import msgspec
+import pytest
+from aiohttp.test_utils import TestServer
+from prometheus_client.parser import text_string_to_metric_families
+
+from querator.auth import ApiKeys, generate_key, key_hash, parse_hash, read_hashes
+from querator.client import AsyncClient
+from querator.clock import FakeClock
+from querator.errors import Unauthorized
+from querator.http import create_app
+from querator.service import Service
+from querator.storage.memory import MemoryStore
+
+from .conftest import Api, eventually
+from .test_queue import ts
+
+KEY = generate_key("test")
+OTHER_KEY = generate_key("test")
+ROUTES = [
+    "/v1/queue.produce", "/v1/queue.lease", "/v1/queue.complete", "/v1/queue.retry", "/v1/queue.renew",
+    "/v1/queue.redrive", "/v1/queue.stats", "/v1/queue.clear", "/v1/queue.reload", "/v1/queues.create",
+    "/v1/queues.list", "/v1/queues.update", "/v1/queues.delete", "/v1/queues.info",
+    "/v1/storage/items.list", "/v1/storage/items.import", "/v1/storage/items.delete",
+    "/v1/storage/scheduled.list", "/v1/no.such.route", "/health", "/anything",
+]  # fmt: skip
+
+
+@pytest.fixture
+async def secured() -> AsyncIterator[tuple[str, Service]]:
+    """A server that requires KEY (configured by its hex hash)."""
+    service = Service(MemoryStore())
+    await service.start()
+    server = TestServer(create_app(service, api_keys=ApiKeys([parse_hash(key_hash(KEY))])))
+    await server.start_server()
+    yield str(server.make_url("")), service
+    await service.shutdown()
+    await server.close()
+
+
+async def call(
+    url: str, headers: dict[str, str] | None = None, body: Any = None
+) -> tuple[int, dict[str, Any]]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url, data=msgspec.json.encode(body or {}), headers=headers or {}) as resp,
+    ):
+        return resp.status, msgspec.json.decode(await resp.read())
+
+
+async def test_every_route_needs_a_key(secured: tuple[str, Service]) -> None:
+    base, _ = secured
+    for route in ROUTES:
+        status, reply = await call(base + route)
+        assert status == 401, route
+        assert reply == {
+            "code": 401,
+            "code_text": "Unauthorized",
+            "message": "api key is invalid; an 'Authorization: Bearer <api-key>' header is required",
+        }, route
+
+
+@pytest.mark.parametrize(
+    ("header", "message"),
+    [
+        (f"Basic {KEY}", "invalid authorization header format"),
+        ("bearer " + KEY, "invalid authorization header format"),
+        ("Bearer not-a-key", "api key is invalid"),
+        (f"Bearer {KEY}x", "api key is invalid"),
+        (f"Bearer {OTHER_KEY}", "api key does not exist"),
+    ],
+)
+async def test_bad_keys(secured: tuple[str, Service], header: str, message: str) -> None:
+    base, _ = secured
+    status, reply = await call(base + "/v1/queues.list", {"Authorization": header})
+    assert (status, reply["message"]) == (401, message)
+
+
+async def test_no_answer_tells_whether_a_queue_exists(secured: tuple[str, Service]) -> None:
+    base, service = secured
+    async with AsyncClient(base, api_key=KEY) as client:
+        await client.create_queue("secret")
+    for queue in ("secret", "missing"):
+        for headers in ({}, {"Authorization": f"Bearer {OTHER_KEY}"}):
+            status, reply = await call(base + "/v1/queue.stats", headers, {"queue_name": queue})
+            assert status == 401 and "secret" not in reply["message"] and "queue" not in reply["message"]
+    assert await service.manager.record("secret") is not None
+
+
+async def test_a_valid_key_is_served_and_probes_need_none(secured: tuple[str, Service]) -> None:
+    base, _ = secured
+    async with AsyncClient(base, api_key=KEY) as client:
+        await client.create_queue("q")
+        await client.produce("q", ["a"])
+        assert (await client.lease("q", 1, "c", request_timeout="5s")).items[0].bytes == b"a"
+    async with aiohttp.ClientSession() as session:
+        for path in ("/health", "/ready", "/metrics"):
+            async with session.get(base + path) as resp:
+                assert resp.status == 200, path
+
+
+def test_key_format_and_hashes(tmp_path: Any) -> None:
+    key = generate_key()
+    assert key.startswith("qtr-live-") and len(key) == len("qtr-live-") + 43
+    digest = hashlib.sha256(key.encode()).digest()
+    b64 = base64.urlsafe_b64encode(digest).decode().rstrip("=")
+    keys_file = tmp_path / "keys"
+    keys_file.write_text(f"# team a\n{key_hash(key)}  # ci\n\n")
+    assert read_hashes(str(keys_file), f"{b64}, ") == [digest, digest]
+    ApiKeys([digest]).check(f"Bearer {key}")
+    with pytest.raises(Unauthorized):
+        ApiKeys([digest]).check(f"Bearer {generate_key()}")
+    with pytest.raises(ValueError, match="key tag is invalid"):
+        generate_key("Bad")
+
+
+# -- readiness and metrics ----------------------------------------------------------------------------------
+
+
+async def test_ready_follows_the_service(start_server: Callable[..., Awaitable[Api]]) -> None:
+    api = await start_server()
+    async with api.session.get(api.base + "/ready") as resp:
+        assert (resp.status, await resp.json(content_type=None)) == (200, {"status": "pass"})
+    await api.service.shutdown()
+    async with api.session.get(api.base + "/ready") as resp:
+        assert resp.status == 503
+        assert (await resp.json(content_type=None)) == {"status": "fail", "output": "shutting down"}
+
+
+async def metrics(api: Api) -> dict[tuple[str, str], float]:
+    """Samples of the querator_ metrics, by (sample name, queue or route label)."""
+    async with api.session.get(api.base + "/metrics") as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        text = await resp.text()
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith("querator_"):
+                label = sample.labels.get("queue") or sample.labels.get("route", "")
+                if "le" not in sample.labels:
+                    found[(sample.name, label)] = sample.value
+    return found
+
+
+async def test_metrics_match_a_scripted_workload(api: Api, clock: FakeClock) -> None:
+    await api.create("dead")
+    await api.create("q", lease_timeout="10s", max_attempts=2, dead_queue="dead", requested_partitions=2)
+    await api.produce("q", [{"utf8": f"i{n}", "dedup_id": f"d{n}"} for n in range(10)])
+    await api.produce("q", [{"utf8": "dup", "dedup_id": "d0"}])  # accepted, not stored
+    await api.produce("q", [{"utf8": "later", "enqueue_at": ts(clock, 3600)}])
+    lease = await api.lease("q", batch_size=4)
+    part, ids = lease.get("partition", 0), [i["id"] for i in lease["items"]]
+    await api.complete("q", part, ids[:2])
+    await api.retry("q", part, [{"id": ids[2]}])
+    await api.retry("q", part, [{"id": ids[3], "dead": True}])
+    expiring = await api.lease("q", batch_size=1, client_id="slow")
+    clock.advance(11)
+
+    async def expired() -> bool:
+        return (await metrics(api)).get(("querator_items_lease_expired_total", "q")) == 1
+
+    await eventually(expired)
+    clock.advance(1)
+    found = await metrics(api)
+    expected = {
+        "querator_items_produced_total": 11,
+        "querator_items_leased_total": 5,
+        "querator_items_completed_total": 2,
+        "querator_items_retried_total": 2,
+        "querator_items_lease_expired_total": 1,
+        "querator_items_dead_lettered_total": 1,
+        "querator_items_queued": 10 - 2 - 1,  # 7: 10 produced, 2 completed, 1 dead
+        "querator_items_leased": 0,
+        "querator_items_scheduled": 1,
+        "querator_partitions_failing": 0,
+    }
+    assert {name: found[(name, "q")] for name in expected} == expected
+    assert found[("querator_oldest_item_age_seconds", "q")] == 12
+    assert found[("querator_items_queued", "dead")] == 1
+    assert found[("querator_request_duration_seconds_count", "/v1/queue.produce")] == 3
+    assert expiring["items"][0]["id"] not in {i["id"] for n in (0, 1) for i in await api.items("q", n)}
