@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -24,6 +26,7 @@ from querator.storage.memory import MemoryStore
 from .conftest import Api, eventually
 from .test_queue import ts
 
+ROOT = Path(__file__).resolve().parent.parent
 KEY = generate_key("test")
 OTHER_KEY = generate_key("test")
 ROUTES = [
@@ -189,3 +192,14 @@ async def test_metrics_match_a_scripted_workload(api: Api, clock: FakeClock) -> 
     assert found[("querator_items_queued", "dead")] == 1
     assert found[("querator_request_duration_seconds_count", "/v1/queue.produce")] == 3
     assert expiring["items"][0]["id"] not in {i["id"] for n in (0, 1) for i in await api.items("q", n)}
+
+
+async def test_the_grafana_dashboard_uses_only_exported_metrics(api: Api) -> None:
+    await api.create("q")
+    await api.produce_n("q", 1)
+    async with api.session.get(api.base + "/metrics") as resp:
+        exported = {s.name for f in text_string_to_metric_families(await resp.text()) for s in f.samples}
+    dashboard = msgspec.json.decode((ROOT / "deploy" / "grafana" / "querator-dashboard.json").read_bytes())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    used = {name for e in exprs for name in re.findall(r"\b((?:querator|process)_[a-z_]+)", e)}
+    assert used and used <= exported, used - exported
