@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import platform
 import shutil
@@ -157,6 +158,38 @@ async def produce_scenario(
     return await measure(Result("produce", batch, clients), clients, duration, produce)
 
 
+async def dedup_scenario(
+    client: AsyncClient, batch: int, clients: int, duration: float, parts: int
+) -> Result:
+    """The produce scenario with a unique dedup_id on every item: the cost of de-duplication."""
+    await fresh_queue(client, "bench", parts)
+    sequence = itertools.count()
+
+    async def produce(n: int) -> int:
+        first = next(sequence) * batch
+        items = [m.QueueProduceItem(bytes=PAYLOAD, dedup_id=f"id-{first + i}") for i in range(batch)]
+        await client.produce("bench", items)
+        return batch
+
+    return await measure(Result("produce+dedup", batch, clients), clients, duration, produce)
+
+
+async def renew_scenario(
+    client: AsyncClient, batch: int, clients: int, duration: float, parts: int
+) -> Result:
+    """Each client holds a lease of ``batch`` items and renews it again and again: items renewed/s."""
+    await fresh_queue(client, "bench", parts)
+    for _ in range(clients):
+        await client.produce("bench", [PAYLOAD] * batch)
+    held = [await client.lease("bench", batch, f"bench-{n}", request_timeout="5s") for n in range(clients)]
+
+    async def renew(n: int) -> int:
+        reply = await client.renew("bench", held[n].partition, [i.id for i in held[n].items])
+        return len(reply.items)
+
+    return await measure(Result("renew", batch, clients), clients, duration, renew)
+
+
 async def lease_scenario(
     client: AsyncClient, batch: int, clients: int, duration: float, parts: int
 ) -> Result:
@@ -277,7 +310,7 @@ async def main() -> None:
     parser.add_argument(
         "--scenario",
         action="append",
-        choices=["produce", "lease", "cycle", "latency", "rss"],
+        choices=["produce", "dedup", "lease", "renew", "cycle", "latency", "rss"],
         help="repeatable; default all but rss",
     )
     parser.add_argument("--batch", type=int, action="append", help="repeatable; default 1 10 100 1000")
@@ -310,9 +343,13 @@ async def main() -> None:
                     for rate in args.rate or [1000.0]:
                         print((await latency_scenario(client, rate, args.duration, 2)).line(), flush=True)
                     continue
-                run = {"produce": produce_scenario, "lease": lease_scenario, "cycle": cycle_scenario}[
-                    scenario
-                ]
+                run = {
+                    "produce": produce_scenario,
+                    "dedup": dedup_scenario,
+                    "lease": lease_scenario,
+                    "renew": renew_scenario,
+                    "cycle": cycle_scenario,
+                }[scenario]
                 for batch in batches:
                     result = await run(client, batch, args.clients, args.duration, args.partitions)
                     print(result.line(), flush=True)
