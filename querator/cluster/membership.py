@@ -207,13 +207,13 @@ class Membership:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
-        self._set_serving(False)
         self._changed.set()
         await self._leave()
 
     async def _leave(self) -> None:
         if self._serving_timer is not None:
             self._serving_timer.cancel()
+        self._set_serving(False)
         if self._lease_id is not None and self._etcd is not None:
             try:
                 await self._etcd.revoke(self._lease_id, self._request_timeout)
@@ -241,9 +241,7 @@ class Membership:
             lease = await self._etcd.grant(self._config.lease_ttl, self._request_timeout)
             try:
                 txn = await self._etcd.create(self._key, value, lease.id, self._request_timeout)
-                holder = _existing(txn.responses[0].response_range if txn.responses else None)
-                # A lost reply to an earlier attempt of ours would show our own lease here.
-                if txn.succeeded or (holder is not None and holder.lease == lease.id):
+                if txn.succeeded:
                     self._lease_id = lease.id
                     self._renewed(sent, lease.ttl)
                     return
@@ -251,6 +249,7 @@ class Membership:
                 if self._lease_id != lease.id:
                     # Nothing renews this lease: revoke it rather than leave a key for a full TTL.
                     await self._revoke_quietly(lease.id)
+            holder = _existing(txn.responses[0].response_range if txn.responses else None)
             if holder is None:
                 continue  # it went between the compare and the read
             if holder_deadline is None:
