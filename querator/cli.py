@@ -43,7 +43,7 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         p.add_argument(
             "--" + option_name(f.name),
             dest=f.name,
-            help=f"{f.metadata.get('help', '')} (env {env}; default {f.default})",
+            help=f"{f.metadata.get('help', '')} (env {env}; default {f.metadata.get('default', f.default)})",
         )
 
 

@@ -8,6 +8,8 @@ prefixed ``QUERATOR_``) and a YAML key (the flag's name). Defaults and validatio
 from __future__ import annotations
 
 import os
+import re
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -15,10 +17,21 @@ from typing import Any
 
 import yaml
 
+from querator.duration import SECOND, DurationError, parse_duration
+
 STORAGE_KINDS = ("memory", "sqlite")
 LOG_LEVELS = ("debug", "info", "warn", "warning", "error")
 LOG_FORMATS = ("text", "json")
 SQLITE_SYNC = ("FULL", "NORMAL")
+CLUSTER_SCHEME = "etcd://"
+DEFAULT_CLUSTER_PREFIX = "/querator"
+# Node ids and prefixes become etcd key segments and appear in logs: keep them to a Kubernetes pod
+# name's alphabet (plus upper case and underscore), so no '/' can change the key's shape.
+_NODE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+_PREFIX = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*")
+_WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
+MIN_ETCD_LEASE_TTL = 2
+"""Seconds; etcd silently rounds shorter leases up to about this (1.5 x its election timeout)."""
 
 
 class ConfigError(ValueError):
@@ -55,6 +68,33 @@ class ServerConfig:
     api_keys_file: str = field(
         default="", metadata={"help": "file of API key hashes, one per line ('#' starts a comment)"}
     )
+    cluster: str = field(
+        default="",
+        metadata={
+            "help": "etcd://host:port[,host:port][/prefix] of the cluster's etcd (prefix default "
+            f"{DEFAULT_CLUSTER_PREFIX})",
+            "default": "none, a single node",
+        },
+    )
+    node_id: str = field(
+        default="",
+        metadata={"help": "stable id of this node in the cluster", "default": "the host name"},
+    )
+    advertise_address: str = field(
+        default="",
+        metadata={
+            "help": "host:port other nodes reach this node at",
+            "default": "--address, with the host name for a wildcard host",
+        },
+    )
+    etcd_lease_ttl: str = field(
+        default="10s",
+        metadata={"help": "etcd lease of a node (whole seconds): a node that stops renewing it drops out"},
+    )
+    cluster_grace_period: str = field(
+        default="20s",
+        metadata={"help": "how long a vanished node keeps its partitions (covers a rolling restart)"},
+    )
 
     def validated(self) -> ServerConfig:
         """This config, normalised; raises ConfigError naming the first bad setting."""
@@ -79,7 +119,101 @@ class ServerConfig:
             _check_address("admin-address", self.admin_address)
         if self.max_produce_body <= 0 or self.max_requests_per_queue <= 0:
             raise ConfigError("max-produce-body and max-requests-per-queue must be greater than zero")
-        return replace(self, log_level=level, sqlite_synchronous=sync)
+        ttl = _duration("etcd-lease-ttl", self.etcd_lease_ttl)
+        if ttl % SECOND or ttl < MIN_ETCD_LEASE_TTL * SECOND:
+            raise ConfigError(
+                f"etcd-lease-ttl is invalid; '{self.etcd_lease_ttl}' is not a whole number of seconds "
+                f"of at least {MIN_ETCD_LEASE_TTL}s"
+            )
+        if _duration("cluster-grace-period", self.cluster_grace_period) < 0:
+            raise ConfigError(f"cluster-grace-period is invalid; '{self.cluster_grace_period}' is negative")
+        node_id, advertise = self.node_id, self.advertise_address
+        if self.cluster:
+            _parse_cluster(self.cluster)
+            # Only a cluster node needs an id: a single node must start whatever its host is called.
+            node_id = node_id or socket.gethostname()
+            if not _NODE_ID.fullmatch(node_id):
+                raise ConfigError(
+                    f"node-id is invalid; '{node_id}' must be 1 to 253 letters, digits, '.', '_' or '-', "
+                    "starting with a letter or digit"
+                )
+            advertise = advertise or self._default_advertise_address()
+            _host_port("advertise-address", advertise)
+        return replace(
+            self, log_level=level, sqlite_synchronous=sync, node_id=node_id, advertise_address=advertise
+        )
+
+    def _default_advertise_address(self) -> str:
+        host, _, port = self.address.rpartition(":")
+        # A wildcard is where to listen, not where to be reached: other nodes need a name.
+        return f"{socket.gethostname() if host in _WILDCARD_HOSTS else host}:{port}"
+
+    def cluster_config(self) -> ClusterConfig | None:
+        """The cluster settings of a validated config; None when the node runs alone."""
+        if not self.cluster:
+            return None
+        endpoints, prefix = _parse_cluster(self.cluster)
+        return ClusterConfig(
+            endpoints=endpoints,
+            prefix=prefix,
+            node_id=self.node_id,
+            advertise_address=self.advertise_address,
+            lease_ttl=parse_duration(self.etcd_lease_ttl) // SECOND,
+            grace_period=parse_duration(self.cluster_grace_period) / SECOND,
+        )
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """What ``querator.cluster`` needs to join a cluster; built by ``ServerConfig.cluster_config``."""
+
+    endpoints: tuple[str, ...]
+    """etcd JSON gateway URLs, ``http://host:port``, tried in order."""
+    prefix: str
+    """Key prefix of this cluster in etcd, ``/name`` without a trailing slash."""
+    node_id: str
+    """Stable id of this node (a restart with the same id moves no partition)."""
+    advertise_address: str
+    """``host:port`` the other nodes reach this node at."""
+    lease_ttl: int = 10
+    """Seconds: a node that stops renewing its lease leaves the member set this long after."""
+    grace_period: float = 20.0
+    """Seconds a vanished member keeps its partitions, so a rolling restart moves nothing."""
+
+
+def _parse_cluster(text: str) -> tuple[tuple[str, ...], str]:
+    """``etcd://h1:p1,h2:p2/prefix`` -> (``http://h1:p1``, ``http://h2:p2``), ``/prefix``."""
+    if not text.startswith(CLUSTER_SCHEME):
+        raise ConfigError(
+            f"cluster is invalid; '{text}' is not etcd://host:port[,host:port][/prefix] "
+            "(only plain-HTTP etcd is supported)"
+        )
+    hosts, _, path = text[len(CLUSTER_SCHEME) :].partition("/")
+    endpoints = tuple("http://" + _host_port("cluster", h, text) for h in hosts.split(","))
+    path = path.rstrip("/")
+    if path and not _PREFIX.fullmatch(path):
+        raise ConfigError(
+            f"cluster is invalid; prefix '/{path}' of '{text}' may only hold letters, digits, "
+            "'.', '_', '-' and single '/' separators"
+        )
+    return endpoints, "/" + path if path else DEFAULT_CLUSTER_PREFIX
+
+
+def _host_port(setting: str, value: str, whole: str | None = None) -> str:
+    host, colon, port = value.rpartition(":")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) <= 65535:
+        context = f" in '{whole}'" if whole is not None else ""
+        raise ConfigError(
+            f"{setting} is invalid; '{value}'{context} is not host:port with a port from 1 to 65535"
+        )
+    return value
+
+
+def _duration(setting: str, value: str) -> int:
+    try:
+        return parse_duration(value)
+    except DurationError as e:
+        raise ConfigError(f"{setting} is invalid; {e}") from None
 
 
 def split_address(address: str) -> tuple[str, int]:

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from .etcd_server import etcd  # noqa: F401 - the session's etcd fixture, for every integration test
+
 ROOT = Path(__file__).resolve().parents[2]
 START_DEADLINE = 30.0
 """Seconds a server may take to answer its first health check."""

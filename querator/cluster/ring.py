@@ -1,0 +1,100 @@
+"""Placement: which node owns each (queue, partition), decided by a consistent-hash ring of node ids.
+
+``Ring`` is pure: the same node ids give the same owner for every (queue, partition) on every node (md5
+points, ids added in sorted order), and adding a node to N moves about 1/(N+1) of the partitions, all to
+the new node. A ring is tagged with the etcd revision of the member set it was built from, so two
+nodes can tell whose view is newer.
+
+``Placement`` decides which ids go into the ring. A member that vanishes (its key deleted: it left, or
+its lease expired) stays in the ring for ``grace_period`` seconds, measured on the injected clock: a
+rolling restart that brings the same node id back within the grace period moves nothing. The grace
+period is local to each node (it starts when that node saw the deletion), so nodes can disagree about
+the ring for as long as their watches lag; storage fencing, not agreement, keeps a partition single-
+writer (docs/cluster.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from uhashring import HashRing
+
+from querator.clock import MICROS, Clock
+from querator.cluster.membership import MemberSet
+
+__all__ = ["Placement", "Ring"]
+
+
+class Ring:
+    """The owner of every (queue, partition) among ``node_ids``, as of etcd ``revision``."""
+
+    def __init__(self, node_ids: Iterable[str], revision: int) -> None:
+        self.node_ids = frozenset(node_ids)
+        self.revision = revision
+        # uhashring hashes with md5 (not Python's per-process salted hash()), so every node computes the
+        # same points; sorting makes the (rare) tie between two points the same everywhere too.
+        self._ring = HashRing(nodes=sorted(self.node_ids))
+
+    def owner(self, queue: str, partition: int) -> str:
+        """The node id owning ``partition`` of ``queue``; LookupError if the ring is empty."""
+        if not self.node_ids:
+            raise LookupError("the ring has no members")
+        # '#' then digits cannot be confused: a queue named 'a#1' has keys 'a#1#<n>', never 'a#<n>'.
+        owner: str = self._ring.get_node(f"{queue}#{partition}")
+        return owner
+
+    def __repr__(self) -> str:
+        return f"Ring(revision={self.revision}, node_ids={sorted(self.node_ids)})"
+
+
+class Placement:
+    """The ring to route by: live members, plus vanished ones for ``grace_period`` seconds.
+
+    Feed it every member set (``update``) and ask for ``ring()``. The ring object changes only when the
+    set of ids in it changes, so callers can compare rings by identity to detect ownership changes;
+    ``next_change_at()`` says when a grace period runs out, for the caller's timer.
+    """
+
+    def __init__(self, grace_period: float, clock: Clock) -> None:
+        if grace_period < 0:
+            raise ValueError("grace_period must not be negative")
+        self._grace = round(grace_period * MICROS)
+        self._clock = clock
+        self._live: frozenset[str] = frozenset()
+        self._revision = 0
+        self._vanished: dict[str, int] = {}
+        """Node id -> when its grace period ends (UTC microseconds)."""
+        self._ring = Ring((), 0)
+
+    def update(self, members: MemberSet) -> Ring:
+        """Takes a new member set (ignored if older than the last one); returns ``ring()``."""
+        if members.revision < self._revision:
+            return self.ring()
+        now = self._clock.now()
+        live = members.node_ids
+        for node_id in self._live - live:
+            self._vanished[node_id] = now + self._grace
+        for node_id in live:
+            self._vanished.pop(node_id, None)
+        self._live = live
+        self._revision = members.revision
+        return self.ring()
+
+    def ring(self) -> Ring:
+        """The ring of the live members and those still in their grace period, as of now."""
+        now = self._clock.now()
+        for node_id, until in list(self._vanished.items()):
+            if until <= now:
+                del self._vanished[node_id]
+        effective = self._live | self._vanished.keys()
+        if effective != self._ring.node_ids:
+            self._ring = Ring(effective, self._revision)
+        return self._ring
+
+    def in_grace(self) -> frozenset[str]:
+        """Ids that vanished but still own their partitions (as of the last ``ring()``)."""
+        return frozenset(self._vanished)
+
+    def next_change_at(self) -> int | None:
+        """When the earliest grace period ends (UTC microseconds), or None if none is running."""
+        return min(self._vanished.values(), default=None)
