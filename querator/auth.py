@@ -16,11 +16,15 @@ import hashlib
 import hmac
 import re
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from querator.errors import Unauthorized
 
+FORWARDED_HEADER = "X-Querator-Forwarded-By"
+"""Set by a node that forwards a request to the partition's owner; its value is the node id."""
+SECRET_HEADER = "X-Querator-Cluster-Secret"
+MIN_SECRET = 32
 KEY_PATTERN = re.compile(r"qtr-[a-z0-9]{1,16}-[0-9A-Za-z]{43}")
 BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 DEFAULT_TAG = "live"
@@ -69,14 +73,41 @@ def read_hashes(file: str, listed: str) -> list[bytes]:
     return [parse_hash(line) for line in (raw.split("#", 1)[0].strip() for raw in lines) if line]
 
 
-class ApiKeys:
-    """The configured key hashes; ``check`` authenticates one request's Authorization header."""
+def read_secret(file: str) -> bytes:
+    """The cluster secret from its file ("" when none), checked for length."""
+    if not file:
+        return b""
+    secret = Path(file).read_bytes().strip()
+    if len(secret) < MIN_SECRET:
+        raise ApiKeyError(f"cluster secret is invalid; it must be at least {MIN_SECRET} characters")
+    return secret
 
-    def __init__(self, hashes: Iterable[bytes]) -> None:
+
+class ApiKeys:
+    """The configured key hashes and cluster secret; ``authenticate`` checks one request's headers.
+
+    A request forwarded by another node (``X-Querator-Forwarded-By``) is the node's, not the client's: it
+    must carry the cluster secret, and then needs no key (the first node checked the client's). Without
+    a configured secret, a forwarded request is checked like any other, so forging the header gains a
+    client nothing.
+    """
+
+    def __init__(self, hashes: Iterable[bytes], cluster_secret: bytes = b"") -> None:
         self._hashes = tuple(hashes)
+        self._secret = hashlib.sha256(cluster_secret).digest() if cluster_secret else b""
 
     def __bool__(self) -> bool:
-        return bool(self._hashes)
+        return bool(self._hashes or self._secret)
+
+    def authenticate(self, headers: Mapping[str, str]) -> None:
+        """Raises Unauthorized unless the request may proceed."""
+        if FORWARDED_HEADER in headers and self._secret:
+            presented = hashlib.sha256(headers.get(SECRET_HEADER, "").encode()).digest()
+            if not hmac.compare_digest(presented, self._secret):
+                raise Unauthorized("cluster secret is invalid")
+            return
+        if self._hashes:
+            self.check(headers.get("Authorization"))
 
     def check(self, authorization: str | None) -> None:
         """Raises Unauthorized (401, the reference's messages) unless the header carries a known key."""

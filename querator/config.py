@@ -68,6 +68,13 @@ class ServerConfig:
     api_keys_file: str = field(
         default="", metadata={"help": "file of API key hashes, one per line ('#' starts a comment)"}
     )
+    cluster_secret_file: str = field(
+        default="",
+        metadata={
+            "help": "file holding the secret nodes present to each other when they forward requests "
+            "(the same on every node; at least 32 characters)"
+        },
+    )
     cluster: str = field(
         default="",
         metadata={

@@ -121,7 +121,7 @@ def _authenticate(keys: ApiKeys) -> Any:
         # paths exist. Only the GETs of probes and scrapers pass (POST /health is an ordinary 501).
         if request.method != "GET" or request.path not in OPEN_PATHS:
             try:
-                keys.check(request.headers.get("Authorization"))
+                keys.authenticate(request.headers)
             except Unauthorized as e:
                 return _error_reply(e, _accept_or_json(request))
         return await handler(request)

@@ -17,7 +17,7 @@ from pathlib import Path
 import msgspec
 from aiohttp import web
 
-from querator.auth import ApiKeyError, ApiKeys, read_hashes
+from querator.auth import ApiKeyError, ApiKeys, read_hashes, read_secret
 from querator.config import ConfigError, ServerConfig, split_address
 from querator.http import create_admin_app, create_app
 from querator.service import Service
@@ -121,10 +121,18 @@ def _listen(name: str, address: str) -> socket.socket:
 
 def _api_keys(config: ServerConfig) -> ApiKeys:
     try:
-        return ApiKeys(read_hashes(config.api_keys_file, config.api_keys))
+        hashes = read_hashes(config.api_keys_file, config.api_keys)
     except OSError as e:
         raise ConfigError(
             f"api-keys-file is invalid; cannot read '{config.api_keys_file}': {e.strerror}"
+        ) from None
+    except ApiKeyError as e:
+        raise ConfigError(str(e)) from None
+    try:
+        return ApiKeys(hashes, read_secret(config.cluster_secret_file))
+    except OSError as e:
+        raise ConfigError(
+            f"cluster-secret-file is invalid; cannot read '{config.cluster_secret_file}': {e.strerror}"
         ) from None
     except ApiKeyError as e:
         raise ConfigError(str(e)) from None

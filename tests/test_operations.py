@@ -15,7 +15,7 @@ import pytest
 from aiohttp.test_utils import TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from querator.auth import ApiKeys, generate_key, key_hash, parse_hash, read_hashes
+from querator.auth import ApiKeys, generate_key, key_hash, parse_hash, read_hashes, read_secret
 from querator.client import AsyncClient
 from querator.clock import FakeClock
 from querator.errors import Unauthorized
@@ -55,7 +55,11 @@ async def call(
 ) -> tuple[int, dict[str, Any]]:
     async with (
         aiohttp.ClientSession() as session,
-        session.post(url, data=msgspec.json.encode(body or {}), headers=headers or {}) as resp,
+        session.post(
+            url,
+            data=msgspec.json.encode(body or {}),
+            headers={"Content-Type": "application/json", **(headers or {})},
+        ) as resp,
     ):
         return resp.status, msgspec.json.decode(await resp.read())
 
@@ -203,3 +207,43 @@ async def test_the_grafana_dashboard_uses_only_exported_metrics(api: Api) -> Non
     exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
     used = {name for e in exprs for name in re.findall(r"\b((?:querator|process)_[a-z_]+)", e)}
     assert used and used <= exported, used - exported
+
+
+SECRET = "s" * 40
+
+
+@pytest.mark.parametrize("secret", ["", SECRET])
+async def test_a_forwarded_request_needs_the_cluster_secret(secret: str) -> None:
+    service = Service(MemoryStore())
+    await service.start()
+    keys = ApiKeys([parse_hash(key_hash(KEY))], secret.encode())
+    server = TestServer(create_app(service, api_keys=keys))
+    await server.start_server()
+    url = str(server.make_url("/v1/queues.list"))
+    forwarded = {"X-Querator-Forwarded-By": "node-b"}
+    try:
+        # A client forging the header gains nothing: with no secret configured it still needs a key.
+        status, reply = await call(url, forwarded)
+        assert status == 401
+        if not secret:
+            assert reply["message"].startswith("api key is invalid")
+            assert (await call(url, {**forwarded, "Authorization": f"Bearer {KEY}"}))[0] == 200
+            return
+        assert reply["message"] == "cluster secret is invalid"
+        wrong = {**forwarded, "X-Querator-Cluster-Secret": "x" * 40, "Authorization": f"Bearer {KEY}"}
+        assert (await call(url, wrong))[1]["message"] == "cluster secret is invalid"
+        assert (await call(url, {**forwarded, "X-Querator-Cluster-Secret": SECRET}))[0] == 200
+        # The secret means nothing on a request that is not forwarded.
+        assert (await call(url, {"X-Querator-Cluster-Secret": SECRET}))[0] == 401
+    finally:
+        await service.shutdown()
+        await server.close()
+
+
+def test_a_short_cluster_secret_is_refused(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("too short\n")
+    with pytest.raises(ValueError, match="at least 32 characters"):
+        read_secret(str(secret))
+    secret.write_text(SECRET + "\n")
+    assert read_secret(str(secret)) == SECRET.encode()
