@@ -213,10 +213,13 @@ SQL_CLEAR_SCHEDULED: Final = (
     "DELETE FROM items INDEXED BY items_scheduled_at WHERE part = ? AND enqueue_at > 0"
 )
 
-# An expired record is taken over by the new produce: its window starts again from now.
+# Records every id of the batch at once and returns those recorded now; the others were seen within
+# the window. An expired record is taken over: its window starts again from now. ("WHERE true" lets
+# sqlite tell the upsert clause from a join constraint.)
 SQL_DEDUP: Final = (
-    "INSERT INTO dedup (queue, id, expires_at) VALUES (?1, ?2, ?3) ON CONFLICT (queue, id) "
-    "DO UPDATE SET expires_at = excluded.expires_at WHERE dedup.expires_at <= ?4"
+    "INSERT INTO dedup (queue, id, expires_at) SELECT ?1, value, ?2 FROM json_each(?3) WHERE true "
+    "ON CONFLICT (queue, id) DO UPDATE SET expires_at = excluded.expires_at WHERE dedup.expires_at <= ?4 "
+    "RETURNING id"
 )
 SQL_PURGE_DEDUP: Final = (
     "DELETE FROM dedup WHERE (queue, id) IN "
@@ -406,8 +409,9 @@ class SqliteTx:
         )
 
     def dedup(self, dedup_ids: Collection[str], now: int, expires_at: int) -> set[str]:
-        execute, queue_name = self._conn.execute, self._queue
-        return {d for d in dedup_ids if execute(SQL_DEDUP, (queue_name, d, expires_at, now)).rowcount == 0}
+        ids = list(dedup_ids)
+        recorded = self._conn.execute(SQL_DEDUP, (self._queue, expires_at, _IDS_ENCODER.encode(ids), now))
+        return set(ids).difference(row[0] for row in recorded)
 
     def clear(self, options: ClearOptions) -> None:
         key = (self._key,)
