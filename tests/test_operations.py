@@ -247,3 +247,32 @@ def test_a_short_cluster_secret_is_refused(tmp_path: Path) -> None:
         read_secret(str(secret))
     secret.write_text(SECRET + "\n")
     assert read_secret(str(secret)) == SECRET.encode()
+
+
+class BrokenStore(MemoryStore):
+    async def list_queues(self, pivot: str, limit: int, namespace: str) -> list[Any]:
+        raise OSError("database unreachable")
+
+
+async def test_a_storage_outage_is_not_ready_but_alive() -> None:
+    service = Service(BrokenStore())
+    await service.start()
+    server = TestServer(create_app(service))
+    await server.start_server()
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(server.make_url("/health")) as resp:
+                body = await resp.json(content_type=None)
+                assert resp.status == 200
+                assert body["status"] == "warn"
+                [check] = body["checks"]["queues:storage"]
+                assert (check["status"], check["output"]) == ("fail", "storage check failed")
+            async with session.get(server.make_url("/ready")) as resp:
+                assert resp.status == 503
+                assert await resp.json(content_type=None) == {
+                    "status": "fail",
+                    "output": "storage check failed",
+                }
+    finally:
+        await service.shutdown()
+        await server.close()
