@@ -232,6 +232,10 @@ def _client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--lease-timeout", type=_duration, default="", help="new lease (default: the queue's)")
     p.add_argument("--timeout", type=_duration, default="30s", help="request timeout (default 30s)")
 
+    p = add("cluster", "show the cluster's members and who owns each partition")
+    p.add_argument("--queue", default="", help="only this queue's partitions")
+    p.add_argument("--namespace", default="", help="the queues of this namespace (default _system)")
+
     p = add("redrive", "move the items of a dead-letter queue into another queue")
     p.add_argument("queue", help="the dead-letter queue")
     p.add_argument("target", help="the queue the items move to")
@@ -388,6 +392,10 @@ async def _redrive(client: AsyncClient, args: argparse.Namespace) -> m.Message:
     return m.QueueRedriveResponse(moved=moved)
 
 
+async def _cluster(client: AsyncClient, args: argparse.Namespace) -> m.Message:
+    return await client.cluster_info(args.queue, args.namespace)
+
+
 COMMANDS: dict[str, Command] = {
     "create": _create,
     "update": _update,
@@ -402,6 +410,7 @@ COMMANDS: dict[str, Command] = {
     "retry": _retry,
     "renew": _renew,
     "redrive": _redrive,
+    "cluster": _cluster,
 }
 
 

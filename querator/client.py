@@ -425,6 +425,16 @@ class AsyncClient:
         )
         return reply.moved
 
+    async def cluster_info(self, queue_name: str = "", namespace: str = "") -> m.ClusterInfoResponse:
+        """The members of the cluster, the ring's revision and the owner of each partition (of
+        ``queue_name``, or of every queue of ``namespace``). A node alone is a one-member ring.
+
+        Raises:
+            InvalidOption: unknown queue.
+        """
+        msg = m.ClusterInfoRequest(queue_name=queue_name, namespace=namespace)
+        return await self.call("/v1/cluster.info", msg, m.ClusterInfoResponse)
+
     async def stats(self, queue_name: str) -> m.QueueStatsResponse:
         """Counts of waiting requests and, per partition, of items, leases, failures and ages.
 
@@ -812,6 +822,10 @@ class Client:
     def redrive(self, queue_name: str, target_queue: str, limit: int = 0, request_timeout: str = "1m") -> int:
         """See ``AsyncClient.redrive``."""
         return self._run(self.aio.redrive(queue_name, target_queue, limit, request_timeout))
+
+    def cluster_info(self, queue_name: str = "", namespace: str = "") -> m.ClusterInfoResponse:
+        """See ``AsyncClient.cluster_info``."""
+        return self._run(self.aio.cluster_info(queue_name, namespace))
 
     def stats(self, queue_name: str) -> m.QueueStatsResponse:
         """See ``AsyncClient.stats``."""

@@ -81,6 +81,7 @@ def create_app(
         ("/v1/queue.retry", _rpc(s.retry, m.QueueRetryRequest, DEFAULT_BODY)),
         ("/v1/queue.renew", _rpc(s.renew, m.QueueRenewRequest, DEFAULT_BODY)),
         ("/v1/queue.redrive", _rpc(s.redrive, m.QueueRedriveRequest, SMALL_BODY)),
+        ("/v1/cluster.info", _rpc(s.cluster_info, m.ClusterInfoRequest, DEFAULT_BODY)),
         ("/v1/queue.stats", _rpc(s.stats, m.QueueStatsRequest, SMALL_BODY)),
         ("/v1/queue.clear", _rpc(s.clear, m.QueueClearRequest, SMALL_BODY)),
         ("/v1/queue.reload", _rpc(s.reload, m.QueueReloadRequest, SMALL_BODY)),

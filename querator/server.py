@@ -18,6 +18,10 @@ import msgspec
 from aiohttp import web
 
 from querator.auth import ApiKeyError, ApiKeys, read_hashes, read_secret
+from querator.clock import SystemClock
+from querator.cluster.etcd import EtcdError
+from querator.cluster.membership import MembershipError
+from querator.cluster.node import ClusterNode
 from querator.config import ConfigError, ServerConfig, split_address
 from querator.http import create_admin_app, create_app
 from querator.service import Service
@@ -79,9 +83,17 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> None
         except BaseException:
             sockets[0].close()
             raise
-    service = Service(make_store(config), max_requests_per_queue=config.max_requests_per_queue)
+    clock = SystemClock()
+    cluster = ClusterNode(config.cluster_config(), clock, config.address)
+    service = Service(
+        make_store(config), clock, max_requests_per_queue=config.max_requests_per_queue, cluster=cluster
+    )
     try:
         await service.start()
+    except (MembershipError, EtcdError) as e:
+        for sock in sockets:
+            sock.close()
+        raise ConfigError(f"cluster is unavailable; {e}") from None
     except BaseException:
         for sock in sockets:
             sock.close()

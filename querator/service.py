@@ -14,6 +14,7 @@ from datetime import datetime
 
 from querator import _tasks
 from querator.clock import Clock, SystemClock, from_datetime, sleep_until, to_datetime
+from querator.cluster.node import ClusterNode
 from querator.duration import DurationError, format_duration, parse_duration
 from querator.engine.queue import Queue
 from querator.engine.queues_manager import QueuesManager
@@ -45,9 +46,16 @@ log = logging.getLogger(__name__)
 class Service:
     """Querator on one node: queue administration and the queue API over a storage backend."""
 
-    def __init__(self, store: Store, clock: Clock | None = None, max_requests_per_queue: int = 100) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock | None = None,
+        max_requests_per_queue: int = 100,
+        cluster: ClusterNode | None = None,
+    ) -> None:
         self.clock: Clock = clock or SystemClock()
         self.store = store
+        self.cluster = cluster or ClusterNode(None, self.clock, "")
         self.manager = QueuesManager(store, self.clock, max_requests_per_queue)
         self._closing = False
         self._started = False
@@ -57,6 +65,11 @@ class Service:
     async def start(self) -> None:
         """Opens the storage backend and starts dropping expired de-duplication records."""
         await self.store.open()
+        try:
+            await self.cluster.start()
+        except BaseException:
+            await self.store.close()
+            raise
         self._purger = _tasks.start(self._purge_dedup(), "dedup-purge")
         self._started = True
 
@@ -68,6 +81,7 @@ class Service:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._purger
         await self.manager.shutdown()
+        await self.cluster.stop()
         await self.store.close()
 
     async def ready(self) -> str:
@@ -76,12 +90,51 @@ class Service:
             return "starting"
         if self._closing:
             return "shutting down"
+        if not self.cluster.serving:
+            return "not serving: the cluster lease is not certain"
         try:
             await asyncio.wait_for(self.store.list_queues("", 1, SYSTEM_NAMESPACE), READY_TIMEOUT)
         except Exception as e:
             log.warning("readiness: storage check failed: %s", e)
             return "storage check failed"
         return ""
+
+    async def cluster_info(self, req: m.ClusterInfoRequest) -> m.ClusterInfoResponse:
+        """The members, the ring's revision and the owner of each partition (of one queue, or of every
+        queue of a namespace)."""
+        if req.queue_name:
+            _check_stored_name(req.queue_name)
+            record = await self.manager.record(req.queue_name)
+            if record is None:
+                raise InvalidOption(f"queue does not exist; no such queue named '{req.queue_name}'")
+            records = [record]
+        else:
+            records = await self._queues_of(_namespace(req.namespace))
+        cluster = self.cluster
+        return m.ClusterInfoResponse(
+            node_id=cluster.node_id,
+            revision=cluster.ring.revision,
+            members=[
+                m.ClusterMember(node_id=s.node_id, address=s.address, state=s.state)
+                for s in cluster.members()
+            ],
+            partitions=[
+                m.ClusterPartition(queue_name=r.name, partition=n, owner=cluster.owner(r.name, n))
+                for r in records
+                for n in range(r.requested_partitions)
+            ],
+        )
+
+    async def _queues_of(self, namespace: str) -> list[QueueRecord]:
+        """Every queue of ``namespace``, page by page (the pivot is inclusive)."""
+        found: list[QueueRecord] = []
+        last = ""
+        while True:
+            page = await self.manager.list_queues(last, MAX_LIST_LIMIT, namespace)
+            found.extend(r for r in page if r.name > last)
+            if len(page) < MAX_LIST_LIMIT:
+                return found
+            last = page[-1].name
 
     async def render_metrics(self) -> bytes:
         """The Prometheus exposition of this node."""

@@ -339,3 +339,31 @@ class QueueRedriveRequest(Message):
 class QueueRedriveResponse(Message):
     moved: int = 0
     __pb__ = {"moved": 1}
+
+
+class ClusterInfoRequest(Message):
+    queue_name: str = ""
+    namespace: str = ""
+    __pb__ = {"queue_name": 1, "namespace": 2}
+
+
+class ClusterMember(Message):
+    node_id: str = ""
+    address: str = ""
+    state: str = ""
+    __pb__ = {"node_id": 1, "address": 2, "state": 3}
+
+
+class ClusterPartition(Message):
+    queue_name: str = ""
+    partition: int = 0
+    owner: str = ""
+    __pb__ = {"queue_name": 1, "partition": 2, "owner": 3}
+
+
+class ClusterInfoResponse(Message):
+    node_id: str = ""
+    revision: int = 0
+    members: list[ClusterMember] = []
+    partitions: list[ClusterPartition] = []
+    __pb__ = {"node_id": 1, "revision": 2, "members": 3, "partitions": 4}

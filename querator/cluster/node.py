@@ -1,0 +1,137 @@
+"""ClusterNode: this node's view of the cluster -- who the members are and who owns each partition.
+
+It joins through ``Membership`` (etcd), feeds every member set to ``Placement`` and keeps the current
+``Ring``, re-evaluated when a vanished member's grace period runs out. Without ``--cluster`` the node is
+a one-member ring: the same code answers ``cluster.info`` and ownership questions either way, so the
+rest of the server never asks whether it runs alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from querator import _tasks
+from querator.clock import Clock, TimerHandle
+from querator.cluster.membership import Member, MemberSet, Membership
+from querator.cluster.ring import Placement, Ring
+from querator.config import ClusterConfig
+
+log = logging.getLogger(__name__)
+
+LOCAL_NODE = "local"
+"""The node id of a node that runs alone."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemberState:
+    """A member as ``cluster.info`` reports it."""
+
+    node_id: str
+    address: str
+    state: str
+    """``serving`` (live), ``grace`` (vanished, still owns its partitions) or ``joining`` (this node,
+    registered but not yet sure of its lease)."""
+
+
+class ClusterNode:
+    """Membership and placement of this node; ``start`` joins, ``stop`` leaves."""
+
+    def __init__(self, config: ClusterConfig | None, clock: Clock, address: str) -> None:
+        self._config = config
+        self._clock = clock
+        self.node_id = config.node_id if config else LOCAL_NODE
+        self.address = config.advertise_address if config else address
+        self._membership = Membership(config, clock=clock) if config else None
+        self._placement = Placement(config.grace_period if config else 0.0, clock)
+        self._ring = Ring([self.node_id], 0)
+        self._follower: asyncio.Task[None] | None = None
+        self._grace_timer: TimerHandle | None = None
+
+    @property
+    def clustered(self) -> bool:
+        return self._membership is not None
+
+    @property
+    def ring(self) -> Ring:
+        return self._ring
+
+    @property
+    def serving(self) -> bool:
+        """Whether this node may serve partitions now (always, alone)."""
+        return self._membership is None or self._membership.serving
+
+    async def start(self) -> None:
+        """Joins the cluster (no-op alone); raises MembershipError or EtcdError if it cannot."""
+        if self._membership is None:
+            return
+        await self._membership.start()
+        self._update(self._membership.members)
+        self._follower = _tasks.start(self._follow(self._membership), "cluster-members")
+        log.warning(
+            "cluster mode is membership and placement only for now: this node serves every partition "
+            "from its own storage (partition routing and handoff are not built yet)"
+        )
+        log.info(
+            "joined the cluster as %s (%s): %d members at revision %d",
+            self.node_id,
+            self.address,
+            len(self._ring.node_ids),
+            self._ring.revision,
+        )
+
+    async def stop(self) -> None:
+        """Leaves the cluster: the lease is revoked, the other nodes see this node go at once."""
+        if self._grace_timer is not None:
+            self._grace_timer.cancel()
+        if self._follower is not None:
+            self._follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._follower
+        if self._membership is not None:
+            await self._membership.stop()
+
+    def owner(self, queue: str, partition: int) -> str:
+        """The node id owning ``partition`` of ``queue``."""
+        return self._ring.owner(queue, partition)
+
+    def members(self) -> list[MemberState]:
+        """The ring's members, sorted by id."""
+        if self._membership is None:
+            return [MemberState(self.node_id, self.address, "serving")]
+        listed: MemberSet = self._membership.members
+        found: list[MemberState] = []
+        for node_id in sorted(self._ring.node_ids):
+            member: Member | None = listed.get(node_id)
+            if member is None:
+                found.append(MemberState(node_id, "", "grace"))
+            elif node_id == self.node_id and not self.serving:
+                found.append(MemberState(node_id, member.address, "joining"))
+            else:
+                found.append(MemberState(node_id, member.address, "serving"))
+        return found
+
+    async def _follow(self, membership: Membership) -> None:
+        async for members in membership.changes():
+            self._update(members)
+
+    def _update(self, members: MemberSet) -> None:
+        ring = self._placement.update(members)
+        self._set_ring(ring)
+
+    def _set_ring(self, ring: Ring) -> None:
+        if ring is not self._ring:
+            log.info("ring changed at revision %d: %s", ring.revision, sorted(ring.node_ids))
+            self._ring = ring
+        if self._grace_timer is not None:
+            self._grace_timer.cancel()
+            self._grace_timer = None
+        ends = self._placement.next_change_at()
+        if ends is not None:
+            self._grace_timer = self._clock.call_at(ends, self._grace_ended)
+
+    def _grace_ended(self) -> None:
+        self._grace_timer = None
+        self._set_ring(self._placement.ring())
