@@ -1,0 +1,97 @@
+"""The history checker: what a run lost, invented, duplicated or stranded.
+
+- **lost**: an acknowledged produce (200) whose item was never completed (the workloads set no
+  max_attempts or expire_timeout, so completion is the only way an item may end). A complete whose
+  answer never came (the server died) counts as done when the item was never delivered again: the
+  drain would have found it otherwise;
+- **unexpected**: a delivered item nobody produced, or whose produce was answered with an error (an
+  error must mean "not stored");
+- **duplicates**: an item delivered again after it was completed (a real duplicate: a bug), or after a
+  delivery that ended without an acknowledged complete or retry (explained: the lease expired, or the
+  complete's answer was lost). Deliveries after an acknowledged retry are expected, not duplicates;
+- **stranded**: items still queued or leased at the end, after the drain.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from .history import History
+
+
+@dataclass
+class Report:
+    acknowledged: int = 0
+    unknown_produces: int = 0
+    deliveries: int = 0
+    lost: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    duplicated: list[str] = field(default_factory=list)
+    """Delivered again after an acknowledged complete."""
+    explained: Counter[str] = field(default_factory=Counter)
+    """Re-deliveries explained by a lease that ended without an acknowledged complete or retry."""
+    stranded: int = 0
+
+    def problems(self) -> list[str]:
+        found = []
+        if self.lost:
+            found.append(f"{len(self.lost)} lost: {self.lost[:10]}")
+        if self.unexpected:
+            found.append(f"{len(self.unexpected)} unexpected: {self.unexpected[:10]}")
+        if self.duplicated:
+            found.append(f"{len(self.duplicated)} duplicated after completion: {self.duplicated[:10]}")
+        if self.stranded:
+            found.append(f"{self.stranded} stranded")
+        return found
+
+    def summary(self) -> str:
+        return (
+            f"acknowledged {self.acknowledged}, unknown-outcome produces {self.unknown_produces}, "
+            f"deliveries {self.deliveries}, lost {len(self.lost)}, unexpected {len(self.unexpected)}, "
+            f"duplicated {len(self.duplicated)}, re-deliveries after expiry {sum(self.explained.values())}, "
+            f"stranded {self.stranded}"
+        )
+
+
+def check(history: History, stranded: int) -> Report:
+    """Checks a history that ends with a drain; ``stranded`` is what the server still holds after it."""
+    report = Report(stranded=stranded)
+    acked = {p for op in history.of("produce", "ok") for p in op.payloads}
+    maybe = {p for op in history.of("produce", "unknown") for p in op.payloads}
+    refused = {p for op in history.of("produce", "fail") for p in op.payloads}
+    report.acknowledged, report.unknown_produces = len(acked), len(maybe)
+
+    # Per item, its events in return order: each delivery, and how that delivery ended.
+    events: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    for op in history.ops:
+        if op.outcome != "ok" or op.kind not in ("lease", "complete", "retry"):
+            continue
+        for payload in op.payloads:
+            events[payload].append((op.returned, op.kind))
+    completed: set[str] = set()
+    for payload, seq in events.items():
+        seq.sort()
+        deliveries = [kind for _, kind in seq if kind == "lease"]
+        report.deliveries += len(deliveries)
+        if (payload not in acked and payload not in maybe) or payload in refused:
+            report.unexpected.append(payload)
+        ended = "start"  # how the previous delivery ended: start, complete, retry, or open (no ack)
+        for _, kind in seq:
+            if kind == "lease":
+                if ended == "complete":
+                    report.duplicated.append(payload)
+                elif ended == "open":
+                    report.explained["lease expired or answer lost"] += 1
+                ended = "open"
+            else:
+                ended = kind
+        if "complete" in (kind for _, kind in seq):
+            completed.add(payload)
+    for op in history.of("complete", "unknown"):
+        for payload in op.payloads:
+            # Done by the unanswered complete, unless delivered again after it was sent.
+            if all(t < op.called for t, kind in events[payload] if kind == "lease"):
+                completed.add(payload)
+    report.lost = sorted(acked - completed)
+    return report
