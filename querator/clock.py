@@ -114,6 +114,14 @@ class FakeClock:
             _, _, timer = heapq.heappop(self._timers)
             loop.call_soon(self._fire, timer)
 
+    def jump(self, seconds: float) -> None:
+        """Steps the wall clock by ``seconds``, backwards too (an NTP step, a VM restored): timers keep
+        their absolute times, so a backwards step delays them, as the engine's re-arming would."""
+        if seconds >= 0:
+            self.advance(seconds)
+        else:
+            self._now += round(seconds * MICROS)
+
     @staticmethod
     def _fire(timer: _FakeTimer) -> None:
         if not timer.cancelled:
