@@ -43,7 +43,7 @@ import msgspec
 from querator import __version__
 from querator.clock import MICROS, SystemClock, from_datetime
 from querator.duration import SECOND, DurationError, format_duration, parse_duration
-from querator.errors import QueratorError, error_for, plain_error
+from querator.errors import InvalidOption, QueratorError, RetryRequest, error_for, plain_error
 from querator.wire import codec
 from querator.wire import messages as m
 
@@ -72,6 +72,8 @@ RetryItem = m.QueueRetryItem | str
 """An item to retry: a full message, or just its id (retry now)."""
 
 _SNIPPET = 200
+MIN_RENEW_WAIT = 0.01
+"""Seconds: the shortest wait between two renewals of a lease about to run out."""
 
 
 class ConnectionFailed(QueratorError):
@@ -358,9 +360,11 @@ class AsyncClient:
         """Leases items for the body of an ``async with``, renewing the leases while it runs.
 
         On a normal exit the items are completed; if the body raises, they are retried (now) and the
-        exception propagates. Renewal happens when a third of the time left on the lease has passed
-        (measured against the server's ``lease_deadline``, so pass ``lease_timeout`` when client and
-        server clocks may disagree by more than a fraction of it).
+        exception propagates. Renewal happens each time a third of the time left on the lease has passed
+        (measured against the server's ``lease_deadline``; with ``lease_timeout``, at least every third
+        of it), so the first renewal always comes before the queue's own lease timeout runs out. A
+        renewal that fails for a retryable reason (454, no answer) is tried again, sooner; one answered
+        400 means the lease was lost (it expired and the item went back to the queue), and renewal stops.
 
         Example::
 
@@ -369,9 +373,12 @@ class AsyncClient:
                     await handle(item.bytes)
 
         Raises:
-            as ``lease`` when leasing; as ``complete``/``retry`` on exit; a renewal failure (the lease was
-            lost) is raised on exit instead of completing.
+            as ``lease`` when leasing (and ValueError for a ``lease_timeout`` that is not a duration);
+            as ``complete``/``retry`` on exit: completing items whose lease was lost answers
+            InvalidOption, as their ids no longer exist.
         """
+        if lease_timeout:
+            parse_duration(lease_timeout)
         lease = await self.lease(queue_name, batch_size, client_id, request_timeout)
         ids = [i.id for i in lease.items]
         renewing = asyncio.create_task(self._keep_renewed(lease, lease_timeout))
@@ -383,27 +390,29 @@ class AsyncClient:
                 # Best effort: items not retried come back anyway when their lease expires.
                 await self.retry(queue_name, lease.partition, ids)
             raise
-        lost = await _stopped(renewing)
-        if lost is not None:
-            raise lost  # a renewal failed: the items may no longer be ours to complete
+        await _stopped(renewing)
         await self.complete(queue_name, lease.partition, ids)
 
     async def _keep_renewed(self, lease: m.QueueLeaseResponse, lease_timeout: str) -> None:
-        """Renews ``lease``'s items each time a third of their remaining lease has passed."""
+        """Renews ``lease``'s items until cancelled, or until a renewal says the lease is lost."""
         if not lease.items:
             return
         ids = [i.id for i in lease.items]
-        deadline = lease.items[0].lease_deadline
-        period = parse_duration(lease_timeout) / 1e9 / 3 if lease_timeout else 0.0
         clock = SystemClock()
+        first = lease.items[0].lease_deadline
+        deadline = from_datetime(first) if first is not None else clock.now() + MICROS
+        period = parse_duration(lease_timeout) / 1e9 / 3 if lease_timeout else None
         while True:
-            if not period:
-                left = (from_datetime(deadline) - clock.now()) / MICROS if deadline else 1.0
-                await asyncio.sleep(max(left / 3, 0.01))
-            else:
-                await asyncio.sleep(period)
-            reply = await self.renew(lease.queue_name, lease.partition, ids, lease_timeout)
-            deadline = reply.items[0].lease_deadline if reply.items else deadline
+            third = (deadline - clock.now()) / MICROS / 3
+            await asyncio.sleep(max(third if period is None else min(period, third), MIN_RENEW_WAIT))
+            try:
+                reply = await self.renew(lease.queue_name, lease.partition, ids, lease_timeout)
+            except InvalidOption:
+                return  # lost; completing on exit will say so
+            except (RetryRequest, ConnectionFailed):
+                continue  # the next try comes after a third of what is left
+            if reply.items and reply.items[0].lease_deadline is not None:
+                deadline = from_datetime(reply.items[0].lease_deadline)
 
     async def redrive(
         self, queue_name: str, target_queue: str, limit: int = 0, request_timeout: str = "1m"
@@ -804,6 +813,8 @@ class Client:
         lease_timeout: str = "",
     ) -> Iterator[m.QueueLeaseResponse]:
         """See ``AsyncClient.leased``; renewal runs on the client's own loop while the body works."""
+        if lease_timeout:
+            parse_duration(lease_timeout)
         lease = self.lease(queue_name, batch_size, client_id, request_timeout)
         ids = [i.id for i in lease.items]
         renewing = asyncio.run_coroutine_threadsafe(self.aio._keep_renewed(lease, lease_timeout), self._loop)
@@ -816,7 +827,7 @@ class Client:
             raise
         renewing.cancel()
         with contextlib.suppress(concurrent.futures.CancelledError):
-            renewing.result()  # a renewal that failed raises here: the items may no longer be ours
+            renewing.result()
         self.complete(queue_name, lease.partition, ids)
 
     def redrive(self, queue_name: str, target_queue: str, limit: int = 0, request_timeout: str = "1m") -> int:

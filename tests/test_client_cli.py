@@ -239,8 +239,27 @@ async def test_leased_raises_when_the_lease_was_lost(client: AsyncClient) -> Non
         async with client.leased("q", 1, "worker", lease_timeout="300ms") as lease:
             # Someone else completes it (an operator, or a duplicate worker after an expiry).
             await client.complete("q", lease.partition, [lease.items[0].id])
-            await asyncio.sleep(WORK)  # work long enough for the next renewal to find the item gone
+            await asyncio.sleep(WORK)  # work long enough for renewals to find the item gone
     assert (await client.list_items("q", 0)).items == []
+
+
+async def test_leased_with_a_longer_lease_renews_before_the_queue_timeout(client: AsyncClient) -> None:
+    await client.create_queue("short", lease_timeout="500ms", expire_timeout="1m")
+    await client.produce("short", ["a"])
+    async with client.leased("short", 1, "worker", lease_timeout="10s") as lease:
+        await asyncio.sleep(WORK)  # three of the queue's lease timeouts
+        [item] = (await client.list_items("short", 0)).items
+        assert (item.id, item.is_leased) == (lease.items[0].id, True)
+    assert (await client.list_items("short", 0)).items == []
+
+
+async def test_leased_refuses_a_bad_lease_timeout_before_leasing(client: AsyncClient) -> None:
+    await client.create_queue("q")
+    await client.produce("q", ["a"])
+    with pytest.raises(ValueError):
+        async with client.leased("q", 1, "worker", lease_timeout="soon"):
+            pass
+    assert [i.is_leased for i in (await client.list_items("q", 0)).items] == [False]
 
 
 async def test_renew_and_redrive(client: AsyncClient) -> None:
