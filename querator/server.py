@@ -134,6 +134,9 @@ def _listen(name: str, address: str) -> socket.socket:
 def _api_keys(config: ServerConfig) -> ApiKeys:
     try:
         hashes = read_hashes(config.api_keys_file, config.api_keys)
+        if (config.api_keys_file or config.api_keys.strip()) and not hashes:
+            # Keys were asked for: an empty source must not silently turn authentication off.
+            raise ApiKeyError("api keys are invalid; the configured keys hold no key hash")
     except OSError as e:
         raise ConfigError(
             f"api-keys-file is invalid; cannot read '{config.api_keys_file}': {e.strerror}"

@@ -115,3 +115,32 @@ async def test_renew_validation(api: Api) -> None:
         e = await api.error("/v1/queue.renew", {**base, **change})
         assert e.status == 400, change
         assert e.message.startswith(message), (change, e.message)
+
+
+async def test_a_shorter_renewal_expires_on_time(api: Api, clock: FakeClock) -> None:
+    await api.create("q", lease_timeout="10m")
+    await api.produce_n("q", 1)
+    item = (await api.lease("q"))["items"][0]
+    await renew(api, "q", 0, [item["id"]], lease_timeout="1s")
+    clock.advance(2)
+
+    async def returned() -> bool:
+        return item["id"] not in {i["id"] for i in await api.items("q")}
+
+    await eventually(returned)
+
+
+async def test_an_expired_lease_cannot_be_renewed(api: Api, clock: FakeClock) -> None:
+    await api.create("q", lease_timeout="1m")
+    await api.produce_n("q", 1)
+    item = (await api.lease("q"))["items"][0]
+    # Past the deadline; whether or not the lifecycle has run yet, renewing is too late.
+    clock.advance(61)
+    e = await api.error(
+        "/v1/queue.renew", {"queue_name": "q", "partition": 0, "ids": [item["id"]], "request_timeout": "5s"}
+    )
+    assert e.status == 400
+    assert e.message in (
+        f"item(s) cannot be renewed; '{item['id']}' is not marked as leased",
+        f"invalid storage id; '{item['id']}' does not exist",
+    )

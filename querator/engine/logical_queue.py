@@ -466,6 +466,9 @@ class LogicalQueue:
             _sooner(p.deadlines, "lease_deadline", now + settings.lease_timeout)
         if batch.produce:
             _sooner(p.deadlines, "expire_deadline", now + settings.expire_timeout)
+        for op in batch.renew:
+            if op.renewed:  # a renewal may shorten a lease: expiry must come on time
+                _sooner(p.deadlines, "lease_deadline", op.lease_deadline)
         if result.next_enqueue_at:
             _sooner(p.deadlines, "enqueue_at", result.next_enqueue_at)
         self._arm(p)

@@ -232,6 +232,9 @@ def _settle_leases(
     for nop in batch.renew:
         for item_id in nop.ids:
             got = leased(item_id, "renewed")
+            if not isinstance(got, InvalidOption) and got.lease_deadline < now:
+                # Expired, though the lifecycle has not returned it yet: too late to renew.
+                got = InvalidOption(f"item(s) cannot be renewed; '{item_id}' is not marked as leased")
             if isinstance(got, InvalidOption):
                 nop.error = got
                 break

@@ -62,6 +62,8 @@ CACHE_SIZE_KIB: Final = 32 * 1024
 MMAP_SIZE: Final = 256 * 1024 * 1024
 JOURNAL_SIZE_LIMIT: Final = 64 * 1024 * 1024
 """Bytes the WAL file is truncated back to after a checkpoint."""
+MIN_SQLITE: Final = (3, 35, 0)
+"""The oldest sqlite library this backend runs on: the dedup upsert needs ``RETURNING``."""
 PURGE_LIMIT: Final = 10_000
 """Most expired de-duplication records one purge transaction deletes."""
 BUSY_TIMEOUT_MS: Final = 5000
@@ -682,6 +684,11 @@ class SqliteStore:
     """
 
     def __init__(self, path: str | os.PathLike[str], synchronous: str = "FULL") -> None:
+        if sqlite3.sqlite_version_info < MIN_SQLITE:
+            raise SqliteStorageError(
+                f"sqlite storage error; sqlite {sqlite3.sqlite_version} is too old, "
+                f"{'.'.join(map(str, MIN_SQLITE))} or newer is needed (RETURNING)"
+            )
         if synchronous.upper() not in _SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of OFF, NORMAL, FULL, EXTRA; got {synchronous!r}")
         self._path = os.fspath(path)

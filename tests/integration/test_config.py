@@ -290,6 +290,20 @@ STARTUP_FAILURES = [
         Invalid(args=("--address", "no-such-host.invalid:2319"), message="querator: address is invalid"),
         id="address-unresolvable-host",
     ),
+    pytest.param(
+        Invalid(
+            env=(("QUERATOR_API_KEYS", " , "),), message="querator: api keys are invalid; the configured"
+        ),
+        id="api-keys-empty",
+    ),
+    pytest.param(
+        Invalid(env=(("QUERATOR_API_KEYS", "abc"),), message="querator: api key hash is invalid"),
+        id="api-keys-not-a-hash",
+    ),
+    pytest.param(
+        Invalid(args=("--api-keys-file", "/nonexistent/keys"), message="querator: api-keys-file is invalid"),
+        id="api-keys-file-missing",
+    ),
 ]
 
 
