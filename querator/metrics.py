@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 from querator.clock import MICROS, Clock
 from querator.engine.logical_queue import ItemCounters
 from querator.engine.queue import Queue
-from querator.errors import RetryRequest
+from querator.errors import QueratorError, RetryRequest
 from querator.storage.base import PartitionTx
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -60,14 +60,20 @@ class Metrics:
     async def render(self, queues: list[Queue]) -> bytes:
         """The exposition text, with the gauges read now."""
         async with self._lock:  # one scrape at a time reads storage; the next reuses nothing stale
-            self._queues.snapshot = [(q.name, await _gauges(q), q.logical.counters) for q in queues]
+            snapshot = []
+            for q in queues:
+                gauges = await _gauges(q)
+                if gauges is not None:
+                    snapshot.append((q.name, gauges, q.logical.counters))
+            self._queues.snapshot = snapshot
             try:
                 return generate_latest(self.registry)
             finally:
                 self._queues.snapshot = []
 
 
-async def _gauges(queue: Queue) -> QueueGauges:
+async def _gauges(queue: Queue) -> QueueGauges | None:
+    """The queue's gauges; None when it is stopping (deleted, respawned, shutting down) meanwhile."""
     gauges = QueueGauges()
 
     def read(tx: PartitionTx) -> tuple[int, int, int, int]:
@@ -75,12 +81,17 @@ async def _gauges(queue: Queue) -> QueueGauges:
         head = tx.head(1)
         return stats.total - stats.leased, stats.leased, stats.scheduled, head[0].created_at if head else 0
 
-    for number in sorted(queue.logical.partitions):
-        try:
-            queued, leased, scheduled, oldest = await queue.logical.run_on(number, read)
-        except RetryRequest:
+    for number, state in sorted(queue.logical.partitions.items()):
+        if state.failures:
             gauges.failing_partitions += 1
             continue
+        try:
+            queued, leased, scheduled, oldest = await queue.logical.run_on(number, read, limited=False)
+        except RetryRequest:  # failed just now
+            gauges.failing_partitions += 1
+            continue
+        except QueratorError:
+            return None
         gauges.queued += queued
         gauges.leased += leased
         gauges.scheduled += scheduled

@@ -216,12 +216,16 @@ class LogicalQueue:
         await self._submit(_Renew(self._future(), self.partitions[partition], op=op))
         return op.renewed
 
-    async def call(self, fn: Callable[[], Awaitable[T]]) -> T:
-        """Runs ``fn`` inside the loop, between batches (cold requests: stats, clear, storage API)."""
-        result: T = await self._submit(_Cold(self._future(), fn=fn))
+    async def call(self, fn: Callable[[], Awaitable[T]], limited: bool = True) -> T:
+        """Runs ``fn`` inside the loop, between batches (cold requests: stats, clear, storage API).
+
+        ``limited`` False lets the server's own reads (metrics) in when clients have filled the queue's
+        request limit: they must neither be refused nor take a client's place.
+        """
+        result: T = await self._submit(_Cold(self._future(), fn=fn), limited)
         return result
 
-    async def run_on(self, number: int, fn: Callable[[PartitionTx], T]) -> T:
+    async def run_on(self, number: int, fn: Callable[[PartitionTx], T], limited: bool = True) -> T:
         """Runs a storage function on one partition inside the loop; a storage failure is a 454."""
         p = self.partitions[number]
 
@@ -238,7 +242,7 @@ class LogicalQueue:
             self._serve_parked_soon()
             return result
 
-        return await self.call(cold)
+        return await self.call(cold, limited)
 
     async def reload(self, number: int) -> None:
         """Re-reads one partition's counts and deadlines from storage; also revives a failed partition."""
@@ -277,10 +281,10 @@ class LogicalQueue:
     def _future(self) -> asyncio.Future[Any]:
         return asyncio.get_running_loop().create_future()
 
-    async def _submit(self, request: _Request) -> Any:
+    async def _submit(self, request: _Request, limited: bool = True) -> Any:
         if self._closing or self._task.done():
             raise shutting_down()
-        if len(self._pending) >= self._max_requests:
+        if limited and len(self._pending) >= self._max_requests:
             raise RetryRequest("queue is overloaded; try again later")
         self._pending.append(request)
         self._wake.set()
@@ -466,9 +470,9 @@ class LogicalQueue:
             _sooner(p.deadlines, "lease_deadline", now + settings.lease_timeout)
         if batch.produce:
             _sooner(p.deadlines, "expire_deadline", now + settings.expire_timeout)
-        for op in batch.renew:
-            if op.renewed:  # a renewal may shorten a lease: expiry must come on time
-                _sooner(p.deadlines, "lease_deadline", op.lease_deadline)
+        for renewal in batch.renew:
+            if renewal.renewed:  # a renewal may shorten a lease: expiry must come on time
+                _sooner(p.deadlines, "lease_deadline", renewal.lease_deadline)
         if result.next_enqueue_at:
             _sooner(p.deadlines, "enqueue_at", result.next_enqueue_at)
         self._arm(p)
