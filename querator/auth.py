@@ -21,6 +21,8 @@ from pathlib import Path
 
 from querator.errors import Unauthorized
 
+EXTENSIONS_HEADER = "X-Querator-Extensions"
+"""Sent by clients that accept our extension fields in JSON replies (reference clients reject them)."""
 FORWARDED_HEADER = "X-Querator-Forwarded-By"
 """Set by a node that forwards a request to the partition's owner; its value is the node id."""
 SECRET_HEADER = "X-Querator-Cluster-Secret"

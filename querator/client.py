@@ -41,6 +41,7 @@ import aiohttp
 import msgspec
 
 from querator import __version__
+from querator.auth import EXTENSIONS_HEADER
 from querator.clock import MICROS, SystemClock, from_datetime
 from querator.duration import SECOND, DurationError, format_duration, parse_duration
 from querator.errors import InvalidOption, QueratorError, RetryRequest, error_for, plain_error
@@ -152,6 +153,8 @@ class AsyncClient:
             "Content-Type": media,
             "Accept": media,
             "User-Agent": f"querator-python/{__version__}",
+            # This client knows the extension fields: the server may put them in JSON replies.
+            EXTENSIONS_HEADER: "1",
         }
         if api_key is not None:
             self._headers["Authorization"] = f"Bearer {api_key}"

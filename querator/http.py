@@ -16,7 +16,7 @@ import msgspec
 from aiohttp import web
 
 from querator import __version__
-from querator.auth import ApiKeys
+from querator.auth import EXTENSIONS_HEADER, ApiKeys
 from querator.clock import to_datetime
 from querator.errors import (
     CODE_TEXT,
@@ -159,9 +159,25 @@ def _rpc(call: Callable[[M], Awaitable[m.Message | None]], type_: type[M], limit
         except Exception:
             log.exception("%s failed", request.path)
             return _reply(m.Reply(code=500, code_text=CODE_TEXT[500], message="Internal Error"), accept, 500)
-        return _reply(result if result is not None else m.OK_REPLY, accept, 200)
+        if result is None:
+            result = m.OK_REPLY
+        elif accept == JSON and EXTENSIONS_HEADER not in request.headers:
+            result = _reference_view(result)
+        return _reply(result, accept, 200)
 
     return handler
+
+
+def _reference_view(msg: m.Message) -> m.Message:
+    """``msg`` without our extension fields, for a JSON client that did not ask for them: the reference's
+    Go client rejects fields it does not know. (Binary protobuf decoders skip unknown fields.)"""
+    if isinstance(msg, m.QueueInfo) and msg.dedup_window:
+        return msgspec.structs.replace(msg, dedup_window="")
+    if isinstance(msg, m.QueuesListResponse) and any(i.dedup_window for i in msg.items):
+        return msgspec.structs.replace(
+            msg, items=[msgspec.structs.replace(i, dedup_window="") for i in msg.items]
+        )
+    return msg
 
 
 def _accept_or_json(request: web.Request) -> str:

@@ -470,12 +470,8 @@ def queue_info(r: QueueRecord) -> m.QueueInfo:
         max_attempts=r.max_attempts,
         requested_partitions=r.requested_partitions,
         namespace=r.namespace,
-        # Only when not the default: a reference client rejects fields it does not know.
-        dedup_window=(
-            ""
-            if r.dedup_window == DEFAULT_DEDUP_WINDOW
-            else format_duration(r.dedup_window * NANOS_PER_MICRO)
-        ),
+        # Left out of JSON replies to clients that did not ask for extensions (http._reference_view).
+        dedup_window=format_duration(r.dedup_window * NANOS_PER_MICRO),
     )
 
 

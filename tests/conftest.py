@@ -51,10 +51,12 @@ class Api:
             await resp.read()
             return resp
 
-    async def post(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    async def post(
+        self, path: str, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         """POSTs JSON; returns the reply body on 200, raises ApiError otherwise."""
         async with self.session.post(
-            self.base + path, data=msgspec.json.encode(body or {}), headers=JSON
+            self.base + path, data=msgspec.json.encode(body or {}), headers={**JSON, **(headers or {})}
         ) as resp:
             reply = msgspec.json.decode(await resp.read())
             if resp.status != 200:

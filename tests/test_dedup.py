@@ -9,6 +9,13 @@ from querator.clock import FakeClock
 
 from .conftest import Api
 
+EXTENSIONS = {"X-Querator-Extensions": "1"}
+
+
+async def info(api: Api, queue: str) -> dict[str, Any]:
+    """queues.info as a client that knows the extensions sees it."""
+    return await api.post("/v1/queues.info", {"queue_name": queue}, EXTENSIONS)
+
 
 async def total(api: Api, queue: str) -> int:
     partitions = (await api.stats(queue))["logicalQueues"][0]["partitions"]
@@ -35,8 +42,7 @@ async def test_a_repeated_dedup_id_is_accepted_but_stored_once(api: Api) -> None
 
 async def test_the_window_holds_after_completion_and_ends(api: Api, clock: FakeClock) -> None:
     await api.create("q", dedup_window="2m")
-    info = await api.post("/v1/queues.info", {"queue_name": "q"})
-    assert info["dedup_window"] == "2m0s"
+    assert (await info(api, "q"))["dedup_window"] == "2m0s"
     await api.produce("q", [{"utf8": "first", "dedup_id": "x"}])
     item = (await api.lease("q"))["items"][0]
     await api.complete("q", 0, [item["id"]])
@@ -68,14 +74,14 @@ async def test_dedup_is_per_queue(api: Api) -> None:
 
 async def test_a_zero_window_disables_dedup(api: Api) -> None:
     await api.create("q", dedup_window="0s")
-    assert (await api.post("/v1/queues.info", {"queue_name": "q"}))["dedup_window"] == "0s"
+    assert (await info(api, "q"))["dedup_window"] == "0s"
     await api.produce("q", [{"utf8": "a", "dedup_id": "x"}, {"utf8": "b", "dedup_id": "x"}])
     assert await total(api, "q") == 2
 
 
-async def test_the_default_window_is_five_minutes_and_not_shown(api: Api, clock: FakeClock) -> None:
+async def test_the_default_window_is_five_minutes(api: Api, clock: FakeClock) -> None:
     await api.create("q")
-    assert "dedup_window" not in await api.post("/v1/queues.info", {"queue_name": "q"})
+    assert (await info(api, "q"))["dedup_window"] == "5m0s"
     await api.produce("q", [{"utf8": "a", "dedup_id": "x"}])
     clock.advance(299)
     await api.produce("q", [{"utf8": "a", "dedup_id": "x"}])
@@ -89,11 +95,21 @@ async def test_update_changes_or_keeps_the_window(api: Api) -> None:
     await api.create("q", dedup_window="1m")
     body: dict[str, Any] = {"queue_name": "q", "lease_timeout": "1m", "expire_timeout": "24h"}
     await api.post("/v1/queues.update", body)
-    assert (await api.post("/v1/queues.info", {"queue_name": "q"}))["dedup_window"] == "1m0s"
+    assert (await info(api, "q"))["dedup_window"] == "1m0s"
     await api.post("/v1/queues.update", {**body, "dedup_window": "10m"})
-    assert (await api.post("/v1/queues.info", {"queue_name": "q"}))["dedup_window"] == "10m0s"
-    await api.post("/v1/queues.update", {**body, "dedup_window": "5m"})
+    assert (await info(api, "q"))["dedup_window"] == "10m0s"
+
+
+async def test_reference_clients_never_see_the_extension_field(api: Api) -> None:
+    await api.create("q", dedup_window="10m")
+    await api.create("r", dedup_window="0s")
     assert "dedup_window" not in await api.post("/v1/queues.info", {"queue_name": "q"})
+    listed = (await api.post("/v1/queues.list", {}))["items"]
+    assert [sorted(i) for i in listed] == [sorted(i) for i in listed if "dedup_window" not in i]
+    assert [i["dedup_window"] for i in (await api.post("/v1/queues.list", {}, EXTENSIONS))["items"]] == [
+        "10m0s",
+        "0s",
+    ]
 
 
 async def test_validation(api: Api) -> None:
