@@ -3,6 +3,8 @@
     python bench/bench.py --storage memory                # start a node, run every scenario
     python bench/bench.py --endpoint http://host:2319     # against a running node
     python bench/bench.py --storage sqlite --scenario rss --items 1000000
+    python bench/bench.py --storage cassandra --scenario cycle --batch 100   # starts a local Cassandra
+    python bench/bench.py --storage cassandra --cassandra-port 9042 ...     # or uses a running one
 
 Scenarios (1 KiB items): ``produce``, ``lease`` (of a pre-filled queue), ``cycle`` (produce -> lease ->
 complete per client), each for batch sizes 1/10/100/1000 and N concurrent clients; ``latency`` (time from
@@ -26,10 +28,14 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from querator.client import AsyncClient
 from querator.errors import RetryRequest
 from querator.wire import messages as m
+
+if TYPE_CHECKING:
+    from tests.cassandra_node import CassandraNode
 
 PAYLOAD = os.urandom(1024)
 TICK = 0.002
@@ -64,7 +70,7 @@ def free_port() -> int:
 class Server:
     """A `querator serve` child process on a free port and a temporary data dir."""
 
-    def __init__(self, storage: str, synchronous: str) -> None:
+    def __init__(self, storage: str, synchronous: str, extra: list[str]) -> None:
         self.port = free_port()
         self.data = tempfile.mkdtemp(prefix="querator-bench-")
         self.proc = subprocess.Popen(
@@ -85,6 +91,7 @@ class Server:
                 "1000",
                 "--sqlite-synchronous",
                 synchronous,
+                *extra,
             ],
         )
         self.endpoint = f"http://127.0.0.1:{self.port}"
@@ -300,12 +307,26 @@ async def rss_scenario(client: AsyncClient, server: Server, items: int) -> str:
     )
 
 
+def start_cassandra() -> CassandraNode:
+    """The tests' single Cassandra node (tests/cassandra_node.py: 1 GiB heap, loopback, commit log
+    synced per batch of writes but without fsync), in a temporary directory."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.cassandra_node import CassandraNode
+
+    node = CassandraNode(Path(tempfile.mkdtemp(prefix="querator-bench-cassandra-")))
+    node.start()
+    return node
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--endpoint", help="a running node (otherwise one is started)")
-    parser.add_argument("--storage", default="memory", choices=["memory", "sqlite"])
+    parser.add_argument("--storage", default="memory", choices=["memory", "sqlite", "cassandra"])
+    parser.add_argument(
+        "--cassandra-port", type=int, help="a running Cassandra on localhost (otherwise one is started)"
+    )
     parser.add_argument("--sqlite-synchronous", default="FULL", choices=["FULL", "NORMAL"])
     parser.add_argument(
         "--scenario",
@@ -322,7 +343,16 @@ async def main() -> None:
     args = parser.parse_args()
     scenarios = args.scenario or ["produce", "lease", "cycle", "latency"]
     batches = args.batch or [1, 10, 100, 1000]
-    server = None if args.endpoint else Server(args.storage, args.sqlite_synchronous)
+    node = None
+    extra: list[str] = []
+    if args.storage == "cassandra" and not args.endpoint:
+        port = args.cassandra_port
+        if port is None:
+            node = start_cassandra()
+            port = node.cql_port
+        keyspace = f"bench_{os.getpid()}"
+        extra = ["--cassandra-port", str(port), "--cassandra-keyspace", keyspace]
+    server = None if args.endpoint else Server(args.storage, args.sqlite_synchronous, extra)
     endpoint = args.endpoint or server.endpoint  # type: ignore[union-attr]
     print(
         f"# {time.strftime('%Y-%m-%d')} {platform.node()} {os.cpu_count()} cpus, python "
@@ -356,6 +386,9 @@ async def main() -> None:
     finally:
         if server is not None:
             server.stop()
+        if node is not None:
+            node.stop()
+            shutil.rmtree(node.base, ignore_errors=True)
 
 
 if __name__ == "__main__":

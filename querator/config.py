@@ -13,13 +13,16 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from querator.duration import SECOND, DurationError, parse_duration
 
-STORAGE_KINDS = ("memory", "sqlite")
+if TYPE_CHECKING:
+    from querator.storage.cassandra import CassandraSettings
+
+STORAGE_KINDS = ("memory", "sqlite", "cassandra")
 LOG_LEVELS = ("debug", "info", "warn", "warning", "error")
 LOG_FORMATS = ("text", "json")
 SQLITE_SYNC = ("FULL", "NORMAL")
@@ -43,13 +46,38 @@ class ServerConfig:
     """Everything ``querator serve`` needs. Sizes are bytes."""
 
     address: str = field(default="localhost:2319", metadata={"help": "host:port to listen on"})
-    storage: str = field(default="sqlite", metadata={"help": "storage backend: memory or sqlite"})
+    storage: str = field(default="sqlite", metadata={"help": "storage backend: memory, sqlite or cassandra"})
     data_dir: str = field(default="querator-data", metadata={"help": "directory of the sqlite store"})
     sqlite_synchronous: str = field(
         default="FULL",
         metadata={
             "help": "sqlite fsync policy: FULL (a 200 survives power loss) or NORMAL (survives a crash)"
         },
+    )
+    cassandra_hosts: str = field(
+        default="127.0.0.1", metadata={"help": "comma-separated Cassandra contact points"}
+    )
+    cassandra_port: int = field(default=9042, metadata={"help": "Cassandra's CQL port"})
+    cassandra_keyspace: str = field(
+        default="querator", metadata={"help": "keyspace of Querator's tables (created when missing)"}
+    )
+    cassandra_local_dc: str = field(
+        default="", metadata={"help": "data center to send requests to ('' = the first contact point's)"}
+    )
+    cassandra_replication: str = field(
+        default="SimpleStrategy:1",
+        metadata={
+            "help": "replication of a keyspace Querator creates: SimpleStrategy:<rf> or "
+            "NetworkTopologyStrategy:<dc>=<rf>[,<dc>=<rf>]"
+        },
+    )
+    cassandra_consistency: str = field(
+        default="LOCAL_QUORUM", metadata={"help": "consistency level of Cassandra reads and writes"}
+    )
+    cassandra_username: str = field(default="", metadata={"help": "Cassandra user ('' = no authentication)"})
+    cassandra_password: str = field(default="", metadata={"help": "Cassandra password"})
+    cassandra_tls_ca_file: str = field(
+        default="", metadata={"help": "PEM CA file: connect to Cassandra with TLS and verify it"}
     )
     log_level: str = field(default="info", metadata={"help": "debug, info, warn or error"})
     log_format: str = field(default="text", metadata={"help": "text or json"})
@@ -124,6 +152,8 @@ class ServerConfig:
             )
         if self.admin_address:
             _check_address("admin-address", self.admin_address)
+        if self.storage == "cassandra":
+            self._validate_cassandra()
         if self.max_produce_body <= 0 or self.max_requests_per_queue <= 0:
             raise ConfigError("max-produce-body and max-requests-per-queue must be greater than zero")
         ttl = _duration("etcd-lease-ttl", self.etcd_lease_ttl)
@@ -167,6 +197,41 @@ class ServerConfig:
             advertise_address=self.advertise_address,
             lease_ttl=parse_duration(self.etcd_lease_ttl) // SECOND,
             grace_period=parse_duration(self.cluster_grace_period) / SECOND,
+        )
+
+    def _validate_cassandra(self) -> None:
+        if not 0 < self.cassandra_port <= 65535:
+            raise ConfigError(f"cassandra-port is invalid; '{self.cassandra_port}' is not a port")
+        if not self.cassandra_hosts.strip(", "):
+            raise ConfigError("cassandra-hosts is invalid; at least one contact point is needed")
+        if not _IDENTIFIER.fullmatch(self.cassandra_keyspace):
+            raise ConfigError(
+                f"cassandra-keyspace is invalid; '{self.cassandra_keyspace}' is not a Cassandra identifier"
+            )
+        settings = self.cassandra_settings()
+        try:
+            settings.replication_cql()
+        except ValueError as e:
+            raise ConfigError(f"cassandra-replication is invalid; {e}") from None
+        try:
+            settings.consistency_level()
+        except ValueError as e:
+            raise ConfigError(f"cassandra-consistency is invalid; {e}") from None
+
+    def cassandra_settings(self) -> CassandraSettings:
+        """The Cassandra store's settings from the ``cassandra-*`` settings."""
+        from querator.storage.cassandra import CassandraSettings
+
+        return CassandraSettings(
+            hosts=tuple(h.strip() for h in self.cassandra_hosts.split(",") if h.strip()),
+            port=self.cassandra_port,
+            keyspace=self.cassandra_keyspace,
+            local_dc=self.cassandra_local_dc,
+            replication=self.cassandra_replication,
+            consistency=self.cassandra_consistency.upper(),
+            username=self.cassandra_username,
+            password=self.cassandra_password,
+            tls_ca_file=self.cassandra_tls_ca_file,
         )
 
 
@@ -233,6 +298,10 @@ def _check_address(name: str, address: str) -> None:
     port = address.rpartition(":")[2]
     if ":" not in address or not port.isdigit() or int(port) > 65535:
         raise ConfigError(f"{name} is invalid; '{address}' is not host:port with a port up to 65535")
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,47}")
+"""An unquoted Cassandra keyspace name."""
 
 
 def option_name(name: str) -> str:

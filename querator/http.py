@@ -24,6 +24,8 @@ from querator.errors import (
     InvalidOption,
     NotImplementedRoute,
     QueratorError,
+    RetryRequest,
+    StorageError,
     Unauthorized,
 )
 from querator.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -154,6 +156,11 @@ def _rpc(call: Callable[[M], Awaitable[m.Message | None]], type_: type[M], limit
         try:
             body = await _read_body(request, limit)
             result = await call(decode(body, request.headers.get("Content-Type"), type_))
+        except StorageError as e:
+            # Queue metadata reads and writes reach storage outside the engine: a storage outage is a
+            # "try again" for them too, never a 500 (the engine does the same for partition work).
+            log.warning("%s failed: %s", request.path, e.message)
+            return _error_reply(RetryRequest("internal error, try your request again"), accept)
         except QueratorError as e:
             return _error_reply(e, accept)
         except Exception:

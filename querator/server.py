@@ -35,6 +35,13 @@ def make_store(config: ServerConfig) -> Store:
     """The storage backend the config names."""
     if config.storage == "memory":
         return MemoryStore()
+    if config.storage == "cassandra":
+        from querator.storage.cassandra import CassandraStore
+
+        # A single node owns every partition: its start time is an epoch that grows across restarts,
+        # so a restarted node fences out any write still in flight from its previous life.
+        clock = SystemClock()
+        return CassandraStore(config.cassandra_settings(), epoch=clock.now(), now=clock.now)
     from querator.storage.sqlite import SqliteStore
 
     Path(config.data_dir).mkdir(parents=True, exist_ok=True)
@@ -110,7 +117,7 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> None
             "querator listening on %s (storage %s%s; api keys %s)%s",
             config.address,
             config.storage,
-            f" in {config.data_dir}" if config.storage == "sqlite" else "",
+            _where(config),
             "required" if keys else "off",
             f"; admin on {config.admin_address}" if config.admin_address else "",
         )
@@ -151,6 +158,15 @@ def _api_keys(config: ServerConfig) -> ApiKeys:
         ) from None
     except ApiKeyError as e:
         raise ConfigError(str(e)) from None
+
+
+def _where(config: ServerConfig) -> str:
+    """Where the store keeps its data, for the start-up log line."""
+    if config.storage == "sqlite":
+        return f" in {config.data_dir}"
+    if config.storage == "cassandra":
+        return f" in keyspace {config.cassandra_keyspace} at {config.cassandra_hosts}"
+    return ""
 
 
 def run(config: ServerConfig) -> None:

@@ -6,8 +6,9 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,10 @@ from querator.clock import Clock, FakeClock, SystemClock
 from querator.http import create_app
 from querator.service import Service
 from querator.storage.base import Store
+from querator.storage.cassandra import CassandraSettings
 from querator.storage.memory import MemoryStore
 from querator.storage.sqlite import SqliteStore
+from tests.cassandra_node import CassandraNode
 
 JSON = {"Content-Type": "application/json"}
 LEASE_TIMEOUT = "1m0s"
@@ -194,3 +197,24 @@ async def api(start_server: ServerFactory, clock: FakeClock) -> Api:
 async def live_api(start_server: ServerFactory) -> Api:
     """A server on the real clock (for long-poll timeouts)."""
     return await start_server(SystemClock())
+
+
+# --- Cassandra: one node per test session, a keyspace per test ------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def cassandra_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CassandraNode]:
+    """A real Cassandra node for the whole session (started on first use, killed at the end)."""
+    node = CassandraNode(tmp_path_factory.mktemp("cassandra"))
+    node.start()
+    try:
+        yield node
+    finally:
+        node.stop()
+
+
+@pytest.fixture
+def cassandra_settings(cassandra_node: CassandraNode, request: pytest.FixtureRequest) -> CassandraSettings:
+    """Settings of a keyspace of this test's own (created by the store that opens it)."""
+    name = "t_" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:20]
+    return CassandraSettings(hosts=("127.0.0.1",), port=cassandra_node.cql_port, keyspace=name)

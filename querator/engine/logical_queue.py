@@ -410,11 +410,11 @@ class LogicalQueue:
             else:
                 lease.op = None
 
-        results: dict[PartitionState, BatchResult | StorageError] = {}
         has_dead_queue = bool(settings.dead_queue)
-        for p, b in batches.items():
-            # One transaction per partition; sequential because a backend serialises writers anyway.
-            results[p] = await self._apply(p, b, now, has_dead_queue)
+        # One transaction per partition, all in flight together: a networked store (Cassandra) spends
+        # most of a transaction waiting for a round trip, and sqlite commits waiting ones as a group.
+        applied = await asyncio.gather(*(self._apply(p, b, now, has_dead_queue) for p, b in batches.items()))
+        results: dict[PartitionState, BatchResult | StorageError] = dict(zip(batches, applied, strict=True))
 
         leased = 0
         for req in hot:

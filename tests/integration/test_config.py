@@ -244,7 +244,7 @@ class Invalid:
 INVALID = {
     "storage-flag": Invalid(
         args=("--storage", "nope"),
-        message="querator: storage is invalid; 'nope' is not one of (memory, sqlite)",
+        message="querator: storage is invalid; 'nope' is not one of (memory, sqlite, cassandra)",
     ),
     "address-flag": Invalid(
         args=("--address", "nope"), message="querator: address is invalid; 'nope' is not host:port"

@@ -1,0 +1,959 @@
+"""The Cassandra backend: the cluster's store, built the way queues on Cassandra work (docs/storage.md).
+
+- One writer per partition, fenced: ``partitions`` holds the owner epoch, taken with a lightweight
+  transaction by ``claim``; every segment's static ``epoch`` column carries it too, and every write of a
+  run is ONE conditional single-partition batch (``IF epoch = ?``) on the tail segment. A refused batch
+  raises ``StaleOwnerError`` and the partition stops serving until it is claimed again.
+- Items live in segments (Cassandra partitions of about ``SEGMENT_ROWS`` rows); a new tail is opened when
+  the old one is full, carrying over the few rows that describe non-queued items, and drained segments
+  are dropped whole (one partition tombstone, never read). Nothing deletes an item row on the hot path:
+  completing writes a small state row into the tail.
+- Reads start at the persisted cursor, never at the head of a segment, so they never meet tombstones.
+- The partition's state lives in an in-memory index (``_cassandra_index.py``) loaded on first use;
+  ``Partition.run`` runs ``fn`` on a worker thread (reads it needs beyond the index are blocking driver
+  calls there) and then awaits the batch through ``execute_async``, bridged into the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+from cassandra import ConsistencyLevel, DriverException, RequestExecutionException
+from cassandra.auth import PlainTextAuthProvider
+from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, Session
+from cassandra.policies import (
+    DCAwareRoundRobinPolicy,
+    ExponentialReconnectionPolicy,
+    TokenAwarePolicy,
+)
+from cassandra.query import BatchStatement, BatchType, PreparedStatement, dict_factory
+
+from querator.errors import StaleOwnerError, StorageError
+from querator.storage import _cassandra_dedup
+from querator.storage._cassandra_dedup import CQL_PUT_MARKER, MAX_TTL, Dedup
+from querator.storage._cassandra_index import Index, Meta, StateRow, Writes
+from querator.storage.base import (
+    DEFAULT_DEDUP_WINDOW,
+    ClearOptions,
+    Deadlines,
+    Item,
+    Partition,
+    PartitionStats,
+    PartitionTx,
+    QueueRecord,
+)
+
+__all__ = ["CassandraSettings", "CassandraStorageError", "CassandraStore"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+SCHEMA_VERSION: Final = 1
+SEGMENT_ROWS: Final = 20_000
+"""Rows a tail segment takes before the next write opens a new one (about 20 MB of 1 KiB items)."""
+CARRY_CHUNK: Final = 2000
+"""State rows per batch when a new segment is opened (keeps each mutation far below its size limit)."""
+THREADS: Final = 4
+"""Worker threads for transactions: one per partition at a time, a few partitions in parallel."""
+
+# --- schema -------------------------------------------------------------------------------------------
+
+# Item rows and state rows share one table with the partition's statics because a conditional batch
+# may not span tables or partitions: the fence must sit in the partition it protects.
+SCHEMA: Final = (
+    """CREATE TABLE IF NOT EXISTS {ks}.schema_version (
+        name text PRIMARY KEY, version int)""",
+    """CREATE TABLE IF NOT EXISTS {ks}.queues (
+        name text PRIMARY KEY, namespace text, lease_timeout bigint, expire_timeout bigint,
+        dead_queue text, max_attempts int, reference text, requested_partitions int,
+        created_at bigint, updated_at bigint, extra map<text, text>, dedup_window bigint)""",
+    # list_queues reads one namespace in name order: a partition per namespace, rows sorted by name.
+    """CREATE TABLE IF NOT EXISTS {ks}.queues_by_namespace (
+        namespace text, name text, PRIMARY KEY ((namespace), name))""",
+    # Written only with lightweight transactions (claim, opening a segment, reset): one row per partition.
+    """CREATE TABLE IF NOT EXISTS {ks}.partitions (
+        queue text, partition int, epoch bigint, base int, tail int,
+        segments map<int, text>, expires map<int, bigint>, markers map<int, bigint>,
+        PRIMARY KEY ((queue, partition)))""",
+    # Segments are written for a while, read from the cursor on, then dropped whole: rows are never
+    # deleted one by one, so tombstones are rare partition deletions of segments nobody reads again,
+    # and a short gc_grace is safe (a resurrected dropped segment holds only dead items, unreferenced).
+    """CREATE TABLE IF NOT EXISTS {ks}.items (
+        queue text, partition int, segment int, record tinyint, id text,
+        epoch bigint static, opened boolean static, cursor text static, last_id text static,
+        queued bigint static, queued_created varint static, min_expire bigint static, rows int static,
+        dedup_until bigint static,
+        source_id text, is_leased boolean, lease_deadline bigint, expire_deadline bigint,
+        enqueue_at bigint, created_at bigint, attempts int, max_attempts int, reference text,
+        encoding text, kind text, payload blob, gone boolean,
+        PRIMARY KEY ((queue, partition, segment), record, id))
+        WITH compaction = {{'class': 'LeveledCompactionStrategy'}} AND gc_grace_seconds = 3600""",
+    # Produce de-duplication claims (_cassandra_dedup.py): one row per dedup id, gone with its window.
+    """CREATE TABLE IF NOT EXISTS {ks}.dedup (
+        queue text, dedup_id text, partition int, epoch bigint, segment int, claimed_at bigint,
+        expires_at bigint, PRIMARY KEY ((queue, dedup_id)))
+        WITH gc_grace_seconds = 3600""",
+    # The dedup index of import (dead-lettering): an entry lives as long as its item may (TTL), and is
+    # only trusted after the item is found live, so stale entries are harmless.
+    """CREATE TABLE IF NOT EXISTS {ks}.sources (
+        queue text, partition int, source_id text, id text,
+        PRIMARY KEY ((queue, partition, source_id)))
+        WITH gc_grace_seconds = 3600""",
+)
+
+_ITEM_FIELDS = (
+    "id, source_id, is_leased, lease_deadline, expire_deadline, enqueue_at, created_at, attempts, "
+    "max_attempts, reference, encoding, kind"
+)
+_PK = "queue = ? AND partition = ? AND segment = ?"
+
+CQL_INSERT_ITEM: Final = (
+    f"INSERT INTO {{ks}}.items (queue, partition, segment, record, {_ITEM_FIELDS}, payload) "
+    "VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+CQL_PUT_STATE: Final = (
+    f"INSERT INTO {{ks}}.items (queue, partition, segment, record, {_ITEM_FIELDS}, gone) "
+    "VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+# The fence of every batch, which also stores the partition's counters in the tail's statics.
+CQL_FENCED_META: Final = (
+    "UPDATE {ks}.items SET opened = true, cursor = ?, last_id = ?, queued = ?, queued_created = ?, "
+    f"min_expire = ?, rows = ?, dedup_until = ? WHERE {_PK} IF epoch = ?"
+)
+CQL_FENCE: Final = f"UPDATE {{ks}}.items SET epoch = ? WHERE {_PK} IF epoch = ?"
+CQL_OPEN_SEGMENT: Final = (
+    "INSERT INTO {ks}.items (queue, partition, segment, epoch) VALUES (?, ?, ?, ?) IF NOT EXISTS"
+)
+CQL_SEGMENT_META: Final = (
+    "SELECT epoch, opened, cursor, last_id, queued, queued_created, min_expire, rows, dedup_until "
+    f"FROM {{ks}}.items "
+    f"WHERE {_PK} LIMIT 1"
+)
+CQL_STATES: Final = f"SELECT {_ITEM_FIELDS}, gone FROM {{ks}}.items WHERE {_PK} AND record = 1"
+CQL_ITEMS_AFTER: Final = (
+    f"SELECT {_ITEM_FIELDS}, payload FROM {{ks}}.items WHERE {_PK} AND record = 0 AND id > ? LIMIT ?"
+)
+CQL_ITEM_META_AFTER: Final = (
+    f"SELECT {_ITEM_FIELDS} FROM {{ks}}.items WHERE {_PK} AND record = 0 AND id > ? LIMIT ?"
+)
+CQL_ITEMS_BY_ID: Final = (
+    f"SELECT {_ITEM_FIELDS}, payload FROM {{ks}}.items WHERE {_PK} AND record = 0 AND id IN ?"
+)
+CQL_DROP_SEGMENT: Final = f"DELETE FROM {{ks}}.items WHERE {_PK}"
+
+CQL_GET_PARTITION: Final = (
+    "SELECT epoch, base, tail, segments, expires, markers FROM {ks}.partitions "
+    "WHERE queue = ? AND partition = ?"
+)
+CQL_CREATE_PARTITION: Final = (
+    "INSERT INTO {ks}.partitions (queue, partition, epoch, base, tail, segments, expires) "
+    "VALUES (?, ?, ?, 0, 0, {0: ''}, {}) IF NOT EXISTS"
+)
+CQL_CLAIM_PARTITION: Final = (
+    "UPDATE {ks}.partitions SET epoch = ? WHERE queue = ? AND partition = ? IF epoch = ?"
+)
+CQL_ROLL: Final = (
+    "UPDATE {ks}.partitions SET tail = ?, segments = ?, expires = ?, markers = ? "
+    "WHERE queue = ? AND partition = ? "
+    "IF epoch = ? AND tail = ?"
+)
+CQL_RESET_PARTITION: Final = (
+    "UPDATE {ks}.partitions SET base = ?, tail = ?, segments = ?, expires = {}, markers = {} "
+    "WHERE queue = ? AND partition = ? IF EXISTS"
+)
+
+CQL_GET_SOURCES: Final = (
+    "SELECT source_id, id FROM {ks}.sources WHERE queue = ? AND partition = ? AND source_id = ?"
+)
+CQL_PUT_SOURCE: Final = (
+    "INSERT INTO {ks}.sources (queue, partition, source_id, id) VALUES (?, ?, ?, ?) USING TTL ?"
+)
+
+_QUEUE_FIELDS = (
+    "name, namespace, lease_timeout, expire_timeout, dead_queue, max_attempts, reference, "
+    "requested_partitions, created_at, updated_at, extra, dedup_window"
+)
+_QUEUE_VALUES = ", ".join("?" * 12)
+# Queue records are written with lightweight transactions only: mixing them with plain writes on the
+# same row would order writes by two different clocks.
+CQL_GET_QUEUE: Final = f"SELECT {_QUEUE_FIELDS} FROM {{ks}}.queues WHERE name = ?"
+CQL_ADD_QUEUE: Final = f"INSERT INTO {{ks}}.queues ({_QUEUE_FIELDS}) VALUES ({_QUEUE_VALUES}) IF NOT EXISTS"
+CQL_UPDATE_QUEUE: Final = (
+    "UPDATE {ks}.queues SET namespace = ?, lease_timeout = ?, expire_timeout = ?, dead_queue = ?, "
+    "max_attempts = ?, reference = ?, requested_partitions = ?, created_at = ?, updated_at = ?, extra = ?, "
+    "dedup_window = ? "
+    "WHERE name = ? IF EXISTS"
+)
+CQL_DELETE_QUEUE: Final = "DELETE FROM {ks}.queues WHERE name = ? IF EXISTS"
+CQL_INDEX_QUEUE: Final = "INSERT INTO {ks}.queues_by_namespace (namespace, name) VALUES (?, ?)"
+CQL_UNINDEX_QUEUE: Final = "DELETE FROM {ks}.queues_by_namespace WHERE namespace = ? AND name = ?"
+CQL_LIST_QUEUES: Final = "SELECT name FROM {ks}.queues_by_namespace WHERE namespace = ? AND name >= ? LIMIT ?"
+
+
+class CassandraStorageError(StorageError):
+    """Cassandra failed or could not be reached; the run it happened in is assumed not applied."""
+
+
+def _storage_error(exc: BaseException) -> CassandraStorageError:
+    """The one place a driver error becomes ours."""
+    error = CassandraStorageError(f"cassandra storage error; {type(exc).__name__}: {exc}")
+    error.__cause__ = exc
+    return error
+
+
+_DRIVER_ERRORS = (DriverException, RequestExecutionException, NoHostAvailable, OSError)
+
+
+@dataclass(frozen=True)
+class CassandraSettings:
+    """How to reach Cassandra and where to keep Querator's tables.
+
+    Args:
+        hosts: Contact points; the driver discovers the rest of the cluster from them.
+        port: The native protocol (CQL) port.
+        keyspace: Created when missing, with ``replication``.
+        local_dc: The data center whose replicas serve requests ("" lets the driver pick the first
+            contact point's).
+        replication: ``SimpleStrategy:<rf>`` or ``NetworkTopologyStrategy:<dc>=<rf>[,<dc>=<rf>...]``;
+            only used to create a missing keyspace.
+        consistency: Of every read and write (``LOCAL_QUORUM`` by default); lightweight transactions
+            use ``LOCAL_SERIAL`` (or ``SERIAL`` with a non-local consistency) for their Paxos round.
+        username: With ``password``, authenticates with Cassandra's PasswordAuthenticator.
+        tls_ca_file: A PEM file of CAs: connect with TLS and verify the server against them.
+        request_timeout: Seconds before a request counts as failed (the partition answers 454).
+    """
+
+    hosts: tuple[str, ...] = ("127.0.0.1",)
+    port: int = 9042
+    keyspace: str = "querator"
+    local_dc: str = ""
+    replication: str = "SimpleStrategy:1"
+    consistency: str = "LOCAL_QUORUM"
+    username: str = ""
+    password: str = ""
+    tls_ca_file: str = ""
+    request_timeout: float = 10.0
+
+    def replication_cql(self) -> str:
+        """The keyspace's replication map as CQL; raises ValueError on a malformed setting."""
+        strategy, _, spec = self.replication.partition(":")
+        if strategy == "SimpleStrategy" and spec.isdigit():
+            return f"{{'class': 'SimpleStrategy', 'replication_factor': {int(spec)}}}"
+        if strategy == "NetworkTopologyStrategy" and spec:
+            pairs = [p.partition("=") for p in spec.split(",")]
+            if all(
+                dc.strip().replace("-", "").replace("_", "").isalnum() and rf.isdigit() for dc, _, rf in pairs
+            ):
+                dcs = ", ".join(f"'{dc.strip()}': {int(rf)}" for dc, _, rf in pairs)
+                return f"{{'class': 'NetworkTopologyStrategy', {dcs}}}"
+        raise ValueError(
+            f"'{self.replication}' is not SimpleStrategy:<rf> or NetworkTopologyStrategy:<dc>=<rf>[,...]"
+        )
+
+    def consistency_level(self) -> int:
+        """The driver's consistency level; raises ValueError for an unknown name."""
+        level = ConsistencyLevel.name_to_value.get(self.consistency.upper())
+        if level is None or level in (ConsistencyLevel.SERIAL, ConsistencyLevel.LOCAL_SERIAL):
+            raise ValueError(f"'{self.consistency}' is not a consistency level for reads and writes")
+        return int(level)
+
+    def _cluster_kwargs(self) -> dict[str, Any]:
+        """The driver's ``Cluster`` arguments (the conversion stays here, at the edge)."""
+        level = self.consistency_level()
+        serial = (
+            ConsistencyLevel.LOCAL_SERIAL if "LOCAL" in self.consistency.upper() else ConsistencyLevel.SERIAL
+        )
+        profile = ExecutionProfile(
+            load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=self.local_dc or None)),
+            consistency_level=level,
+            serial_consistency_level=serial,
+            request_timeout=self.request_timeout,
+            row_factory=dict_factory,
+        )
+        kwargs: dict[str, Any] = {
+            "contact_points": list(self.hosts),
+            "port": self.port,
+            "execution_profiles": {EXEC_PROFILE_DEFAULT: profile},
+            # Reconnect quickly after a Cassandra restart: the default waits up to ten minutes.
+            "reconnection_policy": ExponentialReconnectionPolicy(0.5, 5.0),
+            "connect_timeout": 5,
+            "protocol_version": 5,
+        }
+        if self.username:
+            kwargs["auth_provider"] = PlainTextAuthProvider(self.username, self.password)
+        if self.tls_ca_file:
+            context = ssl.create_default_context(cafile=self.tls_ca_file)
+            kwargs["ssl_context"] = context
+        return kwargs
+
+
+# --- the connection -----------------------------------------------------------------------------------
+
+
+class _Cql:
+    """The session and its prepared statements; every call here is blocking (worker threads only)."""
+
+    def __init__(self, session: Session, keyspace: str) -> None:
+        self.session = session
+        self.keyspace = keyspace
+        self.statements: dict[str, PreparedStatement] = {}
+
+    def prepare_all(self) -> None:
+        for module in (globals(), vars(_cassandra_dedup)):
+            for name, value in module.items():
+                if name.startswith("CQL_"):
+                    self.statements[value] = self.session.prepare(value.replace("{ks}", self.keyspace))
+
+    def stmt(self, cql: str) -> PreparedStatement:
+        return self.statements[cql]
+
+    def rows(self, cql: str, params: Sequence[Any]) -> list[dict[str, Any]]:
+        return self.rows_statement(self.statements[cql].bind(params))
+
+    def rows_statement(self, statement: Any) -> list[dict[str, Any]]:
+        try:
+            return list(self.session.execute(statement))
+        except _DRIVER_ERRORS as e:
+            raise _storage_error(e) from e
+
+    def first(self, response: Any) -> dict[str, Any]:
+        """The first row of a driver ``ResponseFuture`` (waits for it): a conditional write's verdict."""
+        try:
+            rows = list(response.result())
+        except _DRIVER_ERRORS as e:
+            raise _storage_error(e) from e
+        return rows[0] if rows else {"[applied]": False}
+
+    def applied(self, cql: str, params: Sequence[Any]) -> tuple[bool, dict[str, Any]]:
+        return self.applied_statement(self.statements[cql].bind(params))
+
+    def applied_statement(self, statement: Any) -> tuple[bool, dict[str, Any]]:
+        rows = self.rows_statement(statement)
+        row = rows[0] if rows else {"[applied]": False}
+        return bool(row["[applied]"]), row
+
+
+def _bridge(loop: asyncio.AbstractEventLoop, response: Any) -> asyncio.Future[list[dict[str, Any]]]:
+    """An asyncio future settled (on ``loop``) by a driver ``ResponseFuture``."""
+    future: asyncio.Future[list[dict[str, Any]]] = loop.create_future()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+    def ok(rows: Any) -> None:
+        try:
+            loop.call_soon_threadsafe(settle, list(rows or ()), None)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
+
+    def failed(exc: BaseException) -> None:
+        try:
+            loop.call_soon_threadsafe(settle, None, exc)
+        except RuntimeError:
+            pass
+
+    response.add_callbacks(ok, failed)
+    return future
+
+
+def _item(row: dict[str, Any]) -> Item:
+    return Item(
+        id=row["id"],
+        source_id=row["source_id"] or "",
+        is_leased=bool(row["is_leased"]),
+        lease_deadline=row["lease_deadline"] or 0,
+        expire_deadline=row["expire_deadline"] or 0,
+        enqueue_at=row["enqueue_at"] or 0,
+        created_at=row["created_at"] or 0,
+        attempts=row["attempts"] or 0,
+        max_attempts=row["max_attempts"] or 0,
+        reference=row["reference"] or "",
+        encoding=row["encoding"] or "",
+        kind=row["kind"] or "",
+        payload=row.get("payload") or b"",
+    )
+
+
+def _fields(i: Item) -> tuple[Any, ...]:
+    return (
+        i.id, i.source_id, i.is_leased, i.lease_deadline, i.expire_deadline, i.enqueue_at, i.created_at,
+        i.attempts, i.max_attempts, i.reference, i.encoding, i.kind,
+    )  # fmt: skip
+
+
+# --- a partition --------------------------------------------------------------------------------------
+
+
+class _Reader:
+    """The blocking reads the index needs, for one partition."""
+
+    def __init__(self, cql: _Cql, queue: str, number: int) -> None:
+        self._cql = cql
+        self._key = (queue, number)
+
+    def items_after(self, segment: int, after: str, limit: int, full: bool) -> list[Item]:
+        cql = CQL_ITEMS_AFTER if full else CQL_ITEM_META_AFTER
+        return [_item(r) for r in self._cql.rows(cql, (*self._key, segment, after, limit))]
+
+    def items_by_id(self, segment: int, ids: Sequence[str]) -> list[Item]:
+        return [_item(r) for r in self._cql.rows(CQL_ITEMS_BY_ID, (*self._key, segment, list(ids)))]
+
+
+class CassandraTx:
+    """``PartitionTx`` over a partition's index (see ``_cassandra_index.py``); runs on a worker thread."""
+
+    __slots__ = ("_index", "_partition")
+
+    def __init__(self, partition: CassandraPartition, index: Index) -> None:
+        self._partition = partition
+        self._index = index
+
+    def last_id(self) -> str:
+        return self._index.meta.last_id
+
+    def insert(self, items: Sequence[Item]) -> None:
+        self._index.insert(items)
+
+    def head(self, limit: int) -> list[Item]:
+        return self._index.head(limit)
+
+    def get(self, ids: Collection[str]) -> dict[str, Item]:
+        return self._index.get(ids)
+
+    def update(self, items: Sequence[Item]) -> None:
+        self._index.update(items)
+
+    def delete(self, ids: Collection[str]) -> None:
+        self._index.delete(ids)
+
+    def existing_source_ids(self, source_ids: Collection[str]) -> set[str]:
+        return self._partition.existing_source_ids(self._index, source_ids)
+
+    def expired_leases(self, now: int, limit: int) -> list[Item]:
+        return self._index.expired_leases(now, limit)
+
+    def expired(self, now: int, limit: int) -> list[Item]:
+        return self._index.expired(now, limit)
+
+    def due(self, now: int, limit: int) -> list[Item]:
+        return self._index.due(now, limit)
+
+    def deadlines(self) -> Deadlines:
+        return self._index.deadlines()
+
+    def stats(self, now: int) -> PartitionStats:
+        return self._index.stats(now)
+
+    def dedup(self, dedup_ids: Collection[str], now: int, expires_at: int) -> set[str]:
+        return self._partition.dedup(self._index, dedup_ids, now, expires_at)
+
+    def clear(self, options: ClearOptions) -> None:
+        self._index.clear(options)
+
+    # Last, so that ``list`` in the annotations above is still the builtin.
+    def list(self, pivot: str, limit: int, scheduled: bool) -> list[Item]:
+        return self._index.list_items(pivot, limit, scheduled)
+
+
+@dataclass
+class _Step:
+    """One write of a run's commit, in order; ``fenced`` ones must be applied or the owner is stale."""
+
+    statement: Any
+    fenced: bool
+
+
+class CassandraPartition:
+    """One partition of a queue: its index (loaded on first use) and its owner epoch."""
+
+    def __init__(self, store: CassandraStore, queue: str, number: int) -> None:
+        self._store = store
+        self.queue = queue
+        self.number = number
+        self.epoch = store.epoch
+        self._index: Index | None = None
+        self._stale: StaleOwnerError | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def _key(self) -> tuple[str, int]:
+        return (self.queue, self.number)
+
+    async def run(self, fn: Callable[[PartitionTx], T]) -> T:
+        """Runs ``fn`` against the index on a worker thread, then writes what it changed as one
+        conditional batch on the tail segment (more when the tail is full, see ``_plan``).
+
+        Raises:
+            StaleOwnerError: another owner claimed the partition with a newer epoch; nothing is applied
+                and the partition refuses every run until ``claim`` is called again.
+            CassandraStorageError: Cassandra failed; the write may or may not have been applied, so the
+                index is dropped and reloaded from Cassandra by the next run.
+            Exception: whatever ``fn`` raised; nothing of it was written.
+        """
+        async with self._lock:
+            if self._stale is not None:
+                raise self._stale
+            loop = asyncio.get_running_loop()
+            try:
+                result, steps = await loop.run_in_executor(self._store._threads, self._execute, fn)
+                for step in steps:
+                    rows = await self._store._execute_async(loop, step.statement)
+                    if step.fenced and not (rows and rows[0].get("[applied]")):
+                        raise self._stale_error(rows[0] if rows else {})
+            except StaleOwnerError as e:
+                self._index = None
+                self._stale = e
+                raise
+            except _DRIVER_ERRORS as e:
+                self._index = None
+                raise _storage_error(e) from e
+            except BaseException:
+                self._index = None
+                raise
+            assert self._index is not None
+            self._index.end()
+            return result
+
+    def _stale_error(self, row: dict[str, Any]) -> StaleOwnerError:
+        current = row.get("epoch")
+        return StaleOwnerError(
+            f"stale owner; partition {self.number} of '{self.queue}' is owned by epoch {current}, "
+            f"not {self.epoch}"
+        )
+
+    def _execute(self, fn: Callable[[PartitionTx], T]) -> tuple[T, list[_Step]]:
+        """Worker thread: loads the index if needed, runs ``fn``, plans the writes."""
+        index = self._index or self._load()
+        self._index = index
+        index.begin()
+        result = fn(CassandraTx(self, index))
+        return result, self._plan(index)
+
+    # -- loading and claiming --------------------------------------------------------------------------
+
+    def _claim(self) -> dict[str, Any]:
+        """Makes ``self.epoch`` the owner of the partition row and of its tail segment; returns the row."""
+        cql = self._store._cql
+        assert cql is not None
+        key = self._key
+        applied, row = cql.applied(CQL_CREATE_PARTITION, (*key, self.epoch))
+        while not applied:
+            current = row["epoch"]
+            if current == self.epoch:
+                break
+            if current > self.epoch:
+                raise self._stale_error(row)
+            applied, row = cql.applied(CQL_CLAIM_PARTITION, (self.epoch, *key, current))
+        (row,) = cql.rows(CQL_GET_PARTITION, key)
+        if row["epoch"] != self.epoch:
+            raise self._stale_error(row)
+        self._claim_segment(row["tail"])
+        return row
+
+    def _claim_segment(self, segment: int) -> None:
+        cql = self._store._cql
+        assert cql is not None
+        applied, current = cql.applied(CQL_OPEN_SEGMENT, (*self._key, segment, self.epoch))
+        while not applied and current.get("epoch") != self.epoch:
+            epoch = current.get("epoch")
+            if epoch is not None and epoch > self.epoch:
+                raise self._stale_error(current)
+            applied, current = cql.applied(CQL_FENCE, (self.epoch, *self._key, segment, epoch))
+
+    def _load(self) -> Index:
+        cql = self._store._cql
+        if cql is None:
+            raise CassandraStorageError("cassandra storage error; the store is not open")
+        row = self._claim()
+        tail, base = row["tail"], row["base"]
+        segments: dict[int, str] = dict(row["segments"] or {})
+        meta_rows = cql.rows(CQL_SEGMENT_META, (*self._key, tail))
+        source = tail
+        if not (meta_rows and meta_rows[0]["opened"]) and tail > base:
+            # Opening this segment did not finish: the state is still the previous tail's, and the next
+            # write opens a fresh segment (this one holds at most carried state rows, never items).
+            source = max(n for n in segments if n < tail) if any(n < tail for n in segments) else tail
+            meta_rows = cql.rows(CQL_SEGMENT_META, (*self._key, source))
+        meta = Meta()
+        if meta_rows and meta_rows[0]["opened"]:
+            m = meta_rows[0]
+            meta = Meta(
+                cursor=m["cursor"] or "",
+                last_id=m["last_id"] or "",
+                queued=m["queued"] or 0,
+                queued_created=m["queued_created"] or 0,
+                min_expire=m["min_expire"] or 0,
+                rows=m["rows"] or 0,
+                dedup_until=m["dedup_until"] or 0,
+            )
+        live = {n: a for n, a in segments.items() if n <= source}
+        index = Index(
+            _Reader(cql, *self._key), live, dict(row["expires"] or {}), dict(row["markers"] or {}), meta
+        )
+        if source != tail:
+            index.needs_roll, index.abandoned = True, tail
+        if meta_rows and meta_rows[0]["opened"]:
+            states = cql.rows(CQL_STATES, (*self._key, source))
+            index.load_state(StateRow(_item(r), gone=bool(r["gone"])) for r in states)
+        return index
+
+    # -- writing ---------------------------------------------------------------------------------------
+
+    def _plan(self, index: Index) -> list[_Step]:
+        """The statements that make the run durable: normally one conditional batch on the tail."""
+        writes = index.writes
+        if not writes:
+            return []
+        steps: list[_Step] = [_Step(s, False) for s in self._source_statements(writes)]
+        if index.needs_roll or index.meta.rows + writes.rows() > SEGMENT_ROWS:
+            steps.extend(self._roll(index, writes))
+        else:
+            steps.append(_Step(self._batch(index, index.tail, writes.items, writes.states.values()), True))
+        return steps
+
+    def _source_statements(self, writes: Writes) -> list[Any]:
+        cql = self._store._cql
+        assert cql is not None
+        now = self._store.clock_now()
+        statements = []
+        for item in writes.sources:
+            ttl = MAX_TTL
+            if item.expire_deadline:
+                ttl = max(1, min(MAX_TTL, (item.expire_deadline - now) // 1_000_000 + 1))
+            statements.append(cql.stmt(CQL_PUT_SOURCE).bind((*self._key, item.source_id, item.id, ttl)))
+        return statements
+
+    def _batch(self, index: Index, segment: int, items: Sequence[Item], states: Collection[StateRow]) -> Any:
+        cql = self._store._cql
+        assert cql is not None
+        key = (*self._key, segment)
+        meta = index.meta
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+        markers = index.writes.markers
+        rows = meta.rows + len(items) + len(states) + len(markers)
+        batch.add(
+            cql.stmt(CQL_FENCED_META),
+            (
+                meta.cursor,
+                meta.last_id,
+                meta.queued,
+                meta.queued_created,
+                meta.min_expire,
+                rows,
+                meta.dedup_until,
+                *key,
+                self.epoch,
+            ),
+        )
+        insert, put_state = cql.stmt(CQL_INSERT_ITEM), cql.stmt(CQL_PUT_STATE)
+        for item in items:
+            batch.add(insert, (*key, *_fields(item), item.payload))
+        for state in states:
+            batch.add(put_state, (*key, *_fields(state.item), state.gone))
+        put_marker = cql.stmt(CQL_PUT_MARKER)
+        for dedup_id, expires_at in markers:
+            batch.add(put_marker, (*key, dedup_id, expires_at))
+        return batch
+
+    def _roll(self, index: Index, writes: Writes) -> list[_Step]:
+        """Opens a new tail segment: drop drained segments, move the tail pointer (fenced), claim the new
+        segment, carry the state rows of non-queued items over, then write the run there."""
+        cql = self._store._cql
+        assert cql is not None
+        old_tail = index.tail if index.abandoned is None else index.abandoned
+        new = old_tail + 1
+        after = index.committed_last_id
+        live = index.live_segments(self._store.clock_now())
+        steps = [
+            _Step(cql.stmt(CQL_DROP_SEGMENT).bind((*self._key, n)), False)
+            for n in index.segment_numbers
+            if n not in live
+        ]
+        if index.abandoned is not None:
+            steps.append(_Step(cql.stmt(CQL_DROP_SEGMENT).bind((*self._key, index.abandoned)), False))
+        index.drop_segments(live)
+        index.add_segment(new, after)
+        index.needs_roll, index.abandoned = False, None
+        segments = dict(zip(index.segment_numbers, index.segment_after, strict=True))
+        steps.append(
+            _Step(
+                cql.stmt(CQL_ROLL).bind(
+                    (new, segments, index.expires, index.markers, *self._key, self.epoch, old_tail)
+                ),
+                True,
+            )
+        )
+        steps.append(_Step(cql.stmt(CQL_OPEN_SEGMENT).bind((*self._key, new, self.epoch)), True))
+        # The run's own state rows win over the carried ones of the same items.
+        carried = {row.item.id: row for row in index.carried()}
+        carried.update(writes.states)
+        states = list(carried.values())
+        while len(states) > CARRY_CHUNK:
+            chunk, states = states[:CARRY_CHUNK], states[CARRY_CHUNK:]
+            batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+            batch.add(cql.stmt(CQL_FENCE), (self.epoch, *self._key, new, self.epoch))
+            put_state = cql.stmt(CQL_PUT_STATE)
+            for state in chunk:
+                batch.add(put_state, (*self._key, new, *_fields(state.item), state.gone))
+            steps.append(_Step(batch, True))
+            index.meta.rows += len(chunk)
+        steps.append(_Step(self._batch(index, new, writes.items, states), True))
+        return steps
+
+    def dedup(self, index: Index, dedup_ids: Collection[str], now: int, expires_at: int) -> set[str]:
+        """Claims the dedup ids for this run (see ``_cassandra_dedup``); the run's batch writes the
+        markers of the ones its items carry."""
+        cql = self._store._cql
+        assert cql is not None
+        seen = Dedup(cql, self).claim(dedup_ids, index.tail, now, expires_at)
+        index.claimed.update(dict.fromkeys(set(dedup_ids) - seen, expires_at))
+        return seen
+
+    def existing_source_ids(self, index: Index, source_ids: Collection[str]) -> set[str]:
+        cql = self._store._cql
+        assert cql is not None
+        found = {}
+        for source_id in source_ids:
+            for row in cql.rows(CQL_GET_SOURCES, (*self._key, source_id)):
+                found[row["source_id"]] = row["id"]
+        return index.existing_source_ids(found)
+
+    # -- ownership -------------------------------------------------------------------------------------
+
+    async def claim(self, epoch: int) -> None:
+        """Takes the partition for ``epoch`` (see ``CassandraStore.claim``)."""
+        async with self._lock:
+            self.epoch = epoch
+            self._stale = None
+            self._index = None
+            loop = asyncio.get_running_loop()
+            try:
+                await loop.run_in_executor(self._store._threads, self._claim)
+            except StaleOwnerError as e:
+                self._stale = e
+                raise
+            except _DRIVER_ERRORS as e:
+                raise _storage_error(e) from e
+
+    def forget(self) -> None:
+        """Drops the index (the partition's rows were reset under it)."""
+        self._index = None
+
+
+# --- the store ----------------------------------------------------------------------------------------
+
+
+class CassandraStore:
+    """Queue records and partitions in a Cassandra keyspace.
+
+    Args:
+        settings: How to connect and which keyspace to use.
+        epoch: The owner epoch this store claims partitions with on first use. A single node passes a
+            value that grows across restarts (the start time in microseconds); the cluster passes the
+            epoch it got for a partition from etcd through ``claim``.
+        now: The clock's ``now`` (microseconds), for the TTL of dedup entries.
+    """
+
+    def __init__(self, settings: CassandraSettings, epoch: int, now: Callable[[], int]) -> None:
+        self.settings = settings
+        self.epoch = epoch
+        self.clock_now = now
+        self._cluster: Cluster | None = None
+        self._cql: _Cql | None = None
+        self._threads = ThreadPoolExecutor(THREADS, thread_name_prefix="querator-cassandra")
+        self._partitions: dict[tuple[str, int], CassandraPartition] = {}
+
+    async def open(self) -> None:
+        """Connects, creates the keyspace and tables when missing, prepares every statement; idempotent.
+
+        Raises:
+            CassandraStorageError: Cassandra cannot be reached, or the schema is newer than ours.
+        """
+        if self._cql is not None:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            self._cql = await loop.run_in_executor(self._threads, self._connect)
+        except _DRIVER_ERRORS as e:
+            raise _storage_error(e) from e
+
+    def _connect(self) -> _Cql:
+        cluster = Cluster(**self.settings._cluster_kwargs())
+        try:
+            session = cluster.connect()
+            ks = self.settings.keyspace
+            session.execute(
+                f"CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = {self.settings.replication_cql()}"
+            )
+            for statement in SCHEMA:
+                session.execute(statement.format(ks=ks))
+            row = session.execute(f"SELECT version FROM {ks}.schema_version WHERE name = 'items'").one()
+            version = row["version"] if row else 0
+            if version > SCHEMA_VERSION:
+                raise CassandraStorageError(
+                    f"cassandra storage error; schema version {version} of keyspace {ks} is newer than "
+                    f"the supported version {SCHEMA_VERSION}"
+                )
+            if version < SCHEMA_VERSION:
+                session.execute(
+                    f"INSERT INTO {ks}.schema_version (name, version) VALUES ('items', {SCHEMA_VERSION})"
+                )
+            cql = _Cql(session, ks)
+            cql.prepare_all()
+        except BaseException:
+            cluster.shutdown()
+            raise
+        self._cluster = cluster
+        return cql
+
+    async def close(self) -> None:
+        """Waits for running transactions, then closes the connections."""
+        for partition in self._partitions.values():
+            async with partition._lock:
+                pass
+        cluster, self._cluster, self._cql = self._cluster, None, None
+        if cluster is not None:
+            await asyncio.get_running_loop().run_in_executor(self._threads, cluster.shutdown)
+
+    async def _execute_async(self, loop: asyncio.AbstractEventLoop, statement: Any) -> list[dict[str, Any]]:
+        if self._cql is None:
+            raise CassandraStorageError("cassandra storage error; the store is not open")
+        return await _bridge(loop, self._cql.session.execute_async(statement))
+
+    async def _call(self, fn: Callable[[_Cql], T]) -> T:
+        cql = self._cql
+        if cql is None:
+            raise CassandraStorageError("cassandra storage error; the store is not open")
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._threads, fn, cql)
+        except _DRIVER_ERRORS as e:
+            raise _storage_error(e) from e
+
+    def partition(self, queue: str, number: int) -> Partition:
+        return self._partition(queue, number)
+
+    def _partition(self, queue: str, number: int) -> CassandraPartition:
+        key = (queue, number)
+        part = self._partitions.get(key)
+        if part is None:
+            part = self._partitions[key] = CassandraPartition(self, queue, number)
+        return part
+
+    async def claim(self, queue: str, number: int, epoch: int) -> None:
+        """Makes ``epoch`` the owner of a partition (a lightweight transaction on its row and tail).
+
+        From then on a store that wrote with an older epoch gets ``StaleOwnerError`` for its next write
+        to the partition and stops serving it.
+
+        Raises:
+            StaleOwnerError: the partition is owned by a newer epoch already.
+            CassandraStorageError: Cassandra failed.
+        """
+        await self._partition(queue, number).claim(epoch)
+
+    async def delete_partitions(self, queue: str, count: int) -> None:
+        """Resets the partitions to empty: their segments are dropped and numbering continues after them,
+        so no segment number is written again after its deletion."""
+
+        def reset(cql: _Cql) -> None:
+            for number in range(count):
+                rows = cql.rows(CQL_GET_PARTITION, (queue, number))
+                if not rows:
+                    continue
+                segments = rows[0]["segments"] or {}
+                for segment in segments:
+                    cql.rows(CQL_DROP_SEGMENT, (queue, number, segment))
+                fresh = max([rows[0]["tail"], *segments]) + 1
+                cql.applied(CQL_RESET_PARTITION, (fresh, fresh, {fresh: ""}, queue, number))
+
+        for number in range(count):
+            part = self._partitions.get((queue, number))
+            if part is not None:
+                async with part._lock:
+                    part.forget()
+        await self._call(reset)
+
+    async def purge_dedup(self, now: int) -> int:
+        """Nothing to do: dedup claims expire by their TTL."""
+        return 0
+
+    async def get_queue(self, name: str) -> QueueRecord | None:
+        rows = await self._call(lambda cql: cql.rows(CQL_GET_QUEUE, (name,)))
+        return _queue(rows[0]) if rows else None
+
+    async def add_queue(self, record: QueueRecord) -> bool:
+        def add(cql: _Cql) -> bool:
+            applied, _ = cql.applied(CQL_ADD_QUEUE, _queue_row(record))
+            if applied:
+                cql.rows(CQL_INDEX_QUEUE, (record.namespace, record.name))
+            return applied
+
+        return await self._call(add)
+
+    async def update_queue(self, record: QueueRecord) -> None:
+        def update(cql: _Cql) -> None:
+            before = cql.rows(CQL_GET_QUEUE, (record.name,))
+            row = _queue_row(record)
+            cql.applied(CQL_UPDATE_QUEUE, (*row[1:], record.name))
+            if before and before[0]["namespace"] != record.namespace:
+                cql.rows(CQL_UNINDEX_QUEUE, (before[0]["namespace"], record.name))
+            cql.rows(CQL_INDEX_QUEUE, (record.namespace, record.name))
+
+        await self._call(update)
+
+    async def delete_queue(self, name: str) -> None:
+        def delete(cql: _Cql) -> None:
+            before = cql.rows(CQL_GET_QUEUE, (name,))
+            if before:
+                cql.applied(CQL_DELETE_QUEUE, (name,))
+                cql.rows(CQL_UNINDEX_QUEUE, (before[0]["namespace"], name))
+
+        await self._call(delete)
+
+    async def list_queues(self, pivot: str, limit: int, namespace: str) -> list[QueueRecord]:
+        def list_(cql: _Cql) -> list[QueueRecord]:
+            names = [r["name"] for r in cql.rows(CQL_LIST_QUEUES, (namespace, pivot, limit))]
+            records = []
+            for name in names:
+                rows = cql.rows(CQL_GET_QUEUE, (name,))
+                if rows:
+                    records.append(_queue(rows[0]))
+            return records
+
+        return await self._call(list_)
+
+
+def _queue_row(r: QueueRecord) -> tuple[Any, ...]:
+    return (
+        r.name, r.namespace, r.lease_timeout, r.expire_timeout, r.dead_queue, r.max_attempts, r.reference,
+        r.requested_partitions, r.created_at, r.updated_at, r.extra, r.dedup_window,
+    )  # fmt: skip
+
+
+def _queue(row: dict[str, Any]) -> QueueRecord:
+    return QueueRecord(
+        name=row["name"],
+        namespace=row["namespace"] or "",
+        lease_timeout=row["lease_timeout"] or 0,
+        expire_timeout=row["expire_timeout"] or 0,
+        dead_queue=row["dead_queue"] or "",
+        max_attempts=row["max_attempts"] or 0,
+        reference=row["reference"] or "",
+        requested_partitions=row["requested_partitions"] or 0,
+        created_at=row["created_at"] or 0,
+        updated_at=row["updated_at"] or 0,
+        extra=dict(row["extra"] or {}),
+        dedup_window=DEFAULT_DEDUP_WINDOW if row["dedup_window"] is None else row["dedup_window"],
+    )

@@ -1,0 +1,205 @@
+"""One real Cassandra node on loopback, for the tests and the benchmark.
+
+``CassandraNode.start()`` runs ``org.apache.cassandra.service.CassandraDaemon`` (jars fetched by
+``scripts/cassandra.sh fetch`` into ``.cache/``) on free loopback ports with a 1 GiB heap and its data in
+a temporary directory, then polls until a CQL query succeeds (deadline, no fixed sleeps). ``stop()`` kills
+it (only the process it started); ``start()`` again reuses the same data directory, which is how the
+tests restart Cassandra under a running Querator.
+
+Settings for speed, never for production: one token, no gossip settle wait, ``skip_sync`` (no fsync of
+the commit log: a killed process still leaves its writes in the page cache). ``commitlog_sync: batch``
+is for correctness, not speed: with the default ``periodic`` mode Cassandra acknowledges writes before
+their commit-log section is marked synced and replays only synced sections, so a single node (RF 1)
+loses up to ``commitlog_sync_period`` of acknowledged writes when it is killed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VERSION = "5.0.8"
+START_DEADLINE = 120.0
+STOP_DEADLINE = 60.0
+
+# What Cassandra's own jvm17-server.options opens up for Java 17.
+JAVA17_OPTIONS = [
+    *(
+        f"--add-exports={m}=ALL-UNNAMED"
+        for m in (
+            "java.base/jdk.internal.misc",
+            "java.base/jdk.internal.ref",
+            "java.base/sun.nio.ch",
+            "java.management.rmi/com.sun.jmx.remote.internal.rmi",
+            "java.rmi/sun.rmi.registry",
+            "java.rmi/sun.rmi.server",
+            "java.sql/java.sql",
+        )
+    ),
+    *(
+        f"--add-opens={m}=ALL-UNNAMED"
+        for m in (
+            "java.base/java.lang.module",
+            "java.base/jdk.internal.loader",
+            "java.base/jdk.internal.ref",
+            "java.base/jdk.internal.reflect",
+            "java.base/jdk.internal.math",
+            "java.base/jdk.internal.module",
+            "java.base/jdk.internal.util.jar",
+            "jdk.management/com.sun.management.internal",
+            "java.base/java.io",
+            "java.base/java.nio",
+            "java.base/sun.nio.ch",
+            "java.base/java.lang",
+            "java.base/java.util",
+            "java.base/java.util.concurrent",
+            "java.base/java.util.concurrent.atomic",
+            "java.base/java.net",
+        )
+    ),
+]
+
+CONFIG = """\
+cluster_name: querator-test
+num_tokens: 1
+initial_token: 0
+partitioner: org.apache.cassandra.dht.Murmur3Partitioner
+commitlog_sync: group
+commitlog_sync_group_window: 1ms
+seed_provider:
+  - class_name: org.apache.cassandra.locator.SimpleSeedProvider
+    parameters:
+      - seeds: "127.0.0.1:{storage_port}"
+listen_address: 127.0.0.1
+rpc_address: 127.0.0.1
+storage_port: {storage_port}
+native_transport_port: {cql_port}
+start_native_transport: true
+endpoint_snitch: SimpleSnitch
+data_file_directories: [{base}/data]
+commitlog_directory: {base}/commitlog
+saved_caches_directory: {base}/saved_caches
+hints_directory: {base}/hints
+cdc_raw_directory: {base}/cdc
+auto_snapshot: false
+hinted_handoff_enabled: false
+concurrent_compactors: 1
+auto_bootstrap: false
+tombstone_warn_threshold: 1000
+paxos_variant: v2
+tombstone_failure_threshold: 100000
+"""
+
+LOGBACK = """\
+<configuration>
+  <appender name="FILE" class="ch.qos.logback.core.FileAppender">
+    <file>{base}/system.log</file>
+    <encoder><pattern>%-5level [%thread] %date{{ISO8601}} %F:%L - %msg%n</pattern></encoder>
+  </appender>
+  <root level="INFO"><appender-ref ref="FILE"/></root>
+</configuration>
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def fetch() -> Path:
+    """The directory of Cassandra's jars, fetching them with mvn the first time."""
+    out = subprocess.run(
+        [str(ROOT / "scripts" / "cassandra.sh"), "fetch"], check=True, capture_output=True, text=True
+    )
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+class CassandraNode:
+    """A single Cassandra node process; see the module docstring."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.cql_port = free_port()
+        self.storage_port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.lib = fetch()
+        for sub in ("data", "commitlog", "saved_caches", "hints", "cdc"):
+            (base / sub).mkdir(parents=True, exist_ok=True)
+        (base / "cassandra.yaml").write_text(
+            CONFIG.format(base=base, storage_port=self.storage_port, cql_port=self.cql_port)
+        )
+        (base / "logback.xml").write_text(LOGBACK.format(base=base))
+
+    @property
+    def log_path(self) -> Path:
+        return self.base / "system.log"
+
+    def start(self) -> None:
+        """Starts the node (again, on the same data) and waits until CQL answers."""
+        command = [
+            "java",
+            "-Xms1G",
+            "-Xmx1G",
+            "-Xmn256M",
+            "-XX:+UseG1GC",
+            "-Xss256k",
+            "-XX:ActiveProcessorCount=2",
+            "-Djava.net.preferIPv4Stack=true",
+            f"-Dcassandra.config=file://{self.base}/cassandra.yaml",
+            f"-Dlogback.configurationFile=file://{self.base}/logback.xml",
+            f"-Dcassandra.storagedir={self.base}",
+            "-Dcassandra-foreground=yes",
+            "-Dcassandra.skip_wait_for_gossip_to_settle=0",
+            "-Dcassandra.load_ring_state=false",
+            "-Dcassandra.superuser_setup_delay_ms=0",
+            "-Dcassandra.skip_sync=true",
+            *JAVA17_OPTIONS,
+            "-cp",
+            f"{self.lib}/*",
+            "org.apache.cassandra.service.CassandraDaemon",
+        ]
+        with (self.base / "stdout.log").open("ab") as out:
+            self.proc = subprocess.Popen(
+                command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.wait_ready()
+
+    def wait_ready(self) -> None:
+        from cassandra.cluster import Cluster
+
+        deadline = time.monotonic() + START_DEADLINE
+        while True:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"cassandra exited with {self.proc.returncode}; see {self.log_path}")
+            cluster = Cluster(["127.0.0.1"], port=self.cql_port, connect_timeout=2, protocol_version=5)
+            try:
+                session = cluster.connect()
+                session.execute("SELECT release_version FROM system.local")
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+            finally:
+                cluster.shutdown()
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        """Kills the node (SIGKILL: what a crash looks like) and waits for it to exit."""
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(STOP_DEADLINE)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

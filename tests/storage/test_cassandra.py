@@ -1,0 +1,246 @@
+"""The storage contract bound to the Cassandra backend (a real node, a keyspace per test), plus what
+only this backend has to do: fencing, reloading its index, segments."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from querator.clock import SystemClock
+from querator.errors import StaleOwnerError, StorageError
+from querator.ksuid import KsuidGenerator
+from querator.storage import cassandra
+from querator.storage._cassandra_dedup import CLAIM_TIMEOUT, DedupInFlight
+from querator.storage.base import PartitionTx, Store
+from querator.storage.cassandra import CQL_GET_PARTITION, CassandraSettings, CassandraStore
+from querator.storage.operations import RetryEntry
+from tests.storage.contract import NOW, SECOND, Part, StoreContract, ids, item, payloads
+
+EPOCH = 1
+
+
+def new_store(settings: CassandraSettings, epoch: int = EPOCH) -> CassandraStore:
+    return CassandraStore(settings, epoch, SystemClock().now)
+
+
+class TestCassandraStore(StoreContract):
+    @pytest.fixture
+    async def store(self, cassandra_settings: CassandraSettings) -> AsyncIterator[Store]:
+        store = new_store(cassandra_settings)
+        await store.open()
+        yield store
+        await store.close()
+
+
+@pytest.fixture
+async def store(cassandra_settings: CassandraSettings) -> AsyncIterator[CassandraStore]:
+    store = new_store(cassandra_settings)
+    await store.open()
+    yield store
+    await store.close()
+
+
+async def segments(store: CassandraStore, queue: str = "queue", number: int = 0) -> list[int]:
+    """The segment numbers the partition row lists."""
+    rows = await store._call(lambda cql: cql.rows(CQL_GET_PARTITION, (queue, number)))
+    return sorted(rows[0]["segments"])
+
+
+async def test_a_stale_owner_is_fenced_and_stops_serving(
+    store: CassandraStore, cassandra_settings: CassandraSettings
+) -> None:
+    """Two stores on one partition: once the newer epoch claims it, the older one's writes are refused."""
+    old = Part(store.partition("queue", 0))
+    (kept,) = await old.produce(item("before"))
+    newer = new_store(cassandra_settings, epoch=EPOCH + 1)
+    await newer.open()
+    try:
+        await newer.claim("queue", 0, EPOCH + 1)
+        new = Part(newer.partition("queue", 0))
+        new.new_id = KsuidGenerator(NOW // SECOND, after=kept.id).next
+        stale = r"^stale owner; partition 0 of 'queue' is owned by epoch 2"
+        with pytest.raises(StaleOwnerError, match=stale):
+            await old.produce(item("lost"))
+        with pytest.raises(StaleOwnerError):  # not even reads: the partition is no longer served here
+            await old.list()
+        with pytest.raises(StaleOwnerError):
+            await store.claim("queue", 0, EPOCH)
+        assert payloads(await new.list()) == ["before"]
+        await new.produce(item("after"))
+        [[leased]] = await new.lease(1)
+        assert leased.id == kept.id
+        assert payloads(await new.list()) == ["before", "after"]
+        # Another partition of the same queue is untouched by the claim.
+        assert await Part(store.partition("queue", 1)).produce(item("elsewhere"))
+    finally:
+        await newer.close()
+
+
+async def test_a_new_store_finds_everything(
+    store: CassandraStore, cassandra_settings: CassandraSettings
+) -> None:
+    part = Part(store.partition("orders", 0))
+    await part.produce(
+        item("leased"), item("retried"), item("queued"), item("scheduled", enqueue_at=NOW + 60 * SECOND)
+    )
+    [[lease, retried]] = await part.lease(2, deadline=NOW + 30 * SECOND)
+    await part.retry(RetryEntry(retried.id, retry_at=NOW + 90 * SECOND))
+    before, scheduled = await part.list(), await part.list(scheduled=True)
+    last = await part.last_id()
+
+    again = new_store(cassandra_settings, epoch=EPOCH + 1)
+    await again.open()
+    try:
+        part = Part(again.partition("orders", 0))
+        assert await part.list() == before
+        assert await part.list(scheduled=True) == scheduled
+        assert (await part.get(lease.id))[lease.id] == lease
+        assert await part.last_id() == last
+        deadlines = await part.run(lambda tx: tx.deadlines())
+        assert (deadlines.lease_deadline, deadlines.enqueue_at) == (NOW + 30 * SECOND, NOW + 60 * SECOND)
+        stats = await part.run(lambda tx: tx.stats(NOW))
+        assert (stats.total, stats.leased, stats.scheduled) == (2, 1, 2)
+        part.new_id = KsuidGenerator(NOW // SECOND, after=last).next
+        assert await part.complete(lease.id) is None
+        result = await part.lifecycle(NOW + 120 * SECOND)
+        assert result.enqueued == 2
+        assert payloads(await part.head()) == ["queued", "retried", "scheduled"]
+    finally:
+        await again.close()
+
+
+async def test_segments_roll_carry_state_and_drop_when_drained(
+    store: CassandraStore, cassandra_settings: CassandraSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cassandra, "SEGMENT_ROWS", 50)
+    monkeypatch.setattr(cassandra, "CARRY_CHUNK", 7)
+    part = Part(store.partition("queue", 0))
+    await part.produce(item("long-lease"), item("later", enqueue_at=NOW + 3600 * SECOND))
+    [[long_lease]] = await part.lease(1, deadline=NOW + 3600 * SECOND)
+    produced = 0
+    for _ in range(12):
+        await part.produce(*(item(f"n{produced + k}") for k in range(20)))
+        produced += 20
+        [got] = await part.lease(15)
+        assert await part.complete(*ids(got)) is None
+    kept = await segments(store)
+    assert kept[0] == 0  # the long lease's segment stays
+    assert kept[-1] >= 10  # a dozen segments were opened,
+    assert len(kept) <= 5  # and the drained ones between were dropped
+    left = payloads(await part.list(limit=1000))
+    assert left[0] == "long-lease"
+    assert left[1:] == [f"n{n}" for n in range(12 * 15, produced)]
+
+    again = new_store(cassandra_settings, epoch=EPOCH + 1)
+    await again.open()
+    try:
+        reloaded = Part(again.partition("queue", 0))
+        reloaded.new_id = KsuidGenerator(NOW // SECOND, after=await reloaded.last_id()).next
+        assert payloads(await reloaded.list(limit=1000)) == left
+        assert payloads(await reloaded.list(scheduled=True)) == ["later"]
+        assert (await reloaded.get(long_lease.id))[long_lease.id].payload == b"long-lease"
+        [rest] = await reloaded.lease(100)
+        assert payloads(rest) == left[1:]
+    finally:
+        await again.close()
+
+
+async def test_counters_hold_deep_partitions(
+    store: CassandraStore, cassandra_settings: CassandraSettings
+) -> None:
+    """The sum of created_at over queued items passes 2**63 microseconds after about 5,400 items."""
+    part = Part(store.partition("deep", 0))
+    await part.produce(*(item("x") for _ in range(6000)))
+    later = NOW + 10 * SECOND
+    assert (await part.run(lambda tx: tx.stats(later))).average_age == 10 * SECOND
+    again = new_store(cassandra_settings, epoch=EPOCH + 1)
+    await again.open()
+    try:
+        stats = await Part(again.partition("deep", 0)).run(lambda tx: tx.stats(later))
+        assert (stats.total, stats.average_age) == (6000, 10 * SECOND)
+    finally:
+        await again.close()
+
+
+# --- de-duplication across stores (nodes) -------------------------------------------------------------
+
+WINDOW = 300 * SECOND
+
+
+async def test_two_nodes_racing_one_dedup_id_store_it_once(
+    store: CassandraStore, cassandra_settings: CassandraSettings
+) -> None:
+    """Two stores (as two nodes) produce the same dedup ids into different partitions at once: each id
+    is stored by exactly one of them; the other answers a duplicate or a retry, never a second item."""
+    other = new_store(cassandra_settings, epoch=EPOCH)
+    await other.open()
+    try:
+        first, second = Part(store.partition("queue", 0)), Part(other.partition("queue", 1))
+        ids_ = [f"d{n}" for n in range(40)]
+
+        async def produce(part: Part, who: str) -> None:
+            for start in range(0, len(ids_), 10):
+                batch = [item(f"{who}-{d}", dedup_id=d) for d in ids_[start : start + 10]]
+                # A claim still in flight on the other node answers "try again": retry like a client.
+                while True:
+                    try:
+                        await part.produce(*batch, dedup_window=WINDOW)
+                        break
+                    except StorageError:
+                        continue
+
+        await asyncio.gather(produce(first, "a"), produce(second, "b"))
+        stored = payloads(await first.list(limit=100)) + payloads(await second.list(limit=100))
+        assert sorted(p.split("-", 1)[1] for p in stored) == sorted(ids_)
+    finally:
+        await other.close()
+
+
+async def test_a_fresh_claim_of_another_node_without_items_asks_to_retry(
+    store: CassandraStore, cassandra_settings: CassandraSettings
+) -> None:
+    other = new_store(cassandra_settings, epoch=EPOCH + 7)
+    await other.open()
+    try:
+        # The other node claimed "x" and then failed before its batch was written.
+        def claim_then_fail(tx: PartitionTx) -> None:
+            tx.dedup({"x"}, NOW, NOW + WINDOW)
+            raise RuntimeError("crashed before the batch")
+
+        with pytest.raises(RuntimeError):
+            await other.partition("queue", 1).run(claim_then_fail)
+        part = Part(store.partition("queue", 0))
+        with pytest.raises(DedupInFlight, match=r"dedup id 'x' is being produced by partition 1"):
+            await part.produce(item("a", dedup_id="x"), now=NOW + SECOND, dedup_window=WINDOW)
+        assert await part.list() == []
+        # Once the claim is older than any produce can take, it is stale: taken over, stored once.
+        later = NOW + CLAIM_TIMEOUT + 2 * SECOND
+        await part.produce(item("a", dedup_id="x"), now=later, dedup_window=WINDOW)
+        await part.produce(item("again", dedup_id="x"), now=later + SECOND, dedup_window=WINDOW)
+        assert payloads(await part.list()) == ["a"]
+        # And the node whose claim was taken over now sees the duplicate.
+        again = Part(other.partition("queue", 1))
+        await again.produce(item("b", dedup_id="x"), now=later + SECOND, dedup_window=WINDOW)
+        assert await again.list() == []
+    finally:
+        await other.close()
+
+
+async def test_markers_keep_their_segment_until_the_window_ends(
+    store: CassandraStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drained segment holding the marker of an open window is not dropped: the claim needs it."""
+    monkeypatch.setattr(cassandra, "SEGMENT_ROWS", 20)
+    part = Part(store.partition("queue", 0))
+    far = 10 * 365 * 86400 * SECOND  # segments are kept by the store's (real) clock: outlast it
+    await part.produce(item("a", dedup_id="x"), dedup_window=far)
+    for n in range(6):
+        await part.produce(*(item(f"n{n}-{k}") for k in range(10)))
+        [got] = await part.lease(100)
+        assert await part.complete(*ids(got)) is None
+    kept = await segments(store)
+    assert kept[0] == 0 and kept[-1] >= 3  # rolled past segment 0, which stays for its marker
+    await Part(store.partition("queue", 1)).produce(item("dup", dedup_id="x"), dedup_window=far)
+    assert await Part(store.partition("queue", 1)).list() == []
