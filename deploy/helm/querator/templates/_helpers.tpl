@@ -1,0 +1,102 @@
+{{/*
+Names, labels and the pieces of the pod spec shared by several templates.
+*/}}
+
+{{- define "querator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The release's full name. Kept to 52 characters: a StatefulSet adds a revision hash label of
+"<name>-<10 characters>" to its pods, which must fit 63.
+*/}}
+{{- define "querator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The headless Service: each pod's stable DNS name, <pod>.<this>.<namespace>.svc.<domain>. */}}
+{{- define "querator.headlessName" -}}
+{{- printf "%s-headless" (include "querator.fullname" .) }}
+{{- end }}
+
+{{- define "querator.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels every object of the release carries, without the component. */}}
+{{- define "querator.commonLabels" -}}
+helm.sh/chart: {{ include "querator.chart" . }}
+app.kubernetes.io/name: {{ include "querator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: querator
+{{- end }}
+
+{{/*
+Selects the Querator nodes. The component is part of it so that the helm test pod, which shares the
+name and instance, is never behind a Service or counted by the PodDisruptionBudget.
+*/}}
+{{- define "querator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "querator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: server
+{{- end }}
+
+{{- define "querator.labels" -}}
+{{ include "querator.commonLabels" . }}
+app.kubernetes.io/component: server
+{{- end }}
+
+{{- define "querator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "querator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "querator.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+
+{{/* The --cluster setting: etcd://host:port[,host:port]/prefix. */}}
+{{- define "querator.etcdCluster" -}}
+{{- printf "etcd://%s%s" (join "," .Values.cluster.etcd.endpoints) .Values.cluster.etcd.prefix }}
+{{- end }}
+
+{{/* The client Service's in-cluster URL. */}}
+{{- define "querator.endpoint" -}}
+{{- printf "http://%s.%s.svc.%s:%d" (include "querator.fullname" .) .Release.Namespace .Values.clusterDomain (int .Values.service.port) }}
+{{- end }}
+
+{{/* Where the Secrets the pods read as files are mounted. */}}
+{{- define "querator.apiKeysDir" -}}/etc/querator/api-keys{{- end }}
+{{- define "querator.clusterSecretDir" -}}/etc/querator/cluster-secret{{- end }}
+{{- define "querator.cassandraCaDir" -}}/etc/querator/cassandra-ca{{- end }}
+
+{{/*
+Combinations of values that values.schema.json cannot express (they compare two values); each fails
+the render with a message naming the values.
+*/}}
+{{- define "querator.validate" -}}
+{{- if eq (int .Values.querator.port) (int .Values.querator.adminPort) }}
+{{- fail "querator.port and querator.adminPort must differ: the API and the probes listen apart" }}
+{{- end }}
+{{- if le (int .Values.terminationGracePeriodSeconds) (int .Values.preStopSleepSeconds) }}
+{{- fail "terminationGracePeriodSeconds must be greater than preStopSleepSeconds: the node needs time to leave the cluster after the preStop wait" }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,94 @@
+"""values.schema.json (and the chart's own checks) refuse values that would render a broken cluster:
+``helm template`` fails naming the value, instead of rendering pods that crash or never form a cluster.
+Values that the server accepts must still pass."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from querator.config import load
+
+from .chart import pod_env, render, run_helm, template_args
+
+pytestmark = pytest.mark.integration
+
+REJECTED: list[tuple[str, dict[str, Any], str]] = [
+    ("no-replicas", {"replicaCount": 0}, "replicaCount"),
+    ("replicas-as-string", {"replicaCount": "3"}, "replicaCount"),
+    ("misspelt-key", {"replicas": 3}, "replicas"),
+    ("misspelt-nested-key", {"cluster": {"leaseTtl": "10s"}}, "leaseTtl"),
+    ("sqlite-without-volumes", {"storage": {"backend": "sqlite"}}, "storage.backend"),
+    ("serial-consistency", {"storage": {"cassandra": {"consistency": "SERIAL"}}}, "consistency"),
+    (
+        "bad-replication",
+        {"storage": {"cassandra": {"replication": "NetworkTopologyStrategy"}}},
+        "replication",
+    ),
+    ("bad-keyspace", {"storage": {"cassandra": {"keyspace": "my-queues"}}}, "keyspace"),
+    ("no-etcd", {"cluster": {"etcd": {"endpoints": []}}}, "endpoints"),
+    ("etcd-url", {"cluster": {"etcd": {"endpoints": ["http://etcd:2379"]}}}, "endpoints"),
+    ("relative-prefix", {"cluster": {"etcd": {"prefix": "querator"}}}, "prefix"),
+    ("short-lease", {"cluster": {"leaseTTL": "1s"}}, "leaseTTL"),
+    ("fractional-lease", {"cluster": {"leaseTTL": "2.5s"}}, "leaseTTL"),
+    ("grace-without-unit", {"cluster": {"gracePeriod": "20"}}, "gracePeriod"),
+    ("port-out-of-range", {"querator": {"port": 70000}}, "port"),
+    ("external-name-service", {"service": {"type": "ExternalName"}}, "service.type"),
+    ("pull-policy", {"image": {"pullPolicy": "Sometimes"}}, "pullPolicy"),
+    ("log-level", {"querator": {"logLevel": "trace"}}, "logLevel"),
+    (
+        "both-budgets",
+        {"podDisruptionBudget": {"maxUnavailable": 1, "minAvailable": 2}},
+        "podDisruptionBudget",
+    ),
+    ("no-budget", {"podDisruptionBudget": {"maxUnavailable": ""}}, "podDisruptionBudget"),
+    ("tls-without-ca", {"storage": {"cassandra": {"tls": {"enabled": True}}}}, "caSecret"),
+    ("keys-without-test-key", {"apiKeys": {"existingSecret": "keys"}}, "tests.apiKey"),
+    ("bad-secret-name", {"apiKeys": {"existingSecret": "Keys_1"}}, "existingSecret"),
+    ("bad-anti-affinity", {"podAntiAffinity": "always"}, "podAntiAffinity"),
+    # Checked by the templates: these compare two values.
+    (
+        "grace-shorter-than-prestop",
+        {"terminationGracePeriodSeconds": 5, "preStopSleepSeconds": 5},
+        "terminationGracePeriodSeconds must be greater than preStopSleepSeconds",
+    ),
+    ("one-port-for-both", {"querator": {"adminPort": 2319}}, "must differ"),
+]
+
+ACCEPTED: list[tuple[str, dict[str, Any]]] = [
+    (
+        "ipv6-etcd-and-nested-prefix",
+        {"cluster": {"etcd": {"endpoints": ["[fd00::1]:2379"], "prefix": "/a/b"}}},
+    ),
+    ("memory-storage", {"storage": {"backend": "memory"}}),
+    ("lease-in-seconds", {"cluster": {"leaseTTL": "30s", "gracePeriod": "1m30s"}}),
+    ("budget-as-percentage", {"podDisruptionBudget": {"maxUnavailable": "", "minAvailable": "50%"}}),
+    ("keys-without-tests", {"apiKeys": {"existingSecret": "keys"}, "tests": {"enabled": False}}),
+    (
+        "network-topology",
+        {"storage": {"cassandra": {"replication": "NetworkTopologyStrategy:dc1=3,dc-2=2"}}},
+    ),
+]
+
+
+def write_values(tmp_path: Path, values: dict[str, Any]) -> Path:
+    file = tmp_path / "values.yaml"
+    file.write_text(yaml.safe_dump(values))
+    return file
+
+
+@pytest.mark.parametrize(("values", "message"), [c[1:] for c in REJECTED], ids=[c[0] for c in REJECTED])
+def test_bad_values_are_refused(helm: str, tmp_path: Path, values: dict[str, Any], message: str) -> None:
+    done = run_helm(helm, *template_args([write_values(tmp_path, values)]))
+    assert done.returncode != 0, f"rendered despite {values}"
+    assert message in done.stderr
+
+
+@pytest.mark.parametrize("values", [c[1] for c in ACCEPTED], ids=[c[0] for c in ACCEPTED])
+def test_good_values_render(helm: str, tmp_path: Path, values: dict[str, Any]) -> None:
+    """What the schema lets through, the server accepts too."""
+    container = render(helm, [write_values(tmp_path, values)]).container
+    load(None, pod_env(container, {"metadata.name": "querator-0"}, {}), {})
