@@ -16,8 +16,10 @@ import msgspec
 from aiohttp import web
 
 from querator import __version__
-from querator.auth import EXTENSIONS_HEADER, ApiKeys
+from querator.auth import EXTENSIONS_HEADER, FORWARDED_HEADER, ApiKeys
 from querator.clock import to_datetime
+from querator.cluster.proxy import Forward
+from querator.cluster.router import FORWARDED
 from querator.errors import (
     CODE_TEXT,
     ClientContentError,
@@ -43,6 +45,8 @@ UPDATE_BODY = 512_000
 IMPORT_BODY = 64_000_000
 HEALTH_TIMEOUT = 0.5
 """Seconds /health waits for its storage probe: well inside any liveness probe's timeout."""
+PASSED_HEADERS = ("Content-Type", "Accept", EXTENSIONS_HEADER)
+"""The client's headers a forwarded request keeps: they decide how the owner reads and answers it."""
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
 """Paths a GET may reach without an API key."""
 
@@ -84,6 +88,7 @@ def create_app(
         ("/v1/queue.renew", _rpc(s.renew, m.QueueRenewRequest, DEFAULT_BODY)),
         ("/v1/queue.redrive", _rpc(s.redrive, m.QueueRedriveRequest, SMALL_BODY)),
         ("/v1/cluster.info", _rpc(s.cluster_info, m.ClusterInfoRequest, DEFAULT_BODY)),
+        ("/v1/cluster.refresh", _rpc(s.refresh, m.QueuesInfoRequest, SMALL_BODY)),
         ("/v1/queue.stats", _rpc(s.stats, m.QueueStatsRequest, SMALL_BODY)),
         ("/v1/queue.clear", _rpc(s.clear, m.QueueClearRequest, SMALL_BODY)),
         ("/v1/queue.reload", _rpc(s.reload, m.QueueReloadRequest, SMALL_BODY)),
@@ -153,9 +158,14 @@ def _rpc(call: Callable[[M], Awaitable[m.Message | None]], type_: type[M], limit
             accept = negotiate_accept(request.headers.get("Accept"))
         except ClientContentError as e:
             return _error_reply(e, JSON)
+        # The handler runs in a task of its own: what it sets here is this request's alone.
+        FORWARDED.set(request.headers.get(FORWARDED_HEADER, ""))
+        body = b""
         try:
             body = await _read_body(request, limit)
             result = await call(decode(body, request.headers.get("Content-Type"), type_))
+        except Forward as target:
+            return await _forward(request, target, body, accept)
         except StorageError as e:
             # Queue metadata reads and writes reach storage outside the engine: a storage outage is a
             # "try again" for them too, never a 500 (the engine does the same for partition work).
@@ -173,6 +183,16 @@ def _rpc(call: Callable[[M], Awaitable[m.Message | None]], type_: type[M], limit
         return _reply(result, accept, 200)
 
     return handler
+
+
+async def _forward(request: web.Request, target: Forward, body: bytes, accept: str) -> web.StreamResponse:
+    """The owner's reply to the client's request, passed through as it came."""
+    headers = {name: value for name in PASSED_HEADERS if (value := request.headers.get(name)) is not None}
+    try:
+        reply = await request.app[SERVICE].proxy.forward(target, request.path, body, headers)
+    except QueratorError as e:
+        return _error_reply(e, accept)
+    return web.Response(status=reply.status, body=reply.body, headers={"Content-Type": reply.content_type})
 
 
 def _reference_view(msg: m.Message) -> m.Message:

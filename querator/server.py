@@ -93,7 +93,11 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> None
     clock = SystemClock()
     cluster = ClusterNode(config.cluster_config(), clock, config.address)
     service = Service(
-        make_store(config), clock, max_requests_per_queue=config.max_requests_per_queue, cluster=cluster
+        make_store(config),
+        clock,
+        max_requests_per_queue=config.max_requests_per_queue,
+        cluster=cluster,
+        cluster_secret=read_secret(config.cluster_secret_file).decode(),
     )
     try:
         await service.start()
@@ -105,6 +109,12 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> None
         for sock in sockets:
             sock.close()
         raise
+    if cluster.clustered and config.storage != "cassandra":
+        log.warning(
+            "cluster mode on %s storage: each node keeps the items of the partitions it owns in its own "
+            "store, and they stay there when a partition moves; use --storage cassandra to share them",
+            config.storage,
+        )
     apps = [create_app(service, config.max_produce_body, keys, operations=not config.admin_address)]
     if config.admin_address:
         apps.append(create_admin_app(service))

@@ -12,17 +12,21 @@ import contextlib
 import logging
 from datetime import datetime
 
+import msgspec
+
 from querator import _tasks
 from querator.clock import Clock, SystemClock, from_datetime, sleep_until, to_datetime
 from querator.cluster.node import ClusterNode
+from querator.cluster.proxy import Forward, Proxy
+from querator.cluster.router import Router
 from querator.duration import DurationError, format_duration, parse_duration
 from querator.engine.queue import Queue
 from querator.engine.queues_manager import QueuesManager
 from querator.engine.redrive import redrive
-from querator.errors import InvalidOption, shutting_down
+from querator.errors import InvalidOption, RetryRequest, shutting_down
 from querator.metrics import Metrics
 from querator.storage.base import DEFAULT_DEDUP_WINDOW, ClearOptions, Item, QueueRecord, Store
-from querator.storage.operations import RetryEntry, storage_id_error
+from querator.storage.operations import RetryEntry, moved_copies, storage_id_error
 from querator.wire import messages as m
 
 MAX_PRODUCE_BATCH = 1000
@@ -39,6 +43,11 @@ SYSTEM_NAMESPACE = "_system"
 NANOS_PER_MICRO = 1000
 DEDUP_PURGE_INTERVAL = 60 * 1_000_000
 READY_TIMEOUT = 5.0
+NODE_CALL_TIMEOUT = 10.0
+"""Seconds a node-to-node call without a request_timeout of its own may take (stats, refresh, ...)."""
+LEASE_PROBE = "10ms"
+"""The request_timeout of a lease sent to look for items at another owner: ask, do not wait there."""
+NOT_SERVING = "internal error, try your request again; this node is not serving partitions now"
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +61,21 @@ class Service:
         clock: Clock | None = None,
         max_requests_per_queue: int = 100,
         cluster: ClusterNode | None = None,
+        cluster_secret: str = "",
     ) -> None:
         self.clock: Clock = clock or SystemClock()
         self.store = store
         self.cluster = cluster or ClusterNode(None, self.clock, "")
-        self.manager = QueuesManager(store, self.clock, max_requests_per_queue)
+        self.router = Router(self.cluster)
+        self.proxy = Proxy(self.cluster.node_id, cluster_secret)
+        clustered = self.cluster.clustered
+        self.manager = QueuesManager(
+            store,
+            self.clock,
+            max_requests_per_queue,
+            owned=self.router.owned if clustered else None,
+            dead_letter=self._dead_letter if clustered else None,
+        )
         self._closing = False
         self._started = False
         self._purger: asyncio.Task[None] | None = None
@@ -70,6 +89,7 @@ class Service:
         except BaseException:
             await self.store.close()
             raise
+        self.cluster.on_change(self._cluster_changed)
         self._purger = _tasks.start(self._purge_dedup(), "dedup-purge")
         self._started = True
 
@@ -82,6 +102,7 @@ class Service:
                 await self._purger
         await self.manager.shutdown()
         await self.cluster.stop()
+        await self.proxy.close()
         await self.store.close()
 
     async def ready(self) -> str:
@@ -155,7 +176,73 @@ class Service:
         if self._closing:
             raise shutting_down("service")
         _check_stored_name(name)
+        if not self.cluster.serving:
+            raise RetryRequest(NOT_SERVING)
         return await self.manager.get(name)
+
+    # -- the cluster ----------------------------------------------------------------------------------------
+
+    def _cluster_changed(self) -> None:
+        if self.cluster.serving:
+            self.manager.rebalance()
+        else:
+            # The lease may lapse: stop writing before another node can be given these partitions.
+            self.manager.hand_off_all()
+
+    def _to_partition(self, queue: Queue, partition: int, timeout: float = NODE_CALL_TIMEOUT) -> None:
+        """Checks the partition number; raises ``Forward`` when another node owns it."""
+        queue.owner_check(partition)
+        target = self.router.partition_target(queue.name, partition, timeout)
+        if target is not None:
+            raise target
+
+    def _to_queue(self, queue: Queue, timeout: float) -> None:
+        """For produce and lease: raises ``Forward`` when this node owns no partition of the queue."""
+        target = self.router.queue_target(queue.name, queue.settings.requested_partitions, timeout)
+        if target is not None:
+            raise target
+
+    def _other_owners(self, queue: Queue) -> list[Forward]:
+        return self.router.other_owners(queue.name, queue.settings.requested_partitions, NODE_CALL_TIMEOUT)
+
+    async def _dead_letter(self, dead_queue: str, items: list[Item]) -> None:
+        """Dead items go to partition 0 of the dead queue, wherever its owner is (cluster mode)."""
+        record = await self.manager.record(dead_queue)
+        if record is None:
+            raise InvalidOption(f"queue does not exist; no such queue named '{dead_queue}'")
+        target = self.router.partition_target(dead_queue, 0, NODE_CALL_TIMEOUT)
+        if target is None:
+            await (await self.manager.get(dead_queue)).accept_dead(items)
+            return
+        copies = moved_copies(items, self.clock.now(), record.expire_timeout)
+        request = m.StorageItemsImportRequest(
+            queue_name=dead_queue, partition=0, items=[storage_item(i) for i in copies]
+        )
+        await self.proxy.call(target, "/v1/storage/items.import", request, m.StorageItemsImportResponse)
+
+    async def refresh(self, req: m.QueuesInfoRequest) -> None:
+        """Another node changed or deleted a queue: its engine here takes the new settings, or stops."""
+        _check_stored_name(req.queue_name)
+        record = await self.store.get_queue(req.queue_name)
+        if record is None:
+            await self.manager.forget(req.queue_name)
+        else:
+            await self.manager.refresh(record)
+
+    async def _refresh_elsewhere(self, name: str) -> None:
+        """Tells every other member that a queue changed; a member that cannot be told keeps its engine
+        until it respawns (logged: its settings may lag)."""
+        if not self.cluster.clustered:
+            return
+        calls = []
+        for member in self.cluster.members():
+            if member.node_id != self.cluster.node_id and member.address:
+                target = Forward(member.node_id, member.address, NODE_CALL_TIMEOUT)
+                request = m.QueuesInfoRequest(queue_name=name)
+                calls.append(self.proxy.call(target, "/v1/cluster.refresh", request, m.Reply))
+        for result in await asyncio.gather(*calls, return_exceptions=True):
+            if isinstance(result, BaseException):
+                log.warning("queue %s changed, but a node could not be told: %s", name, result)
 
     # -- the queue API --------------------------------------------------------------------------------------
 
@@ -185,6 +272,7 @@ class Service:
             )
             for i in req.items
         ]
+        self._to_queue(queue, timeout / 1_000_000)
         await queue.produce(items, timeout)
 
     async def lease(self, req: m.QueueLeaseRequest) -> m.QueueLeaseResponse:
@@ -199,6 +287,16 @@ class Service:
                 f"{MAX_LEASE_BATCH}, but {req.batch_size} was requested"
             )
         timeout = _request_timeout(req.request_timeout)
+        self._to_queue(queue, timeout / 1_000_000)
+        if queue.un_leased() == 0:
+            # Nothing to lease here now: items may wait at another owner. Ask each without waiting
+            # there, then wait here.
+            for target in self._other_owners(queue):
+                probe = msgspec.structs.replace(req, request_timeout=LEASE_PROBE)
+                try:
+                    return await self.proxy.call(target, "/v1/queue.lease", probe, m.QueueLeaseResponse)
+                except RetryRequest:
+                    continue
         partition, items = await queue.lease(req.client_id, req.batch_size, timeout)
         # Every item of one lease shares its deadline: convert it once.
         deadline = to_datetime(items[0].lease_deadline) if items else None
@@ -221,14 +319,14 @@ class Service:
 
     async def complete(self, req: m.QueueCompleteRequest) -> None:
         queue = await self._queue(req.queue_name)
-        queue.owner(req.partition)
+        self._to_partition(queue, req.partition)
         _check_ids(req.ids)
         _request_timeout(req.request_timeout, minimum=0)
         await queue.complete(req.partition, list(req.ids))
 
     async def retry(self, req: m.QueueRetryRequest) -> None:
         queue = await self._queue(req.queue_name)
-        queue.owner(req.partition)
+        self._to_partition(queue, req.partition)
         if not req.items:
             raise InvalidOption("items is invalid; list of items cannot be empty")
         if len(req.items) > MAX_COMPLETE_BATCH:
@@ -245,7 +343,7 @@ class Service:
     async def renew(self, req: m.QueueRenewRequest) -> m.QueueRenewResponse:
         """Extends the leases of leased items (extensions.md): lease_deadline = now + lease_timeout."""
         queue = await self._queue(req.queue_name)
-        queue.owner(req.partition)
+        self._to_partition(queue, req.partition)
         _check_ids(req.ids)
         settings = queue.settings
         lease_timeout = _queue_duration(req.lease_timeout, "lease timeout", "8m, 15m or 1h")
@@ -261,6 +359,8 @@ class Service:
     async def redrive(self, req: m.QueueRedriveRequest) -> m.QueueRedriveResponse:
         """Moves items of a dead-letter queue into a target queue (extensions.md)."""
         source = await self._queue(req.queue_name)
+        # In a cluster the owner of the dead queue's first partition moves what its node holds.
+        self._to_partition(source, 0)
         if not req.target_queue.strip():
             raise InvalidOption("target queue is invalid; cannot be empty")
         if req.target_queue == req.queue_name:
@@ -296,6 +396,10 @@ class Service:
                     ],
                 )
             )
+        for target in self._other_owners(queue):
+            # Each owner reports its own logical queue, as the reference reports several.
+            other = await self.proxy.call(target, "/v1/queue.stats", req, m.QueueStatsResponse)
+            logical.extend(other.logical_queues)
         return m.QueueStatsResponse(queue_name=req.queue_name, logical_queues=logical)
 
     async def clear(self, req: m.QueueClearRequest) -> None:
@@ -303,10 +407,14 @@ class Service:
         if not req.queue and not req.scheduled:
             raise InvalidOption("invalid clear request; one of 'queue', 'scheduled' must be true")
         await queue.clear(ClearOptions(queue=req.queue, scheduled=req.scheduled, destructive=req.destructive))
+        for target in self._other_owners(queue):
+            await self.proxy.call(target, "/v1/queue.clear", req, m.Reply)
 
     async def reload(self, req: m.QueueReloadRequest) -> None:
         queue = await self._queue(req.queue_name)
         await queue.reload()
+        for target in self._other_owners(queue):
+            await self.proxy.call(target, "/v1/queue.reload", req, m.Reply)
 
     # -- queue administration ------------------------------------------------------------------------------
 
@@ -365,10 +473,12 @@ class Service:
                 f" to {record.requested_partitions}"
             )
         await self.manager.update(record)
+        await self._refresh_elsewhere(record.name)
 
     async def delete_queue(self, req: m.QueuesDeleteRequest) -> None:
         _check_new_name(req.queue_name)
-        await self.manager.delete(req.queue_name)
+        # Every node's engine stops writing before the items go.
+        await self.manager.delete(req.queue_name, before_items=self._refresh_elsewhere)
 
     async def queue_info(self, req: m.QueuesInfoRequest) -> m.QueueInfo:
         _check_stored_name(req.queue_name)
@@ -412,7 +522,7 @@ class Service:
         self, req: m.StorageItemsListRequest, scheduled: bool = False
     ) -> m.StorageItemsListResponse:
         queue = await self._queue(req.queue_name)
-        queue.owner(req.partition)
+        self._to_partition(queue, req.partition)
         if req.pivot and (error := storage_id_error(req.pivot)) is not None:
             raise error
         if req.limit < 0:
@@ -422,7 +532,7 @@ class Service:
 
     async def import_items(self, req: m.StorageItemsImportRequest) -> m.StorageItemsImportResponse:
         queue = await self._queue(req.queue_name)
-        queue.owner(req.partition)
+        self._to_partition(queue, req.partition)
         if not req.items:
             raise InvalidOption("items is invalid; cannot be empty")
         items = [
@@ -445,7 +555,7 @@ class Service:
 
     async def delete_items(self, req: m.StorageItemsDeleteRequest) -> None:
         queue = await self._queue(req.queue_name)
-        queue.owner(req.partition)
+        self._to_partition(queue, req.partition)
         if not req.ids:
             raise InvalidOption("ids is invalid; cannot be empty")
         for item_id in req.ids:

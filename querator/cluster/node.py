@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from querator import _tasks
@@ -49,6 +50,7 @@ class ClusterNode:
         self._ring = Ring([self.node_id], 0)
         self._follower: asyncio.Task[None] | None = None
         self._grace_timer: TimerHandle | None = None
+        self._listeners: list[Callable[[], None]] = []
 
     @property
     def clustered(self) -> bool:
@@ -63,6 +65,27 @@ class ClusterNode:
         """Whether this node may serve partitions now (always, alone)."""
         return self._membership is None or self._membership.serving
 
+    def on_change(self, callback: Callable[[], None]) -> None:
+        """Calls ``callback()`` on the event loop whenever the ring or ``serving`` changes: the owned
+        partitions of this node may have changed."""
+        self._listeners.append(callback)
+
+    def _changed(self) -> None:
+        for callback in list(self._listeners):
+            try:
+                callback()
+            except Exception:
+                log.exception("cluster change listener failed")
+
+    def address_of(self, node_id: str) -> str:
+        """The advertised address of a live member ("" for one that vanished or is unknown)."""
+        if node_id == self.node_id:
+            return self.address
+        if self._membership is None:
+            return ""
+        member = self._membership.members.get(node_id)
+        return member.address if member is not None else ""
+
     async def start(self) -> None:
         """Joins the cluster (no-op alone); raises MembershipError or EtcdError if it cannot."""
         if self._membership is None:
@@ -70,10 +93,7 @@ class ClusterNode:
         await self._membership.start()
         self._update(self._membership.members)
         self._follower = _tasks.start(self._follow(self._membership), "cluster-members")
-        log.warning(
-            "cluster mode is membership and placement only for now: this node serves every partition "
-            "from its own storage (partition routing and handoff are not built yet)"
-        )
+        self._membership.on_serving(lambda _serving: self._changed())
         log.info(
             "joined the cluster as %s (%s): %d members at revision %d",
             self.node_id,
@@ -125,6 +145,7 @@ class ClusterNode:
         if ring is not self._ring:
             log.info("ring changed at revision %d: %s", ring.revision, sorted(ring.node_ids))
             self._ring = ring
+            self._changed()
         if self._grace_timer is not None:
             self._grace_timer.cancel()
             self._grace_timer = None

@@ -22,7 +22,14 @@ from typing import Any, Protocol, TypeVar
 from querator import _tasks
 from querator.clock import MICROS, Clock, TimerHandle
 from querator.engine.distribution import Distribution
-from querator.errors import InvalidOption, QueratorError, RetryRequest, StorageError, shutting_down
+from querator.errors import (
+    InvalidOption,
+    QueratorError,
+    RetryRequest,
+    StaleOwnerError,
+    StorageError,
+    shutting_down,
+)
 from querator.ksuid import KsuidGenerator
 from querator.storage.base import Deadlines, Item, Partition, PartitionTx, QueueRecord
 from querator.storage.operations import (
@@ -56,6 +63,8 @@ class Settings(Protocol):
 
 DeadLetter = Callable[[str, list[Item]], Awaitable[None]]
 """Stores copies of dead items in the named dead queue; raises if it cannot."""
+
+PARTITION_MOVED = "internal error, try your request again; the partition moved to another node"
 
 
 @dataclass(eq=False)
@@ -153,9 +162,16 @@ class LogicalQueue:
         clock: Clock,
         dead_letter: DeadLetter,
         max_requests: int = 100,
+        claim: bool = False,
+        on_stale: Callable[[], None] | None = None,
     ) -> None:
+        """``claim``: take each partition over in storage before serving it (a node the ring just made
+        its owner). ``on_stale``: called when storage says another node has taken a partition over."""
         self._queue = queue
         self._clock = clock
+        self._claim = claim
+        self._on_stale = on_stale
+        self._stop_error: QueratorError = shutting_down()
         self._dead_letter_to = dead_letter
         self._max_requests = max_requests
         self.partitions = {n: PartitionState(n, storage) for n, storage in partitions}
@@ -267,8 +283,11 @@ class LogicalQueue:
             self._in_flight,
         )
 
-    async def shutdown(self) -> None:
-        """Finishes the batch in progress, answers everything still waiting with 453, stops the task."""
+    async def shutdown(self, moved: bool = False) -> None:
+        """Finishes the batch in progress, answers everything still waiting with 453 (454 when its
+        partitions ``moved`` to another node: the client's retry reaches the new owner), stops the task."""
+        if moved:
+            self._stop_error = RetryRequest(PARTITION_MOVED)
         self._closing = True
         self._wake.set()
         # A task that died has already been logged (querator._tasks); shutting down must still complete.
@@ -283,7 +302,7 @@ class LogicalQueue:
 
     async def _submit(self, request: _Request, limited: bool = True) -> Any:
         if self._closing or self._task.done():
-            raise shutting_down()
+            raise self._stop_error
         if limited and len(self._pending) >= self._max_requests:
             raise RetryRequest("queue is overloaded; try again later")
         self._pending.append(request)
@@ -488,6 +507,8 @@ class LogicalQueue:
     async def _load(self, p: PartitionState) -> None:
         now = self._clock.now()
         try:
+            if self._claim:
+                await p.storage.claim()
             last_id, deadlines = await p.storage.run(lambda tx: (tx.last_id(), _deadlines_and_counts(p)(tx)))
         except Exception as e:
             self._fail(p, e)
@@ -563,6 +584,10 @@ class LogicalQueue:
         return True
 
     def _fail(self, p: PartitionState, error: Exception) -> None:
+        if isinstance(error, StaleOwnerError) and self._on_stale is not None:
+            # Another node owns the partition now: hand the queue back rather than retry in vain.
+            on_stale, self._on_stale = self._on_stale, None
+            on_stale()
         p.failures += 1
         log.warning(
             "queue %s partition %d failed (%d): %s",
@@ -631,7 +656,7 @@ class LogicalQueue:
 
     def _stop(self) -> None:
         for req in [*self._pending, *self._leases]:
-            _fail_future(req.future, shutting_down())
+            _fail_future(req.future, self._stop_error)
         self._pending.clear()
         self._leases.clear()
         for p in self.partitions.values():

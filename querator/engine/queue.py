@@ -1,16 +1,16 @@
-"""Queue: a named queue's current settings and the logical queues that own its partitions.
+"""Queue: a named queue's current settings and the logical queue that owns its partitions on this node.
 
-On one node a queue has exactly one logical queue owning every partition (as in the reference); the
-routing here (produce and lease to a logical queue, partition-addressed calls to the partition's owner)
-is what lets a cluster give a queue several logical queues without changing the API.
+A node alone owns every partition (as in the reference). In a cluster the node's logical queue owns the
+partitions the ring gives this node (``owned``), and the other nodes' logical queues the rest: the router
+(``querator.cluster.router``) sends each request to the node whose logical queue can serve it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from querator.clock import Clock
-from querator.engine.logical_queue import DeadLetter, LogicalQueue, LogicalStats
+from querator.engine.logical_queue import PARTITION_MOVED, DeadLetter, LogicalQueue, LogicalStats
 from querator.errors import InvalidOption, RetryRequest
 from querator.storage.base import ClearOptions, Item, PartitionStats, PartitionTx, QueueRecord, Store
 from querator.storage.operations import RetryEntry, import_items, moved_copies
@@ -20,12 +20,25 @@ class Queue:
     """One queue on this node."""
 
     def __init__(
-        self, settings: QueueRecord, store: Store, clock: Clock, dead_letter: DeadLetter, max_requests: int
+        self,
+        settings: QueueRecord,
+        store: Store,
+        clock: Clock,
+        dead_letter: DeadLetter,
+        max_requests: int,
+        owned: Sequence[int] | None = None,
+        on_stale: Callable[[], None] | None = None,
     ) -> None:
+        """``owned``: the partitions this node serves (None: all of them, a node alone, which need not
+        claim them); ``on_stale``: see ``LogicalQueue``."""
         self.settings = settings
         self._clock = clock
-        partitions = [(n, store.partition(settings.name, n)) for n in range(settings.requested_partitions)]
-        self.logical = LogicalQueue(self, partitions, clock, dead_letter, max_requests)
+        numbers = range(settings.requested_partitions) if owned is None else owned
+        self.owned = tuple(numbers)
+        partitions = [(n, store.partition(settings.name, n)) for n in numbers]
+        self.logical = LogicalQueue(
+            self, partitions, clock, dead_letter, max_requests, claim=owned is not None, on_stale=on_stale
+        )
 
     @property
     def name(self) -> str:
@@ -33,15 +46,29 @@ class Queue:
 
     def owner(self, partition: int) -> LogicalQueue:
         """The logical queue owning ``partition``; 400 when the queue has no such partition."""
-        if partition < 0 or partition not in self.logical.partitions:
-            raise InvalidOption(f"partition is invalid; '{partition}' is not a valid partition")
+        self.owner_check(partition)
+        if partition not in self.logical.partitions:
+            raise RetryRequest(PARTITION_MOVED)
         return self.logical
 
+    def owner_check(self, partition: int) -> None:
+        """400 when the queue has no such partition."""
+        if partition < 0 or partition >= self.settings.requested_partitions:
+            raise InvalidOption(f"partition is invalid; '{partition}' is not a valid partition")
+
     async def produce(self, items: list[Item], request_timeout: int) -> None:
+        if not self.owned:
+            raise RetryRequest(PARTITION_MOVED)
         await self.logical.produce(items, request_timeout)
 
     async def lease(self, client_id: str, batch_size: int, request_timeout: int) -> tuple[int, list[Item]]:
+        if not self.owned:
+            raise RetryRequest(PARTITION_MOVED)
         return await self.logical.lease(client_id, batch_size, request_timeout)
+
+    def un_leased(self) -> int:
+        """Items this node's partitions hold that a lease could take now (the engine's estimate)."""
+        return sum(p.un_leased for p in self.logical.partitions.values() if not p.failures)
 
     async def complete(self, partition: int, ids: list[str]) -> None:
         await self.owner(partition).complete(partition, ids)
@@ -101,5 +128,5 @@ class Queue:
         copies = moved_copies(items, self._clock.now(), self.settings.expire_timeout)
         await self.import_items(0, copies)
 
-    async def shutdown(self) -> None:
-        await self.logical.shutdown()
+    async def shutdown(self, moved: bool = False) -> None:
+        await self.logical.shutdown(moved)

@@ -1,18 +1,27 @@
 """QueuesManager: the queues of this node -- their settings in storage and their running engines.
 
-A queue's engine (``Queue`` and its logical queues) is spawned lazily on first use, so a restarted node
-costs nothing for queues nobody touches; their partitions' lifecycles start with that first use.
+A queue's engine (``Queue`` and its logical queue) is spawned lazily on first use, so a restarted node
+costs nothing for queues nobody touches; their partitions' lifecycles start with that first use. In a
+cluster it runs over the partitions the ring gives this node (``Owned``), claimed in storage first; when
+the ring moves partitions, or storage says another node took one over, the engine is handed off: it
+finishes its batch, answers what waits with 454, and the next request spawns it over the new set.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable, Sequence
 
+from querator import _tasks
 from querator.clock import Clock
+from querator.engine.logical_queue import DeadLetter
 from querator.engine.queue import Queue
 from querator.errors import InvalidOption, shutting_down
 from querator.storage.base import Item, QueueRecord, Store
+
+Owned = Callable[[str, int], Sequence[int]]
+"""The partitions (of a queue with that many) this node serves now."""
 
 log = logging.getLogger(__name__)
 
@@ -20,10 +29,21 @@ log = logging.getLogger(__name__)
 class QueuesManager:
     """Creates, finds, updates and deletes queues, and stops them all on shutdown."""
 
-    def __init__(self, store: Store, clock: Clock, max_requests_per_queue: int = 100) -> None:
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        max_requests_per_queue: int = 100,
+        owned: Owned | None = None,
+        dead_letter: DeadLetter | None = None,
+    ) -> None:
+        """``owned`` None: this node serves every partition (a node alone). ``dead_letter``: where dead
+        items go (default: this node's engine of the dead queue)."""
         self.store = store
         self.clock = clock
         self._max_requests = max_requests_per_queue
+        self._owned = owned
+        self._dead_letter_to = dead_letter or self._dead_letter
         self._queues: dict[str, Queue] = {}
         self._spawning = asyncio.Lock()
         self._closing = False
@@ -41,10 +61,56 @@ class QueuesManager:
                 record = await self.store.get_queue(name)
                 if record is None:
                     raise InvalidOption(f"queue does not exist; no such queue named '{name}'")
-                queue = self._queues[name] = Queue(
-                    record, self.store, self.clock, self._dead_letter, self._max_requests
-                )
+                queue = self._queues[name] = self._spawn(record)
             return queue
+
+    def _spawn(self, record: QueueRecord) -> Queue:
+        if self._owned is None:
+            return Queue(record, self.store, self.clock, self._dead_letter_to, self._max_requests)
+        queue: Queue | None = None
+
+        def stale() -> None:
+            if queue is not None:
+                self.hand_off(queue)
+
+        queue = Queue(
+            record,
+            self.store,
+            self.clock,
+            self._dead_letter_to,
+            self._max_requests,
+            owned=self._owned(record.name, record.requested_partitions),
+            on_stale=stale,
+        )
+        return queue
+
+    def rebalance(self) -> None:
+        """Hands off every running queue whose partitions the ring now gives to another set of nodes."""
+        if self._owned is None:
+            return
+        for queue in list(self._queues.values()):
+            if tuple(self._owned(queue.name, queue.settings.requested_partitions)) != queue.owned:
+                self.hand_off(queue)
+
+    def hand_off_all(self) -> None:
+        """Stops serving every partition (this node may lose them: its cluster lease is not certain)."""
+        for queue in list(self._queues.values()):
+            self.hand_off(queue)
+
+    def hand_off(self, queue: Queue) -> None:
+        """Stops ``queue``'s engine in the background; the next request spawns one over the partitions
+        this node owns then, once the old one stopped writing (one writer per partition)."""
+        if self._queues.get(queue.name) is not queue:
+            return
+        log.info("queue %s: handing off partitions %s", queue.name, list(queue.owned))
+
+        async def stop() -> None:
+            async with self._spawning:
+                if self._queues.get(queue.name) is queue:
+                    del self._queues[queue.name]
+                await queue.shutdown(moved=True)
+
+        _tasks.start(stop(), f"hand-off:{queue.name}")
 
     def running(self) -> list[Queue]:
         """The queues whose engines run on this node, by name."""
@@ -61,6 +127,11 @@ class QueuesManager:
 
     async def update(self, record: QueueRecord) -> None:
         await self.store.update_queue(record)
+        await self.refresh(record)
+
+    async def refresh(self, record: QueueRecord) -> None:
+        """Takes a queue's new settings into its running engine (respawning it for a new partition
+        count); the queue must exist."""
         queue = self._queues.get(record.name)
         if queue is None:
             return
@@ -73,16 +144,24 @@ class QueuesManager:
                 self._queues.pop(record.name, None)
                 await queue.shutdown()
 
-    async def delete(self, name: str) -> None:
-        """Removes the queue's settings and items; its waiting requests get 453."""
+    async def delete(self, name: str, before_items: Callable[[str], Awaitable[None]] | None = None) -> None:
+        """Removes the queue's settings and items; its waiting requests get 453. ``before_items`` runs
+        once the settings are gone and this node's engine stopped, before the items go (in a cluster:
+        the other nodes' engines stop)."""
         record = await self.record(name)
         if record is None:
             raise InvalidOption(f"queue does not exist; no such queue named '{name}'")
         await self.store.delete_queue(name)
+        await self.forget(name)
+        if before_items is not None:
+            await before_items(name)
+        await self.store.delete_partitions(name, record.requested_partitions)
+
+    async def forget(self, name: str) -> None:
+        """Stops the queue's engine (the queue was deleted); its waiting requests get 453."""
         queue = self._queues.pop(name, None)
         if queue is not None:
             await queue.shutdown()
-        await self.store.delete_partitions(name, record.requested_partitions)
 
     async def list_queues(self, pivot: str, limit: int, namespace: str) -> list[QueueRecord]:
         return await self.store.list_queues(pivot, limit, namespace)

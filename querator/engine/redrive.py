@@ -14,6 +14,7 @@ import zlib
 
 from querator.clock import Clock
 from querator.engine.queue import Queue
+from querator.errors import RetryRequest
 from querator.storage.base import Item
 from querator.storage.operations import moved_copies
 
@@ -49,6 +50,11 @@ async def redrive(source: Queue, target: Queue, limit: int, deadline: int, clock
 async def _copy(target: Queue, items: list[Item], clock: Clock) -> None:
     settings = target.settings
     partitions = sorted(target.logical.partitions)
+    if not partitions:
+        # A cluster node moves into the target's partitions it owns itself.
+        raise RetryRequest(
+            f"internal error, try your request again; no partition of '{target.name}' is on this node"
+        )
     groups: dict[int, list[Item]] = {}
     for item in items:
         groups.setdefault(partitions[zlib.crc32(item.id.encode()) % len(partitions)], []).append(item)

@@ -171,6 +171,12 @@ class Partition(Protocol):
     async def run(self, fn: Callable[[PartitionTx], R]) -> R:
         """Runs ``fn`` in one transaction and returns its result; on error nothing of it is applied."""
 
+    async def claim(self) -> None:
+        """Makes this process the partition's only writer from now on: a store shared by several nodes
+        fences out the previous owner (whose next write raises ``StaleOwnerError``). A no-op for a
+        store only one process can open.
+        """
+
 
 @dataclass(slots=True)
 class QueueRecord:

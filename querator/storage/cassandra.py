@@ -543,8 +543,9 @@ class CassandraPartition:
 
     # -- loading and claiming --------------------------------------------------------------------------
 
-    def _claim(self) -> dict[str, Any]:
-        """Makes ``self.epoch`` the owner of the partition row and of its tail segment; returns the row."""
+    def _claim(self, takeover: bool = False) -> dict[str, Any]:
+        """Makes ``self.epoch`` the owner of the partition row and of its tail segment; returns the row.
+        With ``takeover``, an owner with a newer epoch is replaced too, by one newer still."""
         cql = self._store._cql
         assert cql is not None
         key = self._key
@@ -554,7 +555,9 @@ class CassandraPartition:
             if current == self.epoch:
                 break
             if current > self.epoch:
-                raise self._stale_error(row)
+                if not takeover:
+                    raise self._stale_error(row)
+                self.epoch = current + 1
             applied, row = cql.applied(CQL_CLAIM_PARTITION, (self.epoch, *key, current))
         (row,) = cql.rows(CQL_GET_PARTITION, key)
         if row["epoch"] != self.epoch:
@@ -569,6 +572,8 @@ class CassandraPartition:
         while not applied and current.get("epoch") != self.epoch:
             epoch = current.get("epoch")
             if epoch is not None and epoch > self.epoch:
+                # Only a newer owner of the partition row writes a newer segment epoch: even after a
+                # takeover, this means another node took the partition since.
                 raise self._stale_error(current)
             applied, current = cql.applied(CQL_FENCE, (self.epoch, *self._key, segment, epoch))
 
@@ -732,15 +737,17 @@ class CassandraPartition:
 
     # -- ownership -------------------------------------------------------------------------------------
 
-    async def claim(self, epoch: int) -> None:
-        """Takes the partition for ``epoch`` (see ``CassandraStore.claim``)."""
+    async def claim(self, epoch: int | None = None) -> None:
+        """Takes the partition for ``epoch`` (see ``CassandraStore.claim``); without one, takes it over
+        from whoever owns it, with an epoch newer than theirs (an owner newly chosen by the ring)."""
         async with self._lock:
-            self.epoch = epoch
+            takeover = epoch is None
+            self.epoch = max(self.epoch, self._store.clock_now()) if epoch is None else epoch
             self._stale = None
             self._index = None
             loop = asyncio.get_running_loop()
             try:
-                await loop.run_in_executor(self._store._threads, self._claim)
+                await loop.run_in_executor(self._store._threads, self._claim, takeover)
             except StaleOwnerError as e:
                 self._stale = e
                 raise

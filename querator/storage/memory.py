@@ -56,6 +56,9 @@ class MemoryPartition:
         finally:
             self._journal = None
 
+    async def claim(self) -> None:
+        """Nothing to take over: only this process sees this store."""
+
     def last_id(self) -> str:
         return self.max_id
 

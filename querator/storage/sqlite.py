@@ -673,6 +673,9 @@ class SqlitePartition:
 
         return await self._store._submit(job)
 
+    async def claim(self) -> None:
+        """Nothing to take over: only one process opens a sqlite store (its writer thread)."""
+
 
 class SqliteStore:
     """Queue records and the items of every partition in one sqlite database (WAL mode).

@@ -24,6 +24,7 @@ import pytest
 
 from querator.client import Client
 from querator.wire import messages as m
+from tests.cassandra_node import CassandraNode
 from tests.integration.conftest import ServerProcess, Servers, free_port, server_env, wait_until
 from tests.integration.etcd_server import EtcdServer
 
@@ -100,16 +101,19 @@ def owners(server: ServerProcess, queue: str) -> dict[int, str]:
 
 
 def test_three_pods_with_the_chart_s_env_form_one_cluster(
-    helm: str, servers: Servers, etcd: EtcdServer, tmp_path: Path
+    helm: str, servers: Servers, etcd: EtcdServer, cassandra_node: CassandraNode, tmp_path: Path
 ) -> None:
     prefix = "/helm-" + secrets.token_hex(4)
     r = render(
         helm,
         sets={
             "replicaCount": str(NODES),
-            "storage.backend": "memory",
             "cluster.etcd.endpoints[0]": f"127.0.0.1:{etcd.client_port}",
             "cluster.etcd.prefix": prefix,
+            # The pods share one Cassandra, as the chart's default storage does.
+            "storage.cassandra.hosts[0]": "127.0.0.1",
+            "storage.cassandra.port": str(cassandra_node.cql_port),
+            "storage.cassandra.keyspace": "helm_" + secrets.token_hex(4),
         },
     )
     assert r.statefulset["spec"]["replicas"] == NODES
@@ -135,27 +139,29 @@ def test_three_pods_with_the_chart_s_env_form_one_cluster(
     wait_until(lambda: all(members(n) == expected for n in nodes), DEADLINE, "every node sees 3 members")
     for node, pod in zip(nodes, pods, strict=True):
         assert info(node).node_id == pod.name
-        with Client(node.url) as client:
-            client.create_queue("jobs", partitions=PARTITIONS)
+    with Client(nodes[0].url) as client:
+        client.create_queue("jobs", partitions=PARTITIONS)
     before = [owners(n, "jobs") for n in nodes]
     assert before[0] == before[1] == before[2]
     assert set(before[0].values()) == {pod.name for pod in pods}
 
-    # The helm test pod's script, with the test pod's env, against one node standing in for the Service.
+    # The helm test pod's script, with the test pod's env, against each node standing in for the Service:
+    # whichever pod the Service picks forwards what it does not own.
     test_env = pod_env(r.test_pod["spec"]["containers"][0], {}, {})
     service = r.client_service
     assert test_env["QUERATOR_ENDPOINT"].endswith(f":{service['spec']['ports'][0]['port']}")
-    test_env["QUERATOR_ENDPOINT"] = nodes[0].url
-    smoke = subprocess.run(
-        [sys.executable, "-c", (CHART / "files" / "helm-test.py").read_text()],
-        env=server_env(test_env),
-        capture_output=True,
-        text=True,
-        timeout=DEADLINE,
-        check=False,
-    )
-    assert smoke.returncode == 0, smoke.stderr
-    assert smoke.stdout.startswith("ok:")
+    for node in nodes:
+        test_env["QUERATOR_ENDPOINT"] = node.url
+        smoke = subprocess.run(
+            [sys.executable, "-c", (CHART / "files" / "helm-test.py").read_text()],
+            env=server_env(test_env),
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE,
+            check=False,
+        )
+        assert smoke.returncode == 0, smoke.stderr
+        assert smoke.stdout.startswith("ok:")
 
     # A rolling restart of pod 1: SIGTERM (after preStop) leaves at once, well within the grace the
     # chart gives; the others keep its partitions (grace period) and it comes back under its name.
@@ -176,6 +182,4 @@ def test_three_pods_with_the_chart_s_env_form_one_cluster(
     back = start(servers, pods[1], tmp_path)
     wait_until(lambda: all(members(n) == expected for n in others), DEADLINE, "q-querator-1 is back")
     wait_until(lambda: probe_ok(container, pods[1], "readinessProbe"), DEADLINE, "q-querator-1 is ready")
-    with Client(back.url) as client:
-        client.create_queue("jobs", partitions=PARTITIONS)  # its memory storage restarted empty
     assert [owners(n, "jobs") for n in (nodes[0], back, nodes[2])] == [before[0]] * 3

@@ -12,6 +12,7 @@ Nothing here sleeps to synchronise: ``wait_until`` and ``eventually`` poll a con
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import http.client
 import os
 import signal
@@ -236,3 +237,9 @@ def servers(tmp_path: Path) -> Iterator[Servers]:
         yield factory
     finally:
         factory.close()
+
+
+@pytest.fixture
+def keyspace(request: pytest.FixtureRequest) -> str:
+    """A Cassandra keyspace of this test's own (created by the first store that opens it)."""
+    return "i_" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:20]

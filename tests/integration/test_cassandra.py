@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import re
 from collections import Counter
 from collections.abc import Iterator
@@ -51,11 +50,6 @@ def cassandra_args(node: CassandraNode, keyspace: str) -> tuple[str, ...]:
         "--cassandra-consistency",
         "ONE",
     )
-
-
-@pytest.fixture
-def keyspace(request: pytest.FixtureRequest) -> str:
-    return "i_" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:20]
 
 
 async def test_querator_restart_keeps_items_leases_and_scheduled(

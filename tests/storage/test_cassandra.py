@@ -244,3 +244,29 @@ async def test_markers_keep_their_segment_until_the_window_ends(
     assert kept[0] == 0 and kept[-1] >= 3  # rolled past segment 0, which stays for its marker
     await Part(store.partition("queue", 1)).produce(item("dup", dedup_id="x"), dedup_window=far)
     assert await Part(store.partition("queue", 1)).list() == []
+
+
+async def test_a_takeover_claims_with_an_epoch_above_the_owner(
+    store: CassandraStore, cassandra_settings: CassandraSettings
+) -> None:
+    """A node the ring makes the owner takes the partition over whatever its clock says: its epoch is
+    made newer than the current owner's, and the old owner is fenced out."""
+    old = new_store(cassandra_settings, epoch=10**18)  # an owner whose epoch is far ahead of any clock
+    await old.open()
+    try:
+        first = Part(old.partition("queue", 0))
+        (kept,) = await first.produce(item("before"))
+        await store.partition("queue", 0).claim()
+        with pytest.raises(StaleOwnerError, match=rf"is owned by epoch {10**18 + 1}, not {10**18}"):
+            await first.produce(item("lost"))
+        taken = Part(store.partition("queue", 0))
+        taken.new_id = KsuidGenerator(NOW // SECOND, after=kept.id).next
+        await taken.produce(item("after"))
+        assert payloads(await taken.list()) == ["before", "after"]
+        # The fenced owner takes it back the same way, and the other is fenced in turn.
+        await old.partition("queue", 0).claim()
+        with pytest.raises(StaleOwnerError):
+            await taken.produce(item("lost too"))
+        assert payloads(await Part(old.partition("queue", 0)).list()) == ["before", "after"]
+    finally:
+        await old.close()

@@ -1,0 +1,100 @@
+"""Proxy: hands a request to the node that owns what it asks for, over one pooled HTTP session.
+
+A forwarded request carries the raw body the client sent (never re-encoded), ``X-Querator-Forwarded-By``
+with this node's id and the cluster secret, and a deadline a little past the client's request_timeout.
+The receiving node serves it itself or answers 454: a forwarded request is never forwarded again, so a
+moment of ring disagreement costs one retry, never a loop. The proxy also makes the node-to-node calls
+the service needs decoded (stats of every owner, a queue's settings changed, dead items for another
+node's dead queue).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+import aiohttp
+
+from querator.auth import FORWARDED_HEADER, SECRET_HEADER
+from querator.errors import RetryRequest, error_for
+from querator.wire import messages as m
+from querator.wire.codec import JSON, decode_json, encode_json
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=m.Message)
+
+MARGIN = 5.0
+"""Seconds a forwarded request may take beyond the client's request_timeout (the owner's own reply)."""
+CONNECTIONS = 256
+"""Pooled connections to all other nodes together: bounds what one node asks of the others."""
+
+
+class Forward(Exception):
+    """Raised by the service when another node must serve the request: the HTTP layer forwards it."""
+
+    def __init__(self, node_id: str, address: str, timeout: float) -> None:
+        super().__init__(f"forward to {node_id} at {address}")
+        self.node_id = node_id
+        self.address = address
+        self.timeout = timeout
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The owner's answer, passed back to the client as it came."""
+
+    status: int
+    content_type: str
+    body: bytes
+
+
+class Proxy:
+    """The HTTP session to the other nodes (opened lazily, closed by ``close``)."""
+
+    def __init__(self, node_id: str, secret: str = "") -> None:
+        self._headers = {FORWARDED_HEADER: node_id}
+        if secret:
+            self._headers[SECRET_HEADER] = secret
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=CONNECTIONS), auto_decompress=False
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def forward(self, target: Forward, path: str, body: bytes, headers: Mapping[str, str]) -> Reply:
+        """Sends ``body`` (with the client's ``headers`` that shape the reply: Content-Type, Accept...)
+        to the owner as the client sent it; its reply comes back unchanged.
+
+        Raises:
+            RetryRequest: the owner could not be reached or did not answer in time (454).
+        """
+        headers = {**headers, **self._headers}
+        url = f"http://{target.address}{path}"
+        try:
+            async with self._client().post(
+                url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=target.timeout + MARGIN)
+            ) as resp:
+                return Reply(resp.status, resp.headers.get("Content-Type", JSON), await resp.read())
+        except (TimeoutError, aiohttp.ClientError, OSError) as e:
+            log.warning("forwarding %s to %s failed: %s", path, target.node_id, e)
+            raise RetryRequest(
+                f"internal error, try your request again; node {target.node_id} did not answer"
+            ) from e
+
+    async def call(self, target: Forward, path: str, request: m.Message, reply_type: type[M]) -> M:
+        """A node-to-node call with a decoded reply; the owner's errors are raised as ours."""
+        reply = await self.forward(target, path, encode_json(request), {"Content-Type": JSON, "Accept": JSON})
+        if reply.status != 200:
+            raise error_for(reply.status, decode_json(reply.body, m.Reply).message)
+        return decode_json(reply.body, reply_type)

@@ -1,0 +1,270 @@
+"""A cluster that shares its queues: ``querator serve --cluster`` processes on a real etcd and one
+Cassandra keyspace. Every partition is served by the node the ring makes its owner; any node accepts any
+request and forwards what it does not own.
+
+- Produce through every node, lease through one, complete through another: each item is delivered once,
+  in FIFO order within its partition, for queues of 1, 8 and 64 partitions.
+- A node killed with SIGKILL: once its etcd lease is gone the others claim its partitions from Cassandra;
+  no acknowledged item is lost, and the items it had leased come back when their leases expire.
+- A fourth node joins and then one leaves (SIGTERM) while producers keep producing: about a quarter of
+  the partitions move to the new node and the leaver's to the others; nothing is lost, nothing is
+  stored twice, no request fails other than with 454, and a lease taken before the moves is completed
+  after them.
+- A node paused (SIGSTOP) past its lease: the others take its partitions over; when it resumes, storage
+  refuses its writes (the epoch fence), it stops serving them, and nothing is lost or completed twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from querator.client import AsyncClient
+from querator.clock import SystemClock
+from querator.errors import RetryRequest
+from querator.wire import messages as m
+from tests.cassandra_node import CassandraNode
+
+from .conftest import ServerProcess, Servers, eventually, kill9
+from .etcd_server import EtcdServer
+from .test_cassandra import cassandra_args
+
+T = TypeVar("T")
+DEADLINE = 60.0
+LEASE_TTL = "2s"
+
+
+def node_args(etcd: EtcdServer, node: CassandraNode, keyspace: str, prefix: str, n: int) -> tuple[str, ...]:
+    return (
+        *cassandra_args(node, keyspace),
+        "--cluster", etcd.cluster_url(prefix), "--node-id", f"node-{n}",
+        "--etcd-lease-ttl", LEASE_TTL, "--cluster-grace-period", "0s",
+    )  # fmt: skip
+
+
+async def start_cluster(
+    servers: Servers, etcd: EtcdServer, node: CassandraNode, keyspace: str, prefix: str, count: int = 3
+) -> list[ServerProcess]:
+    nodes = [await servers.astart(*node_args(etcd, node, keyspace, prefix, n)) for n in range(count)]
+    await members_are(nodes, count)
+    return nodes
+
+
+async def members_are(nodes: list[ServerProcess], count: int) -> None:
+    async def agreed() -> bool:
+        views = []
+        for server in nodes:
+            async with AsyncClient(server.url) as client:
+                views.append([mm.node_id for mm in (await client.cluster_info()).members])
+        return all(len(v) == count for v in views) and all(v == views[0] for v in views)
+
+    await eventually(agreed, DEADLINE, f"every node sees the same {count} members")
+
+
+async def retried(call: Callable[[], Awaitable[T]]) -> T:
+    """``call`` until it does not answer 454 (a partition moving, a lease with nothing to lease)."""
+    deadline = SystemClock().monotonic() + DEADLINE
+    while True:
+        try:
+            return await call()
+        except RetryRequest:
+            if SystemClock().monotonic() > deadline:
+                raise
+
+
+async def owners(server: ServerProcess, queue: str) -> dict[int, str]:
+    async with AsyncClient(server.url) as client:
+        return {p.partition: p.owner for p in (await client.cluster_info(queue)).partitions}
+
+
+async def produce_everywhere(
+    nodes: list[ServerProcess], queue: str, count: int, batch: int = 10
+) -> list[str]:
+    """Produces ``count`` items through every node in turn, one batch at a time; returns the payloads
+    in the order they were acknowledged."""
+    produced: list[str] = []
+    for start in range(0, count, batch):
+        payloads = [f"{queue}-{n:05d}" for n in range(start, min(count, start + batch))]
+        server = nodes[(start // batch) % len(nodes)]
+        async with AsyncClient(server.url) as client:
+            await retried(lambda c=client, p=payloads: c.produce(queue, p))
+        produced.extend(payloads)
+    return produced
+
+
+async def jobs_everywhere(
+    nodes: list[ServerProcess], partitions: int, lease_timeout: str, count: int
+) -> list[str]:
+    """Creates the queue ``jobs`` and produces ``count`` items into it through every node."""
+    async with AsyncClient(nodes[0].url) as client:
+        await client.create_queue("jobs", partitions=partitions, lease_timeout=lease_timeout)
+    return await produce_everywhere(nodes, "jobs", count)
+
+
+async def drain(
+    lease_through: ServerProcess, complete_through: ServerProcess, queue: str, expected: int
+) -> dict[int, list[str]]:
+    """Leases through one node and completes through another until ``expected`` items were delivered;
+    returns the payloads delivered per partition, in delivery order."""
+    delivered: dict[int, list[str]] = defaultdict(list)
+    async with AsyncClient(lease_through.url) as leaser, AsyncClient(complete_through.url) as completer:
+
+        async def step() -> bool:
+            try:
+                reply = await leaser.lease(queue, batch_size=100, client_id="drain", request_timeout="1s")
+            except RetryRequest:
+                return False
+            await retried(lambda: completer.complete(queue, reply.partition, [i.id for i in reply.items]))
+            delivered[reply.partition].extend(i.bytes.decode() for i in reply.items)
+            return sum(map(len, delivered.values())) >= expected
+
+        await eventually(step, DEADLINE, f"draining {expected} items of {queue!r}")
+    return delivered
+
+
+async def stats_total(server: ServerProcess, queue: str) -> tuple[int, int]:
+    """(items, leased) over every partition, as one node reports for the whole cluster."""
+    async with AsyncClient(server.url) as client:
+        stats = await retried(lambda: client.stats(queue))
+    parts = [p for lq in stats.logical_queues for p in lq.partitions]
+    return sum(p.total for p in parts), sum(p.total_leased for p in parts)
+
+
+async def test_any_node_serves_every_partition(
+    servers: Servers, etcd: EtcdServer, cassandra_node: CassandraNode, keyspace: str
+) -> None:
+    nodes = await start_cluster(servers, etcd, cassandra_node, keyspace, "/routing")
+    a, b, c = nodes
+    async with AsyncClient(a.url) as client:
+        for partitions in (1, 8, 64):
+            await client.create_queue(f"q{partitions}", partitions=partitions, lease_timeout="30s")
+    for partitions in (1, 8, 64):
+        queue = f"q{partitions}"
+        spread = await owners(b, queue)
+        assert spread == await owners(c, queue) and len(spread) == partitions
+        produced = await produce_everywhere(nodes, queue, 300)
+        delivered = await drain(b, c, queue, len(produced))
+        everything = [p for items in delivered.values() for p in items]
+        assert sorted(everything) == produced, "each acknowledged item delivered exactly once"
+        for partition, items in delivered.items():
+            assert items == sorted(items), f"partition {partition} of {queue} out of FIFO order"
+        if partitions > 1:
+            # Items were produced through all three nodes, so the consumer on b drained partitions of
+            # every owner, not only its own.
+            assert {spread[p] for p in delivered} == {"node-0", "node-1", "node-2"}
+        assert await stats_total(a, queue) == (0, 0)
+
+
+async def test_a_killed_node_loses_nothing(
+    servers: Servers, etcd: EtcdServer, cassandra_node: CassandraNode, keyspace: str
+) -> None:
+    nodes = await start_cluster(servers, etcd, cassandra_node, keyspace, "/crash")
+    produced = await jobs_everywhere(nodes, partitions=8, lease_timeout="3s", count=400)
+    # node-2 leases a batch from its own partitions and dies holding it.
+    async with AsyncClient(nodes[2].url) as client:
+        held = await retried(
+            lambda: client.lease("jobs", batch_size=20, client_id="doomed", request_timeout="2s")
+        )
+    assert held.items
+    kill9(nodes[2])
+    survivors = nodes[:2]
+    await members_are(survivors, 2)
+    assert set((await owners(nodes[0], "jobs")).values()) == {"node-0", "node-1"}
+    delivered = await drain(nodes[0], nodes[1], "jobs", len(produced))
+    everything = sorted(p for items in delivered.values() for p in items)
+    assert everything == produced, "every acknowledged item, the dead node's leased ones included"
+    assert await stats_total(nodes[1], "jobs") == (0, 0)
+
+
+async def test_join_and_leave_under_load(
+    servers: Servers, etcd: EtcdServer, cassandra_node: CassandraNode, keyspace: str
+) -> None:
+    nodes = await start_cluster(servers, etcd, cassandra_node, keyspace, "/moves")
+    async with AsyncClient(nodes[0].url) as client:
+        await client.create_queue("jobs", partitions=16, lease_timeout="1m")
+    before = await owners(nodes[0], "jobs")
+    acknowledged: list[str] = []
+    moving = True
+
+    async def producer(server: ServerProcess, name: str) -> None:
+        # Retries of a 454 carry the same dedup ids: a produce caught by a hand-off is stored once.
+        async with AsyncClient(server.url) as client:
+            n = 0
+            while moving:
+                payloads = [f"{name}-{n:05d}-{k}" for k in range(5)]
+                items = [m.QueueProduceItem(utf8=p, dedup_id=p) for p in payloads]
+                await retried(lambda i=items: client.produce("jobs", i))
+                acknowledged.extend(payloads)
+                n += 1
+
+    producing = [asyncio.create_task(producer(nodes[n], f"p{n}")) for n in (0, 2)]
+    try:
+        await eventually(lambda: _at_least(acknowledged, 100), DEADLINE, "producing")
+        async with AsyncClient(nodes[0].url) as client:
+            held = await retried(
+                lambda: client.lease("jobs", batch_size=10, client_id="early", request_timeout="2s")
+            )
+        joined = await servers.astart(*node_args(etcd, cassandra_node, keyspace, "/moves", 3))
+        nodes.append(joined)
+        await members_are(nodes, 4)
+        after_join = await owners(nodes[0], "jobs")
+        moved = {p for p in before if after_join[p] != before[p]}
+        assert moved and {after_join[p] for p in moved} == {"node-3"}, "only shares for the new node move"
+        assert len(moved) <= 8
+        seen = len(acknowledged)
+        await eventually(lambda: _at_least(acknowledged, seen + 50), DEADLINE, "producing after the join")
+        assert nodes[1].proc.poll() is None
+        nodes[1].proc.send_signal(signal.SIGTERM)
+        assert nodes[1].wait() == 0, nodes[1].describe()
+        remaining = [nodes[0], nodes[2], nodes[3]]
+        await members_are(remaining, 3)
+        seen = len(acknowledged)
+        await eventually(lambda: _at_least(acknowledged, seen + 50), DEADLINE, "producing after the leave")
+    finally:
+        moving = False
+        await asyncio.gather(*producing)
+    # The lease taken before both moves is still the consumer's, wherever its partition went.
+    async with AsyncClient(nodes[3].url) as client:
+        await retried(lambda: client.complete("jobs", held.partition, [i.id for i in held.items]))
+    delivered = await drain(nodes[3], nodes[2], "jobs", len(acknowledged) - len(held.items))
+    everything = [p for items in delivered.values() for p in items] + [i.bytes.decode() for i in held.items]
+    assert len(everything) == len(set(everything)), "nothing stored or delivered twice"
+    assert sorted(everything) == sorted(acknowledged)
+    assert await stats_total(nodes[0], "jobs") == (0, 0)
+
+
+async def _at_least(items: list[str], count: int) -> bool:
+    return len(items) >= count
+
+
+async def test_a_paused_owner_is_fenced_out_and_comes_back(
+    servers: Servers, etcd: EtcdServer, cassandra_node: CassandraNode, keyspace: str
+) -> None:
+    nodes = await start_cluster(servers, etcd, cassandra_node, keyspace, "/fence")
+    produced = await jobs_everywhere(nodes, partitions=6, lease_timeout="1m", count=120)
+    paused = nodes[2]
+    # node-2 leases from its own partitions, then freezes past its etcd lease.
+    async with AsyncClient(paused.url) as client:
+        held = await retried(
+            lambda: client.lease("jobs", batch_size=5, client_id="frozen", request_timeout="2s")
+        )
+    assert held.items
+    paused.proc.send_signal(signal.SIGSTOP)
+    try:
+        await members_are(nodes[:2], 2)
+        # The others claimed node-2's partitions with newer epochs and serve them, its leases included.
+        delivered = await drain(nodes[0], nodes[1], "jobs", len(produced) - len(held.items))
+    finally:
+        paused.proc.send_signal(signal.SIGCONT)
+    # node-2 wakes up with stale epochs: storage refuses its writes, it hands its partitions off, joins
+    # again, and takes them back with newer epochs of its own. The leases it held survived all of it.
+    await members_are(nodes, 3)
+    async with AsyncClient(nodes[0].url) as client:
+        await retried(lambda: client.complete("jobs", held.partition, [i.id for i in held.items]))
+    everything = [p for items in delivered.values() for p in items]
+    assert len(everything) == len(set(everything)), "nothing delivered twice"
+    assert sorted([*everything, *(i.bytes.decode() for i in held.items)]) == produced
+    assert await stats_total(nodes[1], "jobs") == (0, 0)
