@@ -72,9 +72,9 @@ class Service:
         self.manager = QueuesManager(
             store,
             self.clock,
+            self._dead_letter,
             max_requests_per_queue,
             owned=self.router.owned if clustered else None,
-            dead_letter=self._dead_letter if clustered else None,
         )
         self._closing = False
         self._started = False
@@ -210,15 +210,8 @@ class Service:
         record = await self.manager.record(dead_queue)
         if record is None:
             raise InvalidOption(f"queue does not exist; no such queue named '{dead_queue}'")
-        target = self.router.partition_target(dead_queue, 0, NODE_CALL_TIMEOUT)
-        if target is None:
-            await (await self.manager.get(dead_queue)).accept_dead(items)
-            return
         copies = moved_copies(items, self.clock.now(), record.expire_timeout)
-        request = m.StorageItemsImportRequest(
-            queue_name=dead_queue, partition=0, items=[storage_item(i) for i in copies]
-        )
-        await self.proxy.call(target, "/v1/storage/items.import", request, m.StorageItemsImportResponse)
+        await self.import_items_anywhere(dead_queue, 0, copies)
 
     async def refresh(self, req: m.QueuesInfoRequest) -> None:
         """Another node changed or deleted a queue: its engine here takes the new settings, or stops."""
@@ -359,8 +352,6 @@ class Service:
     async def redrive(self, req: m.QueueRedriveRequest) -> m.QueueRedriveResponse:
         """Moves items of a dead-letter queue into a target queue (extensions.md)."""
         source = await self._queue(req.queue_name)
-        # In a cluster the owner of the dead queue's first partition moves what its node holds.
-        self._to_partition(source, 0)
         if not req.target_queue.strip():
             raise InvalidOption("target queue is invalid; cannot be empty")
         if req.target_queue == req.queue_name:
@@ -369,8 +360,36 @@ class Service:
         if req.limit < 0:
             raise InvalidOption(f"limit is invalid; cannot be negative, but {req.limit} was requested")
         deadline = self.clock.now() + _request_timeout(req.request_timeout)
-        moved = await redrive(source, target, req.limit, deadline, self.clock)
+        moved = await redrive(self, source.settings, target.settings, req.limit, deadline, self.clock)
         return m.QueueRedriveResponse(moved=moved)
+
+    # -- partitions anywhere in the cluster (engine.redrive.Partitions) -------------------------------------
+
+    async def list_items_anywhere(self, queue: str, partition: int, pivot: str, limit: int) -> list[Item]:
+        target = self.router.partition_target(queue, partition, NODE_CALL_TIMEOUT)
+        if target is None:
+            return await (await self._queue(queue)).list_items(partition, pivot, limit, scheduled=False)
+        request = m.StorageItemsListRequest(queue_name=queue, partition=partition, pivot=pivot, limit=limit)
+        reply = await self.proxy.call(target, "/v1/storage/items.list", request, m.StorageItemsListResponse)
+        return [stored_item(i) for i in reply.items]
+
+    async def import_items_anywhere(self, queue: str, partition: int, items: list[Item]) -> None:
+        target = self.router.partition_target(queue, partition, NODE_CALL_TIMEOUT)
+        if target is None:
+            await (await self._queue(queue)).import_items(partition, items)
+            return
+        request = m.StorageItemsImportRequest(
+            queue_name=queue, partition=partition, items=[storage_item(i) for i in items]
+        )
+        await self.proxy.call(target, "/v1/storage/items.import", request, m.StorageItemsImportResponse)
+
+    async def delete_items_anywhere(self, queue: str, partition: int, ids: list[str]) -> None:
+        target = self.router.partition_target(queue, partition, NODE_CALL_TIMEOUT)
+        if target is None:
+            await (await self._queue(queue)).delete_items(partition, ids)
+            return
+        request = m.StorageItemsDeleteRequest(queue_name=queue, partition=partition, ids=ids)
+        await self.proxy.call(target, "/v1/storage/items.delete", request, m.Reply)
 
     async def stats(self, req: m.QueueStatsRequest) -> m.QueueStatsResponse:
         queue = await self._queue(req.queue_name)
@@ -535,22 +554,7 @@ class Service:
         self._to_partition(queue, req.partition)
         if not req.items:
             raise InvalidOption("items is invalid; cannot be empty")
-        items = [
-            Item(
-                source_id=i.source_id,
-                is_leased=i.is_leased,
-                lease_deadline=_micros(i.lease_deadline),
-                expire_deadline=_micros(i.expire_deadline),
-                attempts=i.attempts,
-                max_attempts=i.max_attempts,
-                reference=i.reference,
-                encoding=i.encoding,
-                kind=i.kind,
-                payload=i.payload,
-            )
-            for i in req.items
-        ]
-        stored = await queue.import_items(req.partition, items)
+        stored = await queue.import_items(req.partition, [stored_item(i) for i in req.items])
         return m.StorageItemsImportResponse(items=[storage_item(i) for i in stored])
 
     async def delete_items(self, req: m.StorageItemsDeleteRequest) -> None:
@@ -595,6 +599,25 @@ def storage_item(i: Item) -> m.StorageItem:
         expire_deadline=to_datetime(i.expire_deadline),
         created_at=to_datetime(i.created_at) if i.id else None,
         enqueue_at=to_datetime(i.enqueue_at) if i.enqueue_at else None,
+        attempts=i.attempts,
+        max_attempts=i.max_attempts,
+        reference=i.reference,
+        encoding=i.encoding,
+        kind=i.kind,
+        payload=i.payload,
+    )
+
+
+def stored_item(i: m.StorageItem) -> Item:
+    """The wire's StorageItem as an item (an import ignores its id, created_at and enqueue_at)."""
+    return Item(
+        id=i.id,
+        source_id=i.source_id,
+        is_leased=i.is_leased,
+        lease_deadline=_micros(i.lease_deadline),
+        expire_deadline=_micros(i.expire_deadline),
+        enqueue_at=_micros(i.enqueue_at),
+        created_at=_micros(i.created_at),
         attempts=i.attempts,
         max_attempts=i.max_attempts,
         reference=i.reference,

@@ -13,7 +13,7 @@ from querator.clock import Clock
 from querator.engine.logical_queue import PARTITION_MOVED, DeadLetter, LogicalQueue, LogicalStats
 from querator.errors import InvalidOption, RetryRequest
 from querator.storage.base import ClearOptions, Item, PartitionStats, PartitionTx, QueueRecord, Store
-from querator.storage.operations import RetryEntry, import_items, moved_copies
+from querator.storage.operations import RetryEntry, import_items
 
 
 class Queue:
@@ -122,11 +122,6 @@ class Queue:
 
     async def delete_items(self, partition: int, ids: list[str]) -> None:
         await self.owner(partition).run_on(partition, lambda tx: tx.delete(ids))
-
-    async def accept_dead(self, items: list[Item]) -> None:
-        """Stores copies of another queue's dead items in partition 0 (idempotent per source item)."""
-        copies = moved_copies(items, self._clock.now(), self.settings.expire_timeout)
-        await self.import_items(0, copies)
 
     async def shutdown(self, moved: bool = False) -> None:
         await self.logical.shutdown(moved)

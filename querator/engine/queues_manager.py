@@ -18,7 +18,7 @@ from querator.clock import Clock
 from querator.engine.logical_queue import DeadLetter
 from querator.engine.queue import Queue
 from querator.errors import InvalidOption, shutting_down
-from querator.storage.base import Item, QueueRecord, Store
+from querator.storage.base import QueueRecord, Store
 
 Owned = Callable[[str, int], Sequence[int]]
 """The partitions (of a queue with that many) this node serves now."""
@@ -33,17 +33,17 @@ class QueuesManager:
         self,
         store: Store,
         clock: Clock,
+        dead_letter: DeadLetter,
         max_requests_per_queue: int = 100,
         owned: Owned | None = None,
-        dead_letter: DeadLetter | None = None,
     ) -> None:
-        """``owned`` None: this node serves every partition (a node alone). ``dead_letter``: where dead
-        items go (default: this node's engine of the dead queue)."""
+        """``dead_letter``: stores dead items in their dead queue, wherever its partition 0 is served.
+        ``owned`` None: this node serves every partition (a node alone)."""
         self.store = store
         self.clock = clock
         self._max_requests = max_requests_per_queue
         self._owned = owned
-        self._dead_letter_to = dead_letter or self._dead_letter
+        self._dead_letter_to = dead_letter
         self._queues: dict[str, Queue] = {}
         self._spawning = asyncio.Lock()
         self._closing = False
@@ -165,10 +165,6 @@ class QueuesManager:
 
     async def list_queues(self, pivot: str, limit: int, namespace: str) -> list[QueueRecord]:
         return await self.store.list_queues(pivot, limit, namespace)
-
-    async def _dead_letter(self, dead_queue: str, items: list[Item]) -> None:
-        queue = await self.get(dead_queue)
-        await queue.accept_dead(items)
 
     async def shutdown(self) -> None:
         """Stops every queue; requests still waiting get 453 ``queue is shutting down``."""

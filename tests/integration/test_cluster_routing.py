@@ -6,6 +6,9 @@ request and forwards what it does not own.
   in FIFO order within its partition, for queues of 1, 8 and 64 partitions.
 - A node killed with SIGKILL: once its etcd lease is gone the others claim its partitions from Cassandra;
   no acknowledged item is lost, and the items it had leased come back when their leases expire.
+- Dead-lettering, redrive and produce de-duplication across nodes: dead items reach the dead queue's
+  owner, a redrive through any node moves every partition's items, and one dedup id produced through
+  two nodes is stored once.
 - A fourth node joins and then one leaves (SIGTERM) while producers keep producing: about a quarter of
   the partitions move to the new node and the leaver's to the others; nothing is lost, nothing is
   stored twice, no request fails other than with 454, and a lease taken before the moves is completed
@@ -156,6 +159,44 @@ async def test_any_node_serves_every_partition(
             # every owner, not only its own.
             assert {spread[p] for p in delivered} == {"node-0", "node-1", "node-2"}
         assert await stats_total(a, queue) == (0, 0)
+
+
+async def test_dead_letters_redrive_and_dedup_across_nodes(
+    servers: Servers, etcd: EtcdServer, cassandra_node: CassandraNode, keyspace: str
+) -> None:
+    a, b, c = await start_cluster(servers, etcd, cassandra_node, keyspace, "/extensions")
+    async with AsyncClient(a.url) as client:
+        await client.create_queue("dead", partitions=1)
+        await client.create_queue("work", partitions=8, dead_queue="dead")
+    produced = await produce_everywhere([a, b, c], "work", 60)
+    # Every item dies through c, whichever node owns its partition or the dead queue.
+    async with AsyncClient(b.url) as leaser, AsyncClient(c.url) as retrier:
+
+        async def kill_some() -> bool:
+            try:
+                reply = await leaser.lease("work", batch_size=100, client_id="k", request_timeout="1s")
+            except RetryRequest:
+                return False
+            dead = [m.QueueRetryItem(id=i.id, dead=True) for i in reply.items]
+            await retried(lambda: retrier.retry("work", reply.partition, dead))
+            return (await stats_total(a, "dead"))[0] == len(produced)
+
+        await eventually(kill_some, DEADLINE, "every item dead-lettered")
+    assert await stats_total(b, "work") == (0, 0)
+    async with AsyncClient(b.url) as client:
+        assert await retried(lambda: client.redrive("dead", "work")) == len(produced)
+    assert await stats_total(c, "dead") == (0, 0)
+    back = await drain(c, a, "work", len(produced))
+    assert sorted(p for items in back.values() for p in items) == produced
+
+    # One dedup id, produced through two nodes that each own partitions: stored once.
+    spread = await owners(a, "work")
+    assert {"node-0", "node-1"} <= set(spread.values())
+    for server in (a, b, a):
+        async with AsyncClient(server.url) as client:
+            twice = [m.QueueProduceItem(utf8=f"once-{n}", dedup_id=f"d-{n}") for n in range(20)]
+            await retried(lambda cl=client, t=twice: cl.produce("work", t))
+    assert await stats_total(c, "work") == (20, 0)
 
 
 async def test_a_killed_node_loses_nothing(
