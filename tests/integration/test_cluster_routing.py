@@ -13,6 +13,8 @@ request and forwards what it does not own.
   the partitions move to the new node and the leaver's to the others; nothing is lost, nothing is
   stored twice, no request fails other than with 454, and a lease taken before the moves is completed
   after them.
+- etcd stopped and restarted while producers and a consumer keep working: the nodes stop serving (454,
+  never another error) and serve again by themselves; nothing is lost or stored twice.
 - A node paused (SIGSTOP) past its lease: the others take its partitions over; when it resumes, storage
   refuses its writes (the epoch fence), it stops serving them, and nothing is lost or completed twice.
 """
@@ -24,6 +26,8 @@ import signal
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
+
+import aiohttp
 
 from querator.client import AsyncClient
 from querator.clock import SystemClock
@@ -113,6 +117,8 @@ async def drain(
     """Leases through one node and completes through another until ``expected`` items were delivered;
     returns the payloads delivered per partition, in delivery order."""
     delivered: dict[int, list[str]] = defaultdict(list)
+    if expected <= 0:
+        return delivered
     async with AsyncClient(lease_through.url) as leaser, AsyncClient(complete_through.url) as completer:
 
         async def step() -> bool:
@@ -279,6 +285,70 @@ async def test_join_and_leave_under_load(
 
 async def _at_least(items: list[str], count: int) -> bool:
     return len(items) >= count
+
+
+async def test_an_etcd_outage_fails_safe_and_recovers(
+    servers: Servers, etcd: EtcdServer, cassandra_node: CassandraNode, keyspace: str
+) -> None:
+    nodes = await start_cluster(servers, etcd, cassandra_node, keyspace, "/outage")
+    async with AsyncClient(nodes[0].url) as client:
+        await client.create_queue("jobs", partitions=8, lease_timeout="1m")
+    acknowledged: list[str] = []
+    delivered: list[str] = []
+    working = True
+
+    async def producer(server: ServerProcess, name: str) -> None:
+        async with AsyncClient(server.url) as client:
+            n = 0
+            while working:
+                items = [m.QueueProduceItem(utf8=f"{name}-{n:05d}", dedup_id=f"{name}-{n:05d}")]
+                await retried(lambda i=items: client.produce("jobs", i))
+                acknowledged.append(f"{name}-{n:05d}")
+                n += 1
+
+    async def consumer() -> None:
+        async with AsyncClient(nodes[2].url) as leaser, AsyncClient(nodes[0].url) as completer:
+            while working:
+                try:
+                    reply = await leaser.lease("jobs", batch_size=50, client_id="c", request_timeout="500ms")
+                except RetryRequest:
+                    continue
+                ids = [i.id for i in reply.items]
+                await retried(lambda p=reply.partition, i=ids: completer.complete("jobs", p, i))
+                delivered.extend(i.bytes.decode() for i in reply.items)
+
+    async def ready(server: ServerProcess) -> bool:
+        async with aiohttp.ClientSession() as session, session.get(server.url + "/ready") as resp:
+            return resp.status == 200
+
+    tasks = [asyncio.create_task(producer(nodes[n], f"p{n}")) for n in (0, 1)]
+    tasks.append(asyncio.create_task(consumer()))
+    try:
+        await eventually(lambda: _at_least(delivered, 50), DEADLINE, "working before the outage")
+        etcd.stop()
+        try:
+
+            async def none_ready() -> bool:
+                return not any([await ready(node) for node in nodes])
+
+            # Within 2/3 of the lease TTL without renewals, every node stops serving its partitions.
+            await eventually(none_ready, DEADLINE, "no node serves while etcd is down")
+        finally:
+            etcd.start()
+
+        async def all_ready() -> bool:
+            return all([await ready(node) for node in nodes])
+
+        await eventually(all_ready, DEADLINE, "every node serves again once etcd is back")
+        seen = len(delivered)
+        await eventually(lambda: _at_least(delivered, seen + 50), DEADLINE, "working after the outage")
+    finally:
+        working = False
+        await asyncio.gather(*tasks)
+    rest = await drain(nodes[1], nodes[2], "jobs", len(acknowledged) - len(delivered))
+    everything = delivered + [p for items in rest.values() for p in items]
+    assert len(everything) == len(set(everything)), "nothing stored or delivered twice"
+    assert sorted(everything) == sorted(acknowledged)
 
 
 async def test_a_paused_owner_is_fenced_out_and_comes_back(
