@@ -20,6 +20,7 @@ from querator.cluster.node import ClusterNode
 from querator.cluster.proxy import Forward, Proxy
 from querator.cluster.router import Router
 from querator.duration import DurationError, format_duration, parse_duration
+from querator.engine.logical_queue import LEASE_TIMED_OUT
 from querator.engine.queue import Queue
 from querator.engine.queues_manager import QueuesManager
 from querator.engine.redrive import redrive
@@ -47,6 +48,9 @@ NODE_CALL_TIMEOUT = 10.0
 """Seconds a node-to-node call without a request_timeout of its own may take (stats, refresh, ...)."""
 LEASE_PROBE = "10ms"
 """The request_timeout of a lease sent to look for items at another owner: ask, do not wait there."""
+LEASE_SLICE = 1_000_000
+"""Microseconds a lease waits on this node's partitions before it looks at the other owners again: the
+longest an item produced at another owner waits while a consumer waits here."""
 NOT_SERVING = "internal error, try your request again; this node is not serving partitions now"
 
 log = logging.getLogger(__name__)
@@ -281,16 +285,23 @@ class Service:
             )
         timeout = _request_timeout(req.request_timeout)
         self._to_queue(queue, timeout / 1_000_000)
-        if queue.un_leased() == 0:
-            # Nothing to lease here now: items may wait at another owner. Ask each without waiting
-            # there, then wait here.
-            for target in self._other_owners(queue):
-                probe = msgspec.structs.replace(req, request_timeout=LEASE_PROBE)
-                try:
-                    return await self.proxy.call(target, "/v1/queue.lease", probe, m.QueueLeaseResponse)
-                except RetryRequest:
-                    continue
-        partition, items = await queue.lease(req.client_id, req.batch_size, timeout)
+        others = self._other_owners(queue)
+        until = self.clock.now() + timeout
+        while True:
+            if others and queue.un_leased() == 0:
+                # Nothing to lease here now: items may wait at another owner.
+                found = await self._lease_elsewhere(req, others)
+                if found is not None:
+                    return found
+            wait = until - self.clock.now()
+            try:
+                partition, items = await queue.lease(
+                    req.client_id, req.batch_size, max(1, min(wait, LEASE_SLICE) if others else wait)
+                )
+                break
+            except RetryRequest as e:
+                if e.message != LEASE_TIMED_OUT or self.clock.now() >= until:
+                    raise
         # Every item of one lease shares its deadline: convert it once.
         deadline = to_datetime(items[0].lease_deadline) if items else None
         return m.QueueLeaseResponse(
@@ -309,6 +320,18 @@ class Service:
                 for i in items
             ],
         )
+
+    async def _lease_elsewhere(
+        self, req: m.QueueLeaseRequest, others: list[Forward]
+    ) -> m.QueueLeaseResponse | None:
+        """A lease from the first other owner that has items now (each is asked without waiting)."""
+        probe = msgspec.structs.replace(req, request_timeout=LEASE_PROBE)
+        for target in others:
+            try:
+                return await self.proxy.call(target, "/v1/queue.lease", probe, m.QueueLeaseResponse)
+            except RetryRequest:
+                continue
+        return None
 
     async def complete(self, req: m.QueueCompleteRequest) -> None:
         queue = await self._queue(req.queue_name)

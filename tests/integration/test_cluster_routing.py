@@ -6,6 +6,8 @@ request and forwards what it does not own.
   in FIFO order within its partition, for queues of 1, 8 and 64 partitions.
 - A node killed with SIGKILL: once its etcd lease is gone the others claim its partitions from Cassandra;
   no acknowledged item is lost, and the items it had leased come back when their leases expire.
+- Twelve consumers spread over three nodes drain a backlog produced through every node: each consumer
+  is served, and the items were spread over all partitions.
 - Dead-lettering, redrive and produce de-duplication across nodes: dead items reach the dead queue's
   owner, a redrive through any node moves every partition's items, and one dedup id produced through
   two nodes is stored once.
@@ -165,6 +167,49 @@ async def test_any_node_serves_every_partition(
             # every owner, not only its own.
             assert {spread[p] for p in delivered} == {"node-0", "node-1", "node-2"}
         assert await stats_total(a, queue) == (0, 0)
+
+
+async def test_twelve_consumers_over_three_nodes_are_all_served(
+    servers: Servers, etcd: EtcdServer, cassandra_node: CassandraNode, keyspace: str
+) -> None:
+    nodes = await start_cluster(servers, etcd, cassandra_node, keyspace, "/consumers")
+    async with AsyncClient(nodes[0].url) as client:
+        await client.create_queue("jobs", partitions=12, lease_timeout="1m")
+    total = 1200
+    by_consumer: dict[str, list[str]] = defaultdict(list)
+    by_partition: dict[int, int] = defaultdict(int)
+
+    async def consumer(server: ServerProcess, name: str) -> None:
+        async with AsyncClient(server.url) as client:
+            while sum(map(len, by_consumer.values())) < total:
+                try:
+                    reply = await client.lease("jobs", batch_size=10, client_id=name, request_timeout="1s")
+                except RetryRequest:
+                    continue
+                ids = [i.id for i in reply.items]
+                await retried(lambda p=reply.partition, i=ids: client.complete("jobs", p, i))
+                by_consumer[name].extend(i.bytes.decode() for i in reply.items)
+                by_partition[reply.partition] += len(ids)
+
+    # A backlog first: produce goes to the partition with the fewest un-leased items, so with consumers
+    # keeping up every node would keep using one partition (the reference's distribution).
+    produced = await produce_everywhere(nodes, "jobs", total)
+    consumers = [asyncio.create_task(consumer(nodes[n % 3], f"consumer-{n}")) for n in range(12)]
+    try:
+        await eventually(
+            lambda: _at_least([p for got in by_consumer.values() for p in got], total),
+            DEADLINE,
+            "every item consumed",
+        )
+    finally:
+        await asyncio.gather(*consumers)
+    everything = [p for got in by_consumer.values() for p in got]
+    assert sorted(everything) == produced
+    spread = {name: len(got) for name, got in sorted(by_consumer.items())}
+    assert len(spread) == 12 and min(spread.values()) > 0, f"a consumer starved: {spread}"
+    assert sorted(by_partition) == list(range(12)), f"items reached every partition: {dict(by_partition)}"
+    average = total / 12
+    assert min(by_partition.values()) >= average / 4, f"partitions unevenly used: {dict(by_partition)}"
 
 
 async def test_dead_letters_redrive_and_dedup_across_nodes(
