@@ -117,6 +117,10 @@ class Service:
             return "shutting down"
         if not self.cluster.serving:
             return "not serving: the cluster lease is not certain"
+        loading = next((q.name for q in self.manager.running() if q.loading()), None)
+        if loading is not None:
+            # A node that just took partitions over answers for them only once their state is read.
+            return f"loading the partitions of queue {loading}"
         try:
             await asyncio.wait_for(self.store.list_queues("", 1, SYSTEM_NAMESPACE), READY_TIMEOUT)
         except Exception as e:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import re
@@ -22,6 +23,7 @@ from querator.errors import Unauthorized
 from querator.http import create_app
 from querator.service import Service
 from querator.storage.memory import MemoryStore
+from querator.wire import messages as m
 
 from .conftest import Api, eventually
 from .test_queue import ts
@@ -276,3 +278,58 @@ async def test_a_storage_outage_is_not_ready_but_alive() -> None:
     finally:
         await service.shutdown()
         await server.close()
+
+
+class GatedStore(MemoryStore):
+    """A store whose partitions answer only once ``opened`` is set (a slow claim and load)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.opened = asyncio.Event()
+
+    def partition(self, queue: str, number: int) -> Any:
+        inner, opened = super().partition(queue, number), self.opened
+
+        class Gated:
+            async def claim(self) -> None:
+                await opened.wait()
+
+            async def run(self, fn: Any) -> Any:
+                await opened.wait()
+                return await inner.run(fn)
+
+        return Gated()
+
+
+async def test_not_ready_while_partitions_load() -> None:
+    store = GatedStore()
+    service = Service(store)
+    await service.start()
+    server = TestServer(create_app(service))
+    await server.start_server()
+    try:
+        info = m.QueueInfo(queue_name="q", lease_timeout="1m", expire_timeout="1h", requested_partitions=1)
+        await service.create_queue(info)
+        items = [m.QueueProduceItem(utf8="x")]
+        produce = asyncio.create_task(
+            service.produce(m.QueueProduceRequest(queue_name="q", request_timeout="1m", items=items))
+        )
+        async with aiohttp.ClientSession() as session:
+
+            async def ready() -> tuple[int, Any]:
+                async with session.get(server.make_url("/ready")) as resp:
+                    return resp.status, await resp.json(content_type=None)
+
+            await eventually(lambda: _first_is(ready(), 503))
+            assert (await ready())[1] == {"status": "fail", "output": "loading the partitions of queue q"}
+            store.opened.set()
+            await produce
+            assert (await ready())[0] == 200
+    finally:
+        store.opened.set()
+        await service.shutdown()
+        await server.close()
+
+
+async def _first_is(call: Awaitable[tuple[int, Any]], status: int) -> bool:
+    return (await call)[0] == status

@@ -66,6 +66,10 @@ class Queue:
             raise RetryRequest(PARTITION_MOVED)
         return await self.logical.lease(client_id, batch_size, request_timeout)
 
+    def loading(self) -> bool:
+        """Whether a partition of this node is still being claimed and read (not failed: loading)."""
+        return any(p.ids is None and not p.failures for p in self.logical.partitions.values())
+
     def un_leased(self) -> int:
         """Items this node's partitions hold that a lease could take now (the engine's estimate)."""
         return sum(p.un_leased for p in self.logical.partitions.values() if not p.failures)
