@@ -176,6 +176,11 @@ class ServerConfig:
                 )
             advertise = advertise or self._default_advertise_address()
             _host_port("advertise-address", advertise)
+            if (self.api_keys.strip() or self.api_keys_file) and not self.cluster_secret_file:
+                raise ConfigError(
+                    "cluster-secret-file is required with api keys in a cluster; the nodes authenticate "
+                    "the requests they forward to each other with it"
+                )
         return replace(
             self, log_level=level, sqlite_synchronous=sync, node_id=node_id, advertise_address=advertise
         )

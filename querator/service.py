@@ -18,13 +18,13 @@ from querator import _tasks
 from querator.clock import Clock, SystemClock, from_datetime, sleep_until, to_datetime
 from querator.cluster.node import ClusterNode
 from querator.cluster.proxy import Forward, Proxy
-from querator.cluster.router import Router
+from querator.cluster.router import FORWARDED, Router
 from querator.duration import DurationError, format_duration, parse_duration
 from querator.engine.logical_queue import LEASE_TIMED_OUT
 from querator.engine.queue import Queue
 from querator.engine.queues_manager import QueuesManager
 from querator.engine.redrive import redrive
-from querator.errors import InvalidOption, RetryRequest, shutting_down
+from querator.errors import InvalidOption, QueratorError, RetryRequest, shutting_down
 from querator.metrics import Metrics
 from querator.storage.base import DEFAULT_DEDUP_WINDOW, ClearOptions, Item, QueueRecord, Store
 from querator.storage.operations import RetryEntry, moved_copies, storage_id_error
@@ -44,8 +44,19 @@ SYSTEM_NAMESPACE = "_system"
 NANOS_PER_MICRO = 1000
 DEDUP_PURGE_INTERVAL = 60 * 1_000_000
 READY_TIMEOUT = 5.0
-NODE_CALL_TIMEOUT = 10.0
-"""Seconds a node-to-node call without a request_timeout of its own may take (stats, refresh, ...)."""
+NODE_CALL_TIMEOUT = 30.0
+"""Seconds a node-to-node call without a request_timeout of its own may take (complete, stats, ...)."""
+REPLY_MARGIN = 5.0
+"""Seconds a forwarded lease may take beyond its request_timeout: the owner's reply on its way back."""
+WRITE_MARGIN = 60.0
+"""Seconds a forwarded produce may take beyond its request_timeout: once the owner's write started it
+is always waited for (a 454 then would make the client store the items twice)."""
+PROBE_TIMEOUT = 1.0
+"""Seconds a lease probe of another owner may take, reply included."""
+PROBE_MIN = 0.05
+"""Seconds a lease must have left to ask other owners at all."""
+IMPORT_CHUNK = 8_000_000
+"""Payload bytes per storage import sent to another node: far below its body limit once encoded."""
 LEASE_PROBE = "10ms"
 """The request_timeout of a lease sent to look for items at another owner: ask, do not wait there."""
 LEASE_SLICE = 1_000_000
@@ -182,6 +193,9 @@ class Service:
 
     async def _queue(self, name: str) -> Queue:
         if self._closing:
+            if FORWARDED.get():
+                # The forwarding node's client should try again, and reach the next owner.
+                raise RetryRequest(NOT_SERVING)
             raise shutting_down("service")
         _check_stored_name(name)
         if not self.cluster.serving:
@@ -210,8 +224,8 @@ class Service:
         if target is not None:
             raise target
 
-    def _other_owners(self, queue: Queue) -> list[Forward]:
-        return self.router.other_owners(queue.name, queue.settings.requested_partitions, NODE_CALL_TIMEOUT)
+    def _other_owners(self, queue: Queue, timeout: float = NODE_CALL_TIMEOUT) -> list[Forward]:
+        return self.router.other_owners(queue.name, queue.settings.requested_partitions, timeout)
 
     async def _dead_letter(self, dead_queue: str, items: list[Item]) -> None:
         """Dead items go to partition 0 of the dead queue, wherever its owner is (cluster mode)."""
@@ -219,7 +233,12 @@ class Service:
         if record is None:
             raise InvalidOption(f"queue does not exist; no such queue named '{dead_queue}'")
         copies = moved_copies(items, self.clock.now(), record.expire_timeout)
-        await self.import_items_anywhere(dead_queue, 0, copies)
+        try:
+            await self.import_items_anywhere(dead_queue, 0, copies)
+        except InvalidOption as e:
+            # Only the record read above says the dead queue is gone; any other refusal keeps the
+            # items where they are, to be dead-lettered again later.
+            raise RetryRequest(f"internal error, try your request again; {e.message}") from e
 
     async def refresh(self, req: m.QueuesInfoRequest) -> None:
         """Another node changed or deleted a queue: its engine here takes the new settings, or stops."""
@@ -273,7 +292,7 @@ class Service:
             )
             for i in req.items
         ]
-        self._to_queue(queue, timeout / 1_000_000)
+        self._to_queue(queue, timeout / 1_000_000 + WRITE_MARGIN)
         await queue.produce(items, timeout)
 
     async def lease(self, req: m.QueueLeaseRequest) -> m.QueueLeaseResponse:
@@ -288,11 +307,13 @@ class Service:
                 f"{MAX_LEASE_BATCH}, but {req.batch_size} was requested"
             )
         timeout = _request_timeout(req.request_timeout)
-        self._to_queue(queue, timeout / 1_000_000)
-        others = self._other_owners(queue)
+        self._to_queue(queue, timeout / 1_000_000 + REPLY_MARGIN)
         until = self.clock.now() + timeout
         while True:
-            if others and queue.un_leased() == 0:
+            # Asking another owner takes at most what is left of the request's time.
+            left = (until - self.clock.now()) / 1_000_000
+            others = self._other_owners(queue, min(PROBE_TIMEOUT, left))
+            if others and queue.un_leased() == 0 and left > PROBE_MIN:
                 # Nothing to lease here now: items may wait at another owner.
                 found = await self._lease_elsewhere(req, others)
                 if found is not None:
@@ -333,8 +354,8 @@ class Service:
         for target in others:
             try:
                 return await self.proxy.call(target, "/v1/queue.lease", probe, m.QueueLeaseResponse)
-            except RetryRequest:
-                continue
+            except QueratorError as e:  # nothing there, or the owner cannot tell: ask the next one
+                log.debug("lease probe of %s: %s", target.node_id, e)
         return None
 
     async def complete(self, req: m.QueueCompleteRequest) -> None:
@@ -405,10 +426,11 @@ class Service:
         if target is None:
             await (await self._queue(queue)).import_items(partition, items)
             return
-        request = m.StorageItemsImportRequest(
-            queue_name=queue, partition=partition, items=[storage_item(i) for i in items]
-        )
-        await self.proxy.call(target, "/v1/storage/items.import", request, m.StorageItemsImportResponse)
+        for chunk in _chunks(items, IMPORT_CHUNK):
+            request = m.StorageItemsImportRequest(
+                queue_name=queue, partition=partition, items=[storage_item(i) for i in chunk]
+            )
+            await self.proxy.call(target, "/v1/storage/items.import", request, m.StorageItemsImportResponse)
 
     async def delete_items_anywhere(self, queue: str, partition: int, ids: list[str]) -> None:
         target = self.router.partition_target(queue, partition, NODE_CALL_TIMEOUT)
@@ -633,6 +655,20 @@ def storage_item(i: Item) -> m.StorageItem:
         kind=i.kind,
         payload=i.payload,
     )
+
+
+def _chunks(items: list[Item], payload_bytes: int) -> list[list[Item]]:
+    """``items`` in order, split so that each part holds at most ``payload_bytes`` of payload (an item
+    larger than that goes alone)."""
+    chunks: list[list[Item]] = [[]]
+    size = 0
+    for item in items:
+        if chunks[-1] and size + len(item.payload) > payload_bytes:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(item)
+        size += len(item.payload)
+    return chunks
 
 
 def stored_item(i: m.StorageItem) -> Item:

@@ -107,6 +107,10 @@ def test_flags_beat_environment() -> None:
         ),
         ({"etcd_lease_ttl": "2500ms"}, "etcd-lease-ttl is invalid; '2500ms' is not a whole number"),
         ({"cluster_grace_period": "-1s"}, "cluster-grace-period is invalid; '-1s' is negative"),
+        (
+            {"cluster": "etcd://a:2379", "api_keys": "0" * 64},
+            "cluster-secret-file is required with api keys in a cluster",
+        ),
     ],
 )
 def test_invalid(flags: dict[str, str], message: str) -> None:

@@ -20,22 +20,25 @@ import aiohttp
 from querator.auth import FORWARDED_HEADER, SECRET_HEADER
 from querator.errors import RetryRequest, error_for
 from querator.wire import messages as m
-from querator.wire.codec import JSON, decode_json, encode_json
+from querator.wire.codec import JSON, DecodeError, decode_json, encode_json
 
 log = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=m.Message)
 
-MARGIN = 5.0
-"""Seconds a forwarded request may take beyond the client's request_timeout (the owner's own reply)."""
 CONNECTIONS = 256
-"""Pooled connections to all other nodes together: bounds what one node asks of the others."""
+"""Pooled connections to all other nodes together, for everything but forwarded leases: bounds what one
+node asks of the others."""
+POLL_CONNECTIONS = 4096
+"""Pooled connections for forwarded leases, apart: long polls held for minutes must not starve the
+pool that completes, produces and dead-letters."""
 
 
 class Forward(Exception):
     """Raised by the service when another node must serve the request: the HTTP layer forwards it."""
 
     def __init__(self, node_id: str, address: str, timeout: float) -> None:
+        """``timeout``: seconds the whole exchange may take."""
         super().__init__(f"forward to {node_id} at {address}")
         self.node_id = node_id
         self.address = address
@@ -58,19 +61,23 @@ class Proxy:
         self._headers = {FORWARDED_HEADER: node_id}
         if secret:
             self._headers[SECRET_HEADER] = secret
-        self._session: aiohttp.ClientSession | None = None
+        self._sessions: dict[bool, aiohttp.ClientSession] = {}
+        self._closed = False
 
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=CONNECTIONS), auto_decompress=False
-            )
-        return self._session
+    def _client(self, poll: bool) -> aiohttp.ClientSession:
+        if self._closed:
+            raise RetryRequest("internal error, try your request again; this node is shutting down")
+        session = self._sessions.get(poll)
+        if session is None:
+            connector = aiohttp.TCPConnector(limit=POLL_CONNECTIONS if poll else CONNECTIONS)
+            session = self._sessions[poll] = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+        return session
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        self._closed = True
+        for session in self._sessions.values():
+            await session.close()
+        self._sessions.clear()
 
     async def forward(self, target: Forward, path: str, body: bytes, headers: Mapping[str, str]) -> Reply:
         """Sends ``body`` (with the client's ``headers`` that shape the reply: Content-Type, Accept...)
@@ -81,9 +88,10 @@ class Proxy:
         """
         headers = {**headers, **self._headers}
         url = f"http://{target.address}{path}"
+        session = self._client(poll=path == "/v1/queue.lease")
         try:
-            async with self._client().post(
-                url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=target.timeout + MARGIN)
+            async with session.post(
+                url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=target.timeout)
             ) as resp:
                 return Reply(resp.status, resp.headers.get("Content-Type", JSON), await resp.read())
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
@@ -95,6 +103,11 @@ class Proxy:
     async def call(self, target: Forward, path: str, request: m.Message, reply_type: type[M]) -> M:
         """A node-to-node call with a decoded reply; the owner's errors are raised as ours."""
         reply = await self.forward(target, path, encode_json(request), {"Content-Type": JSON, "Accept": JSON})
-        if reply.status != 200:
-            raise error_for(reply.status, decode_json(reply.body, m.Reply).message)
-        return decode_json(reply.body, reply_type)
+        try:
+            if reply.status != 200:
+                raise error_for(reply.status, decode_json(reply.body, m.Reply).message)
+            return decode_json(reply.body, reply_type)
+        except DecodeError as e:
+            raise RetryRequest(
+                f"internal error, try your request again; node {target.node_id} answered {reply.status}"
+            ) from e

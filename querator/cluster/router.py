@@ -54,7 +54,10 @@ class Router:
         with a different one each time; empty for a request another node forwarded."""
         if FORWARDED.get():
             return []
-        others = [o for o in self._owners(queue, count) if o != self._node.node_id]
+        # An owner that vanished (its grace period runs) serves nothing: no use asking it.
+        others = [
+            o for o in self._owners(queue, count) if o != self._node.node_id and self._node.address_of(o)
+        ]
         if not others:
             return []
         start = next(self._turn) % len(others)

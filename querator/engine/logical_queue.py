@@ -81,6 +81,7 @@ class PartitionState:
     due: bool = False
     timer: TimerHandle | None = None
     timer_at: int = 0
+    claimed: bool = False
 
     def new_id(self) -> str:
         assert self.ids is not None, "partition used before it was loaded"
@@ -283,13 +284,18 @@ class LogicalQueue:
             self._in_flight,
         )
 
-    async def shutdown(self, moved: bool = False) -> None:
-        """Finishes the batch in progress, answers everything still waiting with 453 (454 when its
-        partitions ``moved`` to another node: the client's retry reaches the new owner), stops the task."""
+    def stop_accepting(self, moved: bool = False) -> None:
+        """From now on takes no request and starts no batch: what waits is answered 453 (454 when the
+        partitions ``moved`` to another node: the client's retry reaches the new owner) once the batch
+        in progress is done."""
         if moved:
             self._stop_error = RetryRequest(PARTITION_MOVED)
         self._closing = True
         self._wake.set()
+
+    async def shutdown(self) -> None:
+        """Finishes the batch in progress, answers everything still waiting, stops the task."""
+        self.stop_accepting()
         # A task that died has already been logged (querator._tasks); shutting down must still complete.
         if not self._task.done():
             with contextlib.suppress(Exception):
@@ -507,8 +513,11 @@ class LogicalQueue:
     async def _load(self, p: PartitionState) -> None:
         now = self._clock.now()
         try:
-            if self._claim:
+            if self._claim and not p.claimed:
+                # Only an engine's first load takes the partition over: a reload must not take it back
+                # from an owner that claimed it since (this engine is then stale, and handed off).
                 await p.storage.claim()
+                p.claimed = True
             last_id, deadlines = await p.storage.run(lambda tx: (tx.last_id(), _deadlines_and_counts(p)(tx)))
         except Exception as e:
             self._fail(p, e)

@@ -127,5 +127,9 @@ class Queue:
     async def delete_items(self, partition: int, ids: list[str]) -> None:
         await self.owner(partition).run_on(partition, lambda tx: tx.delete(ids))
 
-    async def shutdown(self, moved: bool = False) -> None:
-        await self.logical.shutdown(moved)
+    def stop_accepting(self, moved: bool = False) -> None:
+        """See ``LogicalQueue.stop_accepting``."""
+        self.logical.stop_accepting(moved)
+
+    async def shutdown(self) -> None:
+        await self.logical.shutdown()

@@ -45,6 +45,7 @@ class QueuesManager:
         self._owned = owned
         self._dead_letter_to = dead_letter
         self._queues: dict[str, Queue] = {}
+        self._stopping: dict[str, asyncio.Task[None]] = {}
         self._spawning = asyncio.Lock()
         self._closing = False
 
@@ -55,14 +56,40 @@ class QueuesManager:
             return queue
         if self._closing:
             raise shutting_down("service")
-        async with self._spawning:
-            queue = self._queues.get(name)
-            if queue is None:
+        while True:
+            if self._closing:
+                raise shutting_down("service")
+            # One writer per partition: an engine of this name that is stopping finishes first. Waited
+            # for outside the lock, since a stopping engine may need another queue spawned (dead items).
+            while (stopping := self._stopping.get(name)) is not None:
+                await asyncio.wait({stopping})
+            async with self._spawning:
+                queue = self._queues.get(name)
+                if queue is not None:
+                    return queue
                 record = await self.store.get_queue(name)
                 if record is None:
                     raise InvalidOption(f"queue does not exist; no such queue named '{name}'")
-                queue = self._queues[name] = self._spawn(record)
-            return queue
+                if name not in self._stopping:  # else: stopped again while its settings were read
+                    queue = self._queues[name] = self._spawn(record)
+                    return queue
+
+    def _stop(self, queue: Queue, moved: bool = False) -> asyncio.Task[None]:
+        """Takes ``queue`` out of service now (it accepts nothing more) and stops its engine in the
+        background; ``get`` spawns the name again only once that engine stopped writing."""
+        name = queue.name
+        if self._queues.get(name) is queue:
+            del self._queues[name]
+        queue.stop_accepting(moved)
+        task = _tasks.start(queue.shutdown(), f"stop:{name}")
+        self._stopping[name] = task
+
+        def stopped(_: asyncio.Task[None]) -> None:
+            if self._stopping.get(name) is task:
+                del self._stopping[name]
+
+        task.add_done_callback(stopped)
+        return task
 
     def _spawn(self, record: QueueRecord) -> Queue:
         if self._owned is None:
@@ -98,19 +125,11 @@ class QueuesManager:
             self.hand_off(queue)
 
     def hand_off(self, queue: Queue) -> None:
-        """Stops ``queue``'s engine in the background; the next request spawns one over the partitions
-        this node owns then, once the old one stopped writing (one writer per partition)."""
-        if self._queues.get(queue.name) is not queue:
-            return
-        log.info("queue %s: handing off partitions %s", queue.name, list(queue.owned))
-
-        async def stop() -> None:
-            async with self._spawning:
-                if self._queues.get(queue.name) is queue:
-                    del self._queues[queue.name]
-                await queue.shutdown(moved=True)
-
-        _tasks.start(stop(), f"hand-off:{queue.name}")
+        """Stops ``queue``'s engine (waiting requests get 454); the next request spawns one over the
+        partitions this node owns then."""
+        if self._queues.get(queue.name) is queue:
+            log.info("queue %s: handing off partitions %s", queue.name, list(queue.owned))
+            self._stop(queue, moved=True)
 
     def running(self) -> list[Queue]:
         """The queues whose engines run on this node, by name."""
@@ -138,11 +157,8 @@ class QueuesManager:
         if record.requested_partitions == queue.settings.requested_partitions:
             queue.settings = record
         else:
-            # New partitions need a new engine; the next request spawns it with the new count, and not
-            # before the old one has stopped writing (one writer per partition).
-            async with self._spawning:
-                self._queues.pop(record.name, None)
-                await queue.shutdown()
+            # New partitions need a new engine: the next request spawns it with the new count.
+            await asyncio.wait({self._stop(queue)})
 
     async def delete(self, name: str, before_items: Callable[[str], Awaitable[None]] | None = None) -> None:
         """Removes the queue's settings and items; its waiting requests get 453. ``before_items`` runs
@@ -159,9 +175,9 @@ class QueuesManager:
 
     async def forget(self, name: str) -> None:
         """Stops the queue's engine (the queue was deleted); its waiting requests get 453."""
-        queue = self._queues.pop(name, None)
+        queue = self._queues.get(name)
         if queue is not None:
-            await queue.shutdown()
+            await asyncio.wait({self._stop(queue)})
 
     async def list_queues(self, pivot: str, limit: int, namespace: str) -> list[QueueRecord]:
         return await self.store.list_queues(pivot, limit, namespace)
@@ -169,6 +185,7 @@ class QueuesManager:
     async def shutdown(self) -> None:
         """Stops every queue; requests still waiting get 453 ``queue is shutting down``."""
         self._closing = True
-        queues = list(self._queues.values())
-        self._queues.clear()
-        await asyncio.gather(*(q.shutdown() for q in queues))
+        stopping = [self._stop(q) for q in list(self._queues.values())]
+        stopping.extend(self._stopping.values())
+        if stopping:
+            await asyncio.wait(set(stopping))

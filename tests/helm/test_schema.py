@@ -56,6 +56,11 @@ REJECTED: list[tuple[str, dict[str, Any], str]] = [
         "terminationGracePeriodSeconds must be greater than preStopSleepSeconds",
     ),
     ("one-port-for-both", {"querator": {"adminPort": 2319}}, "must differ"),
+    (
+        "keys-without-cluster-secret",
+        {"apiKeys": {"existingSecret": "keys"}, "tests": {"enabled": False}},
+        "cluster.secret.existingSecret is required with apiKeys",
+    ),
 ]
 
 ACCEPTED: list[tuple[str, dict[str, Any]]] = [
@@ -66,7 +71,14 @@ ACCEPTED: list[tuple[str, dict[str, Any]]] = [
     ("memory-storage", {"storage": {"backend": "memory"}}),
     ("lease-in-seconds", {"cluster": {"leaseTTL": "30s", "gracePeriod": "1m30s"}}),
     ("budget-as-percentage", {"podDisruptionBudget": {"maxUnavailable": "", "minAvailable": "50%"}}),
-    ("keys-without-tests", {"apiKeys": {"existingSecret": "keys"}, "tests": {"enabled": False}}),
+    (
+        "keys-without-tests",
+        {
+            "apiKeys": {"existingSecret": "keys"},
+            "cluster": {"secret": {"existingSecret": "cluster"}},
+            "tests": {"enabled": False},
+        },
+    ),
     (
         "network-topology",
         {"storage": {"cassandra": {"replication": "NetworkTopologyStrategy:dc1=3,dc-2=2"}}},

@@ -11,6 +11,8 @@ request and forwards what it does not own.
 - Dead-lettering, redrive and produce de-duplication across nodes: dead items reach the dead queue's
   owner, a redrive through any node moves every partition's items, and one dedup id produced through
   two nodes is stored once.
+- With API keys and a cluster secret: a client's request forwarded by a non-owner is served (the nodes
+  authenticate each other with the secret), and a client forging the forwarded header gains nothing.
 - A fourth node joins and then one leaves (SIGTERM) while producers keep producing: about a quarter of
   the partitions move to the new node and the leaver's to the others; nothing is lost, nothing is
   stored twice, no request fails other than with 454, and a lease taken before the moves is completed
@@ -24,13 +26,16 @@ request and forwards what it does not own.
 from __future__ import annotations
 
 import asyncio
+import secrets
 import signal
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TypeVar
 
 import aiohttp
 
+from querator.auth import FORWARDED_HEADER, generate_key, key_hash
 from querator.client import AsyncClient
 from querator.clock import SystemClock
 from querator.errors import RetryRequest
@@ -248,6 +253,34 @@ async def test_dead_letters_redrive_and_dedup_across_nodes(
             twice = [m.QueueProduceItem(utf8=f"once-{n}", dedup_id=f"d-{n}") for n in range(20)]
             await retried(lambda cl=client, t=twice: cl.produce("work", t))
     assert await stats_total(c, "work") == (20, 0)
+
+
+async def test_forwarding_with_api_keys_and_a_cluster_secret(
+    servers: Servers, etcd: EtcdServer, cassandra_node: CassandraNode, keyspace: str, tmp_path: Path
+) -> None:
+    key = generate_key()
+    secret = tmp_path / "cluster-secret"
+    secret.write_text(secrets.token_hex(32))
+    auth = ("--api-keys", key_hash(key), "--cluster-secret-file", str(secret))
+    nodes = [
+        await servers.astart(*node_args(etcd, cassandra_node, keyspace, "/auth", n), *auth) for n in range(2)
+    ]
+    async with AsyncClient(nodes[0].url, api_key=key) as client:
+        await client.create_queue("jobs", partitions=1)
+        owner = (await client.cluster_info("jobs")).partitions[0].owner
+    other = nodes[0] if owner == "node-1" else nodes[1]
+    async with AsyncClient(other.url, api_key=key) as client:
+        await retried(lambda: client.produce("jobs", ["through the other node"]))
+        reply = await retried(lambda: client.lease("jobs", batch_size=1, client_id="c", request_timeout="2s"))
+        assert [i.bytes for i in reply.items] == [b"through the other node"]
+        await client.complete("jobs", reply.partition, [i.id for i in reply.items])
+    # Without the secret, a forwarded header is a client's claim like any other: refused.
+    async with aiohttp.ClientSession() as session:
+        body = b'{"queue_name": "jobs", "partition": 0, "request_timeout": "1s", "ids": ["x"]}'
+        headers = {"Content-Type": "application/json", FORWARDED_HEADER: owner}
+        async with session.post(other.url + "/v1/queue.complete", data=body, headers=headers) as resp:
+            assert resp.status == 401
+            assert (await resp.json())["message"] == "cluster secret is invalid"
 
 
 async def test_a_killed_node_loses_nothing(

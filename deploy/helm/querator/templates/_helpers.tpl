@@ -96,6 +96,9 @@ the render with a message naming the values.
 {{- if eq (int .Values.querator.port) (int .Values.querator.adminPort) }}
 {{- fail "querator.port and querator.adminPort must differ: the API and the probes listen apart" }}
 {{- end }}
+{{- if and .Values.apiKeys.existingSecret (not .Values.cluster.secret.existingSecret) }}
+{{- fail "cluster.secret.existingSecret is required with apiKeys: the nodes authenticate the requests they forward to each other with it" }}
+{{- end }}
 {{- if le (int .Values.terminationGracePeriodSeconds) (int .Values.preStopSleepSeconds) }}
 {{- fail "terminationGracePeriodSeconds must be greater than preStopSleepSeconds: the node needs time to leave the cluster after the preStop wait" }}
 {{- end }}

@@ -1,0 +1,97 @@
+"""Hand-off of a queue's engine on a cluster node (QueuesManager, in-process, memory store).
+
+The ring decides which partitions a node serves; when that changes the engine is stopped and the next
+request spawns one over the new set, never while the old one can still write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from querator.clock import FakeClock
+from querator.engine.logical_queue import PARTITION_MOVED
+from querator.engine.queues_manager import QueuesManager
+from querator.errors import RetryRequest
+from querator.storage.base import Item, QueueRecord
+from querator.storage.memory import MemoryStore
+
+MINUTE = 60 * 1_000_000
+
+
+class Ring:
+    """Which partitions this node owns; tests change it as etcd would."""
+
+    def __init__(self, owned: Sequence[int]) -> None:
+        self.owned = list(owned)
+
+    def __call__(self, queue: str, count: int) -> Sequence[int]:
+        return [n for n in self.owned if n < count]
+
+
+async def nowhere(queue: str, items: list[Item]) -> None:
+    raise AssertionError("nothing dies in these tests")
+
+
+@pytest.fixture
+async def manager() -> QueuesManager:
+    store = MemoryStore()
+    await store.open()
+    await store.add_queue(
+        QueueRecord(name="q", lease_timeout=MINUTE, expire_timeout=60 * MINUTE, requested_partitions=4)
+    )
+    return QueuesManager(store, FakeClock(), nowhere, owned=Ring([0, 2]))
+
+
+async def test_a_queue_serves_only_its_owned_partitions(manager: QueuesManager) -> None:
+    queue = await manager.get("q")
+    assert sorted(queue.logical.partitions) == [0, 2]
+    with pytest.raises(RetryRequest, match=PARTITION_MOVED):
+        queue.owner(1)  # a partition of the queue that another node serves
+    await manager.shutdown()
+
+
+async def test_a_ring_change_hands_off_and_the_next_request_respawns(manager: QueuesManager) -> None:
+    ring = manager._owned
+    assert isinstance(ring, Ring)
+    old = await manager.get("q")
+    waiting = asyncio.create_task(old.lease("c", 1, MINUTE))  # parked: the queue is empty
+    await asyncio.sleep(0)
+    ring.owned = [1, 2]
+    manager.rebalance()
+    with pytest.raises(RetryRequest, match=PARTITION_MOVED):  # the client's retry goes to the new owner
+        await waiting
+    new = await manager.get("q")
+    assert new is not old and old.logical._task.done(), "the old engine stopped before a new one started"
+    assert sorted(new.logical.partitions) == [1, 2]
+    await manager.shutdown()
+
+
+async def test_an_unchanged_ring_keeps_the_engine(manager: QueuesManager) -> None:
+    queue = await manager.get("q")
+    manager.rebalance()
+    assert await manager.get("q") is queue
+    await manager.shutdown()
+
+
+async def test_a_hand_off_does_not_block_spawning_other_queues(manager: QueuesManager) -> None:
+    """A stopping engine may need another queue's engine (dead-lettering): spawning it must not wait."""
+    await manager.store.add_queue(
+        QueueRecord(name="dead", lease_timeout=MINUTE, expire_timeout=60 * MINUTE, requested_partitions=1)
+    )
+    queue = await manager.get("q")
+    started, spawned = asyncio.Event(), asyncio.Event()
+
+    async def last_batch() -> None:  # the engine's batch in progress needs the dead queue
+        started.set()
+        await manager.get("dead")
+        spawned.set()
+
+    running = asyncio.create_task(queue.logical.call(last_batch))
+    await started.wait()
+    manager.hand_off(queue)
+    await asyncio.wait_for(spawned.wait(), 5)
+    await running
+    await manager.shutdown()
