@@ -211,3 +211,33 @@ async def test_requests_after_the_task_died_fail_fast() -> None:
     with pytest.raises(QueratorError, match="shutting down"):
         await asyncio.wait_for(lq.produce([Item(payload=b"x")], MINUTE), 5)
     await lq.shutdown()
+
+
+class SlowLoad(FaultyPartition):
+    """A partition whose first transaction (the engine's load) waits until ``loaded`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loaded = asyncio.Event()
+
+    async def run(self, fn: Callable[[PartitionTx], R]) -> R:
+        await self.loaded.wait()
+        return await super().run(fn)
+
+
+async def test_requests_waiting_for_a_partition_load_are_answered_at_their_deadline() -> None:
+    """A produce or lease queued behind a slow load (a claim and a read in Cassandra) still gets its 454
+    at its request_timeout, not whenever the load ends."""
+    clock = FakeClock()
+    partition = SlowLoad()
+    lq = LogicalQueue(Settings(record()), [(0, partition)], clock, no_dead_queue)  # type: ignore[list-item]
+    lease = asyncio.create_task(lq.lease("c", 1, 5 * MICROS))
+    produce = asyncio.create_task(lq.produce([Item(payload=b"x")], 5 * MICROS))
+    await asyncio.sleep(0)  # both submitted: waiting behind the load
+    clock.advance(5 * MICROS + 1)
+    with pytest.raises(RetryRequest, match="request timeout; no items are in the queue"):
+        await lease
+    with pytest.raises(RetryRequest, match="request timeout; the items could not be stored"):
+        await produce
+    partition.loaded.set()
+    await lq.shutdown()

@@ -197,7 +197,9 @@ class LogicalQueue:
         client produce the items twice.
         """
         request = _Produce(self._future(), items=items, deadline=self._clock.now() + request_timeout)
-        timer = self._clock.call_at(request.deadline, lambda: self._expire_produce(request))
+        timer = self._clock.call_at(
+            request.deadline, lambda: self._expire_waiting(request, PRODUCE_TIMED_OUT)
+        )
         try:
             await self._submit(request)
         finally:
@@ -210,13 +212,16 @@ class LogicalQueue:
                 "duplicate client id; a client cannot make multiple leased requests to the same queue"
             )
         self._clients.add(client_id)
+        deadline = self._clock.now() + request_timeout
+        request = _Lease(self._future(), client_id=client_id, batch_size=batch_size, deadline=deadline)
+        # A lease still waiting to be taken into a batch (partitions loading, a long batch) is answered
+        # at its deadline too; once parked, _expire_parked answers it.
+        timer = self._clock.call_at(request.deadline, lambda: self._expire_waiting(request, LEASE_TIMED_OUT))
         try:
-            deadline = self._clock.now() + request_timeout
-            result: tuple[int, list[Item]] = await self._submit(
-                _Lease(self._future(), client_id=client_id, batch_size=batch_size, deadline=deadline)
-            )
+            result: tuple[int, list[Item]] = await self._submit(request)
             return result
         finally:
+            timer.cancel()
             self._clients.discard(client_id)
 
     async def complete(self, partition: int, ids: list[str]) -> None:
@@ -654,10 +659,10 @@ class LogicalQueue:
                 self._lease_timer = self._clock.call_at(earliest, self._lease_timer_fired)
                 self._lease_timer_at = earliest
 
-    def _expire_produce(self, request: _Produce) -> None:
+    def _expire_waiting(self, request: _Request, message: str) -> None:
         if request in self._pending:
             self._pending.remove(request)
-            _fail_future(request.future, RetryRequest(PRODUCE_TIMED_OUT))
+            _fail_future(request.future, RetryRequest(message))
 
     def _lease_timer_fired(self) -> None:
         self._lease_timer = None
