@@ -310,12 +310,12 @@ class Service:
         self._to_queue(queue, timeout / 1_000_000 + REPLY_MARGIN)
         until = self.clock.now() + timeout
         while True:
-            # Asking another owner takes at most what is left of the request's time.
-            left = (until - self.clock.now()) / 1_000_000
-            others = self._other_owners(queue, min(PROBE_TIMEOUT, left))
-            if others and queue.un_leased() == 0 and left > PROBE_MIN:
+            # Asking the other owners takes at most half of what is left of the request's time.
+            budget = min(PROBE_TIMEOUT, (until - self.clock.now()) / 2_000_000)
+            others = self._other_owners(queue, budget)
+            if others and queue.un_leased() == 0 and budget > PROBE_MIN:
                 # Nothing to lease here now: items may wait at another owner.
-                found = await self._lease_elsewhere(req, others)
+                found = await self._lease_elsewhere(req, others, budget)
                 if found is not None:
                     return found
             wait = until - self.clock.now()
@@ -347,15 +347,21 @@ class Service:
         )
 
     async def _lease_elsewhere(
-        self, req: m.QueueLeaseRequest, others: list[Forward]
+        self, req: m.QueueLeaseRequest, others: list[Forward], budget: float
     ) -> m.QueueLeaseResponse | None:
-        """A lease from the first other owner that has items now (each is asked without waiting)."""
+        """A lease from the first other owner that has items now (each is asked without waiting); all
+        the asking takes at most ``budget`` seconds."""
         probe = msgspec.structs.replace(req, request_timeout=LEASE_PROBE)
-        for target in others:
+        until = self.clock.monotonic() + budget
+        for owner in others:
+            left = until - self.clock.monotonic()
+            if left <= PROBE_MIN:
+                break
+            target = Forward(owner.node_id, owner.address, left)
             try:
                 return await self.proxy.call(target, "/v1/queue.lease", probe, m.QueueLeaseResponse)
             except QueratorError as e:  # nothing there, or the owner cannot tell: ask the next one
-                log.debug("lease probe of %s: %s", target.node_id, e)
+                log.debug("lease probe of %s: %s", owner.node_id, e)
         return None
 
     async def complete(self, req: m.QueueCompleteRequest) -> None:
