@@ -200,7 +200,11 @@ class Service:
         _check_stored_name(name)
         if not self.cluster.serving:
             raise RetryRequest(NOT_SERVING)
-        return await self.manager.get(name)
+        queue = await self.manager.get(name)
+        if not self.cluster.serving:  # lost while the engine spawned: it must not keep serving
+            self.manager.hand_off(queue)
+            raise RetryRequest(NOT_SERVING)
+        return queue
 
     # -- the cluster ----------------------------------------------------------------------------------------
 

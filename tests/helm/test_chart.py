@@ -377,11 +377,13 @@ def test_notes_render_with_their_warnings(helm: str, tmp_path: Path) -> None:
     warned = rendered_notes(
         "storage.backend=memory",
         "apiKeys.existingSecret=keys",
+        "cluster.secret.existingSecret=cluster",
         "tests.enabled=false",
         "metrics.serviceMonitor.enabled=true",
     )
-    for warning in ("a restart loses them", "without a cluster secret", "no ServiceMonitor was created"):
+    for warning in ("a restart loses them", "no ServiceMonitor was created"):
         assert warning in warned
+    assert "API keys are off" not in warned
 
 
 def test_nodes_spread_over_hosts_and_zones(rendered: Render) -> None:
