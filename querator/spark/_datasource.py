@@ -65,12 +65,12 @@ def _report(config: SinkConfig, what: str, outcome: str, messages: list[Any]) ->
     report(config, what, outcome, totals, failed)
 
 
-class QueratorWriter(DataSourceArrowWriter):
-    """The batch writer: one instance per write, pickled to every task.
+class _TaskWriter:
+    """What the batch and the streaming writer share: the options, the dedup scope, the client seam.
 
     Args:
         config: the parsed options.
-        write_id: the write's random id, the scope of its derived dedup ids.
+        write_id: the write's (or query run's) random id, the scope of its derived dedup ids.
     """
 
     def __init__(self, config: SinkConfig, write_id: str) -> None:
@@ -81,16 +81,24 @@ class QueratorWriter(DataSourceArrowWriter):
         """The client a task uses for ``endpoint``; override in a subclass to wrap or replace it."""
         return new_client(endpoint, config)
 
-    def write(self, iterator: Iterator[Any]) -> TaskReport:
+    def _write(self, iterator: Iterator[Any], streaming: bool, arrow: bool) -> TaskReport:
         """Produces one partition (on an executor).
 
         Raises:
             BadRowError: a bad row, unless ``onBadRow=skip``.
             ProduceFailed: a request failed for good, with the server's message.
         """
-        task = current_task(self.write_id, streaming=False)
-        totals = write_arrow(self.config, task, iterator, self.new_client)
-        return TaskReport(task.partition, task.attempt, totals)
+        task = current_task(self.write_id, streaming=streaming)
+        write = write_arrow if arrow else write_rows
+        return TaskReport(task.partition, task.attempt, write(self.config, task, iterator, self.new_client))
+
+
+class QueratorWriter(_TaskWriter, DataSourceArrowWriter):
+    """The batch writer: one instance per write, pickled to every task."""
+
+    def write(self, iterator: Iterator[Any]) -> TaskReport:
+        """Produces one partition (see ``_TaskWriter._write``)."""
+        return self._write(iterator, streaming=False, arrow=True)
 
     def commit(self, messages: list[Any]) -> None:
         """Logs the write's totals on the driver (and appends them to ``reportFile``)."""
@@ -101,33 +109,13 @@ class QueratorWriter(DataSourceArrowWriter):
         _report(self.config, f"write {self.write_id}", "aborted", messages)
 
 
-class QueratorStreamWriter(_StreamWriterBase):
-    """The streaming sink: one instance per query run, pickled to every task of every micro-batch.
-
-    Args:
-        config: the parsed options.
-        write_id: random id of this query run; the dedup scope only if Spark gives no query id.
-    """
-
-    def __init__(self, config: SinkConfig, write_id: str) -> None:
-        self.config = config
-        self.write_id = write_id
-
-    def new_client(self, endpoint: str, config: SinkConfig) -> AsyncClient:
-        """See ``QueratorWriter.new_client``."""
-        return new_client(endpoint, config)
+class QueratorStreamWriter(_TaskWriter, _StreamWriterBase):
+    """The streaming sink: one instance per query run, pickled to every task of every micro-batch; its
+    write id is the dedup scope only if Spark gives no query id."""
 
     def write(self, iterator: Iterator[Any]) -> TaskReport:
-        """Produces one partition of a micro-batch (on an executor).
-
-        Raises:
-            BadRowError: a bad row, unless ``onBadRow=skip``.
-            ProduceFailed: a request failed for good, with the server's message.
-        """
-        task = current_task(self.write_id, streaming=True)
-        write = write_arrow if _STREAM_ARROW else write_rows
-        totals = write(self.config, task, iterator, self.new_client)
-        return TaskReport(task.partition, task.attempt, totals)
+        """Produces one partition of a micro-batch (see ``_TaskWriter._write``)."""
+        return self._write(iterator, streaming=True, arrow=_STREAM_ARROW)
 
     def commit(self, messages: list[Any], batchId: int) -> None:
         """Logs the micro-batch's totals on the driver (and appends them to ``reportFile``)."""
