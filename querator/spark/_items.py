@@ -152,24 +152,15 @@ class ItemMapper:
             except TypeError as e:
                 self._bad(row, str(e))
                 continue
-            if isinstance(payload, str):
-                item = m.QueueProduceItem(
-                    utf8=payload,
-                    reference=reference,
-                    kind=kind,
-                    encoding=encoding,
-                    enqueue_at=enqueue_at,
-                    dedup_id=dedup,
-                )
-            else:
-                item = m.QueueProduceItem(
-                    bytes=payload,
-                    reference=reference,
-                    kind=kind,
-                    encoding=encoding,
-                    enqueue_at=enqueue_at,
-                    dedup_id=dedup,
-                )
+            item = m.QueueProduceItem(
+                utf8=payload if isinstance(payload, str) else "",
+                bytes=b"" if isinstance(payload, str) else payload,
+                reference=reference,
+                kind=kind,
+                encoding=encoding,
+                enqueue_at=enqueue_at,
+                dedup_id=dedup,
+            )
             out.append(MappedItem(item, size))
         return out
 

@@ -111,6 +111,21 @@ async def produce_everywhere(
     return produced
 
 
+async def keep_producing(
+    server: ServerProcess, name: str, batch: int, acknowledged: list[str], stop: asyncio.Event
+) -> None:
+    """Produces batches into ``jobs`` through ``server`` until ``stop``, recording what was acknowledged.
+    Retries of a 454 carry the same dedup ids: a produce caught by a hand-off is stored once."""
+    async with AsyncClient(server.url) as client:
+        n = 0
+        while not stop.is_set():
+            payloads = [f"{name}-{n:05d}-{k}" for k in range(batch)]
+            items = [m.QueueProduceItem(utf8=p, dedup_id=p) for p in payloads]
+            await retried(lambda i=items: client.produce("jobs", i))
+            acknowledged.extend(payloads)
+            n += 1
+
+
 async def jobs_everywhere(
     nodes: list[ServerProcess], partitions: int, lease_timeout: str, count: int
 ) -> list[str]:
@@ -314,20 +329,10 @@ async def test_join_and_leave_under_load(
         await client.create_queue("jobs", partitions=16, lease_timeout="1m")
     before = await owners(nodes[0], "jobs")
     acknowledged: list[str] = []
-    moving = True
-
-    async def producer(server: ServerProcess, name: str) -> None:
-        # Retries of a 454 carry the same dedup ids: a produce caught by a hand-off is stored once.
-        async with AsyncClient(server.url) as client:
-            n = 0
-            while moving:
-                payloads = [f"{name}-{n:05d}-{k}" for k in range(5)]
-                items = [m.QueueProduceItem(utf8=p, dedup_id=p) for p in payloads]
-                await retried(lambda i=items: client.produce("jobs", i))
-                acknowledged.extend(payloads)
-                n += 1
-
-    producing = [asyncio.create_task(producer(nodes[n], f"p{n}")) for n in (0, 2)]
+    stop = asyncio.Event()
+    producing = [
+        asyncio.create_task(keep_producing(nodes[n], f"p{n}", 5, acknowledged, stop)) for n in (0, 2)
+    ]
     try:
         await eventually(lambda: _at_least(acknowledged, 100), DEADLINE, "producing")
         async with AsyncClient(nodes[0].url) as client:
@@ -351,7 +356,7 @@ async def test_join_and_leave_under_load(
         seen = len(acknowledged)
         await eventually(lambda: _at_least(acknowledged, seen + 50), DEADLINE, "producing after the leave")
     finally:
-        moving = False
+        stop.set()
         await asyncio.gather(*producing)
     # The lease taken before both moves is still the consumer's, wherever its partition went.
     async with AsyncClient(nodes[3].url) as client:
@@ -375,16 +380,7 @@ async def test_an_etcd_outage_fails_safe_and_recovers(
         await client.create_queue("jobs", partitions=8, lease_timeout="1m")
     acknowledged: list[str] = []
     delivered: list[str] = []
-    working = True
-
-    async def producer(server: ServerProcess, name: str) -> None:
-        async with AsyncClient(server.url) as client:
-            n = 0
-            while working:
-                items = [m.QueueProduceItem(utf8=f"{name}-{n:05d}", dedup_id=f"{name}-{n:05d}")]
-                await retried(lambda i=items: client.produce("jobs", i))
-                acknowledged.append(f"{name}-{n:05d}")
-                n += 1
+    stopped = asyncio.Event()
 
     async def consumer() -> None:
         # A wider margin than the client's default second: three servers, etcd, Cassandra and this test
@@ -393,7 +389,7 @@ async def test_an_etcd_outage_fails_safe_and_recovers(
             AsyncClient(nodes[2].url, timeout_margin=MARGIN) as leaser,
             AsyncClient(nodes[0].url, timeout_margin=MARGIN) as completer,
         ):
-            while working:
+            while not stopped.is_set():
                 try:
                     reply = await leaser.lease("jobs", batch_size=50, client_id="c", request_timeout="500ms")
                 except RetryRequest:
@@ -406,7 +402,7 @@ async def test_an_etcd_outage_fails_safe_and_recovers(
         async with aiohttp.ClientSession() as session, session.get(server.url + "/ready") as resp:
             return resp.status == 200
 
-    tasks = [asyncio.create_task(producer(nodes[n], f"p{n}")) for n in (0, 1)]
+    tasks = [asyncio.create_task(keep_producing(nodes[n], f"p{n}", 1, acknowledged, stopped)) for n in (0, 1)]
     tasks.append(asyncio.create_task(consumer()))
     try:
         await eventually(lambda: _at_least(delivered, 50), DEADLINE, "working before the outage")
@@ -428,7 +424,7 @@ async def test_an_etcd_outage_fails_safe_and_recovers(
         seen = len(delivered)
         await eventually(lambda: _at_least(delivered, seen + 50), DEADLINE, "working after the outage")
     finally:
-        working = False
+        stopped.set()
         await asyncio.gather(*tasks)
     rest = await drain(nodes[1], nodes[2], "jobs", len(acknowledged) - len(delivered))
     everything = delivered + [p for items in rest.values() for p in items]
