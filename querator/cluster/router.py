@@ -14,6 +14,7 @@ from contextvars import ContextVar
 
 from querator.cluster.node import ClusterNode
 from querator.cluster.proxy import Forward
+from querator.cluster.ring import Ring
 from querator.errors import RetryRequest
 
 FORWARDED: ContextVar[str] = ContextVar("forwarded", default="")
@@ -26,6 +27,9 @@ class Router:
     def __init__(self, node: ClusterNode) -> None:
         self._node = node
         self._turn = itertools.count()
+        self._ring: Ring | None = None
+        self._owners_of: dict[tuple[str, int], list[str]] = {}
+        """The owners of each queue's partitions under ``_ring``: produce and lease ask on every call."""
 
     @property
     def clustered(self) -> bool:
@@ -64,7 +68,13 @@ class Router:
         return [self._target(o, timeout) for o in others[start:] + others[:start]]
 
     def _owners(self, queue: str, count: int) -> list[str]:
-        return sorted({self._node.owner(queue, n) for n in range(count)})
+        ring = self._node.ring
+        if ring is not self._ring:  # a new ring: every answer may have changed
+            self._ring, self._owners_of = ring, {}
+        owners = self._owners_of.get((queue, count))
+        if owners is None:
+            owners = self._owners_of[queue, count] = sorted({ring.owner(queue, n) for n in range(count)})
+        return owners
 
     def _target(self, node_id: str, timeout: float) -> Forward:
         forwarded_by = FORWARDED.get()
