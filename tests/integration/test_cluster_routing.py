@@ -74,7 +74,10 @@ async def members_are(nodes: list[ServerProcess], count: int) -> None:
         views = []
         for server in nodes:
             async with AsyncClient(server.url) as client:
-                views.append([mm.node_id for mm in (await client.cluster_info()).members])
+                try:
+                    views.append([mm.node_id for mm in (await client.cluster_info()).members])
+                except RetryRequest:  # its storage is not back yet (a Cassandra restart)
+                    return False
         return all(len(v) == count for v in views) and all(v == views[0] for v in views)
 
     await eventually(agreed, DEADLINE, f"every node sees the same {count} members")

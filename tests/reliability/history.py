@@ -9,10 +9,11 @@ the workload makes unique; ids change whenever an item re-enters the queue.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Literal
@@ -72,10 +73,11 @@ class Workload:
     """Producers and consumers against one queue until ``stop`` is set.
 
     Consumers complete most items, retry some (now) and abandon a few (their leases expire), so every
-    path back into the queue is exercised. ``abandon`` and ``retry`` are probabilities per item.
+    path back into the queue is exercised. ``abandon`` and ``retry`` are probabilities per item. The
+    clients take the ``endpoints`` (nodes) in turn: producer n and consumer n talk to endpoint n mod N.
     """
 
-    endpoint: str
+    endpoints: Sequence[str]
     queue: str
     history: History
     producers: int = 2
@@ -92,9 +94,13 @@ class Workload:
     _sequence: itertools.count[int] = field(default_factory=itertools.count)
 
     async def run(self) -> None:
-        async with AsyncClient(self.endpoint, timeout_margin=2.0) as client:
-            tasks = [self._producer(client, n) for n in range(self.producers)]
-            tasks += [self._consumer(client, n) for n in range(self.consumers)]
+        async with contextlib.AsyncExitStack() as stack:
+            clients = [
+                await stack.enter_async_context(AsyncClient(endpoint, timeout_margin=2.0))
+                for endpoint in self.endpoints
+            ]
+            tasks = [self._producer(clients[n % len(clients)], n) for n in range(self.producers)]
+            tasks += [self._consumer(clients[n % len(clients)], n) for n in range(self.consumers)]
             await asyncio.gather(*tasks)
 
     async def _producer(self, client: AsyncClient, n: int) -> None:

@@ -87,7 +87,7 @@ async def test_no_loss_under_fault(servers: Servers, tmp_path: Path, fault: Faul
     async with AsyncClient(server.url) as client:
         await client.create_queue("work", lease_timeout="1s", expire_timeout="1h", partitions=4)
     history = History()
-    workload = Workload(server.url, "work", history, producers=3, consumers=3, retry=0.05, abandon=0.05)
+    workload = Workload([server.url], "work", history, producers=3, consumers=3, retry=0.05, abandon=0.05)
     running = asyncio.create_task(workload.run())
     await asyncio.sleep(RUN)  # workload time: the scenario is "run, fault, run"
     server = await fault(server, servers, data)

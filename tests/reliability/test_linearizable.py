@@ -1,5 +1,6 @@
-"""Per-partition FIFO is linearizable: concurrent clients against a real server (memory and sqlite), and
-the checker itself refusing histories that break the model.
+"""Per-partition FIFO is linearizable: concurrent clients against a real server (memory and sqlite in
+process, Cassandra behind a server process), and the checker itself refusing histories that break the
+model.
 
 Leases ask for one item each: lease requests served in one batch are dealt items round-robin (spec
 §2.4, as the reference does), so two concurrent leases of several items may each get every other item
@@ -10,10 +11,15 @@ lease, dealing and taking the head are the same thing.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import pytest
 
+from querator.client import AsyncClient
+from tests.cassandra_node import CassandraNode
 from tests.conftest import Api
+from tests.integration.conftest import Servers
+from tests.integration.test_cassandra import cassandra_args
 
 from .history import History, Op, Workload
 from .linearizability import check
@@ -74,12 +80,25 @@ def test_the_checker_refuses_histories_that_break_fifo(ops: list[Op]) -> None:
 
 
 async def test_a_single_partition_is_linearizable(live_api: Api) -> None:
+    await rounds(live_api.base, lambda queue: live_api.create(queue, lease_timeout="1h"))
+
+
+async def test_a_single_partition_on_cassandra_is_linearizable(
+    servers: Servers, cassandra_node: CassandraNode, keyspace: str
+) -> None:
+    server = await servers.astart(*cassandra_args(cassandra_node, keyspace))
+    async with AsyncClient(server.url) as client:
+        await rounds(server.url, lambda queue: client.create_queue(queue, lease_timeout="1h"))
+
+
+async def rounds(endpoint: str, create: Callable[[str], Awaitable[object]]) -> None:
+    """``ROUNDS`` histories of concurrent clients, each on a new single-partition queue, each checked."""
     for round_ in range(ROUNDS):
         queue = f"lin-{round_}"
-        await live_api.create(queue, lease_timeout="1h")  # no lease may expire during a round
+        await create(queue)  # one partition, and no lease may expire during a round
         history = History(limit=OPS)
         workload = Workload(
-            live_api.base,
+            [endpoint],
             queue,
             history,
             producers=2,
