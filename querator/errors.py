@@ -8,6 +8,7 @@ and match the prefix. The HTTP layer maps these to replies in one place; anythin
      +-- Unauthorized       401  missing, malformed or unknown API key
      +-- RequestFailed      453  valid request that cannot succeed: shutting down, missing resource
      +-- RetryRequest       454  try again: lease timed out, overloaded, storage hiccup, partition moved
+                                 (``outcome_unknown``: the failed request may have been carried out)
      +-- ClientContentError 455  unsupported content type, undecodable body
      +-- NotImplementedRoute 501 unknown path
      +-- StorageError       (internal) a backend failed; the engine turns it into a RetryRequest
@@ -80,13 +81,38 @@ class NotImplementedRoute(QueratorError):
 
 
 class StorageError(QueratorError):
-    """A storage backend failed; the caller must assume nothing of the failed call was applied."""
+    """A storage backend failed. Nothing of the failed call was applied, unless ``maybe_applied``: then
+    its write was sent and its answer lost (a timeout, a connection cut), so it may have been."""
 
     code = 500
+
+    def __init__(self, message: str, maybe_applied: bool = False) -> None:
+        super().__init__(message)
+        self.maybe_applied = maybe_applied
 
 
 class StaleOwnerError(StorageError):
     """The storage refused a write because another owner (a newer epoch) has claimed the partition."""
+
+
+TRY_AGAIN = "internal error, try your request again"
+"""The reference's message prefix of a 454 caused by a failure inside the server."""
+OUTCOME_UNKNOWN = "outcome unknown"
+"""The first detail of a 454 whose request may have been carried out anyway."""
+
+
+def try_again(detail: str = "", outcome_unknown: bool = False) -> RetryRequest:
+    """The 454 of a failure inside the server. With ``outcome_unknown`` the request may have been carried
+    out all the same (its write or its forwarded copy was sent, the answer was lost): a client retries a
+    produce with the same dedup ids to store it once, and a repeated complete may find its items gone."""
+    details = [OUTCOME_UNKNOWN] if outcome_unknown else []
+    details += [detail] if detail else []
+    return RetryRequest("; ".join([TRY_AGAIN, *details]))
+
+
+def outcome_unknown(error: QueratorError) -> bool:
+    """True for an error that does not say whether the request was carried out (see ``try_again``)."""
+    return error.code == RetryRequest.code and error.message.startswith(f"{TRY_AGAIN}; {OUTCOME_UNKNOWN}")
 
 
 def shutting_down(what: str = "queue") -> RequestFailed:

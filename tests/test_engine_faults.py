@@ -16,7 +16,7 @@ import pytest
 
 from querator.clock import MICROS, FakeClock
 from querator.engine.logical_queue import LogicalQueue
-from querator.errors import QueratorError, RetryRequest, StorageError
+from querator.errors import QueratorError, RetryRequest, StorageError, outcome_unknown
 from querator.storage.base import Item, PartitionTx, QueueRecord
 from querator.storage.memory import MemoryPartition
 
@@ -43,6 +43,8 @@ class FaultyPartition:
     def __init__(self) -> None:
         self.part = MemoryPartition()
         self.fail_commits = 0
+        self.lose_answers = 0
+        """Commits to apply and then fail, as a write whose answer was lost."""
         self.bug: Exception | None = None
 
     async def run(self, fn: Callable[[PartitionTx], R]) -> R:
@@ -54,6 +56,9 @@ class FaultyPartition:
             self.fail_commits -= 1
             self.part.__dict__.update(before)
             raise StorageError("commit failed")
+        if self.lose_answers:
+            self.lose_answers -= 1
+            raise StorageError("timed out", maybe_applied=True)
         return result
 
 
@@ -240,4 +245,29 @@ async def test_requests_waiting_for_a_partition_load_are_answered_at_their_deadl
     with pytest.raises(RetryRequest, match="request timeout; the items could not be stored"):
         await produce
     partition.loaded.set()
+    await lq.shutdown()
+
+
+async def test_a_write_that_may_have_been_applied_answers_outcome_unknown() -> None:
+    clock = FakeClock()
+    p = FaultyPartition()
+    lq = LogicalQueue(Settings(record()), [(0, p)], clock, no_dead_queue)
+    p.fail_commits = 1
+    with pytest.raises(RetryRequest) as refused:
+        await lq.produce([Item(payload=b"refused")], MINUTE)
+    assert not outcome_unknown(refused.value)  # rolled back: a plain retry cannot duplicate it
+
+    async def recovered() -> bool:
+        return lq.partitions[0].failures == 0
+
+    clock.advance(1)  # past the back-off: the partition reloads what storage holds
+    await eventually(recovered)
+    p.lose_answers = 1
+    with pytest.raises(RetryRequest) as unknown:
+        await lq.produce([Item(payload=b"stored")], MINUTE)
+    assert outcome_unknown(unknown.value), unknown.value.message
+    clock.advance(1)
+    await eventually(recovered)
+    _, items = await lq.lease("c1", 10, MINUTE)
+    assert [i.payload for i in items] == [b"stored"]
     await lq.shutdown()

@@ -18,7 +18,7 @@ from typing import TypeVar
 import aiohttp
 
 from querator.auth import FORWARDED_HEADER, SECRET_HEADER
-from querator.errors import RetryRequest, error_for
+from querator.errors import error_for, try_again
 from querator.wire import messages as m
 from querator.wire.codec import JSON, DecodeError, decode_json, encode_json
 
@@ -66,7 +66,7 @@ class Proxy:
 
     def _client(self, poll: bool) -> aiohttp.ClientSession:
         if self._closed:
-            raise RetryRequest("internal error, try your request again; this node is shutting down")
+            raise try_again("this node is shutting down")
         session = self._sessions.get(poll)
         if session is None:
             connector = aiohttp.TCPConnector(limit=POLL_CONNECTIONS if poll else CONNECTIONS)
@@ -96,9 +96,9 @@ class Proxy:
                 return Reply(resp.status, resp.headers.get("Content-Type", JSON), await resp.read())
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
             log.warning("forwarding %s to %s failed: %s", path, target.node_id, e)
-            raise RetryRequest(
-                f"internal error, try your request again; node {target.node_id} did not answer"
-            ) from e
+            # Once the request could have reached the owner, the owner may have carried it out.
+            sent = not isinstance(e, aiohttp.ClientConnectorError)
+            raise try_again(f"node {target.node_id} did not answer", outcome_unknown=sent) from e
 
     async def call(self, target: Forward, path: str, request: m.Message, reply_type: type[M]) -> M:
         """A node-to-node call with a decoded reply; the owner's errors are raised as ours."""
@@ -108,6 +108,4 @@ class Proxy:
                 raise error_for(reply.status, decode_json(reply.body, m.Reply).message)
             return decode_json(reply.body, reply_type)
         except DecodeError as e:
-            raise RetryRequest(
-                f"internal error, try your request again; node {target.node_id} answered {reply.status}"
-            ) from e
+            raise try_again(f"node {target.node_id} answered {reply.status}") from e

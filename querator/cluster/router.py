@@ -15,7 +15,7 @@ from contextvars import ContextVar
 from querator.cluster.node import ClusterNode
 from querator.cluster.proxy import Forward
 from querator.cluster.ring import Ring
-from querator.errors import RetryRequest
+from querator.errors import try_again
 
 FORWARDED: ContextVar[str] = ContextVar("forwarded", default="")
 """The id of the node that forwarded the request being served; "" for a client's own request."""
@@ -79,11 +79,8 @@ class Router:
     def _target(self, node_id: str, timeout: float) -> Forward:
         forwarded_by = FORWARDED.get()
         if forwarded_by:
-            raise RetryRequest(
-                f"internal error, try your request again; {forwarded_by} sent it to "
-                f"{self._node.node_id}, which does not own it now"
-            )
+            raise try_again(f"{forwarded_by} sent it to {self._node.node_id}, which does not own it now")
         address = self._node.address_of(node_id)
         if not address:
-            raise RetryRequest(f"internal error, try your request again; the owner {node_id} is unavailable")
+            raise try_again(f"the owner {node_id} is unavailable")
         return Forward(node_id, address, timeout)

@@ -23,12 +23,14 @@ from querator import _tasks
 from querator.clock import MICROS, Clock, TimerHandle
 from querator.engine.distribution import Distribution
 from querator.errors import (
+    TRY_AGAIN,
     InvalidOption,
     QueratorError,
     RetryRequest,
     StaleOwnerError,
     StorageError,
     shutting_down,
+    try_again,
 )
 from querator.ksuid import KsuidGenerator
 from querator.storage.base import Deadlines, Item, Partition, PartitionTx, QueueRecord
@@ -64,7 +66,7 @@ class Settings(Protocol):
 DeadLetter = Callable[[str, list[Item]], Awaitable[None]]
 """Stores copies of dead items in the named dead queue; raises if it cannot."""
 
-PARTITION_MOVED = "internal error, try your request again; the partition moved to another node"
+PARTITION_MOVED = f"{TRY_AGAIN}; the partition moved to another node"
 
 
 @dataclass(eq=False)
@@ -259,7 +261,7 @@ class LogicalQueue:
                 p.deadlines = await p.storage.run(_deadlines_and_counts(p))
             except StorageError as e:
                 self._fail(p, e)
-                raise RetryRequest("internal error, try your request again") from e
+                raise try_again(outcome_unknown=e.maybe_applied) from e
             self._arm(p)
             self._serve_parked_soon()
             return result
@@ -453,7 +455,7 @@ class LogicalQueue:
             assert req.partition is not None
             result = results.get(req.partition)
             if isinstance(result, StorageError):
-                _fail_future(req.future, RetryRequest("internal error, try your request again"))
+                _fail_future(req.future, try_again(outcome_unknown=result.maybe_applied))
             elif isinstance(req, _Produce):
                 _settle(req.future, None)
             elif isinstance(req, _Complete | _Retry | _Renew):
@@ -510,7 +512,7 @@ class LogicalQueue:
             # The dead items are still stored and leased: the client may retry them again.
             for op in batch.retry:
                 if op.error is None and any(e.dead for e in op.items):
-                    op.error = RetryRequest("internal error, try your request again")
+                    op.error = try_again()
         return result
 
     # -- lifecycle --------------------------------------------------------------------------------------

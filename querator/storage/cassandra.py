@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from cassandra import ConsistencyLevel, DriverException, RequestExecutionException
+from cassandra import ConsistencyLevel, DriverException, RequestExecutionException, Unavailable
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, Session
 from cassandra.policies import (
@@ -198,12 +198,17 @@ CQL_LIST_QUEUES: Final = "SELECT name FROM {ks}.queues_by_namespace WHERE namesp
 
 
 class CassandraStorageError(StorageError):
-    """Cassandra failed or could not be reached; the run it happened in is assumed not applied."""
+    """Cassandra failed or could not be reached."""
 
 
-def _storage_error(exc: BaseException) -> CassandraStorageError:
-    """The one place a driver error becomes ours."""
-    error = CassandraStorageError(f"cassandra storage error; {type(exc).__name__}: {exc}")
+def _storage_error(exc: BaseException, sent: bool = False) -> CassandraStorageError:
+    """The one place a driver error becomes ours. A write that was ``sent`` may have been applied even
+    though it failed (a timeout, a connection cut before the answer), unless Cassandra refused it before
+    writing anything (too few replicas alive) or the driver never sent it (no host to send it to)."""
+    refused = isinstance(exc, Unavailable | NoHostAvailable)
+    error = CassandraStorageError(
+        f"cassandra storage error; {type(exc).__name__}: {exc}", maybe_applied=sent and not refused
+    )
     error.__cause__ = exc
     return error
 
@@ -498,8 +503,8 @@ class CassandraPartition:
         Raises:
             StaleOwnerError: another owner claimed the partition with a newer epoch; nothing is applied
                 and the partition refuses every run until ``claim`` is called again.
-            CassandraStorageError: Cassandra failed; the write may or may not have been applied, so the
-                index is dropped and reloaded from Cassandra by the next run.
+            CassandraStorageError: Cassandra failed; the index is dropped and reloaded from Cassandra by
+                the next run. ``maybe_applied`` when a write was sent: it may have been applied.
             Exception: whatever ``fn`` raised; nothing of it was written.
         """
         async with self._lock:
@@ -509,7 +514,10 @@ class CassandraPartition:
             try:
                 result, steps = await loop.run_in_executor(self._store._threads, self._execute, fn)
                 for step in steps:
-                    rows = await self._store._execute_async(loop, step.statement)
+                    try:
+                        rows = await self._store._execute_async(loop, step.statement)
+                    except _DRIVER_ERRORS as e:
+                        raise _storage_error(e, sent=True) from e
                     if step.fenced and not (rows and rows[0].get("[applied]")):
                         raise self._stale_error(rows[0] if rows else {})
             except StaleOwnerError as e:

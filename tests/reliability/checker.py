@@ -95,3 +95,18 @@ def check(history: History, stranded: int) -> Report:
                 completed.add(payload)
     report.lost = sorted(acked - completed)
     return report
+
+
+def trace(history: History, payloads: list[str], limit: int = 5) -> str:
+    """Every operation that concerned the first ``limit`` of ``payloads``, in call order: what a failure
+    message shows so that a lost or unexpected item can be followed through the run."""
+    lines = []
+    start = history.ops[0].called if history.ops else 0.0
+    for payload in payloads[:limit]:
+        lines.append(f"{payload}:")
+        for op in sorted((o for o in history.ops if payload in o.payloads), key=lambda o: o.called):
+            lines.append(
+                f"  {op.called - start:8.3f}-{op.returned - start:8.3f} {op.kind} {op.outcome} by {op.client}"
+                f" partition {op.partition} {op.error}"
+            )
+    return "\n".join(lines)

@@ -2,8 +2,12 @@
 
 Every operation is recorded with its call and return time (``time.monotonic`` in the client process)
 and its outcome: ``ok``, ``fail`` (the server answered an error: the operation did not happen) or
-``unknown`` (no answer: it may or may not have happened). Items are identified by their payload, which
-the workload makes unique; ids change whenever an item re-enters the queue.
+``unknown`` (no answer, or a 454 saying the outcome is unknown: it may or may not have happened). Items
+are identified by their payload, which the workload makes unique; ids change whenever an item re-enters
+the queue.
+
+``drain`` ends a history: it leases and completes through the same history until the queue is empty, so
+the checker sees every item's end.
 """
 
 from __future__ import annotations
@@ -19,10 +23,14 @@ from functools import partial
 from typing import Literal
 
 from querator.client import AsyncClient, ConnectionFailed
-from querator.errors import QueratorError, RetryRequest
+from querator.errors import QueratorError, RetryRequest, outcome_unknown
 
 Outcome = Literal["ok", "fail", "unknown"]
 Kind = Literal["produce", "lease", "complete", "retry", "renew"]
+
+MAX_BACKLOG = 1.0
+"""Seconds of production a rate-limited producer may fall behind and then catch up on."""
+DRAIN_DEADLINE = 60.0
 
 
 @dataclass(slots=True)
@@ -58,7 +66,7 @@ class History:
         except ConnectionFailed as e:
             op.outcome, op.error = "unknown", e.message
         except QueratorError as e:
-            op.outcome, op.error = "fail", f"{e.code} {e.message}"
+            op.outcome, op.error = "unknown" if outcome_unknown(e) else "fail", f"{e.code} {e.message}"
         else:
             op.outcome = "ok"
         op.returned = time.monotonic()
@@ -90,6 +98,11 @@ class Workload:
     seed: int = 0
     max_ops: int = 0
     """Stop once the history holds this many operations (0: only when ``stop`` is set)."""
+    rate: float = 0.0
+    """Items per second over all producers (0: as fast as the server takes them)."""
+    keep_ids: bool = True
+    """False drops item ids from the history once an item is settled: the checker needs only payloads,
+    and over a long run the ids are a fifth of the history's memory."""
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     _sequence: itertools.count[int] = field(default_factory=itertools.count)
 
@@ -105,12 +118,25 @@ class Workload:
 
     async def _producer(self, client: AsyncClient, n: int) -> None:
         rng = random.Random(self.seed * 1000 + n)
+        share = self.rate / self.producers
+        next_at = time.monotonic()
         while not self.stop.is_set():
             payloads = [f"p{n}-{next(self._sequence)}" for _ in range(rng.randint(1, self.batch))]
             op = Op("produce", f"producer-{n}", time.monotonic(), payloads=tuple(payloads))
             await self.history.record(op, partial(client.produce, self.queue, payloads, "5s"))
             if op.outcome != "ok":
                 await asyncio.sleep(0.05)  # back off from a failing or unreachable server
+            if share:
+                # A steady rate, not a catch-up: time lost while the server was down or stopped is
+                # forgiven beyond MAX_BACKLOG instead of being sent as one burst.
+                next_at = max(next_at + len(payloads) / share, time.monotonic() - MAX_BACKLOG)
+                await self._idle(next_at - time.monotonic())
+
+    async def _idle(self, seconds: float) -> None:
+        """Waits ``seconds``, or less if ``stop`` is set meanwhile (so a slow rate does not delay it)."""
+        if seconds > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop.wait(), seconds)
 
     async def _consumer(self, client: AsyncClient, n: int) -> None:
         rng = random.Random(self.seed * 1000 + 500 + n)
@@ -137,6 +163,8 @@ class Workload:
                 (again if roll < self.abandon + self.retry else keep).append((item_id, payload))
             await self._settle(client, name, "complete", op.partition, keep)
             await self._settle(client, name, "retry", op.partition, again)
+            if not self.keep_ids:
+                op.ids = ()
 
     async def _settle(
         self, client: AsyncClient, name: str, kind: Kind, partition: int, chosen: list[tuple[str, str]]
@@ -144,7 +172,8 @@ class Workload:
         if not chosen:
             return
         ids = [i for i, _ in chosen]
-        op = Op(kind, name, time.monotonic(), payloads=tuple(p for _, p in chosen), ids=tuple(ids))
+        kept = tuple(ids) if self.keep_ids else ()
+        op = Op(kind, name, time.monotonic(), payloads=tuple(p for _, p in chosen), ids=kept)
 
         async def act() -> None:
             if kind == "complete":
@@ -153,3 +182,31 @@ class Workload:
                 await client.retry(self.queue, partition, ids)
 
         await self.history.record(op, act)
+
+
+async def drain(endpoint: str, queue: str, history: History, deadline: float = DRAIN_DEADLINE) -> int:
+    """Leases and completes until the queue is empty; returns what the server still holds after."""
+    async with AsyncClient(endpoint) as client:
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + deadline
+        while loop.time() < give_up:
+            stats = await client.stats(queue)
+            parts = [p for lq in stats.logical_queues for p in lq.partitions]
+            if sum(p.total for p in parts) + sum(p.scheduled for p in parts) == 0:
+                return 0
+            lease = Op("lease", "drain", time.monotonic())
+
+            async def take(op: Op = lease) -> None:
+                reply = await client.lease(queue, 100, "drain", "2s")
+                op.partition = reply.partition
+                op.ids = tuple(i.id for i in reply.items)
+                op.payloads = tuple(i.bytes.decode() for i in reply.items)
+
+            await history.record(lease, take)
+            if lease.outcome == "ok":
+                done = Op("complete", "drain", 0.0, payloads=lease.payloads, ids=lease.ids)
+                await history.record(
+                    done, lambda op=lease: client.complete(queue, op.partition, list(op.ids))
+                )
+        stats = await client.stats(queue)
+        return sum(p.total + p.scheduled for lq in stats.logical_queues for p in lq.partitions)

@@ -34,10 +34,10 @@ from tests.integration.conftest import ServerProcess, Servers, free_port, kill9
 from tests.integration.etcd_server import EtcdServer
 from tests.integration.test_cluster_routing import LEASE_TTL, members_are, node_args
 
-from .checker import check
-from .history import History, Workload
+from .checker import check, trace
+from .history import History, Workload, drain
 from .island import ISLAND, PEERS, STORAGE, Island
-from .test_faults import drain
+from .test_faults import RUNS
 
 RUN = 3.0
 """Seconds of workload before the fault and after the cluster has recovered."""
@@ -45,7 +45,6 @@ OUTAGE = 5.0
 """Seconds a pause or a partition lasts: more than twice the nodes' etcd lease TTL (2 s)."""
 RECOVERY = 90.0
 """Seconds the cluster may take to agree on its membership again after the fault healed."""
-RUNS = int(os.environ.get("RELIABILITY_RUNS", "1"))
 
 
 @dataclass
@@ -174,4 +173,4 @@ async def test_no_loss_in_a_cluster_under_fault(
     report = check(history, stranded)
     print(f"cluster {fault.__name__}: {report.summary()}")
     assert report.acknowledged > 0 and report.deliveries > 0
-    assert report.problems() == [], report.summary()
+    assert report.problems() == [], f"{report.summary()}\n{trace(history, report.lost + report.unexpected)}"

@@ -7,6 +7,9 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+from cassandra import OperationTimedOut, Unavailable, WriteTimeout, WriteType
+from cassandra.cluster import NoHostAvailable
+from cassandra.connection import ConnectionShutdown
 
 from querator.clock import SystemClock
 from querator.errors import StaleOwnerError, StorageError
@@ -270,3 +273,21 @@ async def test_a_takeover_claims_with_an_epoch_above_the_owner(
         assert payloads(await Part(old.partition("queue", 0)).list()) == ["before", "after"]
     finally:
         await old.close()
+
+
+@pytest.mark.parametrize(
+    ("error", "sent", "maybe_applied"),
+    [
+        (WriteTimeout("no answer in time", write_type=WriteType.CAS), True, True),
+        (OperationTimedOut("client-side timeout"), True, True),
+        (ConnectionShutdown("connection closed"), True, True),
+        (Unavailable("too few replicas alive"), True, False),  # refused before anything was written
+        (NoHostAvailable("no host", {}), True, False),  # never sent
+        # Not sent: a read or the plan failed before the write.
+        (WriteTimeout("no answer in time", write_type=WriteType.CAS), False, False),
+    ],
+)
+def test_a_failed_write_that_was_sent_may_have_been_applied(
+    error: Exception, sent: bool, maybe_applied: bool
+) -> None:
+    assert cassandra._storage_error(error, sent=sent).maybe_applied is maybe_applied
