@@ -85,6 +85,25 @@ class ServerConfig:
     max_requests_per_queue: int = field(
         default=100, metadata={"help": "requests waiting on one queue before it answers 'overloaded'"}
     )
+    max_connections: int = field(
+        default=1000,
+        metadata={
+            "help": "open connections per listening address; more are closed as soon as they are accepted"
+        },
+    )
+    header_timeout: str = field(
+        default="10s",
+        metadata={
+            "help": "time a request's line and headers have to arrive, from its first byte (from the "
+            "accept for a connection's first request)"
+        },
+    )
+    body_timeout: str = field(
+        default="1m", metadata={"help": "time a request's body has to arrive once its headers are in"}
+    )
+    idle_timeout: str = field(
+        default="2m", metadata={"help": "time a kept-alive connection may wait for its next request"}
+    )
     admin_address: str = field(
         default="",
         metadata={"help": "host:port serving /health, /ready and /metrics apart from the API (off: '')"},
@@ -156,6 +175,14 @@ class ServerConfig:
             self._validate_cassandra()
         if self.max_produce_body <= 0 or self.max_requests_per_queue <= 0:
             raise ConfigError("max-produce-body and max-requests-per-queue must be greater than zero")
+        if self.max_connections <= 0:
+            raise ConfigError(
+                f"max-connections is invalid; '{self.max_connections}' is not greater than zero"
+            )
+        for name in ("header_timeout", "body_timeout", "idle_timeout"):
+            value = getattr(self, name)
+            if _duration(option_name(name), value) <= 0:
+                raise ConfigError(f"{option_name(name)} is invalid; '{value}' is not greater than zero")
         ttl = _duration("etcd-lease-ttl", self.etcd_lease_ttl)
         if ttl % SECOND or ttl < MIN_ETCD_LEASE_TTL * SECOND:
             raise ConfigError(
@@ -202,6 +229,15 @@ class ServerConfig:
             advertise_address=self.advertise_address,
             lease_ttl=parse_duration(self.etcd_lease_ttl) // SECOND,
             grace_period=parse_duration(self.cluster_grace_period) / SECOND,
+        )
+
+    def listener_config(self) -> ListenerConfig:
+        """The connection limits of a validated config, for each listening address."""
+        return ListenerConfig(
+            max_connections=self.max_connections,
+            header_timeout=parse_duration(self.header_timeout) / SECOND,
+            body_timeout=parse_duration(self.body_timeout) / SECOND,
+            idle_timeout=parse_duration(self.idle_timeout) / SECOND,
         )
 
     def _validate_cassandra(self) -> None:
@@ -256,6 +292,24 @@ class ClusterConfig:
     """Seconds: a node that stops renewing its lease leaves the member set this long after."""
     grace_period: float = 20.0
     """Seconds a vanished member keeps its partitions, so a rolling restart moves nothing."""
+
+
+@dataclass(frozen=True)
+class ListenerConfig:
+    """Connection limits of one listening address; built by ``ServerConfig.listener_config``.
+
+    None of them bounds a request once it has arrived: a lease may wait its full request_timeout.
+    """
+
+    max_connections: int = 1000
+    """Open connections; one more is closed as soon as it is accepted (the reference's
+    ``MaxConcurrentRequests``)."""
+    header_timeout: float = 10.0
+    """Seconds from a request's first byte (the accept, for a connection's first) to its last header."""
+    body_timeout: float = 60.0
+    """Seconds from a request's headers to the end of its body."""
+    idle_timeout: float = 120.0
+    """Seconds a kept-alive connection may wait for its next request."""
 
 
 def _parse_cluster(text: str) -> tuple[tuple[str, ...], str]:

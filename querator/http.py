@@ -8,6 +8,8 @@ a 400, an unknown path a 501. Errors are mapped to replies in exactly one place 
 from __future__ import annotations
 
 import asyncio
+import functools
+import importlib.resources
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
@@ -47,8 +49,10 @@ HEALTH_TIMEOUT = 0.5
 """Seconds /health waits for its storage probe: well inside any liveness probe's timeout."""
 PASSED_HEADERS = ("Content-Type", "Accept", EXTENSIONS_HEADER)
 """The client's headers a forwarded request keeps: they decide how the owner reads and answers it."""
-OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
-"""Paths a GET may reach without an API key."""
+OPENAPI_PATH = "/openapi.yaml"
+OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", OPENAPI_PATH})
+"""Paths a GET may reach without an API key (the only GET routes)."""
+OPENAPI_CONTENT_TYPE = "application/yaml"
 
 M = TypeVar("M", bound=m.Message)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -66,7 +70,8 @@ def create_app(
 ) -> web.Application:
     """The aiohttp application serving ``service``; the caller owns starting and stopping the service.
 
-    With ``api_keys`` every request but ``GET /health``, ``/ready`` and ``/metrics`` must carry a key.
+    With ``api_keys`` every request but ``GET /health``, ``/ready``, ``/metrics`` and ``/openapi.yaml``
+    must carry a key.
     ``operations`` False leaves ``/ready`` and ``/metrics`` to the admin application (``--admin-address``);
     ``/health`` stays, as the reference serves it on the API address.
     """
@@ -109,6 +114,8 @@ def create_app(
     if operations:
         app.router.add_route("*", "/ready", _ready)
         app.router.add_route("*", "/metrics", _metrics)
+    openapi_document()  # read now, not in the event loop at the first GET
+    app.router.add_route("*", OPENAPI_PATH, _openapi)
     app.router.add_route("*", "/{tail:.*}", _unknown)
     return app
 
@@ -217,18 +224,23 @@ def _accept_or_json(request: web.Request) -> str:
 async def _read_body(request: web.Request, limit: int) -> bytes:
     """The request body, refused as soon as it is known to exceed ``limit`` (never buffered whole)."""
     length = request.content_length
-    if length is not None:
-        if length > limit:
-            raise _too_large(limit)
-        return await request.read()
-    chunks = []
-    size = 0
-    async for chunk in request.content.iter_any():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
+    if length is not None and length > limit:
+        raise _too_large(limit)
+    try:
+        if length is not None:
+            return await request.read()
+        chunks = []
+        size = 0
+        async for chunk in request.content.iter_any():
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except ConnectionResetError:
+        # The client left, or was cut off by the body timeout (querator.connections), mid-body: the
+        # client's doing, so a client error (never sent: nobody is listening), not a logged 500.
+        raise InvalidOption("request body is incomplete; the connection was closed") from None
 
 
 def _too_large(limit: int) -> InvalidOption:
@@ -313,6 +325,18 @@ async def _metrics(request: web.Request) -> web.StreamResponse:
         return await _unknown(request)
     body = await request.app[SERVICE].render_metrics()
     return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
+
+
+@functools.cache
+def openapi_document() -> bytes:
+    """``querator/openapi.yaml``, the OpenAPI 3.1 description of every route above (package data)."""
+    return importlib.resources.files("querator").joinpath("openapi.yaml").read_bytes()
+
+
+async def _openapi(request: web.Request) -> web.StreamResponse:
+    if request.method != "GET":
+        return await _unknown(request)
+    return web.Response(body=openapi_document(), headers={"Content-Type": OPENAPI_CONTENT_TYPE})
 
 
 def _rfc3339_seconds(micros: int) -> str:

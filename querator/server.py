@@ -23,12 +23,18 @@ from querator.cluster.etcd import EtcdError
 from querator.cluster.membership import MembershipError
 from querator.cluster.node import ClusterNode
 from querator.config import ConfigError, ServerConfig, split_address
+from querator.connections import Listener
 from querator.http import create_admin_app, create_app
 from querator.service import Service
 from querator.storage.base import Store
 from querator.storage.memory import MemoryStore
 
 log = logging.getLogger(__name__)
+
+BACKLOG = 1024
+"""Connections the kernel queues before we accept them."""
+FD_RESERVE = 64
+"""Descriptors a node needs besides its client connections: storage files, cluster and etcd clients, logs."""
 
 
 def make_store(config: ServerConfig) -> Store:
@@ -82,6 +88,7 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> None
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     keys = _api_keys(config)
+    _raise_open_files_limit(config.max_connections * (2 if config.admin_address else 1) + FD_RESERVE)
     # Bind before anything else, so that an address we cannot use fails before storage is touched.
     sockets = [_listen("address", config.address)]
     if config.admin_address:
@@ -118,11 +125,30 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> None
     apps = [create_app(service, config.max_produce_body, keys, operations=not config.admin_address)]
     if config.admin_address:
         apps.append(create_admin_app(service))
-    runners = [web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5) for app in apps]
+    limits = config.listener_config()
+    listeners = [Listener(limits) for _ in apps]
+    for app, listener in zip(apps, listeners, strict=True):
+        app.middlewares.insert(0, listener.middleware())  # outermost: it marks where requests start and end
+    runners = [
+        web.AppRunner(
+            app,
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=5,
+            keepalive_timeout=limits.idle_timeout,
+        )
+        for app in apps
+    ]
+    # Our own asyncio servers rather than aiohttp's sites, to put each connection under its listener's
+    # limits (see querator.connections); runner.cleanup() still closes the connections aiohttp tracks.
+    listening: list[asyncio.AbstractServer] = []
     try:
-        for runner, sock in zip(runners, sockets, strict=True):
+        for runner, listener, sock in zip(runners, listeners, sockets, strict=True):
             await runner.setup()
-            await web.SockSite(runner, sock).start()
+            assert runner.server is not None
+            listening.append(
+                await loop.create_server(listener.protocol_factory(runner.server), sock=sock, backlog=BACKLOG)
+            )
         log.info(
             "querator listening on %s (storage %s%s; api keys %s)%s",
             config.address,
@@ -135,15 +161,43 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> None
         log.info("shutting down")
     finally:
         await service.shutdown()
+        for server in listening:
+            server.close()  # what runner.cleanup() does for aiohttp's own sites, in the same order
         for runner in runners:
             await runner.cleanup()
     log.info("stopped")
 
 
+def _raise_open_files_limit(needed: int) -> None:
+    """Raises the soft limit on open files to the hard one, as Go's runtime does at start-up.
+
+    The usual soft limit (1024) is about what max-connections allows, and a process out of descriptors
+    fails accepts and storage opens alike, where the connection limit refuses connections cleanly.
+    """
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on Windows
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if resource.RLIM_INFINITY not in (soft, hard) and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (OSError, ValueError) as e:
+            log.debug("cannot raise the open files limit from %d to %d: %s", soft, hard, e)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        log.warning(
+            "the open files limit (%d) is below what max-connections needs (%d): raise 'ulimit -n' or lower "
+            "max-connections",
+            soft,
+            needed,
+        )
+
+
 def _listen(name: str, address: str) -> socket.socket:
     host, port = split_address(address)
     try:
-        return socket.create_server((host, port), backlog=1024)
+        return socket.create_server((host, port), backlog=BACKLOG)
     except OSError as e:
         raise ConfigError(f"{name} is invalid; cannot listen on '{address}': {e.strerror or e}") from None
 

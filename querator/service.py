@@ -613,6 +613,9 @@ class Service:
         self._to_partition(queue, req.partition)
         if not req.items:
             raise InvalidOption("items is invalid; cannot be empty")
+        for item in req.items:
+            if item.attempts < 0:
+                raise InvalidOption(f"attempts is invalid; cannot be negative, but {item.attempts} was given")
         stored = await queue.import_items(req.partition, [stored_item(i) for i in req.items])
         return m.StorageItemsImportResponse(items=[storage_item(i) for i in stored])
 

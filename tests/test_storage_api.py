@@ -41,6 +41,19 @@ async def test_import_preserves_fields(api: Api, clock: FakeClock) -> None:
     assert await api.scheduled("q") == []
 
 
+async def test_attempts_stay_int32(api: Api) -> None:
+    # An item imported with attempts at the int32 maximum was leased with attempts 2147483648, which
+    # no int32 decoder (Go's protojson, protobuf) reads back: a lease counts up to the maximum only.
+    await api.create("q")
+    top = 2**31 - 1
+    await api.post("/v1/storage/items.import", {"queue_name": "q", "items": [{"attempts": top}]})
+    [item] = (await api.lease("q", batch_size=1))["items"]
+    assert item["attempts"] == top
+    await api.retry("q", 0, [{"id": item["id"]}])
+    [again] = (await api.lease("q", batch_size=1))["items"]
+    assert again["attempts"] == top
+
+
 async def test_list_pivots_and_limits(api: Api) -> None:
     await api.create("q")
     await api.post(
@@ -98,6 +111,11 @@ async def test_delete(api: Api) -> None:
             "/v1/storage/items.import",
             {"queue_name": "q", "partition": 1, "items": [{}]},
             "partition is invalid; '1' is not a valid partition",
+        ),
+        (
+            "/v1/storage/items.import",
+            {"queue_name": "q", "items": [{}, {"attempts": -1}]},
+            "attempts is invalid; cannot be negative, but -1 was given",
         ),
         ("/v1/storage/items.delete", {"queue_name": "q"}, "ids is invalid; cannot be empty"),
         (

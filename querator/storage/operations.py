@@ -20,6 +20,9 @@ NEAR_NOW = 100_000
 
 LIFECYCLE_LIMIT = 1000
 """Most items of each kind one lifecycle run handles; a fuller run asks to be run again at once."""
+MAX_ATTEMPTS_COUNT = (1 << 31) - 1
+"""Attempts travel as int32: a lease counts up to this and no further (an imported item may start
+there)."""
 
 NewId = Callable[[], str]
 
@@ -195,7 +198,8 @@ def _lease(tx: PartitionTx, ops: list[LeaseOp], result: BatchResult) -> None:
                 break
             item.is_leased = True
             item.lease_deadline = op.lease_deadline
-            item.attempts += 1
+            if item.attempts < MAX_ATTEMPTS_COUNT:
+                item.attempts += 1
             op.items.append(item)
             if len(op.items) < op.batch_size:
                 still.append(op)

@@ -1,0 +1,207 @@
+"""Connection-level limits of a listening address: how many connections, and how long a request may take
+to arrive.
+
+Why this module exists: aiohttp (3.14) bounds the size of request headers, not the time a client takes to
+send them or the body. Its only timer is keep-alive, which closes an idle connection; since it also runs
+while a request's headers are arriving, a slow header lasts as long as the idle timeout, and nothing at
+all bounds a slow body. A client trickling a byte at a time (slow loris) holds a connection, its file
+descriptor and its buffers as long as it likes, and enough of them exhaust the process's descriptors. The
+reference's Go server has the same gap; it bounds only the number of connections (``MaxConcurrentRequests``).
+
+``Listener.protocol_factory`` wraps aiohttp's protocol factory. Each connection's protocol is a
+``_Connection`` that passes every event through to aiohttp's own and adds:
+
+- a cap: a connection beyond ``max_connections`` is closed as soon as it is accepted, before aiohttp sees
+  it, so descriptors stay bounded whatever clients do;
+- a header deadline: a request's line and headers must arrive within ``header_timeout`` of its first byte,
+  or of the accept for a connection's first request (Go's ``ReadHeaderTimeout`` and nginx's
+  ``client_header_timeout`` count from there too, so a connection that never sends a byte is not "idle");
+- a body deadline: the whole body within ``body_timeout`` of the headers. A total, not a per-read
+  inactivity timer, because a trickle of one byte a second never trips the latter.
+
+A connection past a deadline is aborted, without a reply: a client that slow is not reading one
+either. Between requests aiohttp's keep-alive timer (``idle_timeout``) closes an idle connection.
+Handling a request is never timed: a lease may wait its full request_timeout.
+
+Only aiohttp's public surface is used: ``runner.server`` is the protocol factory, and ``middleware``
+tells the connection when a request's headers are in (aiohttp calls the application only then) and when
+its handler is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+from aiohttp import web
+
+from querator.config import ListenerConfig
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class _Phase(enum.Enum):
+    HEADERS = "headers"  # a request's line and headers are due (header deadline armed)
+    BODY = "body"  # the handler runs; its body is due (body deadline armed)
+    HANDLING = "handling"  # the handler runs with the whole body in: no deadline
+    IDLE = "idle"  # between requests: aiohttp's keep-alive timer applies
+    DRAINING = "draining"  # the handler left part of the body unread: aiohttp discards it, then closes
+
+
+class Listener:
+    """The limits of one listening address, shared by its connections."""
+
+    def __init__(self, config: ListenerConfig) -> None:
+        self.config = config
+        self.open = 0
+        """Connections being served (refused ones are not counted)."""
+        self._refusing = False
+        # aiohttp's protocol object -> ours, so the middleware finds the connection of a request.
+        self._connections: dict[asyncio.BaseProtocol, _Connection] = {}
+
+    def protocol_factory(self, inner: Callable[[], asyncio.BaseProtocol]) -> Callable[[], asyncio.Protocol]:
+        """A factory for ``loop.create_server``: aiohttp's protocols (from ``inner``), under these limits."""
+        return lambda: _Connection(self, inner)
+
+    def middleware(self) -> Any:
+        """The aiohttp middleware marking where each request's headers end and its handling ends; it must
+        be the application's outermost."""
+
+        @web.middleware
+        async def track(request: web.Request, handler: Handler) -> web.StreamResponse:
+            connection = self._connections.get(request.protocol)
+            if connection is None:  # already closed
+                return await handler(request)
+            connection.headers_received(request)
+            try:
+                response = await handler(request)
+                if not request.content.is_eof():
+                    # The handler answered without reading the whole body (too large, say): close after
+                    # the reply, as Go does, rather than read the rest to find the next request.
+                    response.force_close()
+                return response
+            finally:
+                connection.request_done(request.content.is_eof())
+
+        return track
+
+    def _admit(self) -> bool:
+        if self.open >= self.config.max_connections:
+            if not self._refusing:  # once per episode: a flood must not flood the log as well
+                self._refusing = True
+                log.warning(
+                    "connection limit reached: %d connections open; closing new ones until some end "
+                    "(max-connections)",
+                    self.open,
+                )
+            return False
+        self.open += 1
+        return True
+
+    def _register(self, inner: asyncio.BaseProtocol, connection: _Connection) -> None:
+        self._connections[inner] = connection
+
+    def _release(self, inner: asyncio.BaseProtocol) -> None:
+        del self._connections[inner]
+        self.open -= 1
+        if self.open < self.config.max_connections:
+            self._refusing = False
+
+
+class _Connection(asyncio.Protocol):
+    """One accepted connection: aiohttp's protocol inside, deadlines around it."""
+
+    def __init__(self, listener: Listener, inner_factory: Callable[[], asyncio.BaseProtocol]) -> None:
+        self._listener = listener
+        self._inner_factory = inner_factory
+        self._inner: Any = None  # aiohttp's RequestHandler, once admitted
+        self._transport: asyncio.Transport | None = None
+        self._phase = _Phase.HEADERS
+        self._request: web.Request | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    # -- asyncio.Protocol: everything goes through to aiohttp
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if not self._listener._admit():
+            transport.close()
+            return
+        self._transport = cast(asyncio.Transport, transport)
+        self._inner = self._inner_factory()
+        self._listener._register(self._inner, self)
+        self._inner.connection_made(transport)
+        self._arm(self._listener.config.header_timeout)
+
+    def data_received(self, data: bytes) -> None:
+        if self._inner is None:
+            return
+        if self._phase is _Phase.IDLE:  # the first byte of the next request
+            self._phase = _Phase.HEADERS
+            self._arm(self._listener.config.header_timeout)
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        if self._inner is None:
+            return None
+        result: bool | None = self._inner.eof_received()
+        return result
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._inner is None:
+            return
+        self._disarm()
+        self._request = None
+        self._listener._release(self._inner)
+        self._inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._inner is not None:
+            self._inner.resume_writing()
+
+    # -- from the middleware
+
+    def headers_received(self, request: web.Request) -> None:
+        self._phase = _Phase.BODY
+        self._request = request
+        self._arm(self._listener.config.body_timeout)
+
+    def request_done(self, body_read: bool) -> None:
+        # Bytes that arrive from now on start the next request (IDLE) or are the unread rest of this
+        # body, which aiohttp discards for a bounded time before closing (DRAINING): no deadline for those,
+        # an abort would reset the connection before the client had read its reply.
+        self._phase = _Phase.IDLE if body_read else _Phase.DRAINING
+        self._request = None
+        self._disarm()
+
+    # -- deadlines
+
+    def _arm(self, seconds: float) -> None:
+        self._disarm()
+        self._timer = asyncio.get_running_loop().call_later(seconds, self._expired)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expired(self) -> None:
+        self._timer = None
+        if self._phase is _Phase.BODY and self._request is not None and self._request.content.is_eof():
+            self._phase = _Phase.HANDLING  # the body came in time; the handler may take what it needs
+            return
+        if self._phase in (_Phase.HEADERS, _Phase.BODY) and self._transport is not None:
+            log.debug(
+                "closing connection from %s: its request's %s did not arrive in time",
+                self._transport.get_extra_info("peername"),
+                "headers" if self._phase is _Phase.HEADERS else "body",
+            )
+            self._transport.abort()

@@ -1,0 +1,451 @@
+"""Connection-level limits of a real ``querator serve`` (querator.connections, spec §1.1): bodies over a
+route's limit refused before they are read, slow clients cut off, idle connections closed, and the number
+of connections bounded, seen through raw sockets and the server's /proc entries.
+
+The server's timeouts are set short by flag so the tests run fast; every wait is a poll or a blocking
+read with a deadline. With ``-s`` the tests print the server's descriptors and memory they measured
+(lines starting ``measured:``), the numbers of docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import select
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import msgspec
+import pytest
+
+from querator.client import Client
+from querator.config import ListenerConfig
+from querator.errors import RetryRequest
+
+from .conftest import ServerProcess, Servers, wait_until
+
+MB = 1_000_000
+CLOSE_DEADLINE = 30.0
+"""Seconds a test waits for the server to close a connection; far above every timeout it sets."""
+
+
+# --------------------------------------------------------------------------------------------------------
+# The server process, from outside
+
+
+def rss_kib(pid: int) -> int:
+    """Resident set size of ``pid`` in KiB (``VmRSS`` of /proc/<pid>/status)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def accepted_connections(port: int) -> int:
+    """Server-side TCP sockets of connections to ``port`` that are open or that the client has closed
+    but the server not yet (/proc/net/tcp states ESTABLISHED and CLOSE_WAIT)."""
+    count = 0
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            local, state = line.split()[1], line.split()[3]
+            if int(local.rsplit(":", 1)[1], 16) == port and state in ("01", "08"):
+                count += 1
+    return count
+
+
+def settled_fds(server: ServerProcess) -> int:
+    """The server's descriptor count once no client connection is open (the baseline of a test)."""
+    assert server.port is not None
+    port = server.port
+    wait_until(lambda: accepted_connections(port) == 0, CLOSE_DEADLINE, "no connection left open")
+    return open_fds(server.pid)
+
+
+def measured(what: str, **numbers: object) -> None:
+    print(f"measured: {what}: " + ", ".join(f"{k}={v}" for k, v in numbers.items()))
+
+
+# --------------------------------------------------------------------------------------------------------
+# HTTP/1.1 over a raw socket, to send exactly what a hostile or slow client would
+
+
+def connect(server: ServerProcess) -> socket.socket:
+    assert server.port is not None
+    return socket.create_connection(("127.0.0.1", server.port), timeout=CLOSE_DEADLINE)
+
+
+def request_head(method: str, path: str, headers: dict[str, str]) -> bytes:
+    lines = [f"{method} {path} HTTP/1.1", "Host: querator", *(f"{k}: {v}" for k, v in headers.items())]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+class Response(msgspec.Struct):
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> dict[str, object]:
+        data = msgspec.json.decode(self.body)
+        assert isinstance(data, dict)
+        return data
+
+
+def read_response(sock: socket.socket) -> Response:
+    """One response with a Content-Length body (what Querator sends); fails on EOF before its end."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        data = sock.recv(65536)
+        assert data, f"connection closed before a response head; got {buf!r}"
+        buf += data
+    head, _, rest = buf.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines)}
+    length = int(headers["content-length"])
+    while len(rest) < length:
+        data = sock.recv(65536)
+        assert data, "connection closed in the middle of a response body"
+        rest += data
+    return Response(int(status_line.split()[1]), headers, rest[:length])
+
+
+def closed_by_peer(sock: socket.socket, timeout: float) -> tuple[bool, bytes]:
+    """Reads until the server closes the connection or ``timeout`` passes: (closed, what was read)."""
+    deadline = time.monotonic() + timeout
+    got = b""
+    while (left := deadline - time.monotonic()) > 0:
+        sock.settimeout(left)
+        try:
+            data = sock.recv(65536)
+        except TimeoutError:
+            break
+        except ConnectionResetError:
+            return True, got
+        if not data:
+            return True, got
+        got += data
+    return False, got
+
+
+def trickle_until_closed(
+    sock: socket.socket, data: bytes, server: ServerProcess, deadline: float
+) -> tuple[int, int]:
+    """Sends ``data`` one byte at a time, waiting up to 0.1 s after each for the server to close the
+    connection (the wait is the trickle's pace and the close's detection at once); between bytes a
+    normal client is served by the same server. Returns (bytes sent, normal requests served)."""
+    served = 0
+    with Client(server.url) as normal:
+        for sent, byte in enumerate(data):
+            assert time.monotonic() < deadline, f"not closed after {sent} bytes trickled"
+            try:
+                sock.sendall(bytes([byte]))
+            except (BrokenPipeError, ConnectionResetError):
+                return sent, served
+            readable, _, _ = select.select([sock], [], [], 0.1)
+            if readable:
+                closed, got = closed_by_peer(sock, 1.0)
+                assert closed and got == b"", f"a reply to a request that never arrived whole: {got!r}"
+                return sent + 1, served
+            assert normal.health()["status"] == "pass"
+            served += 1
+    raise AssertionError("the whole request was sent before the server cut it off")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Bodies over the limit
+
+
+LIMITS = {
+    "/v1/queue.produce": "request body exceeds 5.0MB limit",
+    "/v1/queue.lease": "request body exceeds 512B limit",
+    "/v1/queue.complete": "request body exceeds 250.0KiB limit",
+}
+
+
+def test_a_huge_content_length_is_refused_before_the_body_is_sent(servers: Servers) -> None:
+    server = servers.start("--storage", "memory")
+    socks = {path: connect(server) for path in LIMITS}
+    try:
+        for path, sock in socks.items():
+            # A terabyte announced, not a byte of it sent: the reply can only come from the header.
+            sock.sendall(request_head("POST", path, {"Content-Length": str(10**12)}))
+        for path, sock in socks.items():
+            reply = read_response(sock)
+            # Spec §1.1: a body over the limit is a 400 (duh's error), not aiohttp's 413.
+            assert reply.status == 400
+            assert reply.json() == {"code": 400, "code_text": "Bad Request", "message": LIMITS[path]}
+            assert reply.headers["connection"] == "close"
+        for sock in socks.values():  # after aiohttp's lingering time (10 s) for the body that never comes
+            closed, extra = closed_by_peer(sock, CLOSE_DEADLINE)
+            assert closed and extra == b""
+    finally:
+        for sock in socks.values():
+            sock.close()
+
+
+def test_an_oversized_chunked_body_is_cut_off_in_bounded_memory(servers: Servers) -> None:
+    server = servers.start("--storage", "memory")
+    with Client(server.url) as client:
+        client.create_queue("q")
+    before = rss_kib(server.pid)
+    chunk = b"x" * 65536
+    frame = b"%x\r\n%b\r\n" % (len(chunk), chunk)
+    total = 200 * 2**20
+    sent = 0
+    send_error: list[OSError] = []
+
+    def send(sock: socket.socket) -> None:
+        nonlocal sent
+        try:
+            while sent < total:
+                sock.sendall(frame)
+                sent += len(chunk)
+            sock.sendall(b"0\r\n\r\n")
+        except OSError as e:  # the server closed the connection before the whole body was sent
+            send_error.append(e)
+
+    with connect(server) as sock:
+        body = {"Content-Type": "application/json", "Transfer-Encoding": "chunked"}
+        sock.sendall(request_head("POST", "/v1/queue.produce", body))
+        sender = threading.Thread(target=send, args=(sock,))
+        sender.start()
+        try:
+            reply = read_response(sock)
+            assert (reply.status, reply.json()["message"]) == (400, "request body exceeds 5.0MB limit")
+            assert reply.headers["connection"] == "close"
+            closed, _ = closed_by_peer(sock, CLOSE_DEADLINE)
+            assert closed
+        finally:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sender.join(CLOSE_DEADLINE)
+    after = rss_kib(server.pid)
+    measured(
+        "RSS with a 200 MiB chunked produce body",
+        rss_before_kib=before,
+        rss_after_kib=after,
+        sent_mib=sent // 2**20,
+        sender_error=type(send_error[0]).__name__ if send_error else None,
+    )
+    assert after - before < 50 * 1024, f"RSS grew by {after - before} KiB for a 200 MiB body"
+    with Client(server.url) as client:
+        stats = client.stats("q")
+        assert sum(p.total for lq in stats.logical_queues for p in lq.partitions) == 0
+
+
+# --------------------------------------------------------------------------------------------------------
+# Slow clients
+
+
+SHORT = ("--storage", "memory", "--header-timeout", "1s", "--body-timeout", "1s", "--idle-timeout", "30s")
+
+
+def test_a_trickled_request_head_is_cut_off(servers: Servers) -> None:
+    server = servers.start(*SHORT)
+    head = request_head("POST", "/v1/queue.stats", {"Content-Type": "application/json", "X-Pad": "p" * 4000})
+    started = time.monotonic()
+    with connect(server) as sock:
+        sent, served = trickle_until_closed(sock, head, server, started + CLOSE_DEADLINE)
+    measured(
+        "slow loris, headers",
+        header_timeout="1s",
+        bytes_sent=sent,
+        normal_requests_served=served,
+        closed_after_s=round(time.monotonic() - started, 2),
+    )
+    assert sent < len(head)
+    assert served > 0
+    assert "ERROR" not in server.stderr()
+
+
+def test_a_trickled_body_is_cut_off(servers: Servers) -> None:
+    server = servers.start(*SHORT)
+    body = msgspec.json.encode({"queue_name": "q" * 400})
+    headers = {"Content-Type": "application/json", "Content-Length": str(len(body))}
+    started = time.monotonic()
+    with connect(server) as sock:
+        sock.sendall(request_head("POST", "/v1/queue.stats", headers))
+        sent, served = trickle_until_closed(sock, body, server, started + CLOSE_DEADLINE)
+    measured(
+        "slow loris, body",
+        body_timeout="1s",
+        bytes_sent=sent,
+        normal_requests_served=served,
+        closed_after_s=round(time.monotonic() - started, 2),
+    )
+    assert sent < len(body)
+    assert served > 0
+    # A client cut off mid-body is its own doing: nothing for the operator's error log.
+    assert "ERROR" not in server.stderr(), server.stderr()
+
+
+def test_a_connection_that_sends_nothing_gets_the_header_timeout(servers: Servers) -> None:
+    server = servers.start(*SHORT)  # idle timeout 30 s: only the header timeout can close it in time
+    with connect(server) as sock:
+        closed, got = closed_by_peer(sock, 15.0)
+    assert closed and got == b""
+
+
+def test_an_idle_kept_alive_connection_is_closed(servers: Servers) -> None:
+    server = servers.start("--storage", "memory", "--idle-timeout", "1s", "--header-timeout", "30s")
+    with connect(server) as sock:
+        sock.sendall(request_head("GET", "/health", {}))
+        assert read_response(sock).status == 200
+        closed, got = closed_by_peer(sock, 15.0)  # the header timeout (30 s) cannot be what closes it
+    assert closed and got == b""
+
+
+def test_handling_is_not_timed_a_long_poll_waits_its_request_timeout(servers: Servers) -> None:
+    server = servers.start(
+        "--storage", "memory", "--header-timeout", "1s", "--body-timeout", "1s", "--idle-timeout", "1s"
+    )
+    with Client(server.url) as client:
+        client.create_queue("q")
+        with pytest.raises(RetryRequest) as waited:
+            client.lease("q", 1, "consumer", request_timeout="3s")
+        # Not a dropped connection: the server answered when the lease's own timeout, three times the
+        # connection timeouts, ran out.
+        assert waited.value.message == "request timeout; no items are in the queue, try again"
+
+
+# --------------------------------------------------------------------------------------------------------
+# Many connections
+
+
+@contextlib.contextmanager
+def open_files(needed: int) -> Iterator[None]:
+    """This process's open files limit raised to ``needed`` for the test (skips when the hard limit is
+    lower); the servers it starts inherit it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        if hard != resource.RLIM_INFINITY and hard < needed:
+            pytest.skip(f"needs {needed} open files; the hard limit is {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def open_idle(server: ServerProcess, n: int) -> list[socket.socket]:
+    """``n`` connections that send nothing."""
+    socks = []
+    try:
+        for _ in range(n):
+            socks.append(connect(server))
+    except BaseException:
+        for s in socks:
+            s.close()
+        raise
+    return socks
+
+
+def closed_ones(socks: list[socket.socket]) -> list[socket.socket]:
+    """Those of ``socks`` the server has closed (readable now, and nothing but EOF or a reset to read)."""
+    poller = select.poll()
+    by_fd = {s.fileno(): s for s in socks}
+    for fd in by_fd:
+        poller.register(fd, select.POLLIN)
+    closed = []
+    for fd, _ in poller.poll(0):
+        try:
+            data = by_fd[fd].recv(1, socket.MSG_PEEK)
+        except ConnectionResetError:
+            data = b""
+        assert data == b"", "the server sent something to a connection that sent nothing"
+        closed.append(by_fd[fd])
+    return closed
+
+
+def served_normally(server: ServerProcess, queue: str) -> None:
+    """A new queue created, an item produced, leased and completed: ordinary work, served."""
+    with Client(server.url) as client:
+        client.create_queue(queue)
+        client.produce(queue, ["a"])
+        lease = client.lease(queue, 1, "c", request_timeout="5s")
+        assert [i.bytes for i in lease.items] == [b"a"]
+        client.complete(queue, lease.partition, [i.id for i in lease.items])
+
+
+def test_thousands_of_idle_connections_do_not_stop_service(servers: Servers) -> None:
+    n = 2000
+    with open_files(2 * n + 500):
+        # Long timeouts: the idle connections stay while we look.
+        server = servers.start(
+            "--storage",
+            "memory",
+            "--max-connections",
+            "2500",
+            "--header-timeout",
+            "5m",
+            "--idle-timeout",
+            "5m",
+        )
+        base_fds, base_rss = settled_fds(server), rss_kib(server.pid)
+        socks = open_idle(server, n)
+        try:
+            wait_until(lambda: open_fds(server.pid) >= base_fds + n, CLOSE_DEADLINE, f"{n} accepted")
+            served_normally(server, "while-idle")
+            fds, rss = open_fds(server.pid), rss_kib(server.pid)
+            measured(
+                f"{n} idle connections, max-connections 2500",
+                fds_before=base_fds,
+                fds=fds,
+                rss_before_kib=base_rss,
+                rss_kib=rss,
+                rss_per_connection_kib=round((rss - base_rss) / n, 1),
+            )
+            assert fds <= base_fds + n + 20
+            assert closed_ones(socks) == []
+        finally:
+            for s in socks:
+                s.close()
+        wait_until(lambda: open_fds(server.pid) <= base_fds + 5, CLOSE_DEADLINE, "connections released")
+
+
+def test_connections_beyond_the_limit_are_closed_at_once(servers: Servers) -> None:
+    n, limit = 2000, ListenerConfig().max_connections  # the default, as the reference's: 1000
+    with open_files(2 * n + 500):
+        server = servers.start("--storage", "memory", "--header-timeout", "5m", "--idle-timeout", "5m")
+        base_fds, base_rss = settled_fds(server), rss_kib(server.pid)
+        socks = open_idle(server, n)
+        try:
+            refused: list[socket.socket] = []
+
+            def all_refused() -> bool:
+                refused[:] = closed_ones(socks)
+                return len(refused) >= n - limit
+
+            wait_until(all_refused, CLOSE_DEADLINE, f"{n - limit} connections closed by the server")
+            assert len(refused) == n - limit
+            fds, rss = open_fds(server.pid), rss_kib(server.pid)
+            measured(
+                f"{n} idle connections, max-connections {limit}",
+                fds_before=base_fds,
+                fds=fds,
+                rss_before_kib=base_rss,
+                rss_kib=rss,
+                refused=len(refused),
+            )
+            assert fds <= base_fds + limit + 20
+            # Full: one more is closed without an answer, and the log says why.
+            with connect(server) as extra:
+                extra.sendall(request_head("GET", "/health", {}))
+                closed, got = closed_by_peer(extra, CLOSE_DEADLINE)
+                assert closed and got == b""
+            # Once per episode of a full server, not once per refused connection.
+            assert 1 <= server.stderr().count("connection limit reached") <= 3
+        finally:
+            for s in socks:
+                s.close()
+        # Room again: served as before.
+        wait_until(lambda: open_fds(server.pid) <= base_fds + 5, CLOSE_DEADLINE, "connections released")
+        served_normally(server, "after-release")
