@@ -191,7 +191,9 @@ class Service:
                 if purged:
                     log.debug("dropped %d expired dedup ids", purged)
 
-    async def _queue(self, name: str) -> Queue:
+    async def _queue(self, name: str, request_timeout: str = "") -> Queue:
+        """The queue's running engine. A request that carries a ``request_timeout`` waits for an engine
+        being started no longer than that (read leniently here: a bad one is refused right after)."""
         if self._closing:
             if FORWARDED.get():
                 # The forwarding node's client should try again, and reach the next owner.
@@ -200,7 +202,7 @@ class Service:
         _check_stored_name(name)
         if not self.cluster.serving:
             raise RetryRequest(NOT_SERVING)
-        queue = await self.manager.get(name)
+        queue = await self.manager.get(name, _wait_limit(request_timeout))
         if not self.cluster.serving:  # lost while the engine spawned: it must not keep serving
             self.manager.hand_off(queue)
             raise RetryRequest(NOT_SERVING)
@@ -271,7 +273,7 @@ class Service:
     # -- the queue API --------------------------------------------------------------------------------------
 
     async def produce(self, req: m.QueueProduceRequest) -> None:
-        queue = await self._queue(req.queue_name)
+        queue = await self._queue(req.queue_name, req.request_timeout)
         timeout = _request_timeout(req.request_timeout)
         if not req.items:
             raise InvalidOption("items cannot be empty; at least one item is required")
@@ -300,7 +302,7 @@ class Service:
         await queue.produce(items, timeout)
 
     async def lease(self, req: m.QueueLeaseRequest) -> m.QueueLeaseResponse:
-        queue = await self._queue(req.queue_name)
+        queue = await self._queue(req.queue_name, req.request_timeout)
         if not req.client_id.strip():
             raise InvalidOption("invalid client id; cannot be empty")
         if req.batch_size <= 0:
@@ -369,7 +371,7 @@ class Service:
         return None
 
     async def complete(self, req: m.QueueCompleteRequest) -> None:
-        queue = await self._queue(req.queue_name)
+        queue = await self._queue(req.queue_name, req.request_timeout)
         self._to_partition(queue, req.partition)
         _check_ids(req.ids)
         _request_timeout(req.request_timeout, minimum=0)
@@ -747,6 +749,15 @@ def _lease_too_long(lease_timeout: int, expire_timeout: int) -> InvalidOption:
         f"lease timeout is too long; {format_duration(lease_timeout * NANOS_PER_MICRO)} cannot be greater"
         f" than the expire timeout {format_duration(expire_timeout * NANOS_PER_MICRO)}"
     )
+
+
+def _wait_limit(request_timeout: str) -> float | None:
+    """Seconds of a request_timeout, or None when there is none that can be read."""
+    try:
+        nanos = parse_duration(request_timeout) if request_timeout else 0
+    except DurationError:
+        return None
+    return nanos / 1e9 if nanos > 0 else None
 
 
 def _request_timeout(text: str, minimum: int = MIN_REQUEST_TIMEOUT) -> int:

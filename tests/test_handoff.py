@@ -95,3 +95,26 @@ async def test_a_hand_off_does_not_block_spawning_other_queues(manager: QueuesMa
     await asyncio.wait_for(spawned.wait(), 5)
     await running
     await manager.shutdown()
+
+
+async def test_a_request_waits_for_a_starting_engine_no_longer_than_its_timeout(
+    manager: QueuesManager,
+) -> None:
+    """After a hand-off the next request starts a new engine once the old one stopped; a request whose
+    timeout passes first gets its 454 then, not whenever the old engine is done."""
+    queue = await manager.get("q")
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def slow_batch() -> None:  # the old engine's batch in progress: storage is slow to answer
+        started.set()
+        await release.wait()
+
+    running = asyncio.create_task(queue.logical.call(slow_batch))
+    await started.wait()
+    manager.hand_off(queue)
+    with pytest.raises(RetryRequest, match="request timeout; queue 'q' is not served on this node yet"):
+        await manager.get("q", within=0.05)
+    release.set()
+    await running
+    assert await manager.get("q", within=60) is not queue
+    await manager.shutdown()

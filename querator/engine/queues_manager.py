@@ -17,7 +17,7 @@ from querator import _tasks
 from querator.clock import Clock
 from querator.engine.logical_queue import DeadLetter
 from querator.engine.queue import Queue
-from querator.errors import InvalidOption, shutting_down
+from querator.errors import InvalidOption, RetryRequest, shutting_down
 from querator.storage.base import QueueRecord, Store
 
 Owned = Callable[[str, int], Sequence[int]]
@@ -49,13 +49,28 @@ class QueuesManager:
         self._spawning = asyncio.Lock()
         self._closing = False
 
-    async def get(self, name: str) -> Queue:
-        """The running queue; 400 when no such queue exists."""
+    async def get(self, name: str, within: float | None = None) -> Queue:
+        """The running queue; 400 when no such queue exists.
+
+        Starting its engine (the first request after a start, a hand-off or a ring change) waits for the
+        engine being stopped and for the queue's settings from storage; with ``within`` it waits that many
+        seconds at most (the request's own timeout), then answers 454.
+        """
         queue = self._queues.get(name)
         if queue is not None:
             return queue
         if self._closing:
             raise shutting_down("service")
+        if within is None:
+            return await self._start(name)
+        try:
+            return await asyncio.wait_for(self._start(name), within)
+        except TimeoutError:
+            raise RetryRequest(
+                f"request timeout; queue '{name}' is not served on this node yet, try again"
+            ) from None
+
+    async def _start(self, name: str) -> Queue:
         while True:
             if self._closing:
                 raise shutting_down("service")
