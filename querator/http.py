@@ -28,9 +28,9 @@ from querator.errors import (
     InvalidOption,
     NotImplementedRoute,
     QueratorError,
-    RetryRequest,
     StorageError,
     Unauthorized,
+    try_again,
 )
 from querator.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from querator.service import Service
@@ -177,7 +177,7 @@ def _rpc(call: Callable[[M], Awaitable[m.Message | None]], type_: type[M], limit
             # Queue metadata reads and writes reach storage outside the engine: a storage outage is a
             # "try again" for them too, never a 500 (the engine does the same for partition work).
             log.warning("%s failed: %s", request.path, e.message)
-            return _error_reply(RetryRequest("internal error, try your request again"), accept)
+            return _error_reply(try_again(outcome_unknown=e.maybe_applied), accept)
         except QueratorError as e:
             return _error_reply(e, accept)
         except Exception:

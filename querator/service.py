@@ -24,7 +24,7 @@ from querator.engine.logical_queue import LEASE_TIMED_OUT
 from querator.engine.queue import Queue
 from querator.engine.queues_manager import QueuesManager
 from querator.engine.redrive import redrive
-from querator.errors import InvalidOption, QueratorError, RetryRequest, shutting_down
+from querator.errors import TRY_AGAIN, InvalidOption, QueratorError, RetryRequest, shutting_down, try_again
 from querator.metrics import Metrics
 from querator.storage.base import DEFAULT_DEDUP_WINDOW, ClearOptions, Item, QueueRecord, Store
 from querator.storage.operations import RetryEntry, moved_copies, storage_id_error
@@ -62,7 +62,7 @@ LEASE_PROBE = "10ms"
 LEASE_SLICE = 1_000_000
 """Microseconds a lease waits on this node's partitions before it looks at the other owners again: the
 longest an item produced at another owner waits while a consumer waits here."""
-NOT_SERVING = "internal error, try your request again; this node is not serving partitions now"
+NOT_SERVING = f"{TRY_AGAIN}; this node is not serving partitions now"
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +244,7 @@ class Service:
         except InvalidOption as e:
             # Only the record read above says the dead queue is gone; any other refusal keeps the
             # items where they are, to be dead-lettered again later.
-            raise RetryRequest(f"internal error, try your request again; {e.message}") from e
+            raise try_again(e.message) from e
 
     async def refresh(self, req: m.QueuesInfoRequest) -> None:
         """Another node changed or deleted a queue: its engine here takes the new settings, or stops."""
