@@ -20,8 +20,11 @@ reference's Go server has the same gap; it bounds only the number of connections
   inactivity timer, because a trickle of one byte a second never trips the latter.
 
 A connection past a deadline is aborted, without a reply: a client that slow is not reading one
-either. Between requests aiohttp's keep-alive timer (``idle_timeout``) closes an idle connection.
-Handling a request is never timed: a lease may wait its full request_timeout.
+either. The deadlines are checked by one sweep per listener, a few times per shortest timeout, rather
+than by a timer per request: setting a deadline costs the request path one clock read, and a deadline
+is enforced within a quarter of the shorter timeout (a second at most) of passing. Between requests
+aiohttp's keep-alive timer (``idle_timeout``) closes an idle connection. Handling a request is never
+timed: a lease may wait its full request_timeout.
 
 Only aiohttp's public surface is used: ``runner.server`` is the protocol factory, and ``middleware``
 tells the connection when a request's headers are in (aiohttp calls the application only then) and when
@@ -53,6 +56,10 @@ class _Phase(enum.Enum):
     DRAINING = "draining"  # the handler left part of the body unread: aiohttp discards it, then closes
 
 
+SWEEPS_PER_TIMEOUT = 4
+MAX_SWEEP_INTERVAL = 1.0
+
+
 class Listener:
     """The limits of one listening address, shared by its connections."""
 
@@ -63,6 +70,10 @@ class Listener:
         self._refusing = False
         # aiohttp's protocol object -> ours, so the middleware finds the connection of a request.
         self._connections: dict[asyncio.BaseProtocol, _Connection] = {}
+        self._interval = min(
+            MAX_SWEEP_INTERVAL, min(config.header_timeout, config.body_timeout) / SWEEPS_PER_TIMEOUT
+        )
+        self._sweep: asyncio.TimerHandle | None = None
 
     def protocol_factory(self, inner: Callable[[], asyncio.BaseProtocol]) -> Callable[[], asyncio.Protocol]:
         """A factory for ``loop.create_server``: aiohttp's protocols (from ``inner``), under these limits."""
@@ -105,6 +116,17 @@ class Listener:
 
     def _register(self, inner: asyncio.BaseProtocol, connection: _Connection) -> None:
         self._connections[inner] = connection
+        if self._sweep is None:
+            self._sweep = asyncio.get_running_loop().call_later(self._interval, self._sweep_deadlines)
+
+    def _sweep_deadlines(self) -> None:
+        """Aborts the connections whose deadline passed; runs while any connection is open."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for connection in list(self._connections.values()):
+            if connection.deadline is not None and connection.deadline <= now:
+                connection.expired()
+        self._sweep = loop.call_later(self._interval, self._sweep_deadlines) if self._connections else None
 
     def _release(self, inner: asyncio.BaseProtocol) -> None:
         del self._connections[inner]
@@ -123,7 +145,9 @@ class _Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._phase = _Phase.HEADERS
         self._request: web.Request | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self._loop = asyncio.get_running_loop()
+        self.deadline: float | None = None
+        """Loop time by which the request's headers or body must be in; None: nothing is due."""
 
     # -- asyncio.Protocol: everything goes through to aiohttp
 
@@ -182,19 +206,16 @@ class _Connection(asyncio.Protocol):
         self._request = None
         self._disarm()
 
-    # -- deadlines
+    # -- deadlines (checked by the listener's sweep)
 
     def _arm(self, seconds: float) -> None:
-        self._disarm()
-        self._timer = asyncio.get_running_loop().call_later(seconds, self._expired)
+        self.deadline = self._loop.time() + seconds
 
     def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self.deadline = None
 
-    def _expired(self) -> None:
-        self._timer = None
+    def expired(self) -> None:
+        self.deadline = None
         if self._phase is _Phase.BODY and self._request is not None and self._request.content.is_eof():
             self._phase = _Phase.HANDLING  # the body came in time; the handler may take what it needs
             return
