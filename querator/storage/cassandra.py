@@ -204,8 +204,9 @@ class CassandraStorageError(StorageError):
 def _storage_error(exc: BaseException, sent: bool = False) -> CassandraStorageError:
     """The one place a driver error becomes ours. A write that was ``sent`` may have been applied even
     though it failed (a timeout, a connection cut before the answer), unless Cassandra refused it before
-    writing anything (too few replicas alive) or the driver never sent it (no host to send it to)."""
-    refused = isinstance(exc, Unavailable | NoHostAvailable)
+    writing anything (too few replicas alive). "No host available" is not such a refusal: the driver
+    also says it when the connection a write went out on died and no other host could take the retry."""
+    refused = isinstance(exc, Unavailable)
     error = CassandraStorageError(
         f"cassandra storage error; {type(exc).__name__}: {exc}", maybe_applied=sent and not refused
     )

@@ -282,7 +282,7 @@ async def test_a_takeover_claims_with_an_epoch_above_the_owner(
         (OperationTimedOut("client-side timeout"), True, True),
         (ConnectionShutdown("connection closed"), True, True),
         (Unavailable("too few replicas alive"), True, False),  # refused before anything was written
-        (NoHostAvailable("no host", {}), True, False),  # never sent
+        (NoHostAvailable("no host", {}), True, True),  # also what a write cut off with its connection gets
         # Not sent: a read or the plan failed before the write.
         (WriteTimeout("no answer in time", write_type=WriteType.CAS), False, False),
     ],
