@@ -743,23 +743,33 @@ def parse_args(argv: Sequence[str] | None = None) -> SoakConfig:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--storage", default="sqlite", choices=["sqlite", "memory"])
-    parser.add_argument("--duration", type=seconds, default=1800.0, help="Go duration; default 30m")
-    parser.add_argument("--rate", type=float, default=500.0, help="items/s over all producers")
-    parser.add_argument("--producers", type=int, default=3)
-    parser.add_argument("--consumers", type=int, default=4)
-    parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--lease-timeout", type=seconds, default=2.0, help="default 2s")
-    parser.add_argument("--retry", type=float, default=0.05, help="share of leased items retried now")
-    parser.add_argument("--abandon", type=float, default=0.05, help="share left to their lease's expiry")
-    parser.add_argument("--fault-every", type=seconds, default=300.0, help="default 5m; 0 for no faults")
+    parser.add_argument("--storage", default=SoakConfig.storage, choices=["sqlite", "memory"])
+    parser.add_argument(
+        "--duration", type=seconds, default=SoakConfig.duration, help="Go duration; default 30m"
+    )
+    parser.add_argument("--rate", type=float, default=SoakConfig.rate, help="items/s over all producers")
+    parser.add_argument("--producers", type=int, default=SoakConfig.producers)
+    parser.add_argument("--consumers", type=int, default=SoakConfig.consumers)
+    parser.add_argument("--partitions", type=int, default=SoakConfig.partitions)
+    parser.add_argument("--lease-timeout", type=seconds, default=SoakConfig.lease_timeout, help="default 2s")
+    parser.add_argument(
+        "--retry", type=float, default=SoakConfig.retry, help="share of leased items retried now"
+    )
+    parser.add_argument(
+        "--abandon", type=float, default=SoakConfig.abandon, help="share left to their lease's expiry"
+    )
+    parser.add_argument(
+        "--fault-every", type=seconds, default=SoakConfig.fault_every, help="default 5m; 0 for no faults"
+    )
     parser.add_argument(
         "--faults",
         help="comma-separated, injected in turn: kill9, sigstop (default both; sigstop on memory)",
     )
-    parser.add_argument("--pause", type=seconds, default=5.0, help="how long sigstop stops the server")
-    parser.add_argument("--sample-every", type=seconds, default=10.0, help="default 10s")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--pause", type=seconds, default=SoakConfig.pause, help="how long sigstop stops the server"
+    )
+    parser.add_argument("--sample-every", type=seconds, default=SoakConfig.sample_every, help="default 10s")
+    parser.add_argument("--seed", type=int, default=SoakConfig.seed)
     parser.add_argument(
         "--out",
         type=Path,
@@ -770,23 +780,8 @@ def parse_args(argv: Sequence[str] | None = None) -> SoakConfig:
     default_faults = "sigstop" if args.storage == "memory" else ",".join(FAULTS)
     faults = tuple(f.strip() for f in (args.faults or default_faults).split(",") if f.strip())
     out = args.out or Path(__file__).resolve().parent / "results" / time.strftime("soak-%Y%m%d-%H%M%S")
-    config = SoakConfig(
-        out=out,
-        storage=args.storage,
-        duration=args.duration,
-        rate=args.rate,
-        producers=args.producers,
-        consumers=args.consumers,
-        partitions=args.partitions,
-        lease_timeout=args.lease_timeout,
-        retry=args.retry,
-        abandon=args.abandon,
-        fault_every=args.fault_every,
-        faults=faults,
-        pause=args.pause,
-        sample_every=args.sample_every,
-        seed=args.seed,
-    )
+    # The flags are named after SoakConfig's fields, and take their defaults from it.
+    config = SoakConfig(**{**vars(args), "out": out, "faults": faults})
     if problem := config.problem():
         parser.error(problem)
     return config

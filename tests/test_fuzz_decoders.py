@@ -20,8 +20,7 @@ import os
 import re
 from datetime import UTC, datetime
 from fractions import Fraction
-from types import NoneType, UnionType
-from typing import Any, NamedTuple, Union, get_args, get_origin
+from typing import Any, NamedTuple
 
 import msgspec
 import pytest
@@ -42,6 +41,7 @@ from querator.duration import (
 from querator.errors import ClientContentError
 from querator.wire import messages as m
 from querator.wire.codec import JSON, PROTOBUF, decode, encode_json, encode_protobuf
+from tests.test_codec import strategy_for
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -89,44 +89,11 @@ def decodes_or_client_error(body: bytes, content_type: str, cls: type[m.Message]
 
 
 # --------------------------------------------------------------------------------------------------------
-# Valid messages, generated from the field types of messages.py
-
-
-def values_of(tp: Any) -> st.SearchStrategy[Any]:
-    origin = get_origin(tp)
-    if origin is Union or origin is UnionType:
-        (inner,) = (a for a in get_args(tp) if a is not NoneType)
-        return st.none() | values_of(inner)
-    if origin is list:
-        (elem,) = get_args(tp)
-        return st.lists(values_of(elem), max_size=3)
-    if origin is dict:
-        key, value = get_args(tp)
-        return st.dictionaries(values_of(key), values_of(value), max_size=2)
-    if tp is bool:
-        return st.booleans()
-    if tp is int:
-        return st.integers(INT32_MIN, INT32_MAX)
-    if tp is str:
-        return st.text(max_size=12)
-    if tp is bytes:
-        return st.binary(max_size=24)
-    if tp is datetime:
-        # Whole microseconds in aware UTC: what both encodings carry exactly.
-        return st.datetimes(
-            min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59, 59), timezones=st.just(UTC)
-        )
-    if isinstance(tp, type) and issubclass(tp, m.Message):
-        return st.deferred(lambda: messages_of(tp))
-    raise TypeError(f"no strategy for {tp!r}")
-
-
-def messages_of(cls: type[m.Message]) -> st.SearchStrategy[m.Message]:
-    return st.builds(cls, **{f.name: values_of(f.type) for f in msgspec.structs.fields(cls)})
+# Valid messages, generated from the field types of messages.py (test_codec's strategies)
 
 
 def typed_message() -> st.SearchStrategy[tuple[type[m.Message], m.Message]]:
-    return st.sampled_from(REQUEST_TYPES).flatmap(lambda cls: st.tuples(st.just(cls), messages_of(cls)))
+    return st.sampled_from(REQUEST_TYPES).flatmap(lambda cls: st.tuples(st.just(cls), strategy_for(cls)))
 
 
 @ROUND_TRIP
