@@ -31,7 +31,11 @@ def new_store(settings: CassandraSettings, epoch: int = EPOCH) -> CassandraStore
 class TestCassandraStore(StoreContract):
     @pytest.fixture
     async def store(self, cassandra_settings: CassandraSettings) -> AsyncIterator[Store]:
-        store = new_store(cassandra_settings)
+        # The store's own clock (TTLs of source-id rows, live segments) runs in the contract's time,
+        # which starts at NOW: on the real clock, items expiring at NOW + 1h got rows that lived 1 s,
+        # and a slow run found them gone.
+        started = SystemClock().now()
+        store = CassandraStore(cassandra_settings, EPOCH, lambda: NOW + SystemClock().now() - started)
         await store.open()
         yield store
         await store.close()
