@@ -4,6 +4,7 @@ only this backend has to do: fencing, reloading its index, segments."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator
 
 import pytest
@@ -295,3 +296,14 @@ def test_a_failed_write_that_was_sent_may_have_been_applied(
     error: Exception, sent: bool, maybe_applied: bool
 ) -> None:
     assert cassandra._storage_error(error, sent=sent).maybe_applied is maybe_applied
+
+
+async def test_connections_send_without_nagle_delay(store: CassandraStore) -> None:
+    """Nagle's algorithm on a driver connection holds the end of a large batch back until its start is
+    acknowledged (up to 40 ms on Linux): every connection to Cassandra must have it off."""
+    assert store._cql is not None
+    pools = store._cql.session.get_pools()
+    assert pools
+    for pool in pools:
+        sock = pool._connection._socket
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
