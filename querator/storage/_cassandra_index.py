@@ -13,8 +13,9 @@ the whole index is thrown away and loaded again from Cassandra, so a failed run 
 
 Row model (table ``items``, one Cassandra partition per (queue, partition, segment)):
 - item rows (``record = 0``): an item as inserted, payload included; never changed afterwards;
-- state rows (``record = 1``): the latest state of an item that is not simply queued (leased, scheduled,
-  or gone), written to the tail segment whatever segment holds the item row;
+- state log rows (``record = 1``): one per write that changed items that are not simply queued
+  (leased, scheduled, or gone), holding their new states, appended to the tail segment whatever segment
+  holds the item rows; replayed in order at load, so an item's latest state wins;
 - static columns: the owner epoch (the fence) and, on the tail, the partition's cursor and counters.
 """
 

@@ -20,11 +20,12 @@ import asyncio
 import logging
 import socket
 import ssl
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+import msgspec
 from cassandra import ConsistencyLevel, DriverException, RequestExecutionException, Unavailable
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, Session
@@ -56,7 +57,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 SEGMENT_ROWS: Final = 20_000
 """Rows a tail segment takes before the next write opens a new one (about 20 MB of 1 KiB items)."""
 CARRY_CHUNK: Final = 2000
@@ -93,7 +94,7 @@ SCHEMA: Final = (
         dedup_until bigint static,
         source_id text, is_leased boolean, lease_deadline bigint, expire_deadline bigint,
         enqueue_at bigint, created_at bigint, attempts int, max_attempts int, reference text,
-        encoding text, kind text, payload blob, gone boolean,
+        encoding text, kind text, payload blob, states blob,
         PRIMARY KEY ((queue, partition, segment), record, id))
         WITH compaction = {{'class': 'LeveledCompactionStrategy'}} AND gc_grace_seconds = 3600""",
     # Produce de-duplication claims (_cassandra_dedup.py): one row per dedup id, gone with its window.
@@ -119,9 +120,8 @@ CQL_INSERT_ITEM: Final = (
     f"INSERT INTO {{ks}}.items (queue, partition, segment, record, {_ITEM_FIELDS}, payload) "
     "VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-CQL_PUT_STATE: Final = (
-    f"INSERT INTO {{ks}}.items (queue, partition, segment, record, {_ITEM_FIELDS}, gone) "
-    "VALUES (?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+CQL_PUT_STATES: Final = (
+    "INSERT INTO {ks}.items (queue, partition, segment, record, id, states) VALUES (?, ?, ?, 1, ?, ?)"
 )
 # The fence of every batch, which also stores the partition's counters in the tail's statics.
 CQL_FENCED_META: Final = (
@@ -137,7 +137,7 @@ CQL_SEGMENT_META: Final = (
     f"FROM {{ks}}.items "
     f"WHERE {_PK} LIMIT 1"
 )
-CQL_STATES: Final = f"SELECT {_ITEM_FIELDS}, gone FROM {{ks}}.items WHERE {_PK} AND record = 1"
+CQL_STATES: Final = f"SELECT states FROM {{ks}}.items WHERE {_PK} AND record = 1"
 CQL_ITEMS_AFTER: Final = (
     f"SELECT {_ITEM_FIELDS}, payload FROM {{ks}}.items WHERE {_PK} AND record = 0 AND id > ? LIMIT ?"
 )
@@ -404,6 +404,27 @@ def _fields(i: Item) -> tuple[Any, ...]:
     )  # fmt: skip
 
 
+# State rows are a log: each write appends ONE row holding the new states of every item it changed
+# (a lease of a hundred items is one row, not a hundred), keyed by the tail's row count before the write,
+# so a loader replays them in order and the latest state of an item wins.
+_StateTuple = tuple[str, str, bool, int, int, int, int, int, int, str, str, str, bool]
+_STATES_ENCODER: Final = msgspec.msgpack.Encoder()
+_STATES_DECODER: Final = msgspec.msgpack.Decoder(list[_StateTuple])
+
+
+def _log_key(rows: int) -> str:
+    """The clustering id of a state log row: sorts as the number does."""
+    return f"{rows:010d}"
+
+
+def _encode_states(states: Iterable[StateRow]) -> bytes:
+    return _STATES_ENCODER.encode([(*_fields(state.item), state.gone) for state in states])
+
+
+def _decode_states(data: bytes) -> list[StateRow]:
+    return [StateRow(Item(*fields[:12]), gone=fields[12]) for fields in _STATES_DECODER.decode(data)]
+
+
 # --- a partition --------------------------------------------------------------------------------------
 
 
@@ -624,8 +645,10 @@ class CassandraPartition:
         if source != tail:
             index.needs_roll, index.abandoned = True, tail
         if meta_rows and meta_rows[0]["opened"]:
-            states = cql.rows(CQL_STATES, (*self._key, source))
-            index.load_state(StateRow(_item(r), gone=bool(r["gone"])) for r in states)
+            latest: dict[str, StateRow] = {}
+            for r in cql.rows(CQL_STATES, (*self._key, source)):
+                latest.update((state.item.id, state) for state in _decode_states(r["states"]))
+            index.load_state(latest.values())
         return index
 
     # -- writing ---------------------------------------------------------------------------------------
@@ -676,11 +699,11 @@ class CassandraPartition:
                 self.epoch,
             ),
         )
-        insert, put_state = cql.stmt(CQL_INSERT_ITEM), cql.stmt(CQL_PUT_STATE)
+        insert = cql.stmt(CQL_INSERT_ITEM)
         for item in items:
             batch.add(insert, (*key, *_fields(item), item.payload))
-        for state in states:
-            batch.add(put_state, (*key, *_fields(state.item), state.gone))
+        if states:
+            batch.add(cql.stmt(CQL_PUT_STATES), (*key, _log_key(meta.rows), _encode_states(states)))
         put_marker = cql.stmt(CQL_PUT_MARKER)
         for dedup_id, expires_at in markers:
             batch.add(put_marker, (*key, dedup_id, expires_at))
@@ -723,9 +746,9 @@ class CassandraPartition:
             chunk, states = states[:CARRY_CHUNK], states[CARRY_CHUNK:]
             batch = BatchStatement(batch_type=BatchType.UNLOGGED)
             batch.add(cql.stmt(CQL_FENCE), (self.epoch, *self._key, new, self.epoch))
-            put_state = cql.stmt(CQL_PUT_STATE)
-            for state in chunk:
-                batch.add(put_state, (*self._key, new, *_fields(state.item), state.gone))
+            batch.add(
+                cql.stmt(CQL_PUT_STATES), (*self._key, new, _log_key(index.meta.rows), _encode_states(chunk))
+            )
             steps.append(_Step(batch, True))
             index.meta.rows += len(chunk)
         steps.append(_Step(self._batch(index, new, writes.items, states), True))
@@ -826,6 +849,12 @@ class CassandraStore:
                 raise CassandraStorageError(
                     f"cassandra storage error; schema version {version} of keyspace {ks} is newer than "
                     f"the supported version {SCHEMA_VERSION}"
+                )
+            if 0 < version < SCHEMA_VERSION:
+                # Version 1 (pre-release) kept one state row per item; nothing was released with it.
+                raise CassandraStorageError(
+                    f"cassandra storage error; keyspace {ks} has schema version {version}, which this "
+                    f"version does not read; use a new keyspace"
                 )
             if version < SCHEMA_VERSION:
                 session.execute(
