@@ -18,7 +18,12 @@ from querator.ksuid import KsuidGenerator
 from querator.storage import cassandra
 from querator.storage._cassandra_dedup import CLAIM_TIMEOUT, DedupInFlight
 from querator.storage.base import PartitionTx, Store
-from querator.storage.cassandra import CQL_GET_PARTITION, CassandraSettings, CassandraStore
+from querator.storage.cassandra import (
+    CQL_GET_PARTITION,
+    CassandraSettings,
+    CassandraStorageError,
+    CassandraStore,
+)
 from querator.storage.operations import RetryEntry
 from tests.storage.contract import NOW, SECOND, Part, StoreContract, ids, item, payloads
 
@@ -307,3 +312,23 @@ async def test_connections_send_without_nagle_delay(store: CassandraStore) -> No
     for pool in pools:
         sock = pool._connection._socket
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+
+
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [
+        (1, r"has schema version 1, which this version does not read; use a new keyspace"),
+        (cassandra.SCHEMA_VERSION + 1, rf"schema version {cassandra.SCHEMA_VERSION + 1} .* is newer than"),
+    ],
+)
+async def test_a_keyspace_of_another_schema_version_is_refused(
+    store: CassandraStore, cassandra_settings: CassandraSettings, version: int, message: str
+) -> None:
+    ks = cassandra_settings.keyspace
+    await store._call(
+        lambda cql: cql.session.execute(
+            f"INSERT INTO {ks}.schema_version (name, version) VALUES ('items', {version})"
+        )
+    )
+    with pytest.raises(CassandraStorageError, match=message):
+        await new_store(cassandra_settings).open()
