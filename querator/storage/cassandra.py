@@ -87,14 +87,14 @@ SCHEMA: Final = (
     # Segments are written for a while, read from the cursor on, then dropped whole: rows are never
     # deleted one by one, so tombstones are rare partition deletions of segments nobody reads again,
     # and a short gc_grace is safe (a resurrected dropped segment holds only dead items, unreferenced).
+    # Columns by record: item rows (0) meta and payload, state log rows (1) states, dedup markers (2)
+    # expire_deadline.
     """CREATE TABLE IF NOT EXISTS {ks}.items (
         queue text, partition int, segment int, record tinyint, id text,
         epoch bigint static, opened boolean static, cursor text static, last_id text static,
         queued bigint static, queued_created varint static, min_expire bigint static, rows int static,
         dedup_until bigint static,
-        source_id text, is_leased boolean, lease_deadline bigint, expire_deadline bigint,
-        enqueue_at bigint, created_at bigint, attempts int, max_attempts int, reference text,
-        encoding text, kind text, payload blob, states blob,
+        meta blob, payload blob, states blob, expire_deadline bigint,
         PRIMARY KEY ((queue, partition, segment), record, id))
         WITH compaction = {{'class': 'LeveledCompactionStrategy'}} AND gc_grace_seconds = 3600""",
     # Produce de-duplication claims (_cassandra_dedup.py): one row per dedup id, gone with its window.
@@ -110,15 +110,11 @@ SCHEMA: Final = (
         WITH gc_grace_seconds = 3600""",
 )
 
-_ITEM_FIELDS = (
-    "id, source_id, is_leased, lease_deadline, expire_deadline, enqueue_at, created_at, attempts, "
-    "max_attempts, reference, encoding, kind"
-)
 _PK = "queue = ? AND partition = ? AND segment = ?"
 
 CQL_INSERT_ITEM: Final = (
-    f"INSERT INTO {{ks}}.items (queue, partition, segment, record, {_ITEM_FIELDS}, payload) "
-    "VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO {ks}.items (queue, partition, segment, record, id, meta, payload) "
+    "VALUES (?, ?, ?, 0, ?, ?, ?)"
 )
 CQL_PUT_STATES: Final = (
     "INSERT INTO {ks}.items (queue, partition, segment, record, id, states) VALUES (?, ?, ?, 1, ?, ?)"
@@ -139,14 +135,12 @@ CQL_SEGMENT_META: Final = (
 )
 CQL_STATES: Final = f"SELECT states FROM {{ks}}.items WHERE {_PK} AND record = 1"
 CQL_ITEMS_AFTER: Final = (
-    f"SELECT {_ITEM_FIELDS}, payload FROM {{ks}}.items WHERE {_PK} AND record = 0 AND id > ? LIMIT ?"
+    f"SELECT id, meta, payload FROM {{ks}}.items WHERE {_PK} AND record = 0 AND id > ? LIMIT ?"
 )
 CQL_ITEM_META_AFTER: Final = (
-    f"SELECT {_ITEM_FIELDS} FROM {{ks}}.items WHERE {_PK} AND record = 0 AND id > ? LIMIT ?"
+    f"SELECT id, meta FROM {{ks}}.items WHERE {_PK} AND record = 0 AND id > ? LIMIT ?"
 )
-CQL_ITEMS_BY_ID: Final = (
-    f"SELECT {_ITEM_FIELDS}, payload FROM {{ks}}.items WHERE {_PK} AND record = 0 AND id IN ?"
-)
+CQL_ITEMS_BY_ID: Final = f"SELECT id, meta, payload FROM {{ks}}.items WHERE {_PK} AND record = 0 AND id IN ?"
 CQL_DROP_SEGMENT: Final = f"DELETE FROM {{ks}}.items WHERE {_PK}"
 
 CQL_GET_PARTITION: Final = (
@@ -379,37 +373,33 @@ def _bridge(loop: asyncio.AbstractEventLoop, response: Any) -> asyncio.Future[li
     return future
 
 
-def _item(row: dict[str, Any]) -> Item:
-    return Item(
-        id=row["id"],
-        source_id=row["source_id"] or "",
-        is_leased=bool(row["is_leased"]),
-        lease_deadline=row["lease_deadline"] or 0,
-        expire_deadline=row["expire_deadline"] or 0,
-        enqueue_at=row["enqueue_at"] or 0,
-        created_at=row["created_at"] or 0,
-        attempts=row["attempts"] or 0,
-        max_attempts=row["max_attempts"] or 0,
-        reference=row["reference"] or "",
-        encoding=row["encoding"] or "",
-        kind=row["kind"] or "",
-        payload=row.get("payload") or b"",
-    )
+# An item's metadata is one msgpack cell, not a column each: Cassandra's cost per row grows with its
+# cells (a 100-row batch of 1 KiB items went 30% faster with 2 cells than with 13, docs/benchmarks.md).
+_Metadata = tuple[str, bool, int, int, int, int, int, int, str, str, str]
+_ENCODER: Final = msgspec.msgpack.Encoder()
+_METADATA: Final = msgspec.msgpack.Decoder(_Metadata)
+# State rows are a log: each write appends ONE row holding the new states of every item it changed
+# (a lease of a hundred items is one row, not a hundred), keyed by the tail's row count before the write,
+# so a loader replays them in order and the latest state of an item wins.
+_STATES: Final = msgspec.msgpack.Decoder(list[tuple[str, bool, _Metadata]])
 
 
-def _fields(i: Item) -> tuple[Any, ...]:
+def _metadata(i: Item) -> _Metadata:
     return (
-        i.id, i.source_id, i.is_leased, i.lease_deadline, i.expire_deadline, i.enqueue_at, i.created_at,
+        i.source_id, i.is_leased, i.lease_deadline, i.expire_deadline, i.enqueue_at, i.created_at,
         i.attempts, i.max_attempts, i.reference, i.encoding, i.kind,
     )  # fmt: skip
 
 
-# State rows are a log: each write appends ONE row holding the new states of every item it changed
-# (a lease of a hundred items is one row, not a hundred), keyed by the tail's row count before the write,
-# so a loader replays them in order and the latest state of an item wins.
-_StateTuple = tuple[str, str, bool, int, int, int, int, int, int, str, str, str, bool]
-_STATES_ENCODER: Final = msgspec.msgpack.Encoder()
-_STATES_DECODER: Final = msgspec.msgpack.Decoder(list[_StateTuple])
+def _item(row: dict[str, Any]) -> Item:
+    item = Item(row["id"], *_METADATA.decode(row["meta"]))
+    item.payload = row.get("payload") or b""
+    return item
+
+
+def _item_row(item: Item) -> tuple[str, bytes, bytes]:
+    """The id, metadata and payload columns of an item row."""
+    return (item.id, _ENCODER.encode(_metadata(item)), item.payload)
 
 
 def _log_key(rows: int) -> str:
@@ -418,11 +408,11 @@ def _log_key(rows: int) -> str:
 
 
 def _encode_states(states: Iterable[StateRow]) -> bytes:
-    return _STATES_ENCODER.encode([(*_fields(state.item), state.gone) for state in states])
+    return _ENCODER.encode([(state.item.id, state.gone, _metadata(state.item)) for state in states])
 
 
 def _decode_states(data: bytes) -> list[StateRow]:
-    return [StateRow(Item(*fields[:12]), gone=fields[12]) for fields in _STATES_DECODER.decode(data)]
+    return [StateRow(Item(item_id, *metadata), gone) for item_id, gone, metadata in _STATES.decode(data)]
 
 
 # --- a partition --------------------------------------------------------------------------------------
@@ -701,7 +691,7 @@ class CassandraPartition:
         )
         insert = cql.stmt(CQL_INSERT_ITEM)
         for item in items:
-            batch.add(insert, (*key, *_fields(item), item.payload))
+            batch.add(insert, (*key, *_item_row(item)))
         if states:
             batch.add(cql.stmt(CQL_PUT_STATES), (*key, _log_key(meta.rows), _encode_states(states)))
         put_marker = cql.stmt(CQL_PUT_MARKER)
