@@ -49,7 +49,7 @@ class Reader(Protocol):
 
 @dataclass(slots=True)
 class StateRow:
-    """A state row to write: the item's metadata, or ``gone`` for an item that no longer exists."""
+    """An entry of the state log: the item's metadata, or ``gone`` for an item that no longer exists."""
 
     item: Item
     gone: bool = False
@@ -136,7 +136,7 @@ class Index:
     # -- loading -----------------------------------------------------------------------------------------
 
     def load_state(self, rows: Iterable[StateRow]) -> None:
-        """Takes the tail's state rows (read at load): the leased, scheduled and deleted items."""
+        """Takes the tail's latest states (read at load): the leased, scheduled and deleted items."""
         cursor = self.meta.cursor
         for row in rows:
             item = row.item
@@ -151,7 +151,7 @@ class Index:
                 self.partial.add(item.id)
 
     def carried(self) -> list[StateRow]:
-        """The state rows a new tail segment must start with: everything not simply queued."""
+        """The states a new tail segment must start with: everything not simply queued."""
         rows = [StateRow(_state_only(i)) for i in (*self.leased.values(), *self.scheduled.values())]
         rows.extend(StateRow(Item(id=i), gone=True) for i in self.deleted)
         return rows

@@ -7,7 +7,7 @@
 - Items live in segments (Cassandra partitions of about ``SEGMENT_ROWS`` rows); a new tail is opened when
   the old one is full, carrying over the few rows that describe non-queued items, and drained segments
   are dropped whole (one partition tombstone, never read). Nothing deletes an item row on the hot path:
-  completing writes a small state row into the tail.
+  completing records the item gone in the tail's state log (one row per write).
 - Reads start at the persisted cursor, never at the head of a segment, so they never meet tombstones.
 - The partition's state lives in an in-memory index (``_cassandra_index.py``) loaded on first use;
   ``Partition.run`` runs ``fn`` on a worker thread (reads it needs beyond the index are blocking driver
@@ -67,8 +67,8 @@ THREADS: Final = 4
 
 # --- schema -------------------------------------------------------------------------------------------
 
-# Item rows and state rows share one table with the partition's statics because a conditional batch
-# may not span tables or partitions: the fence must sit in the partition it protects.
+# Item rows, state log rows and markers share one table with the partition's statics because a
+# conditional batch may not span tables or partitions: the fence must sit in the partition it protects.
 SCHEMA: Final = (
     """CREATE TABLE IF NOT EXISTS {ks}.schema_version (
         name text PRIMARY KEY, version int)""",
@@ -613,7 +613,7 @@ class CassandraPartition:
         source = tail
         if not (meta_rows and meta_rows[0]["opened"]) and tail > base:
             # Opening this segment did not finish: the state is still the previous tail's, and the next
-            # write opens a fresh segment (this one holds at most carried state rows, never items).
+            # write opens a fresh segment (this one holds at most carried states, never items).
             source = max(n for n in segments if n < tail) if any(n < tail for n in segments) else tail
             meta_rows = cql.rows(CQL_SEGMENT_META, (*self._key, source))
         meta = Meta()
@@ -701,7 +701,7 @@ class CassandraPartition:
 
     def _roll(self, index: Index, writes: Writes) -> list[_Step]:
         """Opens a new tail segment: drop drained segments, move the tail pointer (fenced), claim the new
-        segment, carry the state rows of non-queued items over, then write the run there."""
+        segment, carry the states of non-queued items over, then write the run there."""
         cql = self._store._cql
         assert cql is not None
         old_tail = index.tail if index.abandoned is None else index.abandoned
@@ -728,7 +728,7 @@ class CassandraPartition:
             )
         )
         steps.append(_Step(cql.stmt(CQL_OPEN_SEGMENT).bind((*self._key, new, self.epoch)), True))
-        # The run's own state rows win over the carried ones of the same items.
+        # The run's own states win over the carried ones of the same items.
         carried = {row.item.id: row for row in index.carried()}
         carried.update(writes.states)
         states = list(carried.values())
@@ -841,7 +841,8 @@ class CassandraStore:
                     f"the supported version {SCHEMA_VERSION}"
                 )
             if 0 < version < SCHEMA_VERSION:
-                # Version 1 (pre-release) kept one state row per item; nothing was released with it.
+                # Version 1 (pre-release) kept one row per item state and a column per field; nothing was
+                # released with it.
                 raise CassandraStorageError(
                     f"cassandra storage error; keyspace {ks} has schema version {version}, which this "
                     f"version does not read; use a new keyspace"
