@@ -387,6 +387,12 @@ async def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--partitions", type=int, default=1)
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per measurement")
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=0.0,
+        help="seconds of each throughput scenario run first, unrecorded (a fresh Cassandra's JIT is cold)",
+    )
     parser.add_argument("--rate", type=float, action="append", help="latency scenario rates (items/s)")
     parser.add_argument("--items", type=int, default=1_000_000, help="items for the rss scenario")
     args = parser.parse_args()
@@ -417,6 +423,7 @@ async def main() -> None:
         f"# {time.strftime('%Y-%m-%d')} {platform.node()} {os.cpu_count()} cpus, python "
         f"{platform.python_version()}, storage {args.storage}, {args.clients} clients, "
         f"{args.partitions} partitions, {args.duration:.0f} s each"
+        + (f" after {args.warmup:.0f} s of warm-up" if args.warmup else "")
         + (f", {args.nodes} nodes, via the {args.via}" if args.nodes > 1 else "")
     )
     try:
@@ -440,6 +447,8 @@ async def main() -> None:
                     "renew": renew_scenario,
                     "cycle": cycle_scenario,
                 }[scenario]
+                if args.warmup:
+                    await run(client, batches[0], args.clients, args.warmup, args.partitions)
                 for batch in batches:
                     result = await run(client, batch, args.clients, args.duration, args.partitions)
                     print(result.line(), flush=True)
