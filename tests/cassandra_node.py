@@ -8,8 +8,8 @@ itself as 127.0.0.1. ``stop()`` kills it (only the process it started); ``start(
 data directory, which is how the tests restart Cassandra under a running Querator.
 
 Settings for speed, never for production: one token, no gossip settle wait, ``skip_sync`` (no fsync of
-the commit log: a killed process still leaves its writes in the page cache). ``commitlog_sync: batch``
-is for correctness, not speed: with the default ``periodic`` mode Cassandra acknowledges writes before
+the commit log: a killed process still leaves its writes in the page cache). ``commitlog_sync: group``
+(1 ms window) is for correctness, not speed: with the default ``periodic`` mode Cassandra acknowledges writes before
 their commit-log section is marked synced and replays only synced sections, so a single node (RF 1)
 loses up to ``commitlog_sync_period`` of acknowledged writes when it is killed.
 """

@@ -1,0 +1,179 @@
+"""What a conditional batch costs Cassandra, by the shape of its rows: the measurements behind the
+Cassandra backend's row layout (docs/benchmarks.md).
+
+    python bench/cassandra_rows.py                       # starts the tests' Cassandra node
+    python bench/cassandra_rows.py --cassandra-port 9042 # or uses a running one on localhost
+
+Part 1, latency: one 100-row batch at a time, with Nagle's algorithm on the connection and without.
+Part 2, cost: ``--chains`` partitions written concurrently for ``--duration`` seconds each, every write a
+conditional batch (``IF epoch = ?``) as the backend sends them, reporting rows/s and the Cassandra
+process's CPU milliseconds per item (from /proc, so only for a node on this machine):
+- ``columns``: 100 item rows with a column per metadata field (schema version 1);
+- ``one cell``: 100 item rows with the metadata in one blob (version 2);
+- ``rows outside``: the same rows as a plain batch, then a conditional batch of the fence alone;
+- ``state rows``: 100 state rows of 13 columns (version 1's lease or complete of 100 items);
+- ``state log``: one row holding the 100 states (version 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import subprocess
+import time
+from typing import Any
+
+from cassandra.cluster import Cluster, Session
+from cassandra.query import BatchStatement, BatchType, PreparedStatement
+
+from bench import start_cassandra
+
+NAMES = (
+    "source_id, is_leased, lease_deadline, expire_deadline, enqueue_at, created_at, attempts, max_attempts, "
+    "reference, encoding, kind"
+)
+TYPES = ["text", "boolean", "bigint", "bigint", "bigint", "bigint", "int", "int", "text", "text", "text"]
+FIELDS = ", ".join(f"{name} {kind}" for name, kind in zip(NAMES.split(", "), TYPES, strict=True))
+METADATA = ("", False, 0, 1_700_000_000_000_000, 0, 1_700_000_000_000_000, 0, 0, "", "", "")
+NODELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+
+
+def java_cpu() -> float:
+    """CPU seconds the Cassandra process has used."""
+    found = subprocess.run(["pgrep", "-f", "CassandraDaemon"], check=True, capture_output=True, text=True)
+    with open(f"/proc/{found.stdout.split()[0]}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def schema(session: Session) -> dict[str, PreparedStatement]:
+    session.execute(
+        "CREATE KEYSPACE IF NOT EXISTS rows_bench "
+        "WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}"
+    )
+    session.execute(
+        "CREATE TABLE IF NOT EXISTS rows_bench.items (p text, record tinyint, id text, epoch bigint static, "
+        f"cursor text static, {FIELDS}, meta blob, payload blob, PRIMARY KEY ((p), record, id)) "
+        "WITH compaction = {'class': 'LeveledCompactionStrategy'}"
+    )
+    insert = "INSERT INTO rows_bench.items"
+    cql = {
+        "columns": f"{insert} (p, record, id, {NAMES}, payload) VALUES (?, 0, ?{', ?' * 12})",
+        "one cell": f"{insert} (p, record, id, meta, payload) VALUES (?, 0, ?, ?, ?)",
+        "state rows": f"{insert} (p, record, id, {NAMES}) VALUES (?, 1, ?{', ?' * 11})",
+        "state log": f"{insert} (p, record, id, payload) VALUES (?, 1, ?, ?)",
+        "fence": "UPDATE rows_bench.items SET cursor = ? WHERE p = ? IF epoch = ?",
+        "claim": "UPDATE rows_bench.items SET epoch = 1 WHERE p = ?",
+    }
+    return {name: session.prepare(text) for name, text in cql.items()}
+
+
+def rows(stmts: dict[str, PreparedStatement], shape: str, p: str, n: int) -> list[tuple[Any, Any]]:
+    """The (statement, values) of one write of 100 items of ``shape``."""
+    ids = [f"{n:012d}{i:04d}" for i in range(100)]
+    payload, meta = os.urandom(1024), os.urandom(40)
+    if shape == "columns":
+        return [(stmts[shape], (p, i, *METADATA, payload)) for i in ids]
+    if shape in ("one cell", "rows outside"):
+        return [(stmts["one cell"], (p, i, meta, payload)) for i in ids]
+    if shape == "state rows":
+        return [(stmts[shape], (p, i, *METADATA)) for i in ids]
+    return [(stmts[shape], (p, f"{n:012d}", os.urandom(100 * 40)))]
+
+
+def batch(statements: list[tuple[Any, Any]]) -> BatchStatement:
+    b = BatchStatement(batch_type=BatchType.UNLOGGED)
+    for statement, values in statements:
+        b.add(statement, values)
+    return b
+
+
+def latency(port: int) -> None:
+    for nodelay in (False, True):
+        cluster = Cluster(["127.0.0.1"], port=port, protocol_version=5, sockopts=NODELAY if nodelay else None)
+        session = cluster.connect()
+        stmts = schema(session)
+        session.execute(stmts["claim"], ("latency",))
+        for conditional in (False, True):
+            times = []
+            for n in range(60):
+                b = batch(rows(stmts, "one cell", "latency", n))
+                if conditional:
+                    b.add(stmts["fence"], ("c", "latency", 1))
+                start = time.perf_counter()
+                session.execute(b)
+                times.append((time.perf_counter() - start) * 1000)
+            kind = "conditional" if conditional else "plain"
+            print(f"| {'off' if nodelay else 'on'} | {kind} | {statistics.median(times):.1f} |", flush=True)
+        cluster.shutdown()
+
+
+async def cost(port: int, chains: int, duration: float) -> None:
+    cluster = Cluster(["127.0.0.1"], port=port, protocol_version=5, sockopts=NODELAY)
+    session = cluster.connect()
+    stmts = schema(session)
+    loop = asyncio.get_running_loop()
+
+    async def execute(statement: Any) -> None:
+        future = loop.create_future()
+        response = session.execute_async(statement)
+        response.add_callbacks(
+            lambda r: loop.call_soon_threadsafe(future.set_result, r),
+            lambda e: loop.call_soon_threadsafe(future.set_exception, e),
+        )
+        await future
+
+    items = 0
+
+    async def chain(shape: str, p: str, deadline: float) -> None:
+        nonlocal items
+        session.execute(stmts["claim"], (p,))
+        n = 0
+        while time.monotonic() < deadline:
+            statements = rows(stmts, shape, p, n)
+            fence = (stmts["fence"], ("c", p, 1))
+            if shape == "rows outside":
+                await execute(batch(statements))
+                await execute(batch([fence]))
+            else:
+                await execute(batch([fence, *statements]))
+            n += 1
+            items += 100
+
+    for shape in ("columns", "one cell", "rows outside", "state rows", "state log"):
+        items = 0
+        cpu, start = java_cpu(), time.monotonic()
+        await asyncio.gather(*(chain(shape, f"{shape}-{c}", start + duration) for c in range(chains)))
+        elapsed, used = time.monotonic() - start, java_cpu() - cpu
+        print(f"| {shape} | {items / elapsed:,.0f} | {used * 1000 / items:.3f} |", flush=True)
+    cluster.shutdown()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--cassandra-port", type=int, help="a running Cassandra on localhost")
+    parser.add_argument("--chains", type=int, default=8, help="partitions written concurrently")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per shape")
+    args = parser.parse_args()
+    node = None
+    port = args.cassandra_port
+    if port is None:
+        node = start_cassandra()
+        port = node.cql_port
+    try:
+        print("| Nagle | batch of 100 one-cell rows of 1 KiB | median ms |\n|---|---|---|")
+        latency(port)
+        print("\n| write of 100 items | items/s | Cassandra CPU ms per item |\n|---|---|---|")
+        asyncio.run(cost(port, args.chains, args.duration))
+    finally:
+        if node is not None:
+            node.stop()
+
+
+if __name__ == "__main__":
+    main()
