@@ -9,9 +9,9 @@ data directory, which is how the tests restart Cassandra under a running Querato
 
 Settings for speed, never for production: one token, no gossip settle wait, ``skip_sync`` (no fsync of
 the commit log: a killed process still leaves its writes in the page cache). ``commitlog_sync: group``
-(1 ms window) is for correctness, not speed: with the default ``periodic`` mode Cassandra acknowledges writes before
-their commit-log section is marked synced and replays only synced sections, so a single node (RF 1)
-loses up to ``commitlog_sync_period`` of acknowledged writes when it is killed.
+(1 ms window) is for correctness, not speed: with the default ``periodic`` mode Cassandra acknowledges
+writes before their commit-log section is marked synced and replays only synced sections, so a single
+node (RF 1) loses up to ``commitlog_sync_period`` of acknowledged writes when it is killed.
 """
 
 from __future__ import annotations

@@ -873,14 +873,15 @@ class CassandraStore:
             raise CassandraStorageError("cassandra storage error; the store is not open")
         return await _bridge(loop, self._cql.session.execute_async(statement))
 
-    async def _call(self, fn: Callable[[_Cql], T]) -> T:
+    async def _call(self, fn: Callable[[_Cql], T], writes: bool = False) -> T:
+        """Runs ``fn`` on a worker thread; if it ``writes``, a failure may leave its writes applied."""
         cql = self._cql
         if cql is None:
             raise CassandraStorageError("cassandra storage error; the store is not open")
         try:
             return await asyncio.get_running_loop().run_in_executor(self._threads, fn, cql)
         except _DRIVER_ERRORS as e:
-            raise _storage_error(e) from e
+            raise _storage_error(e, sent=writes) from e
 
     def partition(self, queue: str, number: int) -> Partition:
         return self._partition(queue, number)
@@ -924,7 +925,7 @@ class CassandraStore:
             if part is not None:
                 async with part._lock:
                     part.forget()
-        await self._call(reset)
+        await self._call(reset, writes=True)
 
     async def purge_dedup(self, now: int) -> int:
         """Nothing to do: dedup claims expire by their TTL."""
@@ -941,7 +942,7 @@ class CassandraStore:
                 cql.rows(CQL_INDEX_QUEUE, (record.namespace, record.name))
             return applied
 
-        return await self._call(add)
+        return await self._call(add, writes=True)
 
     async def update_queue(self, record: QueueRecord) -> None:
         def update(cql: _Cql) -> None:
@@ -952,7 +953,7 @@ class CassandraStore:
                 cql.rows(CQL_UNINDEX_QUEUE, (before[0]["namespace"], record.name))
             cql.rows(CQL_INDEX_QUEUE, (record.namespace, record.name))
 
-        await self._call(update)
+        await self._call(update, writes=True)
 
     async def delete_queue(self, name: str) -> None:
         def delete(cql: _Cql) -> None:
@@ -961,7 +962,7 @@ class CassandraStore:
                 cql.applied(CQL_DELETE_QUEUE, (name,))
                 cql.rows(CQL_UNINDEX_QUEUE, (before[0]["namespace"], name))
 
-        await self._call(delete)
+        await self._call(delete, writes=True)
 
     async def list_queues(self, pivot: str, limit: int, namespace: str) -> list[QueueRecord]:
         def list_(cql: _Cql) -> list[QueueRecord]:

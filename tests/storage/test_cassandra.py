@@ -332,3 +332,15 @@ async def test_a_keyspace_of_another_schema_version_is_refused(
     )
     with pytest.raises(CassandraStorageError, match=message):
         await new_store(cassandra_settings).open()
+
+
+@pytest.mark.parametrize("writes", [False, True])
+async def test_a_failed_queue_write_may_have_been_applied(store: CassandraStore, writes: bool) -> None:
+    """Queue records are written outside partitions: a timed-out write there is an unknown outcome too."""
+
+    def times_out(cql: object) -> None:
+        raise WriteTimeout("no answer in time", write_type=WriteType.CAS)
+
+    with pytest.raises(StorageError) as failed:
+        await store._call(times_out, writes=writes)
+    assert failed.value.maybe_applied is writes
