@@ -395,7 +395,6 @@ class Index:
                     continue
                 self._leave_queue(queued)
             self._gone(item_id)
-            self.writes.states[item_id] = StateRow(Item(id=item_id), gone=True)
         self._advance_cursor()
 
     def _gone(self, item_id: str) -> None:
