@@ -67,7 +67,8 @@ class Meta:
     min_expire: int = 0
     """Earliest expire_deadline of the queued items inserted into the tail (0: none); conservative."""
     rows: int = 0
-    """Rows written into the tail segment: decides when to roll to a new one."""
+    """Items, states and markers written into the tail segment: decides when to roll to a new one, and
+    is the key of the next state log row (so it must only grow, and match what the batch stored)."""
     dedup_until: int = 0
     """Latest end of a dedup window among the markers in the tail: keeps the segment until then."""
 
@@ -208,7 +209,6 @@ class Index:
     def end(self) -> None:
         """The run's writes are durable."""
         self.committed_last_id = self.meta.last_id
-        self.meta.rows += self.writes.rows()
         self.begin()
 
     # -- queued items ------------------------------------------------------------------------------------

@@ -694,6 +694,9 @@ class CassandraPartition:
             batch.add(insert, (*key, *_item_row(item)))
         if states:
             batch.add(cql.stmt(CQL_PUT_STATES), (*key, _log_key(meta.rows), _encode_states(states)))
+        # The counter now says what the batch stores (a failed run drops the index): the next log row's
+        # key must be above this one, carried states of a roll included.
+        meta.rows = rows
         put_marker = cql.stmt(CQL_PUT_MARKER)
         for dedup_id, expires_at in markers:
             batch.add(put_marker, (*key, dedup_id, expires_at))
@@ -882,6 +885,11 @@ class CassandraStore:
             return await asyncio.get_running_loop().run_in_executor(self._threads, fn, cql)
         except _DRIVER_ERRORS as e:
             raise _storage_error(e, sent=writes) from e
+        except CassandraStorageError as e:
+            # ``_Cql`` classified the driver's error as a read's; a write's is decided here.
+            if writes and isinstance(e.__cause__, _DRIVER_ERRORS):
+                raise _storage_error(e.__cause__, sent=True) from e.__cause__
+            raise
 
     def partition(self, queue: str, number: int) -> Partition:
         return self._partition(queue, number)
