@@ -104,6 +104,13 @@ class ServerConfig:
     idle_timeout: str = field(
         default="2m", metadata={"help": "time a kept-alive connection may wait for its next request"}
     )
+    write_timeout: str = field(
+        default="1m",
+        metadata={
+            "help": "time a reply may stay stuck in a full send buffer (a client that stopped reading) "
+            "before its connection is closed"
+        },
+    )
     admin_address: str = field(
         default="",
         metadata={"help": "host:port serving /health, /ready and /metrics apart from the API (off: '')"},
@@ -179,7 +186,7 @@ class ServerConfig:
             raise ConfigError(
                 f"max-connections is invalid; '{self.max_connections}' is not greater than zero"
             )
-        for name in ("header_timeout", "body_timeout", "idle_timeout"):
+        for name in ("header_timeout", "body_timeout", "idle_timeout", "write_timeout"):
             value = getattr(self, name)
             if _duration(option_name(name), value) <= 0:
                 raise ConfigError(f"{option_name(name)} is invalid; '{value}' is not greater than zero")
@@ -238,6 +245,7 @@ class ServerConfig:
             header_timeout=parse_duration(self.header_timeout) / SECOND,
             body_timeout=parse_duration(self.body_timeout) / SECOND,
             idle_timeout=parse_duration(self.idle_timeout) / SECOND,
+            write_timeout=parse_duration(self.write_timeout) / SECOND,
         )
 
     def _validate_cassandra(self) -> None:
@@ -310,6 +318,8 @@ class ListenerConfig:
     """Seconds from a request's headers to the end of its body."""
     idle_timeout: float = 120.0
     """Seconds a kept-alive connection may wait for its next request."""
+    write_timeout: float = 60.0
+    """Seconds a connection's replies may make no progress into the client's socket."""
 
 
 def _parse_cluster(text: str) -> tuple[tuple[str, ...], str]:

@@ -1,5 +1,5 @@
-"""Connection-level limits of a listening address: how many connections, and how long a request may take
-to arrive.
+"""Connection-level limits of a listening address: how many connections, how long a request may take
+to arrive, and how long its reply may wait for the client to read it.
 
 Why this module exists: aiohttp (3.14) bounds the size of request headers, not the time a client takes to
 send them or the body. Its only timer is keep-alive, which closes an idle connection; since it also runs
@@ -18,6 +18,11 @@ reference's Go server has the same gap; it bounds only the number of connections
   ``client_header_timeout`` count from there too, so a connection that never sends a byte is not "idle");
 - a body deadline: the whole body within ``body_timeout`` of the headers. A total, not a per-read
   inactivity timer, because a trickle of one byte a second never trips the latter.
+
+- a write deadline: a connection whose replies stop flowing (the transport's buffer over its high-water
+  mark: the client stopped reading) for ``write_timeout`` is closed, as nginx's ``send_timeout`` does;
+  otherwise a client that sends requests and never reads the replies holds its connection and the
+  handlers blocked writing to it for ever.
 
 A connection past a deadline is aborted, without a reply: a client that slow is not reading one
 either. The deadlines are checked by one sweep per listener, a few times per shortest timeout, rather
@@ -70,9 +75,8 @@ class Listener:
         self._refusing = False
         # aiohttp's protocol object -> ours, so the middleware finds the connection of a request.
         self._connections: dict[asyncio.BaseProtocol, _Connection] = {}
-        self._interval = min(
-            MAX_SWEEP_INTERVAL, min(config.header_timeout, config.body_timeout) / SWEEPS_PER_TIMEOUT
-        )
+        shortest = min(config.header_timeout, config.body_timeout, config.write_timeout)
+        self._interval = min(MAX_SWEEP_INTERVAL, shortest / SWEEPS_PER_TIMEOUT)
         self._sweep: asyncio.TimerHandle | None = None
 
     def protocol_factory(self, inner: Callable[[], asyncio.BaseProtocol]) -> Callable[[], asyncio.Protocol]:
@@ -126,6 +130,8 @@ class Listener:
         for connection in list(self._connections.values()):
             if connection.deadline is not None and connection.deadline <= now:
                 connection.expired()
+            if connection.write_deadline is not None and connection.write_deadline <= now:
+                connection.write_stalled()
         self._sweep = loop.call_later(self._interval, self._sweep_deadlines) if self._connections else None
 
     def _release(self, inner: asyncio.BaseProtocol) -> None:
@@ -148,6 +154,8 @@ class _Connection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self.deadline: float | None = None
         """Loop time by which the request's headers or body must be in; None: nothing is due."""
+        self.write_deadline: float | None = None
+        """Loop time by which paused writing must resume; None: writing is not paused."""
 
     # -- asyncio.Protocol: everything goes through to aiohttp
 
@@ -185,10 +193,12 @@ class _Connection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         if self._inner is not None:
+            self.write_deadline = self._loop.time() + self._listener.config.write_timeout
             self._inner.pause_writing()
 
     def resume_writing(self) -> None:
         if self._inner is not None:
+            self.write_deadline = None
             self._inner.resume_writing()
 
     # -- from the middleware
@@ -224,5 +234,15 @@ class _Connection(asyncio.Protocol):
                 "closing connection from %s: its request's %s did not arrive in time",
                 self._transport.get_extra_info("peername"),
                 "headers" if self._phase is _Phase.HEADERS else "body",
+            )
+            self._transport.abort()
+
+    def write_stalled(self) -> None:
+        self.write_deadline = None
+        if self._transport is not None:
+            log.debug(
+                "closing connection from %s: it has not read its replies for %ss",
+                self._transport.get_extra_info("peername"),
+                self._listener.config.write_timeout,
             )
             self._transport.abort()

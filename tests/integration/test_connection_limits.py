@@ -300,6 +300,29 @@ def test_an_idle_kept_alive_connection_is_closed(servers: Servers) -> None:
     assert closed and got == b""
 
 
+def test_a_client_that_stops_reading_its_replies_is_cut_off(servers: Servers) -> None:
+    """Requests sent, replies never read: once the replies fill the socket buffers, the write timeout
+    (1 s) closes the connection; the header and idle timeouts (30 s) cannot be what does."""
+    server = servers.start(
+        "--storage", "memory", "--write-timeout", "1s", "--header-timeout", "30s", "--idle-timeout", "30s"
+    )
+    assert server.port is not None
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", server.port))
+        # 200 pipelined requests for the 58 KB OpenAPI document: ~11 MB of replies, far above what the
+        # two sockets and aiohttp's transport buffer hold.
+        sock.sendall(request_head("GET", "/openapi.yaml", {}) * 200)
+        started = time.monotonic()
+        wait_until(lambda: accepted_connections(server.port) == 0, 15.0, "the stalled connection closed")
+        measured(
+            "a client not reading its replies",
+            timeout="1s",
+            closed_after_s=round(time.monotonic() - started, 2),
+        )
+    assert "ERROR" not in server.stderr(), server.stderr()
+
+
 def test_handling_is_not_timed_a_long_poll_waits_its_request_timeout(servers: Servers) -> None:
     server = servers.start(
         "--storage", "memory", "--header-timeout", "1s", "--body-timeout", "1s", "--idle-timeout", "1s"
