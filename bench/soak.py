@@ -4,10 +4,11 @@
     python bench/soak.py --duration 3m --fault-every 1m    # a short one
     python bench/soak.py --storage memory --faults sigstop # kill -9 would lose a memory node's items
 
-It starts its own ``querator serve`` (sqlite in a temporary directory, or memory), creates a queue of
-``--partitions`` partitions with a short lease timeout, and runs the reliability tests' workload
-(tests/reliability/history.py) at ``--rate`` items/s: producers of 1-5 items per request, consumers that
-lease up to 5 items and complete most of them, retry some now and abandon a few (their leases expire).
+It starts its own ``querator serve`` (sqlite in a temporary directory, Cassandra on the tests' node
+started for the run, or memory), creates a queue of ``--partitions`` partitions with a short lease
+timeout, and runs the reliability tests' workload (tests/reliability/history.py) at ``--rate`` items/s:
+producers of 1-5 items per request, consumers that lease up to 5 items and complete most of them, retry
+some now and abandon a few (their leases expire).
 Every ``--fault-every`` it injects the next of ``--faults``, in turn:
 
 - ``kill9``: SIGKILL, then a restart on the same data directory and port;
@@ -49,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from querator.client import AsyncClient
 from querator.duration import DurationError, format_duration, parse_duration
 from querator.errors import RetryRequest
+from tests.cassandra_node import CassandraNode
 from tests.integration.conftest import ServerProcess, Servers, kill9, terminate
 from tests.reliability.checker import Report, check
 from tests.reliability.history import History, Op, Workload, drain
@@ -366,9 +368,18 @@ def progress_line(s: Sample) -> str:
 # --- the run ---------------------------------------------------------------------------------------------
 
 
-def storage_args(storage: str, data: Path) -> list[str]:
+def storage_args(storage: str, data: Path, cassandra: CassandraNode | None) -> list[str]:
     if storage == "sqlite":
         return ["--storage", "sqlite", "--data-dir", str(data)]
+    if cassandra is not None:
+        return [
+            "--storage",
+            "cassandra",
+            "--cassandra-port",
+            str(cassandra.cql_port),
+            "--cassandra-keyspace",
+            "soak",
+        ]
     return ["--storage", storage]
 
 
@@ -380,8 +391,11 @@ async def run_soak(config: SoakConfig, log: Callable[[str], None] = print) -> So
     (config.out / "servers").mkdir(exist_ok=True)
     data = Path(tempfile.mkdtemp(prefix="querator-soak-"))
     servers = Servers(config.out / "servers")
-    node = Node(servers, storage_args(config.storage, data))
+    cassandra = CassandraNode(data / "cassandra") if config.storage == "cassandra" else None
+    node = Node(servers, storage_args(config.storage, data, cassandra))
     try:
+        if cassandra is not None:
+            cassandra.start()
         await node.start()
         url = node.server.url
         async with AsyncClient(url) as client:
@@ -436,6 +450,8 @@ async def run_soak(config: SoakConfig, log: Callable[[str], None] = print) -> So
             with contextlib.suppress(AssertionError):
                 terminate(node.process)
         servers.close()
+        if cassandra is not None:
+            cassandra.stop()
         shutil.rmtree(data, ignore_errors=True)
 
 
@@ -743,7 +759,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SoakConfig:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--storage", default=SoakConfig.storage, choices=["sqlite", "memory"])
+    parser.add_argument("--storage", default=SoakConfig.storage, choices=["sqlite", "cassandra", "memory"])
     parser.add_argument(
         "--duration", type=seconds, default=SoakConfig.duration, help="Go duration; default 30m"
     )
