@@ -15,8 +15,9 @@ Paxos round still in flight). Marker found: a duplicate. Not found: the claim is
 with another lightweight transaction, when the claimant can no longer be writing it (it was this very
 partition and epoch, whose runs are sequential; its segment was reset; or it is older than
 ``CLAIM_TIMEOUT``); otherwise the claimant may still be writing it, and the run fails with a storage
-error (454: the client retries and then finds the marker, or a stale claim). Segments holding markers
-of an open window are not dropped, so a marker outlives its claim.
+error (454: the client retries and then finds the marker, or a stale claim), giving back the claims it
+took itself, so that two producers of the same ids in another order do not hold each other up.
+Segments holding markers of an open window are not dropped, so a marker outlives its claim.
 """
 
 from __future__ import annotations
@@ -45,6 +46,11 @@ CQL_CLAIM_DEDUP: Final = (
 CQL_TAKE_DEDUP: Final = (
     "UPDATE {ks}.dedup USING TTL ? SET partition = ?, epoch = ?, segment = ?, claimed_at = ?, "
     "expires_at = ? WHERE queue = ? AND dedup_id = ? IF partition = ? AND epoch = ? AND claimed_at = ?"
+)
+# Only the claim this very call took: its batch is not written, so no marker can prove it.
+CQL_RELEASE_DEDUP: Final = (
+    "DELETE FROM {ks}.dedup WHERE queue = ? AND dedup_id = ? "
+    "IF partition = ? AND epoch = ? AND claimed_at = ?"
 )
 CQL_PUT_MARKER: Final = (
     "INSERT INTO {ks}.items (queue, partition, segment, record, id, expire_deadline) "
@@ -92,22 +98,24 @@ class Dedup:
             (d, self._cql.session.execute_async(claim.bind((part.queue, d, *mine, ttl)))) for d in dedup_ids
         ]
         seen: set[str] = set()
+        taken: list[str] = []
         takeovers = []
+        in_flight: DedupInFlight | None = None
         for dedup_id, response in pending:
             row = self._cql.first(response)
             if row["[applied]"]:
-                continue
-            if row["expires_at"] > now and self._stored(dedup_id, row):
+                taken.append(dedup_id)
+            elif row["expires_at"] > now and self._stored(dedup_id, row):
                 seen.add(dedup_id)
             elif self._stale(row, now):
                 takeovers.append((dedup_id, row))
-            else:
-                raise DedupInFlight(
+            elif in_flight is None:
+                in_flight = DedupInFlight(
                     f"cassandra storage error; dedup id '{dedup_id}' is being produced by partition "
                     f"{row['partition']} of '{part.queue}'; try again"
                 )
         take = self._cql.stmt(CQL_TAKE_DEDUP)
-        for dedup_id, row in takeovers:
+        for dedup_id, row in takeovers if in_flight is None else ():
             old = (row["partition"], row["epoch"], row["claimed_at"])
             applied, current = self._cql.applied_statement(
                 take.bind((ttl, *mine, part.queue, dedup_id, *old))
@@ -116,10 +124,19 @@ class Dedup:
                 # The stale claim's TTL ran out meanwhile: claim the id afresh.
                 applied, current = self._cql.applied_statement(claim.bind((part.queue, dedup_id, *mine, ttl)))
             if not applied:
-                raise DedupInFlight(
+                in_flight = DedupInFlight(
                     f"cassandra storage error; dedup id '{dedup_id}' was claimed by another producer; "
                     "try again"
                 )
+                break
+            taken.append(dedup_id)
+        if in_flight is not None:
+            # Give back what this run took: two producers sending the same ids in another order would
+            # otherwise each hold some of the other's, and both answer 454 until the claims go stale.
+            release = self._cql.stmt(CQL_RELEASE_DEDUP)
+            for dedup_id in taken:
+                self._cql.applied_statement(release.bind((part.queue, dedup_id, *mine[:2], now)))
+            raise in_flight
         return seen
 
     def _stored(self, dedup_id: str, claim: dict[str, Any]) -> bool:

@@ -59,7 +59,8 @@ T = TypeVar("T")
 
 SCHEMA_VERSION: Final = 2
 SEGMENT_ROWS: Final = 20_000
-"""Rows a tail segment takes before the next write opens a new one (about 20 MB of 1 KiB items)."""
+"""Items, states and markers a tail segment takes before the next write opens a new one (about 20 MB of
+1 KiB items)."""
 CARRY_CHUNK: Final = 2000
 """State rows per batch when a new segment is opened (keeps each mutation far below its size limit)."""
 THREADS: Final = 4
@@ -374,7 +375,7 @@ def _bridge(loop: asyncio.AbstractEventLoop, response: Any) -> asyncio.Future[li
 
 
 # An item's metadata is one msgpack cell, not a column each: Cassandra's cost per row grows with its
-# cells (a 100-row batch of 1 KiB items went 30% faster with 2 cells than with 13, docs/benchmarks.md).
+# cells (a 100-row batch of 1 KiB items went 30-40% faster with 2 cells than with 13, docs/benchmarks.md).
 _Metadata = tuple[str, bool, int, int, int, int, int, int, str, str, str]
 _ENCODER: Final = msgspec.msgpack.Encoder()
 _METADATA: Final = msgspec.msgpack.Decoder(_Metadata)

@@ -242,6 +242,33 @@ async def test_a_fresh_claim_of_another_node_without_items_asks_to_retry(
         await other.close()
 
 
+async def test_a_run_that_meets_a_claim_in_flight_gives_back_its_own_claims(
+    store: CassandraStore, cassandra_settings: CassandraSettings
+) -> None:
+    """Node A's batch [x, y] meets B's claim on y in flight: A's run fails and releases its claim on x,
+    so B's batch with x is not refused in turn (both would answer 454 until the claims went stale)."""
+    other = new_store(cassandra_settings, epoch=EPOCH + 7)
+    await other.open()
+    try:
+
+        def claim_then_fail(tx: PartitionTx) -> None:
+            tx.dedup({"y"}, NOW, NOW + WINDOW)
+            raise RuntimeError("still writing, as far as anyone can tell")
+
+        with pytest.raises(RuntimeError):
+            await other.partition("queue", 1).run(claim_then_fail)
+        a, b = Part(store.partition("queue", 0)), Part(other.partition("queue", 1))
+        with pytest.raises(DedupInFlight, match=r"dedup id 'y' is being produced by partition 1"):
+            await a.produce(
+                item("a-x", dedup_id="x"), item("a-y", dedup_id="y"), now=NOW, dedup_window=WINDOW
+            )
+        await b.produce(item("b-x", dedup_id="x"), now=NOW + SECOND, dedup_window=WINDOW)
+        assert payloads(await b.list()) == ["b-x"]
+        assert await a.list() == []
+    finally:
+        await other.close()
+
+
 async def test_markers_keep_their_segment_until_the_window_ends(
     store: CassandraStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
