@@ -212,61 +212,57 @@ async def test_two_nodes_racing_one_dedup_id_store_it_once(
         await other.close()
 
 
-async def test_a_fresh_claim_of_another_node_without_items_asks_to_retry(
-    store: CassandraStore, cassandra_settings: CassandraSettings
-) -> None:
-    other = new_store(cassandra_settings, epoch=EPOCH + 7)
-    await other.open()
-    try:
-        # The other node claimed "x" and then failed before its batch was written.
-        def claim_then_fail(tx: PartitionTx) -> None:
-            tx.dedup({"x"}, NOW, NOW + WINDOW)
-            raise RuntimeError("crashed before the batch")
+@pytest.fixture
+async def other(cassandra_settings: CassandraSettings) -> AsyncIterator[CassandraStore]:
+    """Another node's store on the same keyspace, with another epoch."""
+    store = new_store(cassandra_settings, epoch=EPOCH + 7)
+    await store.open()
+    yield store
+    await store.close()
 
-        with pytest.raises(RuntimeError):
-            await other.partition("queue", 1).run(claim_then_fail)
-        part = Part(store.partition("queue", 0))
-        with pytest.raises(DedupInFlight, match=r"dedup id 'x' is being produced by partition 1"):
-            await part.produce(item("a", dedup_id="x"), now=NOW + SECOND, dedup_window=WINDOW)
-        assert await part.list() == []
-        # Once the claim is older than any produce can take, it is stale: taken over, stored once.
-        later = NOW + CLAIM_TIMEOUT + 2 * SECOND
-        await part.produce(item("a", dedup_id="x"), now=later, dedup_window=WINDOW)
-        await part.produce(item("again", dedup_id="x"), now=later + SECOND, dedup_window=WINDOW)
-        assert payloads(await part.list()) == ["a"]
-        # And the node whose claim was taken over now sees the duplicate.
-        again = Part(other.partition("queue", 1))
-        await again.produce(item("b", dedup_id="x"), now=later + SECOND, dedup_window=WINDOW)
-        assert await again.list() == []
-    finally:
-        await other.close()
+
+async def claim_and_fail(store: CassandraStore, dedup_id: str) -> None:
+    """Partition 1 of ``store`` claims ``dedup_id``, then fails before its batch is written."""
+
+    def claim_then_fail(tx: PartitionTx) -> None:
+        tx.dedup({dedup_id}, NOW, NOW + WINDOW)
+        raise RuntimeError("crashed before the batch")
+
+    with pytest.raises(RuntimeError):
+        await store.partition("queue", 1).run(claim_then_fail)
+
+
+async def test_a_fresh_claim_of_another_node_without_items_asks_to_retry(
+    store: CassandraStore, other: CassandraStore
+) -> None:
+    await claim_and_fail(other, "x")
+    part = Part(store.partition("queue", 0))
+    with pytest.raises(DedupInFlight, match=r"dedup id 'x' is being produced by partition 1"):
+        await part.produce(item("a", dedup_id="x"), now=NOW + SECOND, dedup_window=WINDOW)
+    assert await part.list() == []
+    # Once the claim is older than any produce can take, it is stale: taken over, stored once.
+    later = NOW + CLAIM_TIMEOUT + 2 * SECOND
+    await part.produce(item("a", dedup_id="x"), now=later, dedup_window=WINDOW)
+    await part.produce(item("again", dedup_id="x"), now=later + SECOND, dedup_window=WINDOW)
+    assert payloads(await part.list()) == ["a"]
+    # And the node whose claim was taken over now sees the duplicate.
+    again = Part(other.partition("queue", 1))
+    await again.produce(item("b", dedup_id="x"), now=later + SECOND, dedup_window=WINDOW)
+    assert await again.list() == []
 
 
 async def test_a_run_that_meets_a_claim_in_flight_gives_back_its_own_claims(
-    store: CassandraStore, cassandra_settings: CassandraSettings
+    store: CassandraStore, other: CassandraStore
 ) -> None:
     """Node A's batch [x, y] meets B's claim on y in flight: A's run fails and releases its claim on x,
     so B's batch with x is not refused in turn (both would answer 454 until the claims went stale)."""
-    other = new_store(cassandra_settings, epoch=EPOCH + 7)
-    await other.open()
-    try:
-
-        def claim_then_fail(tx: PartitionTx) -> None:
-            tx.dedup({"y"}, NOW, NOW + WINDOW)
-            raise RuntimeError("still writing, as far as anyone can tell")
-
-        with pytest.raises(RuntimeError):
-            await other.partition("queue", 1).run(claim_then_fail)
-        a, b = Part(store.partition("queue", 0)), Part(other.partition("queue", 1))
-        with pytest.raises(DedupInFlight, match=r"dedup id 'y' is being produced by partition 1"):
-            await a.produce(
-                item("a-x", dedup_id="x"), item("a-y", dedup_id="y"), now=NOW, dedup_window=WINDOW
-            )
-        await b.produce(item("b-x", dedup_id="x"), now=NOW + SECOND, dedup_window=WINDOW)
-        assert payloads(await b.list()) == ["b-x"]
-        assert await a.list() == []
-    finally:
-        await other.close()
+    await claim_and_fail(other, "y")
+    a, b = Part(store.partition("queue", 0)), Part(other.partition("queue", 1))
+    with pytest.raises(DedupInFlight, match=r"dedup id 'y' is being produced by partition 1"):
+        await a.produce(item("a-x", dedup_id="x"), item("a-y", dedup_id="y"), now=NOW, dedup_window=WINDOW)
+    await b.produce(item("b-x", dedup_id="x"), now=NOW + SECOND, dedup_window=WINDOW)
+    assert payloads(await b.list()) == ["b-x"]
+    assert await a.list() == []
 
 
 async def test_markers_keep_their_segment_until_the_window_ends(
