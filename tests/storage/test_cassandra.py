@@ -338,6 +338,19 @@ async def test_connections_send_without_nagle_delay(store: CassandraStore) -> No
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
 
 
+async def test_item_rows_serialize_as_the_driver_binds_them(store: CassandraStore) -> None:
+    """Item rows skip the driver's ``bind``: their values and routing key must be the bytes it makes."""
+    assert store._cql is not None
+    insert = store._cql.stmt(cassandra.CQL_INSERT_ITEM)
+    items = [item("p\u00e4yload", id="0001", reference="r\u00e9f", attempts=3), item("", id="0002")]
+    key = ("qu\u00eaue", 70_000, -2)
+    ours = list(cassandra._item_rows(insert, key, items))
+    for statement, it in zip(ours, items, strict=True):
+        driver = insert.bind((*key, it.id, cassandra._ENCODER.encode(cassandra._metadata(it)), it.payload))
+        assert statement.values == driver.values
+        assert statement.routing_key == driver.routing_key
+
+
 @pytest.mark.parametrize(
     ("version", "message"),
     [
