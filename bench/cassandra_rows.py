@@ -12,7 +12,12 @@ process's CPU milliseconds per item (from /proc, so only for a node on this mach
 - ``one cell``: 100 item rows with the metadata in one blob (version 2);
 - ``rows outside``: the same rows as a plain batch, then a conditional batch of the fence alone;
 - ``state rows``: 100 state rows of 13 columns (version 1's lease or complete of 100 items);
-- ``state log``: one row holding the 100 states (version 2).
+- ``state log``: one row holding the 100 states (version 2);
+- ``chunk``: the 100 items in ONE row, their metadata in one cell and their payloads in another.
+Part 3, what a single statement costs: the fence alone (a conditional update of a static column), one
+plain row of 100 bytes, a read of the static row at the configured consistency and at SERIAL.
+Shapes run in that order whatever order ``--shape`` gives, each after the one before: the compactions
+and flushes of a heavy shape still run during the next, so compare shapes run on their own too.
 """
 
 from __future__ import annotations
@@ -22,12 +27,13 @@ import asyncio
 import os
 import socket
 import statistics
-import subprocess
 import time
 from typing import Any
 
+from cassandra import ConsistencyLevel
 from cassandra.cluster import Cluster, Session
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
+from cassandra_threads import cassandra_pid
 
 from bench import start_cassandra
 
@@ -38,13 +44,14 @@ NAMES = (
 TYPES = ["text", "boolean", "bigint", "bigint", "bigint", "bigint", "int", "int", "text", "text", "text"]
 FIELDS = ", ".join(f"{name} {kind}" for name, kind in zip(NAMES.split(", "), TYPES, strict=True))
 METADATA = ("", False, 0, 1_700_000_000_000_000, 0, 1_700_000_000_000_000, 0, 0, "", "", "")
+SINGLE = ("fence alone", "one plain row", "read", "serial read")
+SHAPES = ("columns", "one cell", "rows outside", "state rows", "state log", "chunk", *SINGLE)
 NODELAY = [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
 
 
 def java_cpu() -> float:
     """CPU seconds the Cassandra process has used."""
-    found = subprocess.run(["pgrep", "-f", "CassandraDaemon"], check=True, capture_output=True, text=True)
-    with open(f"/proc/{found.stdout.split()[0]}/stat") as f:
+    with open(f"/proc/{cassandra_pid()}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -65,6 +72,7 @@ def schema(session: Session) -> dict[str, PreparedStatement]:
         "one cell": f"{insert} (p, record, id, meta, payload) VALUES (?, 0, ?, ?, ?)",
         "state rows": f"{insert} (p, record, id, {NAMES}) VALUES (?, 1, ?{', ?' * 11})",
         "state log": f"{insert} (p, record, id, payload) VALUES (?, 1, ?, ?)",
+        "chunk": f"{insert} (p, record, id, meta, payload) VALUES (?, 0, ?, ?, ?)",
         "fence": "UPDATE rows_bench.items SET cursor = ? WHERE p = ? IF epoch = ?",
         "claim": "UPDATE rows_bench.items SET epoch = 1 WHERE p = ?",
     }
@@ -81,6 +89,8 @@ def rows(stmts: dict[str, PreparedStatement], shape: str, p: str, n: int) -> lis
         return [(stmts["one cell"], (p, i, meta, payload)) for i in ids]
     if shape == "state rows":
         return [(stmts[shape], (p, i, *METADATA)) for i in ids]
+    if shape == "chunk":
+        return [(stmts[shape], (p, ids[-1], os.urandom(100 * 40), payload * 100))]
     return [(stmts[shape], (p, f"{n:012d}", os.urandom(100 * 40)))]
 
 
@@ -111,44 +121,60 @@ def latency(port: int) -> None:
         cluster.shutdown()
 
 
-async def cost(port: int, chains: int, duration: float) -> None:
+async def cost(port: int, chains: int, duration: float, shapes: list[str]) -> None:
     cluster = Cluster(["127.0.0.1"], port=port, protocol_version=5, sockopts=NODELAY)
     session = cluster.connect()
     stmts = schema(session)
+    plain = session.prepare("INSERT INTO rows_bench.items (p, record, id, payload) VALUES (?, 1, ?, ?)")
+    read = session.prepare("SELECT epoch FROM rows_bench.items WHERE p = ? LIMIT 1")
+    serial = session.prepare("SELECT epoch FROM rows_bench.items WHERE p = ? LIMIT 1")
+    serial.consistency_level = ConsistencyLevel.SERIAL
     loop = asyncio.get_running_loop()
 
-    async def execute(statement: Any) -> None:
+    async def execute(statement: Any, values: Any = None) -> None:
         future = loop.create_future()
-        response = session.execute_async(statement)
+        response = session.execute_async(statement, values)
         response.add_callbacks(
             lambda r: loop.call_soon_threadsafe(future.set_result, r),
             lambda e: loop.call_soon_threadsafe(future.set_exception, e),
         )
         await future
 
-    items = 0
+    async def write(shape: str, p: str, n: int) -> int:
+        """One write of ``shape``; returns the items (or statements) it counts for."""
+        fence = (stmts["fence"], ("c", p, 1))
+        if shape in SINGLE:
+            await {
+                "fence alone": lambda: execute(*fence),
+                "one plain row": lambda: execute(plain, (p, f"{n:012d}", b"x" * 100)),
+                "read": lambda: execute(read, (p,)),
+                "serial read": lambda: execute(serial, (p,)),
+            }[shape]()
+            return 1
+        statements = rows(stmts, shape, p, n)
+        if shape == "rows outside":
+            await execute(batch(statements))
+            await execute(batch([fence]))
+        else:
+            await execute(batch([fence, *statements]))
+        return 100
 
-    async def chain(shape: str, p: str, deadline: float) -> None:
-        nonlocal items
+    async def chain(shape: str, p: str, deadline: float) -> int:
         session.execute(stmts["claim"], (p,))
-        n = 0
+        n = counted = 0
         while time.monotonic() < deadline:
-            statements = rows(stmts, shape, p, n)
-            fence = (stmts["fence"], ("c", p, 1))
-            if shape == "rows outside":
-                await execute(batch(statements))
-                await execute(batch([fence]))
-            else:
-                await execute(batch([fence, *statements]))
+            counted += await write(shape, p, n)
             n += 1
-            items += 100
+        return counted
 
-    for shape in ("columns", "one cell", "rows outside", "state rows", "state log"):
-        items = 0
+    for shape in shapes:
+        if shape == SINGLE[0]:
+            print("\n| one statement on a partition | statements/s | Cassandra CPU ms each |\n|---|---|---|")
         cpu, start = java_cpu(), time.monotonic()
-        await asyncio.gather(*(chain(shape, f"{shape}-{c}", start + duration) for c in range(chains)))
+        deadline = start + duration
+        counts = await asyncio.gather(*(chain(shape, f"{shape}-{c}", deadline) for c in range(chains)))
         elapsed, used = time.monotonic() - start, java_cpu() - cpu
-        print(f"| {shape} | {items / elapsed:,.0f} | {used * 1000 / items:.3f} |", flush=True)
+        print(f"| {shape} | {sum(counts) / elapsed:,.0f} | {used * 1000 / sum(counts):.3f} |", flush=True)
     cluster.shutdown()
 
 
@@ -159,6 +185,7 @@ def main() -> None:
     parser.add_argument("--cassandra-port", type=int, help="a running Cassandra on localhost")
     parser.add_argument("--chains", type=int, default=8, help="partitions written concurrently")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per shape")
+    parser.add_argument("--shape", action="append", choices=SHAPES, help="repeatable; default all")
     args = parser.parse_args()
     node = None
     port = args.cassandra_port
@@ -169,7 +196,8 @@ def main() -> None:
         print("| Nagle | batch of 100 one-cell rows of 1 KiB | median ms |\n|---|---|---|")
         latency(port)
         print("\n| write of 100 items | items/s | Cassandra CPU ms per item |\n|---|---|---|")
-        asyncio.run(cost(port, args.chains, args.duration))
+        shapes = args.shape or list(SHAPES)
+        asyncio.run(cost(port, args.chains, args.duration, sorted(shapes, key=SHAPES.index)))
     finally:
         if node is not None:
             node.stop()
