@@ -15,7 +15,7 @@ process's CPU milliseconds per item (from /proc, so only for a node on this mach
 - ``state log``: one row holding the 100 states (version 2);
 - ``chunk``: the 100 items in ONE row, their metadata in one cell and their payloads in another.
 Part 3, what a single statement costs: the fence alone (a conditional update of a static column), one
-plain row of 100 bytes, a read of the static row at the configured consistency and at SERIAL.
+plain row of 100 bytes, a read of the static row at the driver's default consistency and at SERIAL.
 Shapes run in that order whatever order ``--shape`` gives, each after the one before: the compactions
 and flushes of a heavy shape still run during the next, so compare shapes run on their own too.
 """
