@@ -411,7 +411,9 @@ def _item_rows(insert: PreparedStatement, key: tuple[str, int, int], items: Iter
     serialized_key = (queue.encode(), _INT.pack(partition), _INT.pack(segment))
     for item in items:
         statement = BoundStatement(insert)
-        statement.values = [*serialized_key, item.id.encode(), _ENCODER.encode(_metadata(item)), item.payload]
+        meta = _ENCODER.encode(_metadata(item))
+        statement.values = [*serialized_key, item.id.encode(), meta, item.payload]
+        statement.raw_values = (*key, item.id, meta, item.payload)  # what the driver's repr() shows
         yield statement
 
 

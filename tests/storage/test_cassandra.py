@@ -349,6 +349,7 @@ async def test_item_rows_serialize_as_the_driver_binds_them(store: CassandraStor
         driver = insert.bind((*key, it.id, cassandra._ENCODER.encode(cassandra._metadata(it)), it.payload))
         assert statement.values == driver.values
         assert statement.routing_key == driver.routing_key
+        assert repr(statement) == repr(driver)
 
 
 @pytest.mark.parametrize(
