@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import pytest
 
 from querator.clock import MICROS, FakeClock
-from querator.engine.logical_queue import LogicalQueue
+from querator.engine.logical_queue import LEASE_GRACE, LogicalQueue
 from querator.errors import QueratorError, RetryRequest, StorageError, outcome_unknown
 from querator.storage.base import Item, PartitionTx, QueueRecord
 from querator.storage.memory import MemoryPartition
@@ -271,3 +271,99 @@ async def test_a_write_that_may_have_been_applied_answers_outcome_unknown() -> N
     _, items = await lq.lease("c1", 10, MINUTE)
     assert [i.payload for i in items] == [b"stored"]
     await lq.shutdown()
+
+
+async def test_a_parked_lease_is_answered_at_its_deadline_while_the_loop_waits_on_storage() -> None:
+    """The loop may wait out storage timeouts (a reload after a failure, say) for longer than any client
+    waits: a parked lease still gets its 454 at its request_timeout, and its client id is free again."""
+    clock = FakeClock()
+    lq = LogicalQueue(Settings(record()), [(0, MemoryPartition())], clock, no_dead_queue)
+    lease = asyncio.create_task(lq.lease("c", 1, 5 * MICROS))
+
+    async def parked() -> bool:
+        return len(lq._leases) == 1
+
+    await eventually(parked)
+    hold = asyncio.Event()
+    blocker = asyncio.create_task(lq.call(hold.wait))
+
+    async def busy() -> bool:
+        return not lq._pending  # the loop took the call and waits on it
+
+    await eventually(busy)
+    clock.advance(5)
+    with pytest.raises(RetryRequest, match="request timeout; no items are in the queue"):
+        await asyncio.wait_for(lease, 5)
+    again = asyncio.create_task(lq.lease("c", 1, MICROS))  # not refused as a duplicate client id
+    await eventually(lambda: _true(len(lq._pending) == 1))
+    clock.advance(1)
+    with pytest.raises(RetryRequest, match="request timeout; no items are in the queue"):
+        await asyncio.wait_for(again, 5)
+    hold.set()
+    await blocker
+    await lq.shutdown()
+
+
+class HeldWrites(FaultyPartition):
+    """A partition whose transactions wait for ``release`` while ``held`` (a write waiting out a timeout)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held = False
+        self.waiting = 0
+        self.release = asyncio.Event()
+
+    async def run(self, fn: Callable[[PartitionTx], R]) -> R:
+        if self.held:
+            self.waiting += 1
+            await self.release.wait()
+        return await super().run(fn)
+
+
+async def test_a_lease_whose_write_hangs_is_answered_after_a_grace_and_its_items_come_back() -> None:
+    clock = FakeClock()
+    p = HeldWrites()
+    lq = LogicalQueue(Settings(record()), [(0, p)], clock, no_dead_queue)  # type: ignore[list-item]
+    await lq.produce([Item(payload=b"x")], MINUTE)
+    p.held = True
+    lease = asyncio.create_task(lq.lease("c", 1, MICROS))
+    await eventually(lambda: _true(p.waiting == 1))
+    clock.advance(1)  # the deadline, with the lease's write in flight: it may still lease the item
+    for _ in range(3):
+        await asyncio.sleep(0)  # let the deadline's timer run
+    assert not lease.done()
+    clock.advance(LEASE_GRACE / MICROS)
+    with pytest.raises(RetryRequest, match="the lease could not be stored before request_timeout"):
+        await asyncio.wait_for(lease, 5)
+    p.held = False
+    p.release.set()
+    await eventually(lambda: _true(lq.partitions[0].deadlines.lease_deadline > 0))
+    clock.advance(61)  # the write went through, leasing the item to nobody: it returns at lease expiry
+    _, items = await asyncio.wait_for(lq.lease("c", 1, MINUTE), 5)
+    assert [(i.payload, i.attempts) for i in items] == [(b"x", 2)]
+    await lq.shutdown()
+
+
+async def test_partitions_wait_on_storage_side_by_side() -> None:
+    """One partition waiting out a storage timeout does not hold up the others' loads and lifecycles for
+    as long again: they run concurrently, as batches do."""
+    clock = FakeClock()
+    parts = [HeldWrites(), HeldWrites()]
+    lq = LogicalQueue(Settings(record()), list(enumerate(parts)), clock, no_dead_queue)  # type: ignore[arg-type]
+    for _ in range(2):
+        await lq.produce([Item(payload=b"x")], MINUTE)
+    for n in range(2):
+        await lq.lease(f"c{n}", 1, MINUTE)
+    assert all(p.part.stats(0).leased == 1 for p in parts)
+    for p in parts:
+        p.held = True
+    clock.advance(61)  # both leases expire: both partitions' lifecycles are due
+    await eventually(lambda: _true([p.waiting for p in parts] == [1, 1]))
+    for p in parts:
+        p.held = False
+        p.release.set()
+    await lq.shutdown()
+
+
+async def _true(value: bool) -> bool:
+    return value

@@ -51,6 +51,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 LEASE_TIMED_OUT = "request timeout; no items are in the queue, try again"
+LEASE_NOT_STORED = "request timeout; the lease could not be stored before request_timeout, try again"
+LEASE_GRACE = 500_000
+"""Microseconds a lease whose write is in flight at its deadline may still wait for it: long enough for
+any healthy write, well inside the second a client waits beyond its request_timeout (ADR 0009)."""
 PRODUCE_TIMED_OUT = "request timeout; the items could not be stored before request_timeout, try again"
 BACKOFF_MIN = 500_000
 BACKOFF_MAX = 5_000_000
@@ -108,6 +112,8 @@ class _Lease(_Request):
     batch_size: int = 1
     deadline: int = 0
     op: LeaseOp | None = None
+    writing: bool = False
+    timer: TimerHandle | None = None
 
 
 @dataclass(eq=False)
@@ -184,8 +190,6 @@ class LogicalQueue:
         self._in_flight = 0
         self._wake = asyncio.Event()
         self._closing = False
-        self._lease_timer: TimerHandle | None = None
-        self._lease_timer_at = 0
         self.counters = ItemCounters()
         self._task = _tasks.start(self._run(), f"logical-queue:{queue.settings.name}")
 
@@ -216,14 +220,13 @@ class LogicalQueue:
         self._clients.add(client_id)
         deadline = self._clock.now() + request_timeout
         request = _Lease(self._future(), client_id=client_id, batch_size=batch_size, deadline=deadline)
-        # A lease still waiting to be taken into a batch (partitions loading, a long batch) is answered
-        # at its deadline too; once parked, _expire_parked answers it.
-        timer = self._clock.call_at(request.deadline, lambda: self._expire_waiting(request, LEASE_TIMED_OUT))
+        request.timer = self._clock.call_at(request.deadline, lambda: self._lease_due(request))
         try:
             result: tuple[int, list[Item]] = await self._submit(request)
             return result
         finally:
-            timer.cancel()
+            assert request.timer is not None
+            request.timer.cancel()
             self._clients.discard(client_id)
 
     async def complete(self, partition: int, ids: list[str]) -> None:
@@ -328,8 +331,7 @@ class LogicalQueue:
 
     async def _run(self) -> None:
         try:
-            for p in self.partitions.values():
-                await self._load(p)
+            await asyncio.gather(*(self._load(p) for p in self.partitions.values()))
             while True:
                 await self._wake.wait()
                 self._wake.clear()
@@ -443,9 +445,18 @@ class LogicalQueue:
                 lease.op = None
 
         has_dead_queue = bool(settings.dead_queue)
+        writing = [lease for lease in self._leases if lease.op is not None]
+        for lease in writing:
+            lease.writing = True
         # One transaction per partition, all in flight together: a networked store (Cassandra) spends
         # most of a transaction waiting for a round trip, and sqlite commits waiting ones as a group.
-        applied = await asyncio.gather(*(self._apply(p, b, now, has_dead_queue) for p, b in batches.items()))
+        try:
+            applied = await asyncio.gather(
+                *(self._apply(p, b, now, has_dead_queue) for p, b in batches.items())
+            )
+        finally:
+            for lease in writing:
+                lease.writing = False
         results: dict[PartitionState, BatchResult | StorageError] = dict(zip(batches, applied, strict=True))
 
         leased = 0
@@ -535,14 +546,12 @@ class LogicalQueue:
         self._arm(p)
 
     async def _run_lifecycles(self) -> None:
-        for p in self.partitions.values():
-            if not p.due:
-                continue
+        # Concurrently, as batches: one partition waiting out a storage timeout (a reload after a
+        # failure, say) must not hold up the others for as long.
+        due = [p for p in self.partitions.values() if p.due]
+        for p in due:
             p.due = False
-            if p.ids is None:
-                await self._load(p)
-            else:
-                await self._lifecycle(p)
+        await asyncio.gather(*(self._lifecycle(p) if p.ids is not None else self._load(p) for p in due))
 
     async def _lifecycle(self, p: PartitionState) -> None:
         now = self._clock.now()
@@ -643,32 +652,34 @@ class LogicalQueue:
     # -- parked leases ------------------------------------------------------------------------------------
 
     def _expire_parked(self) -> None:
+        # Deadline timers answer parked leases (_lease_due); one whose write ended after its deadline
+        # without items is answered here.
         now = self._clock.now()
-        still = []
         for lease in self._leases:
-            if lease.future.done():
-                continue
             if lease.deadline <= now:
                 _fail_future(lease.future, RetryRequest(LEASE_TIMED_OUT))
-            else:
-                still.append(lease)
-        self._leases = still
-        if still:
-            earliest = min(lease.deadline for lease in still)
-            if self._lease_timer is None or earliest < self._lease_timer_at:
-                if self._lease_timer is not None:
-                    self._lease_timer.cancel()
-                self._lease_timer = self._clock.call_at(earliest, self._lease_timer_fired)
-                self._lease_timer_at = earliest
+        self._leases = [lease for lease in self._leases if not lease.future.done()]
 
     def _expire_waiting(self, request: _Request, message: str) -> None:
         if request in self._pending:
             self._pending.remove(request)
             _fail_future(request.future, RetryRequest(message))
 
-    def _lease_timer_fired(self) -> None:
-        self._lease_timer = None
-        self._wake.set()
+    def _lease_due(self, lease: _Lease) -> None:
+        """Answers a lease at its deadline from the timer, not the loop, which may be stuck on storage
+        (a load or a write waiting out Cassandra's timeouts) for longer than any client waits."""
+        if not lease.writing:
+            if lease in self._pending:
+                self._pending.remove(lease)
+            _fail_future(lease.future, RetryRequest(LEASE_TIMED_OUT))  # if parked, the loop skips it now
+            return
+
+        # Its write may be leasing items to it right now: wait a little rather than waste them. If it
+        # still answers late, they are leased to nobody and come back when the lease expires.
+        def late() -> None:
+            _fail_future(lease.future, RetryRequest(LEASE_NOT_STORED if lease.writing else LEASE_TIMED_OUT))
+
+        lease.timer = self._clock.call_at(lease.deadline + LEASE_GRACE, late)
 
     def _stop(self) -> None:
         for req in [*self._pending, *self._leases]:
@@ -678,8 +689,6 @@ class LogicalQueue:
         for p in self.partitions.values():
             if p.timer is not None:
                 p.timer.cancel()
-        if self._lease_timer is not None:
-            self._lease_timer.cancel()
 
 
 def _deadlines_and_counts(p: PartitionState) -> Callable[[PartitionTx], Deadlines]:
