@@ -7,7 +7,12 @@ every address, so that a Querator node in another network namespace reaches it t
 itself as 127.0.0.1. ``stop()`` kills it (only the process it started); ``start()`` again reuses the same
 data directory, which is how the tests restart Cassandra under a running Querator.
 
-Settings for speed, never for production: one token, no gossip settle wait, ``skip_sync`` (no fsync of
+``cluster(base, size)`` makes ``size`` such nodes on 127.0.0.1, 127.0.0.2, ... sharing their ports (as the
+nodes of a real cluster do), one token each spread evenly over the ring, the first as the seed: what a
+replication factor above 1 needs, for the replica fault tests. Its nodes listen for CQL on their own
+address only.
+
+Settings for speed, never for production: one token each, no gossip settle wait, ``skip_sync`` (no fsync of
 the commit log: a killed process still leaves its writes in the page cache). ``commitlog_sync: group``
 (1 ms window) is for correctness, not speed: with the default ``periodic`` mode Cassandra acknowledges
 writes before their commit-log section is marked synced and replays only synced sections, so a single
@@ -68,17 +73,17 @@ JAVA17_OPTIONS = [
 CONFIG = """\
 cluster_name: querator-test
 num_tokens: 1
-initial_token: 0
+initial_token: {token}
 partitioner: org.apache.cassandra.dht.Murmur3Partitioner
 commitlog_sync: group
 commitlog_sync_group_window: 1ms
 seed_provider:
   - class_name: org.apache.cassandra.locator.SimpleSeedProvider
     parameters:
-      - seeds: "127.0.0.1:{storage_port}"
-listen_address: 127.0.0.1
-rpc_address: 0.0.0.0
-broadcast_rpc_address: 127.0.0.1
+      - seeds: "{seed}:{storage_port}"
+listen_address: {address}
+rpc_address: {rpc_address}
+broadcast_rpc_address: {address}
 storage_port: {storage_port}
 native_transport_port: {cql_port}
 start_native_transport: true
@@ -114,6 +119,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_port_on(addresses: list[str]) -> int:
+    """A port free on every one of ``addresses`` (the ephemeral range is shared; try until one is)."""
+    while True:
+        port = free_port()
+        try:
+            for address in addresses[1:]:
+                with socket.socket() as s:
+                    s.bind((address, port))
+        except OSError:
+            continue
+        return port
+
+
 def fetch() -> Path:
     """The directory of Cassandra's jars, fetching them with mvn the first time."""
     out = subprocess.run(
@@ -123,19 +141,37 @@ def fetch() -> Path:
 
 
 class CassandraNode:
-    """A single Cassandra node process; see the module docstring."""
+    """A single Cassandra node process; see the module docstring.
 
-    def __init__(self, base: Path) -> None:
+    Alone (the default) it takes free ports and listens for CQL on every address; a member of
+    ``cluster()`` gets its address, the cluster's ports, its token and the seed from there.
+    """
+
+    def __init__(
+        self,
+        base: Path,
+        address: str = "127.0.0.1",
+        ports: tuple[int, int] | None = None,
+        token: int = 0,
+        seed: str = "127.0.0.1",
+    ) -> None:
         self.base = base
-        self.cql_port = free_port()
-        self.storage_port = free_port()
+        self.address = address
+        self.cql_port, self.storage_port = ports or (free_port(), free_port())
         self.proc: subprocess.Popen[bytes] | None = None
         self.lib = fetch()
         for sub in ("data", "commitlog", "saved_caches", "hints", "cdc"):
             (base / sub).mkdir(parents=True, exist_ok=True)
-        (base / "cassandra.yaml").write_text(
-            CONFIG.format(base=base, storage_port=self.storage_port, cql_port=self.cql_port)
+        config = CONFIG.format(
+            base=base,
+            address=address,
+            rpc_address="0.0.0.0" if ports is None else address,
+            seed=seed,
+            token=token,
+            storage_port=self.storage_port,
+            cql_port=self.cql_port,
         )
+        (base / "cassandra.yaml").write_text(config)
         (base / "logback.xml").write_text(LOGBACK.format(base=base))
 
     @property
@@ -184,7 +220,7 @@ class CassandraNode:
             assert self.proc is not None
             if self.proc.poll() is not None:
                 raise RuntimeError(f"cassandra exited with {self.proc.returncode}; see {self.log_path}")
-            cluster = Cluster(["127.0.0.1"], port=self.cql_port, connect_timeout=2, protocol_version=5)
+            cluster = Cluster([self.address], port=self.cql_port, connect_timeout=2, protocol_version=5)
             try:
                 session = cluster.connect()
                 session.execute("SELECT release_version FROM system.local")
@@ -205,3 +241,53 @@ class CassandraNode:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def cluster(base: Path, size: int) -> list[CassandraNode]:
+    """``size`` nodes (not started) forming one cluster; see the module docstring."""
+    addresses = [f"127.0.0.{n + 1}" for n in range(size)]
+    cql_port = free_port_on(addresses)
+    storage_port = free_port_on(addresses)
+    while storage_port == cql_port:
+        storage_port = free_port_on(addresses)
+    ports = (cql_port, storage_port)
+    step = 2**64 // size
+    return [
+        CassandraNode(base / f"node{n}", address, ports, token=-(2**63) + n * step, seed=addresses[0])
+        for n, address in enumerate(addresses)
+    ]
+
+
+def wait_all_up(nodes: list[CassandraNode]) -> None:
+    """Waits until every node of a ``cluster()`` sees every other up: a write at consistency ALL through
+    each of them as coordinator succeeds (a replica its failure detector still counts down refuses it).
+    """
+    from cassandra import ConsistencyLevel
+    from cassandra.cluster import Cluster, ExecutionProfile
+    from cassandra.policies import WhiteListRoundRobinPolicy
+
+    deadline = time.monotonic() + START_DEADLINE
+    for node in nodes:
+        only = ExecutionProfile(
+            load_balancing_policy=WhiteListRoundRobinPolicy([node.address]),
+            consistency_level=ConsistencyLevel.ALL,
+        )
+        while True:
+            driver = Cluster(
+                [node.address], port=node.cql_port, protocol_version=5, execution_profiles={"only": only}
+            )
+            try:
+                session = driver.connect()
+                session.execute(
+                    "CREATE KEYSPACE IF NOT EXISTS liveness WITH replication = "
+                    f"{{'class': 'SimpleStrategy', 'replication_factor': {len(nodes)}}}"
+                )
+                session.execute("CREATE TABLE IF NOT EXISTS liveness.t (k int PRIMARY KEY)")
+                session.execute("INSERT INTO liveness.t (k) VALUES (1)", execution_profile="only")
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+            finally:
+                driver.shutdown()
+            time.sleep(0.5)
