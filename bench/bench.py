@@ -7,6 +7,7 @@
     python bench/bench.py --storage cassandra --cassandra-port 9042 ...     # or uses a running one
     python bench/bench.py --nodes 3 --via other ...     # a 3-node cluster on a local etcd, through a node
                                                         # that does not own the queue (every call forwarded)
+    python bench/bench.py --protobuf ...               # binary protobuf bodies instead of JSON
 
 Scenarios (1 KiB items): ``produce``, ``lease`` (of a pre-filled queue), ``cycle`` (produce -> lease ->
 complete per client), each for batch sizes 1/10/100/1000 and N concurrent clients; ``latency`` (time from
@@ -395,6 +396,9 @@ async def main() -> None:
     )
     parser.add_argument("--rate", type=float, action="append", help="latency scenario rates (items/s)")
     parser.add_argument("--items", type=int, default=1_000_000, help="items for the rss scenario")
+    parser.add_argument(
+        "--protobuf", action="store_true", help="binary protobuf bodies (as the Go client sends), not JSON"
+    )
     args = parser.parse_args()
     scenarios = args.scenario or ["produce", "lease", "cycle", "latency"]
     batches = args.batch or [1, 10, 100, 1000]
@@ -422,12 +426,12 @@ async def main() -> None:
     print(
         f"# {time.strftime('%Y-%m-%d')} {platform.node()} {os.cpu_count()} cpus, python "
         f"{platform.python_version()}, storage {args.storage}, {args.clients} clients, "
-        f"{args.partitions} partitions, {args.duration:.0f} s each"
+        f"{args.partitions} partitions, {args.duration:.0f} s each, {'protobuf' if args.protobuf else 'JSON'}"
         + (f" after {args.warmup:.0f} s of warm-up" if args.warmup else "")
         + (f", {args.nodes} nodes, via the {args.via}" if args.nodes > 1 else "")
     )
     try:
-        async with AsyncClient(endpoint, limit=args.clients * 4) as client:
+        async with AsyncClient(endpoint, limit=args.clients * 4, protobuf=args.protobuf) as client:
             if server is not None:
                 await server.wait_ready(client)
             print("| scenario | batch | clients | items/s | p50 ms | p99 ms |\n|---|---|---|---|---|---|")
