@@ -284,13 +284,14 @@ async def test_a_parked_lease_is_answered_at_its_deadline_while_the_loop_waits_o
         return len(lq._leases) == 1
 
     await eventually(parked)
-    hold = asyncio.Event()
-    blocker = asyncio.create_task(lq.call(hold.wait))
+    started, hold = asyncio.Event(), asyncio.Event()
 
-    async def busy() -> bool:
-        return not lq._pending  # the loop took the call and waits on it
+    async def stuck() -> None:
+        started.set()
+        await hold.wait()
 
-    await eventually(busy)
+    blocker = asyncio.create_task(lq.call(stuck))
+    await asyncio.wait_for(started.wait(), 5)  # the loop runs the call and waits on it
     clock.advance(5)
     with pytest.raises(RetryRequest, match="request timeout; no items are in the queue"):
         await asyncio.wait_for(lease, 5)
@@ -341,6 +342,42 @@ async def test_a_lease_whose_write_hangs_is_answered_after_a_grace_and_its_items
     clock.advance(61)  # the write went through, leasing the item to nobody: it returns at lease expiry
     _, items = await asyncio.wait_for(lq.lease("c", 1, MINUTE), 5)
     assert [(i.payload, i.attempts) for i in items] == [(b"x", 2)]
+    await lq.shutdown()
+
+
+async def test_a_lease_whose_write_ends_within_the_grace_gets_its_items() -> None:
+    clock = FakeClock()
+    p = HeldWrites()
+    lq = LogicalQueue(Settings(record()), [(0, p)], clock, no_dead_queue)  # type: ignore[list-item]
+    await lq.produce([Item(payload=b"x")], MINUTE)
+    p.held = True
+    lease = asyncio.create_task(lq.lease("c", 1, MICROS))
+    await eventually(lambda: _true(p.waiting == 1))
+    clock.advance(1)  # the deadline passes with the write in flight
+    for _ in range(3):
+        await asyncio.sleep(0)
+    p.held = False
+    p.release.set()
+    _, items = await asyncio.wait_for(lease, 5)
+    assert [(i.payload, i.attempts) for i in items] == [(b"x", 1)]
+    await lq.shutdown()
+
+
+async def test_a_lease_is_answered_when_its_partition_commits_not_when_the_slowest_does() -> None:
+    clock = FakeClock()
+    parts = [HeldWrites(), HeldWrites()]
+    lq = LogicalQueue(Settings(record()), list(enumerate(parts)), clock, no_dead_queue)  # type: ignore[arg-type]
+    for _ in range(2):
+        await lq.produce([Item(payload=b"x")], MINUTE)
+    assert [p.part.stats(0).total for p in parts] == [1, 1]
+    parts[0].held = True
+    leases = [asyncio.create_task(lq.lease(f"c{n}", 1, MINUTE)) for n in range(2)]  # one batch
+    await eventually(lambda: _true(parts[0].waiting == 1))
+    done, _ = await asyncio.wait(leases, timeout=5, return_when=asyncio.FIRST_COMPLETED)
+    assert [t.result()[0] for t in done] == [1]  # partition 1's lease, while partition 0's write waits
+    parts[0].held = False
+    parts[0].release.set()
+    assert [(await t)[0] for t in leases if t not in done] == [0]
     await lq.shutdown()
 
 

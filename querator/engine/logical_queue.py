@@ -3,10 +3,12 @@
 Callers never touch a partition. They put a request on the logical queue's bounded request list and
 await its future; one asyncio task drains every waiting hot request (produce, lease, complete, retry)
 into one batch, places produces and leases with the distribution, makes one storage transaction per
-partition, then settles the futures. Lease requests that got nothing stay parked until items arrive or
-their request_timeout passes. Cold requests (stats, clear, storage listing...) run one at a time between
-batches. The lifecycle runs in the same task from per-partition timers armed at the earliest deadline,
-so nothing else ever mutates partition state and no lock is needed.
+partition, and settles each partition's futures as its transaction ends. Lease requests that got
+nothing stay parked until items arrive or their request_timeout passes. Cold requests (stats, clear,
+storage listing...) run one at a time between batches. The lifecycle runs in the same task from
+per-partition timers armed at the earliest deadline, so nothing else ever mutates partition state and
+no lock is needed. (Deadline timers only answer requests and take them off the lists, never while the
+task is walking one.)
 """
 
 from __future__ import annotations
@@ -437,57 +439,42 @@ class LogicalQueue:
 
         lease_deadline = now + settings.lease_timeout
         for lease in self._leases:
-            lease.partition = dist.lease(lease.batch_size)
-            if lease.partition is not None and not lease.future.done():
-                lease.op = LeaseOp(lease.batch_size, lease_deadline)
-                batch_of(lease.partition).lease.append(lease.op)
-            else:
-                lease.op = None
-
-        has_dead_queue = bool(settings.dead_queue)
-        writing = [lease for lease in self._leases if lease.op is not None]
-        for lease in writing:
-            lease.writing = True
-        # One transaction per partition, all in flight together: a networked store (Cassandra) spends
-        # most of a transaction waiting for a round trip, and sqlite commits waiting ones as a group.
-        try:
-            applied = await asyncio.gather(
-                *(self._apply(p, b, now, has_dead_queue) for p, b in batches.items())
-            )
-        finally:
-            for lease in writing:
-                lease.writing = False
-        results: dict[PartitionState, BatchResult | StorageError] = dict(zip(batches, applied, strict=True))
-
-        leased = 0
-        for req in hot:
-            if req.future.done() or isinstance(req, _Lease):
-                continue
-            assert req.partition is not None
-            result = results.get(req.partition)
-            if isinstance(result, StorageError):
-                _fail_future(req.future, try_again(outcome_unknown=result.maybe_applied))
-            elif isinstance(req, _Produce):
-                _settle(req.future, None)
-            elif isinstance(req, _Complete | _Retry | _Renew):
-                if req.op.error is not None:
-                    _fail_future(req.future, req.op.error)
-                else:
-                    _settle(req.future, None)
-
-        still: list[_Lease] = []
-        for lease in self._leases:
+            lease.op = None
             if lease.future.done():
                 continue
-            # Items of a transaction that failed were never leased: the request stays parked.
-            failed = isinstance(results.get(lease.partition), StorageError)  # type: ignore[arg-type]
-            if lease.op is not None and lease.op.items and not failed:
-                assert lease.partition is not None
-                leased += len(lease.op.items)
-                _settle(lease.future, (lease.partition.number, lease.op.items))
-            else:
-                still.append(lease)
-        self._leases = still
+            if lease.deadline <= now:  # its write ended after its deadline, empty-handed: not another one
+                _fail_future(lease.future, RetryRequest(LEASE_TIMED_OUT))
+                continue
+            lease.partition = dist.lease(lease.batch_size)
+            if lease.partition is not None:
+                lease.op = LeaseOp(lease.batch_size, lease_deadline)
+                batch_of(lease.partition).lease.append(lease.op)
+                lease.writing = True
+
+        waiting: dict[PartitionState, list[_Request]] = {p: [] for p in batches}
+        for req in [*hot, *self._leases]:
+            if (
+                req.partition is not None
+                and not req.future.done()
+                and (not isinstance(req, _Lease) or req.op is not None)
+            ):
+                waiting[req.partition].append(req)
+        has_dead_queue = bool(settings.dead_queue)
+
+        async def apply(p: PartitionState, batch: PartitionBatch) -> int:
+            try:
+                result = await self._apply(p, batch, now, has_dead_queue)
+            finally:
+                for req in waiting[p]:
+                    if isinstance(req, _Lease):
+                        req.writing = False
+            return _answer(p, waiting[p], result)
+
+        # One transaction per partition, all in flight together: a networked store (Cassandra) spends
+        # most of a transaction waiting for a round trip, and sqlite commits waiting ones as a group.
+        # Each partition's requests are answered as soon as its own transaction ends.
+        leased = sum(await asyncio.gather(*(apply(p, b) for p, b in batches.items())))
+        self._leases = [lease for lease in self._leases if not lease.future.done()]
         return leased
 
     async def _apply(
@@ -669,17 +656,21 @@ class LogicalQueue:
         """Answers a lease at its deadline from the timer, not the loop, which may be stuck on storage
         (a load or a write waiting out Cassandra's timeouts) for longer than any client waits."""
         if not lease.writing:
-            if lease in self._pending:
-                self._pending.remove(lease)
-            _fail_future(lease.future, RetryRequest(LEASE_TIMED_OUT))  # if parked, the loop skips it now
+            self._drop_lease(lease, LEASE_TIMED_OUT)
             return
-
         # Its write may be leasing items to it right now: wait a little rather than waste them. If it
         # still answers late, they are leased to nobody and come back when the lease expires.
-        def late() -> None:
-            _fail_future(lease.future, RetryRequest(LEASE_NOT_STORED if lease.writing else LEASE_TIMED_OUT))
+        lease.timer = self._clock.call_at(
+            lease.deadline + LEASE_GRACE,
+            lambda: self._drop_lease(lease, LEASE_NOT_STORED if lease.writing else LEASE_TIMED_OUT),
+        )
 
-        lease.timer = self._clock.call_at(lease.deadline + LEASE_GRACE, late)
+    def _drop_lease(self, lease: _Lease, message: str) -> None:
+        if lease in self._pending:
+            self._pending.remove(lease)
+        elif lease in self._leases:
+            self._leases.remove(lease)
+        _fail_future(lease.future, RetryRequest(message))
 
     def _stop(self) -> None:
         for req in [*self._pending, *self._leases]:
@@ -710,6 +701,25 @@ def _sooner(d: Deadlines, name: str, when: int) -> None:
 
 def _unavailable(p: PartitionState) -> RetryRequest:
     return RetryRequest(f"partition not available; partition '{p.number}' is failing, retry again")
+
+
+def _answer(p: PartitionState, requests: list[_Request], result: BatchResult | StorageError) -> int:
+    """Answers the requests of one partition's transaction; returns how many items it leased."""
+    failed = isinstance(result, StorageError)
+    leased = 0
+    for req in requests:
+        if isinstance(req, _Lease):
+            # Items of a transaction that failed were never leased: the request stays parked.
+            if req.op is not None and req.op.items and not failed:
+                leased += len(req.op.items)
+                _settle(req.future, (p.number, req.op.items))
+        elif isinstance(result, StorageError):
+            _fail_future(req.future, try_again(outcome_unknown=result.maybe_applied))
+        elif isinstance(req, _Complete | _Retry | _Renew) and req.op.error is not None:
+            _fail_future(req.future, req.op.error)
+        else:
+            _settle(req.future, None)
+    return leased
 
 
 def _settle(future: asyncio.Future[Any], value: Any) -> None:
