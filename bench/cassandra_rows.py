@@ -4,7 +4,8 @@ Cassandra backend's row layout (docs/benchmarks.md).
     python bench/cassandra_rows.py                       # starts the tests' Cassandra node
     python bench/cassandra_rows.py --cassandra-port 9042 # or uses a running one on localhost
 
-Part 1, latency: one 100-row batch at a time, with Nagle's algorithm on the connection and without.
+Part 1, latency: one 100-row batch at a time, with Nagle's algorithm on the connection and without;
+then one plain row and the fence alone, one at a time (p50 and p99 of 300).
 Part 2, cost: ``--chains`` partitions written concurrently for ``--duration`` seconds each, every write a
 conditional batch (``IF epoch = ?``) as the backend sends them, reporting rows/s and the Cassandra
 process's CPU milliseconds per item (from /proc, so only for a node on this machine):
@@ -118,7 +119,27 @@ def latency(port: int) -> None:
                 times.append((time.perf_counter() - start) * 1000)
             kind = "conditional" if conditional else "plain"
             print(f"| {'off' if nodelay else 'on'} | {kind} | {statistics.median(times):.1f} |", flush=True)
+        if nodelay:
+            single(session, stmts)
         cluster.shutdown()
+
+
+def single(session: Session, stmts: dict[str, PreparedStatement]) -> None:
+    """One statement at a time on an otherwise idle node: the floor under every write's latency."""
+    plain = session.prepare("INSERT INTO rows_bench.items (p, record, id, payload) VALUES (?, 1, ?, ?)")
+    print("\n| one statement at a time | p50 ms | p99 ms |\n|---|---|---|")
+    for name, statement, values in (
+        ("one plain row of 100 bytes", plain, lambda n: ("latency", f"{n:012d}", b"x" * 100)),
+        ("the fence alone (Paxos)", stmts["fence"], lambda n: ("c", "latency", 1)),
+    ):
+        times = []
+        for n in range(300):
+            start = time.perf_counter()
+            session.execute(statement, values(n))
+            times.append((time.perf_counter() - start) * 1000)
+        times.sort()
+        print(f"| {name} | {times[150]:.2f} | {times[297]:.2f} |", flush=True)
+    print()
 
 
 async def cost(port: int, chains: int, duration: float, shapes: list[str]) -> None:
