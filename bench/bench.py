@@ -239,13 +239,15 @@ async def cycle_scenario(
     return await measure(Result("cycle", batch, clients), clients, duration, cycle)
 
 
-async def latency_scenario(client: AsyncClient, rate: float, duration: float, consumers: int) -> Result:
+async def latency_scenario(
+    client: AsyncClient, rate: float, duration: float, consumers: int, parts: int = 1
+) -> Result:
     """Items reach consumers already waiting in long polls: time from produce call to lease reply.
 
     The producer sends one batch every ``TICK`` seconds, sized to make ``rate`` items/s, with at most
     ``PRODUCE_IN_FLIGHT`` requests outstanding (a real producer batches too).
     """
-    await fresh_queue(client, "latency", 1)
+    await fresh_queue(client, "latency", parts)
     result = Result(f"latency@{rate:,.0f}/s", max(1, round(rate * TICK)), consumers)
     sent: dict[bytes, float] = {}
     stop = asyncio.Event()
@@ -442,7 +444,8 @@ async def main() -> None:
                     continue
                 if scenario == "latency":
                     for rate in args.rate or [1000.0]:
-                        print((await latency_scenario(client, rate, args.duration, 2)).line(), flush=True)
+                        result = await latency_scenario(client, rate, args.duration, 2, args.partitions)
+                        print(result.line(), flush=True)
                     continue
                 run = {
                     "produce": produce_scenario,
