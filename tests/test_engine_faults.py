@@ -321,7 +321,10 @@ class HeldWrites(FaultyPartition):
         return await super().run(fn)
 
 
-async def test_a_lease_whose_write_hangs_is_answered_after_a_grace_and_its_items_come_back() -> None:
+async def lease_past_its_deadline_with_its_write_held() -> tuple[
+    FakeClock, HeldWrites, LogicalQueue, asyncio.Task[tuple[int, list[Item]]]
+]:
+    """One item queued, a lease of it whose write is held, and the lease's deadline just passed."""
     clock = FakeClock()
     p = HeldWrites()
     lq = LogicalQueue(Settings(record()), [(0, p)], clock, no_dead_queue)  # type: ignore[list-item]
@@ -329,10 +332,15 @@ async def test_a_lease_whose_write_hangs_is_answered_after_a_grace_and_its_items
     p.held = True
     lease = asyncio.create_task(lq.lease("c", 1, MICROS))
     await eventually(lambda: _true(p.waiting == 1))
-    clock.advance(1)  # the deadline, with the lease's write in flight: it may still lease the item
+    clock.advance(1)
     for _ in range(3):
         await asyncio.sleep(0)  # let the deadline's timer run
-    assert not lease.done()
+    return clock, p, lq, lease
+
+
+async def test_a_lease_whose_write_hangs_is_answered_after_a_grace_and_its_items_come_back() -> None:
+    clock, p, lq, lease = await lease_past_its_deadline_with_its_write_held()
+    assert not lease.done()  # its write may still lease the item
     clock.advance(LEASE_GRACE / MICROS)
     with pytest.raises(RetryRequest, match="the lease could not be stored before request_timeout"):
         await asyncio.wait_for(lease, 5)
@@ -346,16 +354,7 @@ async def test_a_lease_whose_write_hangs_is_answered_after_a_grace_and_its_items
 
 
 async def test_a_lease_whose_write_ends_within_the_grace_gets_its_items() -> None:
-    clock = FakeClock()
-    p = HeldWrites()
-    lq = LogicalQueue(Settings(record()), [(0, p)], clock, no_dead_queue)  # type: ignore[list-item]
-    await lq.produce([Item(payload=b"x")], MINUTE)
-    p.held = True
-    lease = asyncio.create_task(lq.lease("c", 1, MICROS))
-    await eventually(lambda: _true(p.waiting == 1))
-    clock.advance(1)  # the deadline passes with the write in flight
-    for _ in range(3):
-        await asyncio.sleep(0)
+    _, p, lq, lease = await lease_past_its_deadline_with_its_write_held()
     p.held = False
     p.release.set()
     _, items = await asyncio.wait_for(lease, 5)

@@ -22,11 +22,15 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 
 import pytest
+
+from querator.client import AsyncClient
+from querator.errors import QueratorError
 
 from .etcd_server import etcd  # noqa: F401 - the session's etcd fixture, for every integration test
 
@@ -69,6 +73,35 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout: float, what:
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not true after {timeout}s")
         await asyncio.sleep(POLL_INTERVAL)
+
+
+async def keep_producing(
+    client: AsyncClient,
+    queue: str,
+    producer: int,
+    size: int,
+    acked: set[str],
+    replies: Counter[int],
+    stop: asyncio.Event,
+    errors: list[str] | None = None,
+) -> None:
+    """Produces batches of ``size`` unique payloads until ``stop``: acknowledged payloads go into
+    ``acked``, every reply's status into ``replies`` (200, or the error's code), error messages into
+    ``errors``. An error is followed by a short pause, as a client backing off would."""
+    seq = 0
+    while not stop.is_set():
+        batch = [f"p{producer}-{seq + i:06d}" for i in range(size)]
+        seq += size
+        try:
+            await client.produce(queue, batch, request_timeout="5s")
+        except QueratorError as e:
+            replies[e.code] += 1
+            if errors is not None:
+                errors.append(f"produce: {e.code} {e.message}")
+            await asyncio.sleep(0.05)
+        else:
+            replies[200] += 1
+            acked.update(batch)
 
 
 class ServerProcess:

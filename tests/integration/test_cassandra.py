@@ -23,13 +23,13 @@ from cassandra.query import dict_factory
 
 from querator.client import AsyncClient
 from querator.clock import SystemClock
-from querator.errors import QueratorError, RetryRequest
+from querator.errors import RetryRequest
 from querator.storage.cassandra import CQL_ITEMS_AFTER, CassandraPartition, CassandraSettings, CassandraStore
 from querator.wire import messages as m
 from tests.cassandra_node import CassandraNode
 from tests.storage.contract import Part, item
 
-from .conftest import Servers, eventually, kill9
+from .conftest import Servers, eventually, keep_producing, kill9
 from .test_crash import DEADLINE, drain, stats_totals
 
 PRODUCERS = 4
@@ -90,21 +90,10 @@ async def test_cassandra_restart_under_load_loses_nothing_and_answers_454(
     async with AsyncClient(server.url) as client:
         await client.create_queue("load", lease_timeout="1m", expire_timeout="1h", partitions=2)
 
-        async def produce(producer: int) -> None:
-            seq = 0
-            while not stop.is_set():
-                batch = [f"p{producer}-{seq + i:06d}" for i in range(5)]
-                seq += len(batch)
-                try:
-                    await client.produce("load", batch, request_timeout="5s")
-                except QueratorError as e:
-                    codes[e.code] += 1
-                    await asyncio.sleep(0.05)
-                else:
-                    codes[200] += 1
-                    acked.update(batch)
-
-        producers = [asyncio.create_task(produce(i)) for i in range(PRODUCERS)]
+        producers = [
+            asyncio.create_task(keep_producing(client, "load", n, 5, acked, codes, stop))
+            for n in range(PRODUCERS)
+        ]
         await eventually(lambda: _true(len(acked) >= 200), DEADLINE, "items acknowledged before the outage")
         await asyncio.to_thread(cassandra_node.stop)
         before = codes[454]

@@ -22,7 +22,7 @@ from querator.client import AsyncClient
 from querator.errors import QueratorError
 from tests.cassandra_node import CassandraNode, cluster, wait_all_up
 
-from .conftest import Servers, eventually
+from .conftest import Servers, eventually, keep_producing
 from .test_crash import DEADLINE, drain
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -72,22 +72,6 @@ async def test_replica_faults_lose_no_acknowledged_item(
     async with AsyncClient(server.url) as client:
         await client.create_queue("replicas", lease_timeout="10s", expire_timeout="1h", partitions=4)
 
-        async def produce(producer: int) -> None:
-            seq = 0
-            while not stop.is_set():
-                batch = [f"p{producer}-{seq + i:06d}" for i in range(10)]
-                seq += len(batch)
-                try:
-                    await client.produce("replicas", batch, request_timeout="5s")
-                except QueratorError as e:
-                    produced[e.code] += 1
-                    if e.code != 454:
-                        unexpected.append(f"produce: {e.code} {e.message}")
-                    await asyncio.sleep(0.05)
-                else:
-                    produced[200] += 1
-                    acked.update(batch)
-
         async def consume() -> None:
             while not stop.is_set():
                 try:
@@ -118,7 +102,10 @@ async def test_replica_faults_lose_no_acknowledged_item(
 
             await eventually(more, DEADLINE, f"454 {what}")
 
-        workers = [asyncio.create_task(produce(n)) for n in range(PRODUCERS)]
+        workers = [
+            asyncio.create_task(keep_producing(client, "replicas", n, 10, acked, produced, stop, unexpected))
+            for n in range(PRODUCERS)
+        ]
         workers.append(asyncio.create_task(consume()))
         await goes_on("with every replica up")
         await asyncio.to_thread(third.stop)
