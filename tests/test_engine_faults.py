@@ -380,6 +380,29 @@ async def test_a_lease_is_answered_when_its_partition_commits_not_when_the_slowe
     await lq.shutdown()
 
 
+async def test_a_bug_in_one_partition_lets_the_others_finish_and_answer() -> None:
+    """The batch ends only when every partition's transaction has: none outlives it into the next one."""
+    clock = FakeClock()
+    parts = [FaultyPartition(), HeldWrites()]
+    lq = LogicalQueue(Settings(record()), list(enumerate(parts)), clock, no_dead_queue)  # type: ignore[arg-type]
+    for _ in range(2):
+        await lq.produce([Item(payload=b"x")], MINUTE)
+    parts[0].bug = RuntimeError("a bug")
+    parts[1].held = True
+    leases = [asyncio.create_task(lq.lease(f"c{n}", 1, MINUTE)) for n in range(2)]  # one batch
+    await eventually(lambda: _true(parts[1].waiting == 1))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert not any(t.done() for t in leases)  # partition 0 raised; partition 1's write is still out
+    parts[1].held = False
+    parts[1].release.set()
+    done = await asyncio.gather(*leases, return_exceptions=True)
+    answers = {repr(d) if isinstance(d, Exception) else f"partition {d[0]}" for d in done}
+    assert answers == {"partition 1", "RuntimeError('a bug')"}
+    parts[0].bug = None
+    await lq.shutdown()
+
+
 async def test_partitions_wait_on_storage_side_by_side() -> None:
     """One partition waiting out a storage timeout does not hold up the others' loads and lifecycles for
     as long again: they run concurrently, as batches do."""

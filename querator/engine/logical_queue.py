@@ -440,6 +440,7 @@ class LogicalQueue:
         lease_deadline = now + settings.lease_timeout
         for lease in self._leases:
             lease.op = None
+            lease.writing = False
             if lease.future.done():
                 continue
             if lease.deadline <= now:  # its write ended after its deadline, empty-handed: not another one
@@ -452,13 +453,13 @@ class LogicalQueue:
                 lease.writing = True
 
         waiting: dict[PartitionState, list[_Request]] = {p: [] for p in batches}
-        for req in [*hot, *self._leases]:
-            if (
-                req.partition is not None
-                and not req.future.done()
-                and (not isinstance(req, _Lease) or req.op is not None)
-            ):
+        for req in hot:  # hot leases are among self._leases already
+            if req.partition is not None and not req.future.done() and not isinstance(req, _Lease):
                 waiting[req.partition].append(req)
+        for lease in self._leases:
+            if lease.op is not None:
+                assert lease.partition is not None
+                waiting[lease.partition].append(lease)
         has_dead_queue = bool(settings.dead_queue)
 
         async def apply(p: PartitionState, batch: PartitionBatch) -> int:
@@ -472,10 +473,14 @@ class LogicalQueue:
 
         # One transaction per partition, all in flight together: a networked store (Cassandra) spends
         # most of a transaction waiting for a round trip, and sqlite commits waiting ones as a group.
-        # Each partition's requests are answered as soon as its own transaction ends.
-        leased = sum(await asyncio.gather(*(apply(p, b) for p, b in batches.items())))
+        # Each partition's requests are answered as soon as its own transaction ends. Every transaction
+        # ends before the batch does, even when one raised: none may outlive it into the next batch.
+        applied = await asyncio.gather(*(apply(p, b) for p, b in batches.items()), return_exceptions=True)
         self._leases = [lease for lease in self._leases if not lease.future.done()]
-        return leased
+        for outcome in applied:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return sum(n for n in applied if isinstance(n, int))
 
     async def _apply(
         self, p: PartitionState, batch: PartitionBatch, now: int, has_dead_queue: bool
@@ -710,7 +715,7 @@ def _answer(p: PartitionState, requests: list[_Request], result: BatchResult | S
     for req in requests:
         if isinstance(req, _Lease):
             # Items of a transaction that failed were never leased: the request stays parked.
-            if req.op is not None and req.op.items and not failed:
+            if req.op is not None and req.op.items and not failed and not req.future.done():
                 leased += len(req.op.items)
                 _settle(req.future, (p.number, req.op.items))
         elif isinstance(result, StorageError):
