@@ -255,10 +255,13 @@ class Membership:
             if holder_deadline is None:
                 holder_deadline = await self._holder_deadline(holder)
             if self._clock.monotonic() >= holder_deadline:
-                raise MembershipError(
-                    f"node id '{self.node_id}' is already registered by a live node "
-                    f"({_address(holder)}, lease {holder.lease:x}); give each node its own --node-id"
-                )
+                if await self._holder_alive(holder):
+                    raise MembershipError(
+                        f"node id '{self.node_id}' is already registered by a live node "
+                        f"({_address(holder)}, lease {holder.lease:x}); give each node its own --node-id"
+                    )
+                # Expired, not yet revoked: etcd's lessor lags behind on a busy machine.
+                holder_deadline = self._clock.monotonic() + PREDECESSOR_MARGIN
             await self._sleep(self._retry_interval)
 
     async def _revoke_quietly(self, lease_id: int) -> None:
@@ -281,6 +284,14 @@ class Membership:
             ttl.ttl,
         )
         return self._clock.monotonic() + max(ttl.ttl, 0) + PREDECESSOR_MARGIN
+
+    async def _holder_alive(self, holder: KeyValue) -> bool:
+        """Whether the key's lease lives on past the TTL it had when first seen: its holder renews it."""
+        assert self._etcd is not None
+        if holder.lease == 0:
+            return True
+        ttl = await self._etcd.time_to_live(holder.lease, self._request_timeout)
+        return ttl.ttl > 0
 
     async def _keep_alive(self) -> None:
         """Renews the lease forever; re-registers (same id) when etcd lost it."""
