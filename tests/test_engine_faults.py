@@ -320,6 +320,18 @@ class HeldWrites(FaultyPartition):
             await self.release.wait()
         return await super().run(fn)
 
+    def let_go(self) -> None:
+        self.held = False
+        self.release.set()
+
+
+async def one_item_in_each(parts: list[FaultyPartition], clock: FakeClock) -> LogicalQueue:
+    """A logical queue over ``parts`` with one queued item in each (produce goes to the emptiest)."""
+    lq = LogicalQueue(Settings(record()), list(enumerate(parts)), clock, no_dead_queue)  # type: ignore[arg-type]
+    for _ in parts:
+        await lq.produce([Item(payload=b"x")], MINUTE)
+    return lq
+
 
 async def lease_past_its_deadline_with_its_write_held() -> tuple[
     FakeClock, HeldWrites, LogicalQueue, asyncio.Task[tuple[int, list[Item]]]
@@ -344,8 +356,7 @@ async def test_a_lease_whose_write_hangs_is_answered_after_a_grace_and_its_items
     clock.advance(LEASE_GRACE / MICROS)
     with pytest.raises(RetryRequest, match="the lease could not be stored before request_timeout"):
         await asyncio.wait_for(lease, 5)
-    p.held = False
-    p.release.set()
+    p.let_go()
     await eventually(lambda: _true(lq.partitions[0].deadlines.lease_deadline > 0))
     clock.advance(61)  # the write went through, leasing the item to nobody: it returns at lease expiry
     _, items = await asyncio.wait_for(lq.lease("c", 1, MINUTE), 5)
@@ -355,8 +366,7 @@ async def test_a_lease_whose_write_hangs_is_answered_after_a_grace_and_its_items
 
 async def test_a_lease_whose_write_ends_within_the_grace_gets_its_items() -> None:
     _, p, lq, lease = await lease_past_its_deadline_with_its_write_held()
-    p.held = False
-    p.release.set()
+    p.let_go()
     _, items = await asyncio.wait_for(lease, 5)
     assert [(i.payload, i.attempts) for i in items] == [(b"x", 1)]
     await lq.shutdown()
@@ -365,28 +375,22 @@ async def test_a_lease_whose_write_ends_within_the_grace_gets_its_items() -> Non
 async def test_a_lease_is_answered_when_its_partition_commits_not_when_the_slowest_does() -> None:
     clock = FakeClock()
     parts = [HeldWrites(), HeldWrites()]
-    lq = LogicalQueue(Settings(record()), list(enumerate(parts)), clock, no_dead_queue)  # type: ignore[arg-type]
-    for _ in range(2):
-        await lq.produce([Item(payload=b"x")], MINUTE)
+    lq = await one_item_in_each(parts, clock)
     assert [p.part.stats(0).total for p in parts] == [1, 1]
     parts[0].held = True
     leases = [asyncio.create_task(lq.lease(f"c{n}", 1, MINUTE)) for n in range(2)]  # one batch
     await eventually(lambda: _true(parts[0].waiting == 1))
     done, _ = await asyncio.wait(leases, timeout=5, return_when=asyncio.FIRST_COMPLETED)
     assert [t.result()[0] for t in done] == [1]  # partition 1's lease, while partition 0's write waits
-    parts[0].held = False
-    parts[0].release.set()
+    parts[0].let_go()
     assert [(await t)[0] for t in leases if t not in done] == [0]
     await lq.shutdown()
 
 
 async def test_a_bug_in_one_partition_lets_the_others_finish_and_answer() -> None:
     """The batch ends only when every partition's transaction has: none outlives it into the next one."""
-    clock = FakeClock()
     parts = [FaultyPartition(), HeldWrites()]
-    lq = LogicalQueue(Settings(record()), list(enumerate(parts)), clock, no_dead_queue)  # type: ignore[arg-type]
-    for _ in range(2):
-        await lq.produce([Item(payload=b"x")], MINUTE)
+    lq = await one_item_in_each(parts, FakeClock())
     parts[0].bug = RuntimeError("a bug")
     parts[1].held = True
     leases = [asyncio.create_task(lq.lease(f"c{n}", 1, MINUTE)) for n in range(2)]  # one batch
@@ -394,8 +398,7 @@ async def test_a_bug_in_one_partition_lets_the_others_finish_and_answer() -> Non
     for _ in range(3):
         await asyncio.sleep(0)
     assert not any(t.done() for t in leases)  # partition 0 raised; partition 1's write is still out
-    parts[1].held = False
-    parts[1].release.set()
+    parts[1].let_go()
     done = await asyncio.gather(*leases, return_exceptions=True)
     answers = {repr(d) if isinstance(d, Exception) else f"partition {d[0]}" for d in done}
     assert answers == {"partition 1", "RuntimeError('a bug')"}
@@ -408,9 +411,7 @@ async def test_partitions_wait_on_storage_side_by_side() -> None:
     as long again: they run concurrently, as batches do."""
     clock = FakeClock()
     parts = [HeldWrites(), HeldWrites()]
-    lq = LogicalQueue(Settings(record()), list(enumerate(parts)), clock, no_dead_queue)  # type: ignore[arg-type]
-    for _ in range(2):
-        await lq.produce([Item(payload=b"x")], MINUTE)
+    lq = await one_item_in_each(parts, clock)
     for n in range(2):
         await lq.lease(f"c{n}", 1, MINUTE)
     assert all(p.part.stats(0).leased == 1 for p in parts)
@@ -419,8 +420,7 @@ async def test_partitions_wait_on_storage_side_by_side() -> None:
     clock.advance(61)  # both leases expire: both partitions' lifecycles are due
     await eventually(lambda: _true([p.waiting for p in parts] == [1, 1]))
     for p in parts:
-        p.held = False
-        p.release.set()
+        p.let_go()
     await lq.shutdown()
 
 
