@@ -273,6 +273,31 @@ async def test_a_write_that_may_have_been_applied_answers_outcome_unknown() -> N
     await lq.shutdown()
 
 
+async def test_a_count_a_lost_answer_left_too_high_does_not_hold_leases_on_an_empty_partition() -> None:
+    clock = FakeClock()
+    p0, p1 = FaultyPartition(), FaultyPartition()
+    lq = LogicalQueue(Settings(record()), [(0, p0), (1, p1)], clock, no_dead_queue)
+    await lq.produce([Item(payload=b"a")], MINUTE)  # partition 0: ties go to the first
+    p0.lose_answers = 1
+    lease = asyncio.ensure_future(lq.lease("c1", 1, MINUTE))  # "a" is leased, the engine cannot know
+
+    async def failed() -> bool:
+        return lq.partitions[0].failures == 1
+
+    await eventually(failed)
+    clock.advance(1)  # past the back-off: the lease is placed again, and partition 0 has nothing
+
+    async def recovered() -> bool:
+        return lq.partitions[0].failures == 0 and not lq.partitions[0].un_leased
+
+    await eventually(recovered)
+    assert p0.part.head(1) == [] and not lease.done()
+    await lq.produce([Item(payload=b"b")], MINUTE)
+    _, items = await asyncio.wait_for(lease, 5)
+    assert [i.payload for i in items] == [b"b"]
+    await lq.shutdown()
+
+
 async def test_a_parked_lease_is_answered_at_its_deadline_while_the_loop_waits_on_storage() -> None:
     """The loop may wait out storage timeouts (a reload after a failure, say) for longer than any client
     waits: a parked lease still gets its 454 at its request_timeout, and its client id is free again."""

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
+from querator.clock import MICROS, FakeClock
+from querator.engine.distribution import FAIRNESS
+
 from .conftest import Api, eventually
 
 
@@ -30,6 +33,21 @@ async def test_opportunistic_lease(api: Api) -> None:
     for n in (5, 10, 20):
         await api.lease("q", batch_size=n, client_id=f"c{n}")
     assert await totals(api, "q", "total_leased") == [15, 20]
+
+
+async def test_a_partition_left_behind_is_not_starved(api: Api, clock: FakeClock) -> None:
+    # By the counts alone partition 0 would wait for as long as this goes on: each produce refills
+    # partition 1 (the fewest items), each lease drains it (the most).
+    await api.create("q", requested_partitions=2)
+    await api.produce_n("q", 3)
+    partitions = []
+    for n in range(2):
+        clock.advance(0.6 * FAIRNESS / MICROS)
+        await api.produce_n("q", 4)
+        reply = await api.lease("q", batch_size=4, client_id=f"c{n}")
+        partitions.append((reply.get("partition", 0), len(reply["items"])))
+    # Partition 0's items had waited 0.6 then 1.2 times FAIRNESS longer than partition 1's.
+    assert partitions == [(1, 4), (0, 3)]
 
 
 async def test_many_partitions_one_consumer(api: Api) -> None:

@@ -23,6 +23,7 @@ from typing import Any, Protocol, TypeVar
 
 from querator import _tasks
 from querator.clock import MICROS, Clock, TimerHandle
+from querator.engine.backlog import Backlog
 from querator.engine.distribution import Distribution
 from querator.errors import (
     TRY_AGAIN,
@@ -90,6 +91,14 @@ class PartitionState:
     timer: TimerHandle | None = None
     timer_at: int = 0
     claimed: bool = False
+    backlog: Backlog = field(default_factory=Backlog)
+
+    def recount(self, delta: int, at: int, left: int = 0) -> None:
+        """``delta`` more items a lease could take; ``left`` of the oldest ones left (leased, or dead
+        before any lease took them) and the rest of the change joined the tail, at monotonic ``at``."""
+        self.un_leased += delta
+        self.backlog.take(left)
+        self.backlog.sync(self.un_leased, at)
 
     def new_id(self) -> str:
         assert self.ids is not None, "partition used before it was loaded"
@@ -396,9 +405,11 @@ class LogicalQueue:
         """Processes one batch; returns how many items it leased."""
         now = self._clock.now()
         settings = self._queue.settings
+        at = self._monotonic()
         for p in self.partitions.values():
             p.estimate = p.un_leased
-        dist = Distribution(p for p in self.partitions.values() if p.ids is not None)
+            p.backlog.sync(p.un_leased, at)  # counts set since by a load, an import, a stats read
+        dist = Distribution((p for p in self.partitions.values() if p.ids is not None), at)
         batches: dict[PartitionState, PartitionBatch] = {}
 
         def batch_of(p: PartitionState) -> PartitionBatch:
@@ -493,7 +504,12 @@ class LogicalQueue:
         except StorageError as e:
             self._fail(p, e)
             return e
-        p.un_leased += result.queued_delta
+        delta = result.queued_delta
+        if result.drained_at is not None:
+            # The storage found nothing left to lease: whatever the count said (a write whose answer was
+            # lost, say, leaves it too high), it is what the batch added since.
+            p.un_leased, delta = 0, delta - result.drained_at
+        p.recount(delta, self._monotonic(), result.leased)
         counters = self.counters
         counters.produced += result.produced
         counters.leased += result.leased
@@ -556,13 +572,16 @@ class LogicalQueue:
             self._fail(p, e)
             return
         p.failures = 0
-        p.un_leased += result.queued_delta
+        p.recount(
+            result.queued_delta, self._monotonic(), result.requeued + result.enqueued - result.queued_delta
+        )
         p.deadlines = result.deadlines
         self.counters.lease_expired += result.requeued
         self.counters.dead += result.deleted
         if result.dead and not await self._dead_letter(p, result.dead):
-            # The delta counted the dead items as gone; they stay stored until the next attempt.
-            p.un_leased += sum(1 for i in result.dead if not i.is_leased)
+            # The delta counted the dead items as gone; they stay stored until the next attempt (the
+            # backlog has them as new until then).
+            p.recount(sum(1 for i in result.dead if not i.is_leased), self._monotonic())
             return
         if result.more:
             p.due = True
@@ -599,6 +618,11 @@ class LogicalQueue:
             return False
         self.counters.dead += len(items)
         return True
+
+    def _monotonic(self) -> int:
+        """Microseconds for the backlog's arrival times: a wall clock stepped back would make the
+        items queued before the step look newer than the ones after it."""
+        return int(self._clock.monotonic() * MICROS)
 
     def _fail(self, p: PartitionState, error: Exception) -> None:
         if isinstance(error, StaleOwnerError) and self._on_stale is not None:

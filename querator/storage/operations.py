@@ -102,6 +102,9 @@ class BatchResult:
     retried: int = 0
     dropped: int = 0
     """Items retried with ``dead`` and deleted because the queue has no dead queue."""
+    drained_at: int | None = None
+    """``queued_delta`` when a lease found fewer items than its requests asked for, so none was left to
+    lease: the partition's count after the batch is what changed since (None: not drained)."""
 
 
 @dataclass(slots=True)
@@ -183,7 +186,10 @@ def _produce(tx: PartitionTx, items: list[Item], now: int, new_id: NewId, result
 
 
 def _lease(tx: PartitionTx, ops: list[LeaseOp], result: BatchResult) -> None:
-    available = tx.head(sum(op.batch_size for op in ops))
+    wanted = sum(op.batch_size for op in ops)
+    available = tx.head(wanted)
+    if len(available) < wanted:
+        result.drained_at = result.queued_delta - len(available)
     if not available:
         return
     # Deal one item at a time, in arrival order, to the requests that still want more (spec §2.4).
