@@ -5,6 +5,7 @@
     python bench/bench.py --storage sqlite --scenario rss --items 1000000
     python bench/bench.py --storage cassandra --scenario cycle --batch 100   # starts a local Cassandra
     python bench/bench.py --storage cassandra --cassandra-port 9042 ...     # or uses a running one
+    python bench/bench.py --storage cassandra --cassandra-commitlog periodic ...  # Cassandra's default mode
     python bench/bench.py --nodes 3 --via other ...     # a 3-node cluster on a local etcd, through a node
                                                         # that does not own the queue (every call forwarded)
     python bench/bench.py --protobuf ...               # binary protobuf bodies instead of JSON
@@ -319,13 +320,14 @@ async def rss_scenario(client: AsyncClient, server: Server, items: int) -> str:
     )
 
 
-def start_cassandra() -> CassandraNode:
+def start_cassandra(commitlog: str) -> CassandraNode:
     """The tests' single Cassandra node (tests/cassandra_node.py: 1 GiB heap, loopback, commit log
-    synced per batch of writes but without fsync), in a temporary directory."""
+    synced per group of writes, without fsync, unless ``commitlog`` is ``periodic``), in a temporary
+    directory."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.cassandra_node import CassandraNode
 
-    node = CassandraNode(Path(tempfile.mkdtemp(prefix="querator-bench-cassandra-")))
+    node = CassandraNode(Path(tempfile.mkdtemp(prefix="querator-bench-cassandra-")), commitlog=commitlog)
     node.start()
     return node
 
@@ -375,6 +377,12 @@ async def main() -> None:
     parser.add_argument(
         "--cassandra-port", type=int, help="a running Cassandra on localhost (otherwise one is started)"
     )
+    parser.add_argument(
+        "--cassandra-commitlog",
+        default="group",
+        choices=["group", "periodic"],
+        help="commit-log mode of the Cassandra node it starts (group: the tests' durable single-node mode)",
+    )
     parser.add_argument("--sqlite-synchronous", default="FULL", choices=["FULL", "NORMAL"])
     parser.add_argument("--nodes", type=int, default=1, help="cluster nodes to start (on a local etcd)")
     parser.add_argument(
@@ -409,7 +417,7 @@ async def main() -> None:
     if args.storage == "cassandra" and not args.endpoint:
         port = args.cassandra_port
         if port is None:
-            node = start_cassandra()
+            node = start_cassandra(args.cassandra_commitlog)
             port = node.cql_port
         keyspace = f"bench_{os.getpid()}"
         extra = ["--cassandra-port", str(port), "--cassandra-keyspace", keyspace]
@@ -431,6 +439,7 @@ async def main() -> None:
         f"{args.partitions} partitions, {args.duration:.0f} s each, {'protobuf' if args.protobuf else 'JSON'}"
         + (f" after {args.warmup:.0f} s of warm-up" if args.warmup else "")
         + (f", {args.nodes} nodes, via the {args.via}" if args.nodes > 1 else "")
+        + (f", commit log {args.cassandra_commitlog}" if node is not None else "")
     )
     try:
         async with AsyncClient(endpoint, limit=args.clients * 4, protobuf=args.protobuf) as client:

@@ -75,8 +75,7 @@ cluster_name: querator-test
 num_tokens: 1
 initial_token: {token}
 partitioner: org.apache.cassandra.dht.Murmur3Partitioner
-commitlog_sync: group
-commitlog_sync_group_window: 1ms
+{commitlog}
 seed_provider:
   - class_name: org.apache.cassandra.locator.SimpleSeedProvider
     parameters:
@@ -101,6 +100,13 @@ tombstone_warn_threshold: 1000
 paxos_variant: v2
 tombstone_failure_threshold: 100000
 """
+
+COMMITLOG = {
+    "group": "commitlog_sync: group\ncommitlog_sync_group_window: 1ms",
+    "periodic": "commitlog_sync: periodic\ncommitlog_sync_period: 10000ms",
+}
+"""Commit-log modes: ``group`` (the tests', see above) and Cassandra's default ``periodic``, for the
+benchmark harness (docs/benchmarks.md, "The commit-log mode")."""
 
 LOGBACK = """\
 <configuration>
@@ -154,6 +160,7 @@ class CassandraNode:
         ports: tuple[int, int] | None = None,
         token: int = 0,
         seed: str = "127.0.0.1",
+        commitlog: str = "group",
     ) -> None:
         self.base = base
         self.address = address
@@ -170,6 +177,7 @@ class CassandraNode:
             token=token,
             storage_port=self.storage_port,
             cql_port=self.cql_port,
+            commitlog=COMMITLOG[commitlog],
         )
         (base / "cassandra.yaml").write_text(config)
         (base / "logback.xml").write_text(LOGBACK.format(base=base))
