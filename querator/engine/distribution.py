@@ -49,10 +49,11 @@ class Distribution(Generic[P]):
         self._sorted = sorted(partitions, key=_key)
         self._now = now
         self._promised: dict[P, int] = {}
-        # A bound on every front for the batch (promises only make fronts newer): while the partition
-        # the counts choose is within FAIRNESS of it, no other can be chosen, and none is looked at.
+        # A bound on the fronts a lease may be sent to (produces come first and start new fronts at
+        # ``now``; promises only make fronts newer): while the partition the counts choose is within
+        # FAIRNESS of it, no other can be chosen, and none is looked at.
         self._oldest = min(
-            (at for p in self._sorted if (at := p.backlog.queued_at()) is not None), default=now
+            (self._queued_at(p) for p in self._sorted if p.estimate > 0 and not p.failures), default=now
         )
 
     def produce(self, count: int) -> P | None:
@@ -81,9 +82,14 @@ class Distribution(Generic[P]):
         """The healthy partition holding the item that has waited longest, if it has waited FAIRNESS
         longer than ``chosen``'s oldest; else ``chosen``."""
         best, best_at = chosen, self._queued_at(chosen) - FAIRNESS
+        oldest = self._now
         for q in self._sorted:
-            if q.estimate > 0 and not q.failures and (at := self._queued_at(q)) < best_at:
-                best, best_at = q, at
+            if q.estimate > 0 and not q.failures:
+                at = self._queued_at(q)
+                oldest = min(oldest, at)
+                if at < best_at:
+                    best, best_at = q, at
+        self._oldest = oldest  # tightened: the next leases of the batch look only if one still waits
         return best
 
     def _queued_at(self, p: P) -> int:

@@ -96,7 +96,8 @@ class PartitionState:
     def recount(self, delta: int, at: int, left: int = 0) -> None:
         """``delta`` more items a lease could take; ``left`` of the oldest ones left (leased, or dead
         before any lease took them) and the rest of the change joined the tail, at monotonic ``at``."""
-        self.un_leased += delta
+        # Never below zero: a count a lost answer left too low must not subtract from the others'.
+        self.un_leased = max(0, self.un_leased + delta)
         self.backlog.take(left)
         self.backlog.sync(self.un_leased, at)
 
@@ -388,8 +389,11 @@ class LogicalQueue:
     async def _serve_parked(self) -> None:
         # Parked leases get another chance whenever some partition may have items for them.
         while self._leases and any(p.un_leased > 0 and not p.failures for p in self.partitions.values()):
+            counts = [p.un_leased for p in self.partitions.values()]
             try:
-                if not await self._batch([]):
+                # Nothing leased and no count put right (a lease found its partition emptier than
+                # counted): nothing more to try until something changes.
+                if not await self._batch([]) and counts == [p.un_leased for p in self.partitions.values()]:
                     break
             except Exception as e:
                 log.exception("queue %s: serving parked leases failed", self._queue.settings.name)
@@ -509,6 +513,7 @@ class LogicalQueue:
             # The storage found nothing left to lease: whatever the count said (a write whose answer was
             # lost, say, leaves it too high), it is what the batch added since.
             p.un_leased, delta = 0, delta - result.drained_at
+            p.backlog = Backlog()
         p.recount(delta, self._monotonic(), result.leased)
         counters = self.counters
         counters.produced += result.produced
