@@ -405,6 +405,7 @@ async def main() -> None:
         help="seconds of each throughput scenario run first, unrecorded (a fresh Cassandra's JIT is cold)",
     )
     parser.add_argument("--rate", type=float, action="append", help="latency scenario rates (items/s)")
+    parser.add_argument("--consumers", type=int, default=2, help="latency scenario consumers")
     parser.add_argument("--items", type=int, default=1_000_000, help="items for the rss scenario")
     parser.add_argument(
         "--protobuf", action="store_true", help="binary protobuf bodies (as the Go client sends), not JSON"
@@ -453,7 +454,9 @@ async def main() -> None:
                     continue
                 if scenario == "latency":
                     for rate in args.rate or [1000.0]:
-                        result = await latency_scenario(client, rate, args.duration, 2, args.partitions)
+                        result = await latency_scenario(
+                            client, rate, args.duration, args.consumers, args.partitions
+                        )
                         print(result.line(), flush=True)
                     continue
                 run = {
