@@ -8,11 +8,15 @@ Cassandra only, so memory does not grow with the depth of a queue.
 
 A ``CassandraTx`` serves reads from the index (and from Cassandra through the ``Reader`` for what is not
 in memory: the window's refill, payloads, listings), applies writes to the index at once and records the
-rows they produce. ``Partition.run`` then writes those rows as one conditional batch; if anything fails
-the whole index is thrown away and loaded again from Cassandra, so a failed run leaves no trace in memory.
+rows they produce. ``Partition.run`` then writes those rows: the item rows as a plain batch, then the rest
+as one conditional batch, the run's commit; if anything fails the whole index is thrown away and loaded
+again from Cassandra, so a failed run leaves no trace in memory.
 
 Row model (table ``items``, one Cassandra partition per (queue, partition, segment)):
-- item rows (``record = 0``): an item as inserted, payload included; never changed afterwards;
+- item rows (``record = 0``): an item as inserted, payload included; never changed afterwards. They are
+  written before the fenced batch that commits them (ADR 0004), so a segment may also hold *orphans*,
+  rows of a run whose fenced batch failed or was refused, all above its committed end
+  (``committed_end``): every range read of item rows stops there;
 - state log rows (``record = 1``): one per write that changed items that are not simply queued
   (leased, scheduled, or gone), holding their new states, appended to the tail segment whatever segment
   holds the item rows; replayed in order at load, so an item's latest state wins;
@@ -40,8 +44,9 @@ SCAN_PAGE = 1000
 class Reader(Protocol):
     """Blocking reads of a partition's item rows (the transaction runs on a worker thread)."""
 
-    def items_after(self, segment: int, after: str, limit: int, full: bool) -> list[Item]:
-        """Item rows of ``segment`` with ``id > after`` in id order; without ``full``, no payload."""
+    def items_after(self, segment: int, after: str, upto: str, limit: int, full: bool) -> list[Item]:
+        """Item rows of ``segment`` with ``after < id <= upto`` in id order; without ``full``, no
+        payload."""
 
     def items_by_id(self, segment: int, ids: Sequence[str]) -> list[Item]:
         """The item rows of ``segment`` among ``ids``."""
@@ -167,6 +172,17 @@ class Index:
         index = bisect.bisect_left(self.segment_after, item_id) - 1
         return self.segment_numbers[max(index, 0)]
 
+    def committed_end(self, segment: int) -> str:
+        """The greatest id ``segment`` may hold as a committed item row: the tail's is the committed
+        ``last_id``; a closed segment's is where the next one starts (a roll opens the next segment at
+        the committed ``last_id``, and no run writes item rows into a segment after it is closed). Rows
+        above it are orphans of failed runs (ADR 0004). Range reads run from the cursor's segment on,
+        where no segment was dropped, so the next one in the list is the next one opened."""
+        position = self.segment_numbers.index(segment) + 1
+        if position == len(self.segment_numbers):
+            return self.committed_last_id
+        return self.segment_after[position]
+
     def segments_from(self, item_id: str) -> list[int]:
         start = self.segment_numbers.index(self.segment_of(item_id))
         return self.segment_numbers[start:]
@@ -235,8 +251,9 @@ class Index:
         """Queued items with ``id > after`` in id order: committed ones from Cassandra, then this run's."""
         after = max(after, self.meta.cursor)
         for segment in self.segments_from(after + "\x00"):
-            while after < self.committed_last_id:
-                rows = self.reader.items_after(segment, after, SCAN_PAGE, full)
+            end = self.committed_end(segment)
+            while after < end:
+                rows = self.reader.items_after(segment, after, end, SCAN_PAGE, full)
                 for row in rows:
                     after = row.id
                     if not self._is_state_item(row.id):
@@ -261,8 +278,9 @@ class Index:
         added = 0
         end = self.window_end
         for segment in self.segments_from(end + "\x00"):
-            while end < self.committed_last_id and added < wanted:
-                rows = self.reader.items_after(segment, end, READ_AHEAD, True)
+            committed = self.committed_end(segment)
+            while end < committed and added < wanted:
+                rows = self.reader.items_after(segment, end, committed, READ_AHEAD, True)
                 for row in rows:
                     end = row.id
                     if not self._is_state_item(row.id):

@@ -1,9 +1,13 @@
 """The Cassandra backend: the cluster's store, built the way queues on Cassandra work (docs/storage.md).
 
 - One writer per partition, fenced: ``partitions`` holds the owner epoch, taken with a lightweight
-  transaction by ``claim``; every segment's static ``epoch`` column carries it too, and every write of a
-  run is ONE conditional single-partition batch (``IF epoch = ?``) on the tail segment. A refused batch
+  transaction by ``claim``; every segment's static ``epoch`` column carries it too, and every run commits
+  with ONE conditional single-partition batch (``IF epoch = ?``) on the tail segment. A refused batch
   raises ``StaleOwnerError`` and the partition stops serving until it is claimed again.
+- A run's item rows go out just before that batch, as a plain one (ADR 0004: in the Paxos round their
+  bytes were written twice). Rows of a run that then failed are orphans: they lie above the committed
+  ``last_id`` of their segment, which bounds every read, and they stay there because the owner opens a
+  new tail before writing item rows into a segment it did not open itself in this life.
 - Items live in segments (Cassandra partitions of about ``SEGMENT_ROWS`` rows); a new tail is opened when
   the old one is full, carrying over the few rows that describe non-queued items, and drained segments
   are dropped whole (one partition tombstone, never read). Nothing deletes an item row on the hot path:
@@ -24,7 +28,7 @@ import struct
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import msgspec
 from cassandra import ConsistencyLevel, DriverException, RequestExecutionException, Unavailable
@@ -137,10 +141,10 @@ CQL_SEGMENT_META: Final = (
 )
 CQL_STATES: Final = f"SELECT states FROM {{ks}}.items WHERE {_PK} AND record = 1"
 CQL_ITEMS_AFTER: Final = (
-    f"SELECT id, meta, payload FROM {{ks}}.items WHERE {_PK} AND record = 0 AND id > ? LIMIT ?"
+    f"SELECT id, meta, payload FROM {{ks}}.items WHERE {_PK} AND record = 0 AND id > ? AND id <= ? LIMIT ?"
 )
 CQL_ITEM_META_AFTER: Final = (
-    f"SELECT id, meta FROM {{ks}}.items WHERE {_PK} AND record = 0 AND id > ? LIMIT ?"
+    f"SELECT id, meta FROM {{ks}}.items WHERE {_PK} AND record = 0 AND id > ? AND id <= ? LIMIT ?"
 )
 CQL_ITEMS_BY_ID: Final = f"SELECT id, meta, payload FROM {{ks}}.items WHERE {_PK} AND record = 0 AND id IN ?"
 CQL_DROP_SEGMENT: Final = f"DELETE FROM {{ks}}.items WHERE {_PK}"
@@ -440,9 +444,9 @@ class _Reader:
         self._cql = cql
         self._key = (queue, number)
 
-    def items_after(self, segment: int, after: str, limit: int, full: bool) -> list[Item]:
+    def items_after(self, segment: int, after: str, upto: str, limit: int, full: bool) -> list[Item]:
         cql = CQL_ITEMS_AFTER if full else CQL_ITEM_META_AFTER
-        return [_item(r) for r in self._cql.rows(cql, (*self._key, segment, after, limit))]
+        return [_item(r) for r in self._cql.rows(cql, (*self._key, segment, after, upto, limit))]
 
     def items_by_id(self, segment: int, ids: Sequence[str]) -> list[Item]:
         return [_item(r) for r in self._cql.rows(CQL_ITEMS_BY_ID, (*self._key, segment, list(ids)))]
@@ -504,12 +508,23 @@ class CassandraTx:
         return self._index.list_items(pivot, limit, scheduled)
 
 
-@dataclass
-class _Step:
-    """One write of a run's commit, in order; ``fenced`` ones must be applied or the owner is stale."""
+_FENCED: Final = frozenset({"roll", "open", "carry", "commit"})
 
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """One write of a run, in the order ``_plan`` gives: ``sources`` (import's dedup index), ``drop`` (a
+    drained segment), ``roll`` (the tail pointer), ``open`` (the new tail's epoch), ``carry`` (states the
+    new tail starts with), ``items`` (the run's item rows), ``commit`` (the fenced batch that makes the
+    run durable and visible)."""
+
+    kind: Literal["sources", "drop", "roll", "open", "carry", "items", "commit"]
     statement: Any
-    fenced: bool
+
+    @property
+    def fenced(self) -> bool:
+        """Must be applied, or the owner is stale."""
+        return self.kind in _FENCED
 
 
 class CassandraPartition:
@@ -522,6 +537,10 @@ class CassandraPartition:
         self.epoch = store.epoch
         self._index: Index | None = None
         self._stale: StaleOwnerError | None = None
+        self._own_tail: int | None = None
+        """The tail segment this owner opened in this life with no failed run since: the only segment
+        a run may write item rows into without opening a new one (ADR 0004). An older tail may hold
+        orphans that this owner's ids, seeded from the committed ``last_id``, would pass."""
         self._lock = asyncio.Lock()
 
     @property
@@ -547,24 +566,29 @@ class CassandraPartition:
                 result, steps = await loop.run_in_executor(self._store._threads, self._execute, fn)
                 for step in steps:
                     try:
-                        rows = await self._store._execute_async(loop, step.statement)
+                        rows = await self._send(loop, step)
                     except _DRIVER_ERRORS as e:
-                        raise _storage_error(e, sent=True) from e
+                        # Nothing before the commit is visible: item rows above the committed last_id
+                        # are never read, a roll that did not finish is redone.
+                        raise _storage_error(e, sent=step.kind == "commit") from e
                     if step.fenced and not (rows and rows[0].get("[applied]")):
                         raise self._stale_error(rows[0] if rows else {})
-            except StaleOwnerError as e:
-                self._index = None
-                self._stale = e
-                raise
-            except _DRIVER_ERRORS as e:
-                self._index = None
-                raise _storage_error(e) from e
-            except BaseException:
-                self._index = None
+            except BaseException as e:
+                # Applied or not, the run may have left orphan item rows in the tail: the next run that
+                # writes items opens a new one (ADR 0004).
+                self._index, self._own_tail = None, None
+                if isinstance(e, StaleOwnerError):
+                    self._stale = e
+                if isinstance(e, _DRIVER_ERRORS):
+                    raise _storage_error(e) from e
                 raise
             assert self._index is not None
             self._index.end()
             return result
+
+    async def _send(self, loop: asyncio.AbstractEventLoop, step: _Step) -> list[dict[str, Any]]:
+        """Where every step of a run goes out (the fault tests break runs here)."""
+        return await self._store._execute_async(loop, step.statement)
 
     def _stale_error(self, row: dict[str, Any]) -> StaleOwnerError:
         current = row.get("epoch")
@@ -585,7 +609,8 @@ class CassandraPartition:
 
     def _claim(self, takeover: bool = False) -> dict[str, Any]:
         """Makes ``self.epoch`` the owner of the partition row and of its tail segment; returns the row.
-        With ``takeover``, an owner with a newer epoch is replaced too, by one newer still."""
+        With ``takeover``, an owner with a newer epoch is replaced too, by one newer still. A new life of
+        the owner: its own tail is the tail only if this claim opened it."""
         cql = self._store._cql
         assert cql is not None
         key = self._key
@@ -602,13 +627,15 @@ class CassandraPartition:
         (row,) = cql.rows(CQL_GET_PARTITION, key)
         if row["epoch"] != self.epoch:
             raise self._stale_error(row)
-        self._claim_segment(row["tail"])
+        self._own_tail = row["tail"] if self._claim_segment(row["tail"]) else None
         return row
 
-    def _claim_segment(self, segment: int) -> None:
+    def _claim_segment(self, segment: int) -> bool:
+        """Makes ``self.epoch`` the segment's owner; True if this opened the segment (nobody wrote it)."""
         cql = self._store._cql
         assert cql is not None
         applied, current = cql.applied(CQL_OPEN_SEGMENT, (*self._key, segment, self.epoch))
+        opened = applied
         while not applied and current.get("epoch") != self.epoch:
             epoch = current.get("epoch")
             if epoch is not None and epoch > self.epoch:
@@ -616,6 +643,7 @@ class CassandraPartition:
                 # takeover, this means another node took the partition since.
                 raise self._stale_error(current)
             applied, current = cql.applied(CQL_FENCE, (self.epoch, *self._key, segment, epoch))
+        return opened
 
     def _load(self) -> Index:
         cql = self._store._cql
@@ -659,15 +687,19 @@ class CassandraPartition:
     # -- writing ---------------------------------------------------------------------------------------
 
     def _plan(self, index: Index) -> list[_Step]:
-        """The statements that make the run durable: normally one conditional batch on the tail."""
+        """The statements that make the run durable: normally the item rows, then the commit."""
         writes = index.writes
         if not writes:
             return []
-        steps: list[_Step] = [_Step(s, False) for s in self._source_statements(writes)]
-        if index.needs_roll or index.meta.rows + writes.rows() > SEGMENT_ROWS:
+        steps = [_Step("sources", s) for s in self._source_statements(writes)]
+        if (
+            index.needs_roll
+            or (writes.items and self._own_tail != index.tail)
+            or index.meta.rows + writes.rows() > SEGMENT_ROWS
+        ):
             steps.extend(self._roll(index, writes))
         else:
-            steps.append(_Step(self._batch(index, index.tail, writes.items, writes.states.values()), True))
+            steps.extend(self._commit(index, index.tail, writes.items, writes.states.values()))
         return steps
 
     def _source_statements(self, writes: Writes) -> list[Any]:
@@ -682,14 +714,32 @@ class CassandraPartition:
             statements.append(cql.stmt(CQL_PUT_SOURCE).bind((*self._key, item.source_id, item.id, ttl)))
         return statements
 
-    def _batch(self, index: Index, segment: int, items: Sequence[Item], states: Collection[StateRow]) -> Any:
+    def _commit(
+        self, index: Index, segment: int, items: Sequence[Item], states: Collection[StateRow]
+    ) -> list[_Step]:
+        """The item rows as a plain batch, then the fenced batch that commits them with the rest. Never
+        together: in the Paxos round, Cassandra writes every byte of the batch twice (ADR 0004)."""
+        cql = self._store._cql
+        assert cql is not None
+        key = (*self._key, segment)
+        steps = []
+        if items:
+            batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+            for statement in _item_rows(cql.stmt(CQL_INSERT_ITEM), key, items):
+                batch.add(statement)
+            steps.append(_Step("items", batch))
+        steps.append(_Step("commit", self._batch(index, segment, len(items), states)))
+        return steps
+
+    def _batch(self, index: Index, segment: int, items: int, states: Collection[StateRow]) -> Any:
+        """The commit: the fence with the partition's counters, the state log row and the markers."""
         cql = self._store._cql
         assert cql is not None
         key = (*self._key, segment)
         meta = index.meta
         batch = BatchStatement(batch_type=BatchType.UNLOGGED)
         markers = index.writes.markers
-        rows = meta.rows + len(items) + len(states) + len(markers)
+        rows = meta.rows + items + len(states) + len(markers)
         batch.add(
             cql.stmt(CQL_FENCED_META),
             (
@@ -704,8 +754,6 @@ class CassandraPartition:
                 self.epoch,
             ),
         )
-        for statement in _item_rows(cql.stmt(CQL_INSERT_ITEM), key, items):
-            batch.add(statement)
         if states:
             batch.add(cql.stmt(CQL_PUT_STATES), (*key, _log_key(meta.rows), _encode_states(states)))
         # The counter now says what the batch stores (a failed run drops the index): the next log row's
@@ -726,25 +774,27 @@ class CassandraPartition:
         after = index.committed_last_id
         live = index.live_segments(self._store.clock_now())
         steps = [
-            _Step(cql.stmt(CQL_DROP_SEGMENT).bind((*self._key, n)), False)
+            _Step("drop", cql.stmt(CQL_DROP_SEGMENT).bind((*self._key, n)))
             for n in index.segment_numbers
             if n not in live
         ]
         if index.abandoned is not None:
-            steps.append(_Step(cql.stmt(CQL_DROP_SEGMENT).bind((*self._key, index.abandoned)), False))
+            steps.append(_Step("drop", cql.stmt(CQL_DROP_SEGMENT).bind((*self._key, index.abandoned))))
         index.drop_segments(live)
         index.add_segment(new, after)
         index.needs_roll, index.abandoned = False, None
         segments = dict(zip(index.segment_numbers, index.segment_after, strict=True))
         steps.append(
             _Step(
+                "roll",
                 cql.stmt(CQL_ROLL).bind(
                     (new, segments, index.expires, index.markers, *self._key, self.epoch, old_tail)
                 ),
-                True,
             )
         )
-        steps.append(_Step(cql.stmt(CQL_OPEN_SEGMENT).bind((*self._key, new, self.epoch)), True))
+        steps.append(_Step("open", cql.stmt(CQL_OPEN_SEGMENT).bind((*self._key, new, self.epoch))))
+        # Once opened by this owner, the new tail takes item rows (if the run fails, it is not its own).
+        self._own_tail = new
         # The run's own states win over the carried ones of the same items.
         carried = {row.item.id: row for row in index.carried()}
         carried.update(writes.states)
@@ -756,9 +806,9 @@ class CassandraPartition:
             batch.add(
                 cql.stmt(CQL_PUT_STATES), (*self._key, new, _log_key(index.meta.rows), _encode_states(chunk))
             )
-            steps.append(_Step(batch, True))
+            steps.append(_Step("carry", batch))
             index.meta.rows += len(chunk)
-        steps.append(_Step(self._batch(index, new, writes.items, states), True))
+        steps.extend(self._commit(index, new, writes.items, states))
         return steps
 
     def dedup(self, index: Index, dedup_ids: Collection[str], now: int, expires_at: int) -> set[str]:

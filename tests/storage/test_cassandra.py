@@ -47,14 +47,6 @@ class TestCassandraStore(StoreContract):
         await store.close()
 
 
-@pytest.fixture
-async def store(cassandra_settings: CassandraSettings) -> AsyncIterator[CassandraStore]:
-    store = new_store(cassandra_settings)
-    await store.open()
-    yield store
-    await store.close()
-
-
 async def segments(store: CassandraStore, queue: str = "queue", number: int = 0) -> list[int]:
     """The segment numbers the partition row lists."""
     rows = await store._call(lambda cql: cql.rows(CQL_GET_PARTITION, (queue, number)))

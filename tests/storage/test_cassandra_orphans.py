@@ -1,0 +1,276 @@
+"""Item rows outside the Paxos round (ADR 0004): a run sends its item rows, then the fenced batch that
+commits them. Every way the commit can fail, for every writer of item rows, leaves rows nobody may
+ever see: after the failure, a reload, more writes and a full lease, every acknowledged item appears
+exactly once and no orphan appears anywhere."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from cassandra import OperationTimedOut, Unavailable, WriteTimeout, WriteType
+
+from querator.errors import StaleOwnerError, StorageError
+from querator.ksuid import KsuidGenerator
+from querator.storage import cassandra
+from querator.storage.base import ClearOptions, Item
+from querator.storage.cassandra import CassandraPartition, CassandraSettings, CassandraStore
+from querator.storage.operations import RetryEntry
+from tests.storage.contract import NOW, SECOND, Part, item, payloads
+from tests.storage.test_cassandra import EPOCH, new_store, segments
+
+HOUR = 3600 * SECOND
+
+
+@dataclass
+class Fault:
+    """Breaks the next run of one partition that writes item rows, at or around its commit."""
+
+    how: str
+    claimer: CassandraStore | None = None
+    orphans: list[Item] = field(default_factory=list)
+    """The item rows the failed run wrote."""
+    armed: bool = False
+
+    async def send(self, partition: CassandraPartition, send: Any, loop: Any, step: Any) -> Any:
+        if not self.armed or step.kind not in ("items", "commit"):
+            return await send(partition, loop, step)
+        if step.kind == "items":
+            assert partition._index is not None
+            self.orphans = [i.copy() for i in partition._index.writes.items]
+            rows = await send(partition, loop, step)
+            if self.how == "items answer lost":
+                self.armed = False
+                raise WriteTimeout("rows written, answer lost", write_type=WriteType.UNLOGGED_BATCH)
+            return rows
+        self.armed = False
+        if self.how == "refused":
+            assert self.claimer is not None
+            await self.claimer.claim(partition.queue, partition.number, EPOCH + 1)
+            return await send(partition, loop, step)
+        if self.how == "unavailable":
+            raise Unavailable("too few replicas alive")
+        if self.how == "commit lost":
+            raise OperationTimedOut("no answer; the commit was not applied")
+        assert self.how == "commit applied, answer lost"
+        await send(partition, loop, step)
+        raise OperationTimedOut("no answer; the commit was applied")
+
+    @property
+    def applied(self) -> bool:
+        return self.how == "commit applied, answer lost"
+
+
+FAULTS = ["refused", "unavailable", "commit lost", "commit applied, answer lost", "items answer lost"]
+
+
+@pytest.fixture
+async def claimer(cassandra_settings: CassandraSettings) -> AsyncIterator[CassandraStore]:
+    """A newer owner that takes the partition over in the middle of a run."""
+    store = new_store(cassandra_settings, epoch=EPOCH + 1)
+    await store.open()
+    yield store
+    await store.close()
+
+
+def inject(monkeypatch: pytest.MonkeyPatch, fault: Fault) -> None:
+    send = CassandraPartition._send
+
+    async def faulty(self: CassandraPartition, loop: Any, step: Any) -> Any:
+        return await fault.send(self, send, loop, step)
+
+    monkeypatch.setattr(CassandraPartition, "_send", faulty)
+
+
+Writer = Callable[[Part], Awaitable[object]]
+
+
+async def setup(part: Part) -> None:
+    """A partition with a leased item, a queued one and one scheduled soon, all committed."""
+    await part.produce(item("held"), item("kept"), item("soon", enqueue_at=NOW + SECOND))
+    await part.lease(1, deadline=NOW + SECOND)
+
+
+async def produce(part: Part) -> object:
+    return await part.produce(item("new-1"), item("new-2"))
+
+
+async def produce_scheduled(part: Part) -> object:
+    return await part.produce(item("later", enqueue_at=NOW + HOUR))
+
+
+async def retry_now(part: Part) -> object:
+    [held] = [i for i in await part.list() if i.is_leased]
+    return await part.retry(RetryEntry(held.id))
+
+
+async def lifecycle(part: Part) -> object:
+    """The expired lease goes back to the tail, the scheduled item comes due: both with new ids."""
+    return await part.lifecycle(NOW + 2 * SECOND)
+
+
+async def import_(part: Part) -> object:
+    """What dead-lettering does in the dead queue."""
+    return await part.import_items(item("imported", source_id="source-1"))
+
+
+WRITERS: dict[str, tuple[Writer, list[str]]] = {
+    "produce": (produce, ["new-1", "new-2"]),
+    "scheduled produce": (produce_scheduled, ["later"]),
+    "retry now": (retry_now, []),
+    "lease expiry and scheduled items coming due": (lifecycle, []),
+    "import": (import_, ["imported"]),
+}
+
+
+async def everything(store: CassandraStore) -> tuple[list[Item], list[Item]]:
+    """What a new owner finds in partition 0: the items (queued and leased) and the scheduled ones."""
+    part = Part(store.partition("queue", 0))
+    return await part.list(limit=1000), await part.list(limit=1000, scheduled=True)
+
+
+def rows(items: Iterable[Item]) -> set[tuple[str, bytes]]:
+    return {(i.id, i.payload) for i in items}
+
+
+async def check(
+    settings: CassandraSettings, epoch: int, expected: list[str], orphans: list[Item], applied: bool
+) -> None:
+    """A new owner finds each expected item once, no orphan, and consistent stats and leases. (An
+    orphan's id may be taken again by a newer owner, in another segment: rows are told apart by their
+    payloads, which are all different.)"""
+    store = new_store(settings, epoch=epoch)
+    await store.open()
+    try:
+        await store.partition("queue", 0).claim()
+        part = Part(store.partition("queue", 0))
+        found, scheduled = await everything(store)
+        assert sorted(payloads(found + scheduled)) == sorted(expected)
+        assert len({i.id for i in found + scheduled}) == len(found) + len(scheduled)
+        if not applied:
+            assert not rows(orphans) & rows(found + scheduled)
+            assert not rows(orphans) & rows((await part.get(*(i.id for i in orphans))).values())
+        stats = await part.run(lambda tx: tx.stats(NOW))
+        assert (stats.total, stats.scheduled) == (len(found), len(scheduled))
+        queued = [i for i in found if not i.is_leased]
+        [leased] = await part.lease(1000)
+        assert payloads(leased) == payloads(queued)
+        assert await part.lease(1000) == [[]]
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("how", FAULTS)
+@pytest.mark.parametrize("writer", list(WRITERS))
+@pytest.mark.parametrize("rolls", [False, True], ids=["in the tail", "rolling"])
+async def test_a_failed_commit_leaves_no_orphan(
+    store: CassandraStore,
+    claimer: CassandraStore,
+    cassandra_settings: CassandraSettings,
+    monkeypatch: pytest.MonkeyPatch,
+    how: str,
+    writer: str,
+    rolls: bool,
+) -> None:
+    write, added = WRITERS[writer]
+    part = Part(store.partition("queue", 0))
+    await setup(part)
+    found, scheduled = await everything(store)
+    before = payloads(found + scheduled)
+    if rolls:
+        # The tail is full: the failing run opens the next segment, and so does every run after it.
+        index = store._partition("queue", 0)._index
+        assert index is not None
+        monkeypatch.setattr(cassandra, "SEGMENT_ROWS", index.meta.rows)
+    fault = Fault(how, claimer, armed=True)
+    inject(monkeypatch, fault)
+    last_id = await part.last_id()
+
+    with pytest.raises(StorageError) as failed:
+        await write(part)
+    assert fault.orphans and not fault.armed
+    assert isinstance(failed.value, StaleOwnerError) == (how == "refused")
+    # A 454 says whether the outcome is unknown: only once the commit was sent.
+    assert failed.value.maybe_applied == (how in ("commit lost", "commit applied, answer lost"))
+
+    # The owner goes on, its ids still growing past the orphans'; or the owner that took the partition
+    # over, its ids seeded from the committed last id.
+    owner = part
+    if how == "refused":
+        owner = Part(claimer.partition("queue", 0))
+        assert await owner.last_id() == last_id
+        owner.new_id = KsuidGenerator(NOW // SECOND, after=last_id).next
+    await owner.produce(item("after-1"), item("after-2"))
+    expected = [*before, *(added if fault.applied else []), "after-1", "after-2"]
+    found, scheduled = await everything(claimer if how == "refused" else store)
+    assert sorted(payloads(found + scheduled)) == sorted(expected)
+
+    await check(cassandra_settings, EPOCH + 10, expected, fault.orphans, fault.applied)
+
+
+async def test_an_orphan_above_the_next_segments_committed_ids_hides_none_of_them(
+    store: CassandraStore, claimer: CassandraStore, cassandra_settings: CassandraSettings
+) -> None:
+    """A stale owner's rows land in the segment it still thinks is the tail, above the ids the new owner
+    began the next segment with, and below the ones it wrote later: no read of the old segment returns
+    them, and none moves past them (which would skip the next segment's ids below them)."""
+    old = Part(store.partition("queue", 0))
+    (first,) = await old.produce(item("first"))
+    await claimer.claim("queue", 0, EPOCH + 1)
+    new = Part(claimer.partition("queue", 0))
+    new.new_id = KsuidGenerator(NOW // SECOND, after=first.id).next
+    # The new owner's first write of items opens a segment after the claimed tail.
+    await new.produce(*(item(f"new-{n}") for n in range(3)))
+    # The stale owner's ids run ahead: its rows sort after all of the new owner's so far.
+    old.new_id = KsuidGenerator(NOW // SECOND + 3600, after=first.id).next
+    stale = [item("stale-1"), item("stale-2")]
+    with pytest.raises(StaleOwnerError):
+        await old.produce(*stale)
+    assert min(i.id for i in stale) > max(i.id for i in await new.list())
+    # Then the new owner's ids pass the orphans': new-3 and after sort above them.
+    new.new_id = KsuidGenerator(NOW // SECOND + 7200).next
+    await new.produce(*(item(f"new-{n}") for n in range(3, 6)))
+    assert await segments(claimer) == [0, 1]
+    expected = ["first", *(f"new-{n}" for n in range(6))]
+    await check(cassandra_settings, EPOCH + 10, expected, stale, applied=False)
+
+
+@pytest.mark.parametrize("how", ["commit lost", "commit applied, answer lost"])
+async def test_a_produce_retried_with_its_dedup_ids_is_stored_once(
+    store: CassandraStore, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """A 454 after the item rows were written: the client's retry with the same dedup ids stores the
+    items once, whether the commit was applied or not."""
+    window = 300 * SECOND
+    part = Part(store.partition("queue", 0))
+    fault = Fault(how, armed=True)
+    inject(monkeypatch, fault)
+    with pytest.raises(StorageError):
+        await part.produce(item("a", dedup_id="x"), item("b", dedup_id="y"), dedup_window=window)
+    await part.produce(item("a", dedup_id="x"), item("b", dedup_id="y"), dedup_window=window)
+    assert payloads(await part.list()) == ["a", "b"]
+
+
+async def test_clear_after_a_failed_run_then_lease(
+    store: CassandraStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Clearing puts the cursor at the committed last id, under the orphans: they stay unseen."""
+    part = Part(store.partition("queue", 0))
+    await part.produce(item("cleared"))
+    inject(monkeypatch, Fault("commit lost", armed=True))
+    with pytest.raises(StorageError):
+        await part.produce(item("orphan"))
+    await part.run(lambda tx: tx.clear(ClearOptions(queue=True)))
+    await part.produce(item("after"))
+    [leased] = await part.lease(10)
+    assert payloads(leased) == ["after"]
+
+
+async def test_the_tail_a_claim_opened_takes_items_without_a_roll(store: CassandraStore) -> None:
+    """Only a tail this owner did not open is rolled before item rows go in: a new partition is not."""
+    part = Part(store.partition("queue", 0))
+    await part.produce(item("a"))
+    await part.produce(item("b"))
+    assert await segments(store) == [0]
