@@ -214,7 +214,10 @@ def cassandra_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cassand
 
 
 @pytest.fixture
-def cassandra_settings(cassandra_node: CassandraNode, request: pytest.FixtureRequest) -> CassandraSettings:
-    """Settings of a keyspace of this test's own (created by the store that opens it)."""
+def cassandra_settings(
+    cassandra_node: CassandraNode, request: pytest.FixtureRequest
+) -> Iterator[CassandraSettings]:
+    """Settings of a keyspace of this test's own (created by the store that opens it, dropped after)."""
     name = "t_" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:20]
-    return CassandraSettings(hosts=("127.0.0.1",), port=cassandra_node.cql_port, keyspace=name)
+    yield CassandraSettings(hosts=("127.0.0.1",), port=cassandra_node.cql_port, keyspace=name)
+    cassandra_node.drop_keyspace(name)

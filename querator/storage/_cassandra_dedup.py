@@ -39,6 +39,17 @@ CLAIM_TIMEOUT: Final = 60 * 1_000_000
 MAX_TTL: Final = 630_720_000
 """Cassandra's largest TTL (20 years)."""
 
+LAST_EXPIRY: Final = 2**31 - 1 - 86_400
+"""The latest expiry (seconds since the epoch) to ask for: Cassandra refuses a TTL that ends after
+2038-01-19 unless its storage is out of 4.x compatibility mode (CASSANDRA-14092); a day of margin for
+the clocks' difference."""
+
+
+def max_ttl(now: int) -> int:
+    """The longest TTL Cassandra accepts at ``now`` (microseconds): 20 years, ending before 2038-01-19."""
+    return max(1, min(MAX_TTL, LAST_EXPIRY - now // 1_000_000))
+
+
 CQL_CLAIM_DEDUP: Final = (
     "INSERT INTO {ks}.dedup (queue, dedup_id, partition, epoch, segment, claimed_at, expires_at) "
     "VALUES (?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS USING TTL ?"
@@ -67,11 +78,11 @@ class DedupInFlight(StorageError):
     """Another producer holds a fresh claim on a dedup id and may still be storing its item."""
 
 
-def ttl_seconds(duration: int) -> int:
-    """The TTL of a claim whose window lasts ``duration`` microseconds. The window's end is decided by
-    ``expires_at`` on the queue's clock; the TTL only collects the row, a margin later, so that a claim
-    being judged does not vanish under the judge."""
-    return min(MAX_TTL, -(-duration // 1_000_000) + CLAIM_TIMEOUT // 1_000_000)
+def ttl_seconds(duration: int, now: int) -> int:
+    """The TTL of a claim made at ``now`` whose window lasts ``duration`` microseconds. The window's end
+    is decided by ``expires_at`` on the queue's clock; the TTL only collects the row, a margin later, so
+    that a claim being judged does not vanish under the judge."""
+    return min(max_ttl(now), -(-duration // 1_000_000) + CLAIM_TIMEOUT // 1_000_000)
 
 
 class Dedup:
@@ -91,7 +102,7 @@ class Dedup:
         """
         part = self._partition
         mine = (part.number, part.epoch, segment, now, expires_at)
-        ttl = ttl_seconds(expires_at - now)
+        ttl = ttl_seconds(expires_at - now, now)
         claim = self._cql.stmt(CQL_CLAIM_DEDUP)
         # Every id at once: the Paxos rounds of different ids do not contend.
         pending = [

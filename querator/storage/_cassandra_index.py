@@ -92,10 +92,6 @@ class Writes:
     def __bool__(self) -> bool:
         return bool(self.items or self.states or self.markers or self.meta_changed)
 
-    def rows(self) -> int:
-        """Rows these writes add to the tail segment."""
-        return len(self.items) + len(self.states) + len(self.markers)
-
 
 class Index:
     """A partition's state as the owner knows it. Not thread-safe: one run at a time (the owner's)."""
@@ -545,10 +541,13 @@ class Index:
         return found
 
     def existing_source_ids(self, found: dict[str, str]) -> set[str]:
-        """The source ids (mapped to item ids by the dedup index) whose item still exists."""
+        """The source ids (mapped to item ids by the dedup index) whose item still exists. The item must
+        carry the source id too: an entry written for an orphan (ADR 0004) may point at an id that a
+        newer owner has since given to another item."""
         live = set()
         for source_id, item_id in found.items():
-            if item_id in self.leased or item_id in self.scheduled or self.queued_item(item_id) is not None:
+            item = self.leased.get(item_id) or self.scheduled.get(item_id) or self.queued_item(item_id)
+            if item is not None and item.source_id == source_id:
                 live.add(source_id)
         return live
 

@@ -9,7 +9,8 @@
   ``last_id`` of their segment, which bounds every read, and they stay there because the owner opens a
   new tail before writing item rows into a segment it did not open itself in this life.
 - Items live in segments (Cassandra partitions of about ``SEGMENT_ROWS`` rows); a new tail is opened when
-  the old one is full, carrying over the few rows that describe non-queued items, and drained segments
+  the old one is full (or not the owner's own), before the run, from the committed state, carrying over
+  the few rows that describe non-queued items, and drained segments
   are dropped whole (one partition tombstone, never read). Nothing deletes an item row on the hot path:
   completing records the item gone in the tail's state log (one row per write).
 - Reads start at the persisted cursor, never at the head of a segment, so they never meet tombstones.
@@ -43,7 +44,7 @@ from cassandra.query import BatchStatement, BatchType, BoundStatement, PreparedS
 
 from querator.errors import StaleOwnerError, StorageError
 from querator.storage import _cassandra_dedup
-from querator.storage._cassandra_dedup import CQL_PUT_MARKER, MAX_TTL, Dedup
+from querator.storage._cassandra_dedup import CQL_PUT_MARKER, Dedup, max_ttl
 from querator.storage._cassandra_index import Index, Meta, StateRow, Writes
 from querator.storage.base import (
     DEFAULT_DEDUP_WINDOW,
@@ -64,8 +65,8 @@ T = TypeVar("T")
 
 SCHEMA_VERSION: Final = 2
 SEGMENT_ROWS: Final = 20_000
-"""Items, states and markers a tail segment takes before the next write opens a new one (about 20 MB of
-1 KiB items)."""
+"""Items, states and markers a tail segment takes before the next run opens a new one (about 20 MB of
+1 KiB items; the run that fills it may go past)."""
 CARRY_CHUNK: Final = 2000
 """State rows per batch when a new segment is opened (keeps each mutation far below its size limit)."""
 THREADS: Final = 4
@@ -548,8 +549,9 @@ class CassandraPartition:
         return (self.queue, self.number)
 
     async def run(self, fn: Callable[[PartitionTx], T]) -> T:
-        """Runs ``fn`` against the index on a worker thread, then writes what it changed as one
-        conditional batch on the tail segment (more when the tail is full, see ``_plan``).
+        """Runs ``fn`` against the index on a worker thread, then writes what it changed on the tail
+        segment: its item rows, then one conditional batch, the commit (a new tail is opened first
+        when the run must, see ``_must_roll``).
 
         Raises:
             StaleOwnerError: another owner claimed the partition with a newer epoch; nothing is applied
@@ -598,12 +600,17 @@ class CassandraPartition:
         )
 
     def _execute(self, fn: Callable[[PartitionTx], T]) -> tuple[T, list[_Step]]:
-        """Worker thread: loads the index if needed, runs ``fn``, plans the writes."""
+        """Worker thread: loads the index if needed, opens a new tail if it must, runs ``fn``, plans
+        the writes."""
         index = self._index or self._load()
         self._index = index
         index.begin()
+        # The roll is made from the committed state, before ``fn`` changes the index: what it writes
+        # ahead of the commit (segments dropped, the segment list) must hold even if the commit fails.
+        steps = self._roll(index) if self._must_roll(index) else []
         result = fn(CassandraTx(self, index))
-        return result, self._plan(index)
+        steps.extend(self._plan(index))
+        return result, steps
 
     # -- loading and claiming --------------------------------------------------------------------------
 
@@ -627,15 +634,19 @@ class CassandraPartition:
         (row,) = cql.rows(CQL_GET_PARTITION, key)
         if row["epoch"] != self.epoch:
             raise self._stale_error(row)
-        self._own_tail = row["tail"] if self._claim_segment(row["tail"]) else None
+        tail = row["tail"]
+        before = self._claim_segment(tail)
+        # The tail stays this owner's own if this claim opened it (nobody wrote it), or if it was its
+        # own already (a claim, then the load after it), with no failed run since.
+        self._own_tail = tail if before is None or (before == self.epoch and self._own_tail == tail) else None
         return row
 
-    def _claim_segment(self, segment: int) -> bool:
-        """Makes ``self.epoch`` the segment's owner; True if this opened the segment (nobody wrote it)."""
+    def _claim_segment(self, segment: int) -> int | None:
+        """Makes ``self.epoch`` the segment's owner; returns the owner it had (None: this opened it)."""
         cql = self._store._cql
         assert cql is not None
         applied, current = cql.applied(CQL_OPEN_SEGMENT, (*self._key, segment, self.epoch))
-        opened = applied
+        before: int | None = None if applied else current.get("epoch")
         while not applied and current.get("epoch") != self.epoch:
             epoch = current.get("epoch")
             if epoch is not None and epoch > self.epoch:
@@ -643,7 +654,7 @@ class CassandraPartition:
                 # takeover, this means another node took the partition since.
                 raise self._stale_error(current)
             applied, current = cql.applied(CQL_FENCE, (self.epoch, *self._key, segment, epoch))
-        return opened
+        return before
 
     def _load(self) -> Index:
         cql = self._store._cql
@@ -686,20 +697,18 @@ class CassandraPartition:
 
     # -- writing ---------------------------------------------------------------------------------------
 
+    def _must_roll(self, index: Index) -> bool:
+        """Whether the run opens a new tail first: the tail is full, its opening did not finish, or it
+        is not this owner's own (it may hold orphans, ADR 0004)."""
+        return index.needs_roll or self._own_tail != index.tail or index.meta.rows >= SEGMENT_ROWS
+
     def _plan(self, index: Index) -> list[_Step]:
-        """The statements that make the run durable: normally the item rows, then the commit."""
+        """The statements that make the run durable: the item rows, then the commit."""
         writes = index.writes
         if not writes:
             return []
         steps = [_Step("sources", s) for s in self._source_statements(writes)]
-        if (
-            index.needs_roll
-            or (writes.items and self._own_tail != index.tail)
-            or index.meta.rows + writes.rows() > SEGMENT_ROWS
-        ):
-            steps.extend(self._roll(index, writes))
-        else:
-            steps.extend(self._commit(index, index.tail, writes.items, writes.states.values()))
+        steps.extend(self._commit(index, index.tail, writes.items, writes.states.values()))
         return steps
 
     def _source_statements(self, writes: Writes) -> list[Any]:
@@ -707,10 +716,11 @@ class CassandraPartition:
         assert cql is not None
         now = self._store.clock_now()
         statements = []
+        longest = max_ttl(now)
         for item in writes.sources:
-            ttl = MAX_TTL
+            ttl = longest
             if item.expire_deadline:
-                ttl = max(1, min(MAX_TTL, (item.expire_deadline - now) // 1_000_000 + 1))
+                ttl = max(1, min(longest, (item.expire_deadline - now) // 1_000_000 + 1))
             statements.append(cql.stmt(CQL_PUT_SOURCE).bind((*self._key, item.source_id, item.id, ttl)))
         return statements
 
@@ -764,9 +774,10 @@ class CassandraPartition:
             batch.add(put_marker, (*key, dedup_id, expires_at))
         return batch
 
-    def _roll(self, index: Index, writes: Writes) -> list[_Step]:
+    def _roll(self, index: Index) -> list[_Step]:
         """Opens a new tail segment: drop drained segments, move the tail pointer (fenced), claim the new
-        segment, carry the states of non-queued items over, then write the run there."""
+        segment, carry the states of non-queued items over. The last chunk of them goes into the run's
+        commit, which also marks the new tail opened; until then a loader ignores it."""
         cql = self._store._cql
         assert cql is not None
         old_tail = index.tail if index.abandoned is None else index.abandoned
@@ -795,10 +806,7 @@ class CassandraPartition:
         steps.append(_Step("open", cql.stmt(CQL_OPEN_SEGMENT).bind((*self._key, new, self.epoch))))
         # Once opened by this owner, the new tail takes item rows (if the run fails, it is not its own).
         self._own_tail = new
-        # The run's own states win over the carried ones of the same items.
-        carried = {row.item.id: row for row in index.carried()}
-        carried.update(writes.states)
-        states = list(carried.values())
+        states = index.carried()
         while len(states) > CARRY_CHUNK:
             chunk, states = states[:CARRY_CHUNK], states[CARRY_CHUNK:]
             batch = BatchStatement(batch_type=BatchType.UNLOGGED)
@@ -808,7 +816,9 @@ class CassandraPartition:
             )
             steps.append(_Step("carry", batch))
             index.meta.rows += len(chunk)
-        steps.extend(self._commit(index, new, writes.items, states))
+        # The run's own states, recorded after these, win over the carried ones of the same items.
+        index.writes.states.update((row.item.id, row) for row in states)
+        index.writes.meta_changed = True
         return steps
 
     def dedup(self, index: Index, dedup_ids: Collection[str], now: int, expires_at: int) -> set[str]:

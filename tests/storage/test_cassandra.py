@@ -16,7 +16,7 @@ from querator.clock import SystemClock
 from querator.errors import StaleOwnerError, StorageError
 from querator.ksuid import KsuidGenerator
 from querator.storage import cassandra
-from querator.storage._cassandra_dedup import CLAIM_TIMEOUT, DedupInFlight
+from querator.storage._cassandra_dedup import CLAIM_TIMEOUT, LAST_EXPIRY, MAX_TTL, DedupInFlight, max_ttl
 from querator.storage.base import PartitionTx, Store
 from querator.storage.cassandra import (
     CQL_GET_PARTITION,
@@ -299,6 +299,15 @@ async def test_a_takeover_claims_with_an_epoch_above_the_owner(
         assert payloads(await Part(old.partition("queue", 0)).list()) == ["before", "after"]
     finally:
         await old.close()
+
+
+def test_ttls_end_before_2038() -> None:
+    """Cassandra refuses a TTL ending after 2038-01-19 in its default storage mode: a source entry
+    of an item without expire deadline (20 years) got InvalidRequest from 2018 on."""
+    in_2026, in_2000 = 1_795_000_000 * SECOND, 946_684_800 * SECOND
+    assert max_ttl(in_2026) == LAST_EXPIRY - in_2026 // SECOND < MAX_TTL
+    assert max_ttl(in_2000) == MAX_TTL
+    assert max_ttl(LAST_EXPIRY * SECOND) == 1
 
 
 @pytest.mark.parametrize(

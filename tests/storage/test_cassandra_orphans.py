@@ -26,25 +26,28 @@ HOUR = 3600 * SECOND
 
 @dataclass
 class Fault:
-    """Breaks the next run of one partition that writes item rows, at or around its commit."""
+    """Breaks the next run of a partition at one of its steps (``at``: a ``_Step.kind``), one of these
+    ways (``how``): ``refused`` (a newer owner claims the partition just before it), ``unavailable``,
+    ``lost`` (timed out, not applied), ``answered late`` (applied, the answer lost)."""
 
     how: str
+    at: str = "commit"
     claimer: CassandraStore | None = None
     orphans: list[Item] = field(default_factory=list)
     """The item rows the failed run wrote."""
-    armed: bool = False
+    seen: list[str] = field(default_factory=list)
+    """The kinds of the steps the failed run sent, or tried to."""
+    armed: bool = True
 
     async def send(self, partition: CassandraPartition, send: Any, loop: Any, step: Any) -> Any:
-        if not self.armed or step.kind not in ("items", "commit"):
+        if not self.armed:
             return await send(partition, loop, step)
+        self.seen.append(step.kind)
         if step.kind == "items":
             assert partition._index is not None
             self.orphans = [i.copy() for i in partition._index.writes.items]
-            rows = await send(partition, loop, step)
-            if self.how == "items answer lost":
-                self.armed = False
-                raise WriteTimeout("rows written, answer lost", write_type=WriteType.UNLOGGED_BATCH)
-            return rows
+        if step.kind != self.at:
+            return await send(partition, loop, step)
         self.armed = False
         if self.how == "refused":
             assert self.claimer is not None
@@ -52,18 +55,28 @@ class Fault:
             return await send(partition, loop, step)
         if self.how == "unavailable":
             raise Unavailable("too few replicas alive")
-        if self.how == "commit lost":
-            raise OperationTimedOut("no answer; the commit was not applied")
-        assert self.how == "commit applied, answer lost"
+        if self.how == "lost":
+            raise OperationTimedOut("no answer; not applied")
+        assert self.how == "answered late"
         await send(partition, loop, step)
-        raise OperationTimedOut("no answer; the commit was applied")
+        raise WriteTimeout("applied, the answer lost", write_type=WriteType.CAS)
 
     @property
     def applied(self) -> bool:
-        return self.how == "commit applied, answer lost"
+        """Whether the run was applied all the same."""
+        return self.how == "answered late" and self.at == "commit"
 
 
-FAULTS = ["refused", "unavailable", "commit lost", "commit applied, answer lost", "items answer lost"]
+FAULTS = [
+    pytest.param(how, at, id=f"{at} {how}")
+    for how, at in [
+        ("refused", "commit"),
+        ("unavailable", "commit"),
+        ("lost", "commit"),
+        ("answered late", "commit"),
+        ("answered late", "items"),
+    ]
+]
 
 
 @pytest.fixture
@@ -84,34 +97,35 @@ def inject(monkeypatch: pytest.MonkeyPatch, fault: Fault) -> None:
     monkeypatch.setattr(CassandraPartition, "_send", faulty)
 
 
-Writer = Callable[[Part], Awaitable[object]]
+Writer = Callable[[Part, Item], Awaitable[object]]
+"""One run that writes item rows, on the partition ``setup`` made; it gets the leased item."""
 
 
-async def setup(part: Part) -> None:
+async def setup(part: Part) -> Item:
     """A partition with a leased item, a queued one and one scheduled soon, all committed."""
     await part.produce(item("held"), item("kept"), item("soon", enqueue_at=NOW + SECOND))
-    await part.lease(1, deadline=NOW + SECOND)
+    [[held]] = await part.lease(1, deadline=NOW + SECOND)
+    return held
 
 
-async def produce(part: Part) -> object:
+async def produce(part: Part, held: Item) -> object:
     return await part.produce(item("new-1"), item("new-2"))
 
 
-async def produce_scheduled(part: Part) -> object:
+async def produce_scheduled(part: Part, held: Item) -> object:
     return await part.produce(item("later", enqueue_at=NOW + HOUR))
 
 
-async def retry_now(part: Part) -> object:
-    [held] = [i for i in await part.list() if i.is_leased]
+async def retry_now(part: Part, held: Item) -> object:
     return await part.retry(RetryEntry(held.id))
 
 
-async def lifecycle(part: Part) -> object:
+async def lifecycle(part: Part, held: Item) -> object:
     """The expired lease goes back to the tail, the scheduled item comes due: both with new ids."""
     return await part.lifecycle(NOW + 2 * SECOND)
 
 
-async def import_(part: Part) -> object:
+async def import_(part: Part, held: Item) -> object:
     """What dead-lettering does in the dead queue."""
     return await part.import_items(item("imported", source_id="source-1"))
 
@@ -162,7 +176,7 @@ async def check(
         await store.close()
 
 
-@pytest.mark.parametrize("how", FAULTS)
+@pytest.mark.parametrize(("how", "at"), FAULTS)
 @pytest.mark.parametrize("writer", list(WRITERS))
 @pytest.mark.parametrize("rolls", [False, True], ids=["in the tail", "rolling"])
 async def test_a_failed_commit_leaves_no_orphan(
@@ -171,29 +185,31 @@ async def test_a_failed_commit_leaves_no_orphan(
     cassandra_settings: CassandraSettings,
     monkeypatch: pytest.MonkeyPatch,
     how: str,
+    at: str,
     writer: str,
     rolls: bool,
 ) -> None:
     write, added = WRITERS[writer]
     part = Part(store.partition("queue", 0))
-    await setup(part)
+    held = await setup(part)
     found, scheduled = await everything(store)
     before = payloads(found + scheduled)
+    last_id = await part.last_id()
     if rolls:
         # The tail is full: the failing run opens the next segment, and so does every run after it.
         index = store._partition("queue", 0)._index
         assert index is not None
         monkeypatch.setattr(cassandra, "SEGMENT_ROWS", index.meta.rows)
-    fault = Fault(how, claimer, armed=True)
+    fault = Fault(how, at, claimer)
     inject(monkeypatch, fault)
-    last_id = await part.last_id()
 
     with pytest.raises(StorageError) as failed:
-        await write(part)
+        await write(part, held)
     assert fault.orphans and not fault.armed
+    assert ("roll" in fault.seen) == rolls
     assert isinstance(failed.value, StaleOwnerError) == (how == "refused")
     # A 454 says whether the outcome is unknown: only once the commit was sent.
-    assert failed.value.maybe_applied == (how in ("commit lost", "commit applied, answer lost"))
+    assert failed.value.maybe_applied == (at == "commit" and how in ("lost", "answered late"))
 
     # The owner goes on, its ids still growing past the orphans'; or the owner that took the partition
     # over, its ids seeded from the committed last id.
@@ -237,7 +253,7 @@ async def test_an_orphan_above_the_next_segments_committed_ids_hides_none_of_the
     await check(cassandra_settings, EPOCH + 10, expected, stale, applied=False)
 
 
-@pytest.mark.parametrize("how", ["commit lost", "commit applied, answer lost"])
+@pytest.mark.parametrize("how", ["lost", "answered late"])
 async def test_a_produce_retried_with_its_dedup_ids_is_stored_once(
     store: CassandraStore, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
@@ -245,8 +261,7 @@ async def test_a_produce_retried_with_its_dedup_ids_is_stored_once(
     items once, whether the commit was applied or not."""
     window = 300 * SECOND
     part = Part(store.partition("queue", 0))
-    fault = Fault(how, armed=True)
-    inject(monkeypatch, fault)
+    inject(monkeypatch, Fault(how))
     with pytest.raises(StorageError):
         await part.produce(item("a", dedup_id="x"), item("b", dedup_id="y"), dedup_window=window)
     await part.produce(item("a", dedup_id="x"), item("b", dedup_id="y"), dedup_window=window)
@@ -259,7 +274,7 @@ async def test_clear_after_a_failed_run_then_lease(
     """Clearing puts the cursor at the committed last id, under the orphans: they stay unseen."""
     part = Part(store.partition("queue", 0))
     await part.produce(item("cleared"))
-    inject(monkeypatch, Fault("commit lost", armed=True))
+    inject(monkeypatch, Fault("lost"))
     with pytest.raises(StorageError):
         await part.produce(item("orphan"))
     await part.run(lambda tx: tx.clear(ClearOptions(queue=True)))
@@ -268,9 +283,121 @@ async def test_clear_after_a_failed_run_then_lease(
     assert payloads(leased) == ["after"]
 
 
+async def drained_behind_leases(store: CassandraStore, monkeypatch: pytest.MonkeyPatch) -> Part:
+    """A partition whose next run opens a new tail, and drops a drained segment and carries two leases
+    over (in two chunks) as it does."""
+    monkeypatch.setattr(cassandra, "SEGMENT_ROWS", 4)
+    monkeypatch.setattr(cassandra, "CARRY_CHUNK", 1)
+    part = Part(store.partition("queue", 0))
+    await part.produce(item("held-1"), item("held-2"))
+    await part.lease(2, deadline=NOW + HOUR)
+    for n in range(3):  # segments that drain, behind the held ones
+        await part.produce(item(f"done-{n}"), item(f"done-{n}b"))
+        [got] = await part.lease(2)
+        assert await part.complete(*(i.id for i in got)) is None
+    await part.produce(item("kept"))
+    index = store._partition("queue", 0)._index
+    assert index is not None
+    monkeypatch.setattr(cassandra, "SEGMENT_ROWS", index.meta.rows)
+    return part
+
+
+async def test_a_roll_drops_a_drained_segment_and_carries_leases(
+    store: CassandraStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the roll-fault test below relies on: its failing run's roll has every kind of step."""
+    part = await drained_behind_leases(store, monkeypatch)
+    fault = Fault("lost", "none")
+    inject(monkeypatch, fault)
+    await part.produce(item("more"))
+    assert fault.seen == ["drop", "roll", "open", "carry", "items", "commit"]
+
+
+@pytest.mark.parametrize("how", ["lost", "answered late"])
+@pytest.mark.parametrize("at", ["drop", "roll", "open", "carry"])
+async def test_a_failed_roll_applies_nothing_of_its_run(
+    store: CassandraStore,
+    cassandra_settings: CassandraSettings,
+    monkeypatch: pytest.MonkeyPatch,
+    how: str,
+    at: str,
+) -> None:
+    """A run that must open a new tail first and fails in the middle of that: nothing of the run is
+    applied, nothing committed is lost, and the next run opens a tail again."""
+    part = await drained_behind_leases(store, monkeypatch)
+    fault = Fault(how, at)
+    inject(monkeypatch, fault)
+    with pytest.raises(StorageError) as failed:
+        await part.produce(item("lost"))
+    assert not fault.armed and fault.seen[-1] == at and "items" not in fault.seen
+    assert not failed.value.maybe_applied
+    await part.produce(item("after"))
+    await check(cassandra_settings, EPOCH + 10, ["held-1", "held-2", "kept", "after"], [], applied=False)
+
+
+async def test_a_failed_run_that_would_drain_a_segment_keeps_it(
+    store: CassandraStore, cassandra_settings: CassandraSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run completes the last leases of a segment and opens a new tail, and its commit fails: the
+    roll was made from the committed state, which still needs that segment (a roll made from the run's
+    state dropped it, and the leases, still committed, lost their payloads)."""
+    part = Part(store.partition("queue", 0))
+    leased = await part.produce(item("a1"), item("a2"))
+    await part.lease(2, deadline=NOW + HOUR)
+    index = store._partition("queue", 0)._index
+    assert index is not None
+    monkeypatch.setattr(cassandra, "SEGMENT_ROWS", index.meta.rows)
+    await part.produce(item("b1"))  # opens segment 1; segment 0 now holds only the two leases
+    index = store._partition("queue", 0)._index
+    assert index is not None
+    monkeypatch.setattr(cassandra, "SEGMENT_ROWS", index.meta.rows)
+    fault = Fault("lost")
+    inject(monkeypatch, fault)
+    with pytest.raises(StorageError):
+        await part.complete(*(i.id for i in leased))
+    assert "roll" in fault.seen
+    again = new_store(cassandra_settings, epoch=EPOCH + 10)
+    await again.open()
+    try:
+        reloaded = Part(again.partition("queue", 0))
+        got = await reloaded.get(*(i.id for i in leased))
+        assert payloads(got.values()) == ["a1", "a2"]
+    finally:
+        await again.close()
+
+
 async def test_the_tail_a_claim_opened_takes_items_without_a_roll(store: CassandraStore) -> None:
-    """Only a tail this owner did not open is rolled before item rows go in: a new partition is not."""
+    """Only a tail this owner did not open is rolled before item rows go in: a new partition is not,
+    whether its first run claims it or a claim came first (the cluster's way)."""
     part = Part(store.partition("queue", 0))
     await part.produce(item("a"))
     await part.produce(item("b"))
     assert await segments(store) == [0]
+    await store.claim("queue", 1, EPOCH)
+    claimed = Part(store.partition("queue", 1))
+    await claimed.produce(item("c"))
+    await claimed.produce(item("d"))
+    assert await segments(store, number=1) == [0]
+
+
+async def test_a_source_id_whose_orphan_id_was_given_again_is_imported(
+    store: CassandraStore, claimer: CassandraStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Import's dedup index is written before the items: an entry for an orphan may point at an id that
+    the new owner then gives to another item. That item does not make the source id a duplicate."""
+    old = Part(store.partition("queue", 0))
+    (first,) = await old.produce(item("first"))
+    fault = Fault("refused", claimer=claimer)
+    inject(monkeypatch, fault)
+    # No expire deadline: the dedup index's entry lives as long as its item may (these stores' clocks
+    # are real, the items' deadlines are in the contract's past).
+    with pytest.raises(StaleOwnerError):
+        await old.import_items(item("dead", source_id="source-1", expire_deadline=0))
+    new = Part(claimer.partition("queue", 0))
+    # A seed from an earlier second: the new owner's first id is the one right after the committed last id.
+    new.new_id = KsuidGenerator(NOW // SECOND - 1, after=first.id).next
+    (other,) = await new.produce(item("other"))
+    assert [other.id] == [i.id for i in fault.orphans]
+    [imported] = await new.import_items(item("dead", source_id="source-1", expire_deadline=0))
+    assert imported.id  # stored, not skipped as a duplicate
+    assert payloads(await new.list()) == ["first", "other", "dead"]
