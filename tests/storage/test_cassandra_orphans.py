@@ -401,3 +401,20 @@ async def test_a_source_id_whose_orphan_id_was_given_again_is_imported(
     [imported] = await new.import_items(item("dead", source_id="source-1", expire_deadline=0))
     assert imported.id  # stored, not skipped as a duplicate
     assert payloads(await new.list()) == ["first", "other", "dead"]
+
+
+async def test_items_of_the_run_that_opens_a_tail_expire_on_time(
+    store: CassandraStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The expire bound of a new tail covers the items of the run that opened it (a roll made after
+    the run credited them to the closed segment, and nothing found them until a later insert)."""
+    part = Part(store.partition("queue", 0))
+    await part.produce(item("first"))
+    index = store._partition("queue", 0)._index
+    assert index is not None
+    monkeypatch.setattr(cassandra, "SEGMENT_ROWS", index.meta.rows)
+    await part.produce(item("short", expire_deadline=NOW + SECOND))
+    assert await segments(store) == [0, 1]
+    result = await part.lifecycle(NOW + 2 * SECOND)
+    assert result.deleted == 1
+    assert payloads(await part.list()) == ["first"]
