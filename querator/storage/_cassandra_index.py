@@ -152,6 +152,10 @@ class Index:
                 self.leased[item.id] = item
                 self.partial.add(item.id)
 
+    def carried_count(self) -> int:
+        """How many states ``carried`` returns."""
+        return len(self.leased) + len(self.scheduled) + len(self.deleted)
+
     def carried(self) -> list[StateRow]:
         """The states a new tail segment must start with: everything not simply queued."""
         rows = [StateRow(_state_only(i)) for i in (*self.leased.values(), *self.scheduled.values())]

@@ -699,8 +699,11 @@ class CassandraPartition:
 
     def _must_roll(self, index: Index) -> bool:
         """Whether the run opens a new tail first: the tail is full, its opening did not finish, or it
-        is not this owner's own (it may hold orphans, ADR 0004)."""
-        return index.needs_roll or self._own_tail != index.tail or index.meta.rows >= SEGMENT_ROWS
+        is not this owner's own (it may hold orphans, ADR 0004). Full means ``SEGMENT_ROWS`` rows more
+        than a new tail would start with: with more leased and scheduled items than that, a bare count
+        would make every run open a tail."""
+        full = index.meta.rows >= SEGMENT_ROWS + index.carried_count()
+        return full or index.needs_roll or self._own_tail != index.tail
 
     def _plan(self, index: Index) -> list[_Step]:
         """The statements that make the run durable: the item rows, then the commit."""

@@ -165,6 +165,7 @@ async def test_the_head_read_meets_no_tombstones_after_200k_items(
         index = partition._index
         assert index is not None
         cursor, segment = index.meta.cursor, index.segment_of(index.meta.cursor + "\x00")
+        upto = index.committed_end(segment)
         assert len(index.segment_numbers) <= 3, "drained segments are dropped"
     finally:
         await store.close()
@@ -173,7 +174,7 @@ async def test_the_head_read_meets_no_tombstones_after_200k_items(
     session = tracing_session
     session.row_factory = dict_factory  # type: ignore[attr-defined]
     statement = session.prepare(CQL_ITEMS_AFTER.replace("{ks}", keyspace))  # type: ignore[attr-defined]
-    result = session.execute(statement, ("deep", 0, segment, cursor, 1000), trace=True)  # type: ignore[attr-defined]
+    result = session.execute(statement, ("deep", 0, segment, cursor, upto, 1000), trace=True)  # type: ignore[attr-defined]
     assert [row["payload"] for row in result] == [f"next-{k}".encode() for k in range(10)]
     events = [e.description for e in result.get_query_trace(max_wait_sec=10).events]
     reads = [re.fullmatch(r"Read (\d+) live rows and (\d+) tombstone cells", e) for e in events]

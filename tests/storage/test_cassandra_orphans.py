@@ -79,6 +79,13 @@ FAULTS = [
 ]
 
 
+def fill_tail(store: CassandraStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Makes the tail of partition 0 full: its next run opens a new one."""
+    index = store._partition("queue", 0)._index
+    assert index is not None
+    monkeypatch.setattr(cassandra, "SEGMENT_ROWS", index.meta.rows - index.carried_count())
+
+
 @pytest.fixture
 async def claimer(cassandra_settings: CassandraSettings) -> AsyncIterator[CassandraStore]:
     """A newer owner that takes the partition over in the middle of a run."""
@@ -197,9 +204,7 @@ async def test_a_failed_commit_leaves_no_orphan(
     last_id = await part.last_id()
     if rolls:
         # The tail is full: the failing run opens the next segment, and so does every run after it.
-        index = store._partition("queue", 0)._index
-        assert index is not None
-        monkeypatch.setattr(cassandra, "SEGMENT_ROWS", index.meta.rows)
+        fill_tail(store, monkeypatch)
     fault = Fault(how, at, claimer)
     inject(monkeypatch, fault)
 
@@ -296,9 +301,7 @@ async def drained_behind_leases(store: CassandraStore, monkeypatch: pytest.Monke
         [got] = await part.lease(2)
         assert await part.complete(*(i.id for i in got)) is None
     await part.produce(item("kept"))
-    index = store._partition("queue", 0)._index
-    assert index is not None
-    monkeypatch.setattr(cassandra, "SEGMENT_ROWS", index.meta.rows)
+    fill_tail(store, monkeypatch)
     return part
 
 
@@ -335,6 +338,41 @@ async def test_a_failed_roll_applies_nothing_of_its_run(
     await check(cassandra_settings, EPOCH + 10, ["held-1", "held-2", "kept", "after"], [], applied=False)
 
 
+@pytest.mark.parametrize("how", ["lost", "answered late"])
+async def test_a_read_that_opens_a_tail_and_fails_at_its_commit(
+    store: CassandraStore, cassandra_settings: CassandraSettings, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """Any run opens the new tail when one is due, a read too; its commit failing loses nothing."""
+    part = await drained_behind_leases(store, monkeypatch)
+    fault = Fault(how, "commit")
+    inject(monkeypatch, fault)
+    with pytest.raises(StorageError):
+        await part.list()
+    assert fault.seen == ["drop", "roll", "open", "carry", "commit"]
+    await part.produce(item("after"))
+    await check(cassandra_settings, EPOCH + 10, ["held-1", "held-2", "kept", "after"], [], applied=False)
+
+
+async def test_a_run_that_raises_after_its_roll_was_planned_sends_nothing(
+    store: CassandraStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    part = await drained_behind_leases(store, monkeypatch)
+    tail = (await segments(store))[-1]
+    fault = Fault("lost", "none")
+    inject(monkeypatch, fault)
+
+    def fail(tx: object) -> None:
+        raise RuntimeError("a bug in the run")
+
+    with pytest.raises(RuntimeError):
+        await part.run(fail)
+    assert fault.seen == []
+    await part.produce(item("after"))
+    assert fault.seen == ["drop", "roll", "open", "carry", "items", "commit"]
+    assert (await segments(store))[-1] == tail + 1
+    assert payloads(await part.list()) == ["held-1", "held-2", "kept", "after"]
+
+
 async def test_a_failed_run_that_would_drain_a_segment_keeps_it(
     store: CassandraStore, cassandra_settings: CassandraSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -344,13 +382,9 @@ async def test_a_failed_run_that_would_drain_a_segment_keeps_it(
     part = Part(store.partition("queue", 0))
     leased = await part.produce(item("a1"), item("a2"))
     await part.lease(2, deadline=NOW + HOUR)
-    index = store._partition("queue", 0)._index
-    assert index is not None
-    monkeypatch.setattr(cassandra, "SEGMENT_ROWS", index.meta.rows)
+    fill_tail(store, monkeypatch)
     await part.produce(item("b1"))  # opens segment 1; segment 0 now holds only the two leases
-    index = store._partition("queue", 0)._index
-    assert index is not None
-    monkeypatch.setattr(cassandra, "SEGMENT_ROWS", index.meta.rows)
+    fill_tail(store, monkeypatch)
     fault = Fault("lost")
     inject(monkeypatch, fault)
     with pytest.raises(StorageError):
@@ -410,9 +444,7 @@ async def test_items_of_the_run_that_opens_a_tail_expire_on_time(
     the run credited them to the closed segment, and nothing found them until a later insert)."""
     part = Part(store.partition("queue", 0))
     await part.produce(item("first"))
-    index = store._partition("queue", 0)._index
-    assert index is not None
-    monkeypatch.setattr(cassandra, "SEGMENT_ROWS", index.meta.rows)
+    fill_tail(store, monkeypatch)
     await part.produce(item("short", expire_deadline=NOW + SECOND))
     assert await segments(store) == [0, 1]
     result = await part.lifecycle(NOW + 2 * SECOND)
