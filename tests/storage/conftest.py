@@ -8,12 +8,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from querator.storage.cassandra import CassandraSettings, CassandraStore
-from tests.storage.test_cassandra import new_store
+from tests.storage.test_cassandra import opened_store
 
 
 @pytest.fixture
 async def store(cassandra_settings: CassandraSettings) -> AsyncIterator[CassandraStore]:
-    store = new_store(cassandra_settings)
-    await store.open()
-    yield store
-    await store.close()
+    async with opened_store(cassandra_settings) as store:
+        yield store

@@ -4,6 +4,7 @@ only this backend has to do: fencing, reloading its index, segments."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import AsyncIterator
 
@@ -32,6 +33,17 @@ EPOCH = 1
 
 def new_store(settings: CassandraSettings, epoch: int = EPOCH) -> CassandraStore:
     return CassandraStore(settings, epoch, SystemClock().now)
+
+
+@contextlib.asynccontextmanager
+async def opened_store(settings: CassandraSettings, epoch: int = EPOCH) -> AsyncIterator[CassandraStore]:
+    """A store (as another node's) open for the block."""
+    store = new_store(settings, epoch)
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
 
 
 class TestCassandraStore(StoreContract):
@@ -207,10 +219,8 @@ async def test_two_nodes_racing_one_dedup_id_store_it_once(
 @pytest.fixture
 async def other(cassandra_settings: CassandraSettings) -> AsyncIterator[CassandraStore]:
     """Another node's store on the same keyspace, with another epoch."""
-    store = new_store(cassandra_settings, epoch=EPOCH + 7)
-    await store.open()
-    yield store
-    await store.close()
+    async with opened_store(cassandra_settings, EPOCH + 7) as store:
+        yield store
 
 
 async def claim_and_fail(store: CassandraStore, dedup_id: str) -> None:

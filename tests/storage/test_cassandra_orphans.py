@@ -19,7 +19,7 @@ from querator.storage.base import ClearOptions, Item
 from querator.storage.cassandra import CassandraPartition, CassandraSettings, CassandraStore
 from querator.storage.operations import RetryEntry
 from tests.storage.contract import NOW, SECOND, Part, item, payloads
-from tests.storage.test_cassandra import EPOCH, new_store, segments
+from tests.storage.test_cassandra import EPOCH, opened_store, segments
 
 HOUR = 3600 * SECOND
 
@@ -89,10 +89,8 @@ def fill_tail(store: CassandraStore, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 async def claimer(cassandra_settings: CassandraSettings) -> AsyncIterator[CassandraStore]:
     """A newer owner that takes the partition over in the middle of a run."""
-    store = new_store(cassandra_settings, epoch=EPOCH + 1)
-    await store.open()
-    yield store
-    await store.close()
+    async with opened_store(cassandra_settings, EPOCH + 1) as store:
+        yield store
 
 
 def inject(monkeypatch: pytest.MonkeyPatch, fault: Fault) -> None:
@@ -162,9 +160,7 @@ async def check(
     """A new owner finds each expected item once, no orphan, and consistent stats and leases. (An
     orphan's id may be taken again by a newer owner, in another segment: rows are told apart by their
     payloads, which are all different.)"""
-    store = new_store(settings, epoch=epoch)
-    await store.open()
-    try:
+    async with opened_store(settings, epoch) as store:
         await store.partition("queue", 0).claim()
         part = Part(store.partition("queue", 0))
         found, scheduled = await everything(store)
@@ -179,8 +175,6 @@ async def check(
         [leased] = await part.lease(1000)
         assert payloads(leased) == payloads(queued)
         assert await part.lease(1000) == [[]]
-    finally:
-        await store.close()
 
 
 @pytest.mark.parametrize(("how", "at"), FAULTS)
@@ -390,14 +384,10 @@ async def test_a_failed_run_that_would_drain_a_segment_keeps_it(
     with pytest.raises(StorageError):
         await part.complete(*(i.id for i in leased))
     assert "roll" in fault.seen
-    again = new_store(cassandra_settings, epoch=EPOCH + 10)
-    await again.open()
-    try:
+    async with opened_store(cassandra_settings, EPOCH + 10) as again:
         reloaded = Part(again.partition("queue", 0))
         got = await reloaded.get(*(i.id for i in leased))
         assert payloads(got.values()) == ["a1", "a2"]
-    finally:
-        await again.close()
 
 
 async def test_the_tail_a_claim_opened_takes_items_without_a_roll(store: CassandraStore) -> None:
