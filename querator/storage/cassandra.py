@@ -576,8 +576,8 @@ class CassandraPartition:
                     if step.fenced and not (rows and rows[0].get("[applied]")):
                         raise self._stale_error(rows[0] if rows else {})
             except BaseException as e:
-                # Applied or not, the run may have left orphan item rows in the tail: the next run that
-                # writes items opens a new one (ADR 0004).
+                # Applied or not, the run may have left orphan item rows in the tail: the next run opens
+                # a new one (ADR 0004).
                 self._index, self._own_tail = None, None
                 if isinstance(e, StaleOwnerError):
                     self._stale = e
@@ -616,8 +616,7 @@ class CassandraPartition:
 
     def _claim(self, takeover: bool = False) -> dict[str, Any]:
         """Makes ``self.epoch`` the owner of the partition row and of its tail segment; returns the row.
-        With ``takeover``, an owner with a newer epoch is replaced too, by one newer still. A new life of
-        the owner: its own tail is the tail only if this claim opened it."""
+        With ``takeover``, an owner with a newer epoch is replaced too, by one newer still."""
         cql = self._store._cql
         assert cql is not None
         key = self._key
