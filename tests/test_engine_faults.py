@@ -317,6 +317,34 @@ async def test_a_lease_finding_counts_too_high_in_turn_is_tried_again_until_one_
     await lq.shutdown()
 
 
+async def test_parked_leases_are_tried_again_while_their_passes_put_counts_right() -> None:
+    """Nothing new arrives to wake the loop again: each pass that finds a count too high must be followed
+    by another at once, until one leases or no count changes."""
+    clock = FakeClock()
+    parts = [FaultyPartition() for _ in range(3)]
+    lq = LogicalQueue(Settings(record()), list(enumerate(parts)), clock, no_dead_queue)
+    await lq.produce([Item(payload=b"first")], MINUTE)  # loads the partitions
+    _, _ = await lq.lease("c0", 1, MINUTE)
+    lease = asyncio.ensure_future(lq.lease("c1", 1, MINUTE))
+
+    async def parked() -> bool:  # c0's answered lease may still be listed
+        return any(not waiting.future.done() for waiting in lq._leases)
+
+    # Parked with every count at zero: the loop has nothing to try and waits, idle.
+    await eventually(parked)
+    # Partition 2 holds an item the loop counts; partitions 0 and 1 count one each that is not there (as a
+    # lost answer can leave them), waiting longer, so passes go to them first.
+    parts[2].part.insert([Item(id=lq.partitions[2].new_id(), payload=b"x")])
+    lq.partitions[2].recount(1, lq._monotonic())
+    for n in (0, 1):
+        lq.partitions[n].recount(1, lq._monotonic() - 10 * MICROS)
+    lq._serve_parked_soon()  # as a lifecycle timer does
+    _, items = await asyncio.wait_for(lease, 5)
+    assert [i.payload for i in items] == [b"x"]
+    assert [p.un_leased for p in lq.partitions.values()] == [0, 0, 0]
+    await lq.shutdown()
+
+
 async def test_a_parked_lease_is_answered_at_its_deadline_while_the_loop_waits_on_storage() -> None:
     """The loop may wait out storage timeouts (a reload after a failure, say) for longer than any client
     waits: a parked lease still gets its 454 at its request_timeout, and its client id is free again."""
