@@ -32,14 +32,16 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar
 
 import msgspec
-from cassandra import ConsistencyLevel, DriverException, RequestExecutionException, Unavailable
+from cassandra import ConsistencyLevel, DriverException, RequestExecutionException
 from cassandra.auth import PlainTextAuthProvider
 from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, NoHostAvailable, Session
+from cassandra.connection import ConnectionException
 from cassandra.policies import (
     DCAwareRoundRobinPolicy,
     ExponentialReconnectionPolicy,
     TokenAwarePolicy,
 )
+from cassandra.protocol import ErrorMessage
 from cassandra.query import BatchStatement, BatchType, BoundStatement, PreparedStatement, dict_factory
 
 from querator.errors import StaleOwnerError, StorageError
@@ -205,18 +207,24 @@ class CassandraStorageError(StorageError):
 
 def _storage_error(exc: BaseException, sent: bool = False) -> CassandraStorageError:
     """The one place a driver error becomes ours. A write that was ``sent`` may have been applied even
-    though it failed (a timeout, a connection cut before the answer), unless Cassandra refused it before
-    writing anything (too few replicas alive). "No host available" is not such a refusal: the driver
-    also says it when the connection a write went out on died and no other host could take the retry."""
-    refused = isinstance(exc, Unavailable)
-    error = CassandraStorageError(
-        f"cassandra storage error; {type(exc).__name__}: {exc}", maybe_applied=sent and not refused
-    )
+    though it failed, whatever the error: a timeout, a connection cut before the answer, "no host
+    available" (also what the driver says when the connection a write went out on died and no other host
+    could take the retry), and even ``Unavailable``: Paxos v1 (Cassandra's default) answers it when the
+    commit's replicas are missing after a quorum accepted the proposal, and the driver retries an
+    unavailable or failed request on the next host, so the error may be the retry's while the first
+    attempt was applied."""
+    error = CassandraStorageError(f"cassandra storage error; {type(exc).__name__}: {exc}", maybe_applied=sent)
     error.__cause__ = exc
     return error
 
 
-_DRIVER_ERRORS = (DriverException, RequestExecutionException, NoHostAvailable, OSError)
+# ErrorMessage: what Cassandra answered that the driver raises as it came (overloaded, server error,
+# bootstrapping) or has no class for (CAS_WRITE_UNKNOWN, protocol v5: a conditional write a later Paxos
+# round may still commit); before, these escaped as bugs (500) instead of 454, as did a connection's
+# failure when the driver does not retry it on another host.
+_DRIVER_ERRORS = (
+    DriverException, RequestExecutionException, ErrorMessage, ConnectionException, NoHostAvailable, OSError
+)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import socket
 from collections.abc import AsyncIterator
 
@@ -12,6 +13,7 @@ import pytest
 from cassandra import OperationTimedOut, Unavailable, WriteTimeout, WriteType
 from cassandra.cluster import NoHostAvailable
 from cassandra.connection import ConnectionShutdown
+from cassandra.protocol import ErrorMessage, OverloadedErrorMessage, ServerError
 
 from querator.clock import SystemClock
 from querator.errors import StaleOwnerError, StorageError
@@ -320,21 +322,39 @@ def test_ttls_end_before_2038() -> None:
     assert max_ttl(LAST_EXPIRY * SECOND) == 1
 
 
+def answered(code: int) -> Exception:
+    """An error as the driver decodes it from Cassandra's answer (protocol v5 error body)."""
+    message = b"from the coordinator"
+    info = bytes([0, 6]) + (1).to_bytes(4, "big") + (2).to_bytes(4, "big")  # a CAS_WRITE_UNKNOWN's
+    body = code.to_bytes(4, "big") + len(message).to_bytes(2, "big") + message + info
+    error = ErrorMessage.recv_body(io.BytesIO(body), 5)
+    assert isinstance(error, Exception)
+    return error
+
+
 @pytest.mark.parametrize(
     ("error", "sent", "maybe_applied"),
     [
         (WriteTimeout("no answer in time", write_type=WriteType.CAS), True, True),
         (OperationTimedOut("client-side timeout"), True, True),
         (ConnectionShutdown("connection closed"), True, True),
-        (Unavailable("too few replicas alive"), True, False),  # refused before anything was written
+        # Paxos v1 answers it after a quorum accepted, when the commit's replicas are missing; and it
+        # may be the driver's retry on another host failing after the first attempt was applied.
+        (Unavailable("too few replicas alive"), True, True),
         (NoHostAvailable("no host", {}), True, True),  # also what a write cut off with its connection gets
+        # Raised as Cassandra answered them, not as the driver's exceptions: they escaped as bugs (500).
+        (answered(OverloadedErrorMessage.error_code), True, True),
+        (answered(ServerError.error_code), True, True),
+        (answered(0x1700), True, True),  # CAS_WRITE_UNKNOWN, which the driver has no class for
         # Not sent: a read or the plan failed before the write.
         (WriteTimeout("no answer in time", write_type=WriteType.CAS), False, False),
+        (Unavailable("too few replicas alive"), False, False),
     ],
 )
 def test_a_failed_write_that_was_sent_may_have_been_applied(
     error: Exception, sent: bool, maybe_applied: bool
 ) -> None:
+    assert isinstance(error, cassandra._DRIVER_ERRORS)
     assert cassandra._storage_error(error, sent=sent).maybe_applied is maybe_applied
 
 
