@@ -13,10 +13,11 @@ and the items in one transaction (a conditional batch stays in one partition), s
 A producer that finds someone else's claim looks for its marker (a serial read, which also completes a
 Paxos round still in flight). Marker found: a duplicate. Not found: the claim is stale, and taken over
 with another lightweight transaction, when the claimant can no longer be writing it (it was this very
-partition and epoch, whose runs are sequential; its segment was reset; or it is older than
-``CLAIM_TIMEOUT``); otherwise the claimant may still be writing it, and the run fails with a storage
-error (454: the client retries and then finds the marker, or a stale claim), giving back the claims it
-took itself, so that two producers of the same ids in another order do not hold each other up.
+partition and epoch, whose runs are sequential, or an older owner of this partition, fenced out by this
+one's claim; its segment was reset; or it is older than ``CLAIM_TIMEOUT``); otherwise the claimant may
+still be writing it, and the run fails with a storage error (454: the client retries and then finds the
+marker, or a stale claim), giving back the claims it took itself, so that two producers of the same ids
+in another order do not hold each other up.
 Segments holding markers of an open window are not dropped, so a marker outlives its claim.
 """
 
@@ -172,8 +173,11 @@ class Dedup:
         part = self._partition
         if claim["expires_at"] <= now:
             return True
-        if claim["partition"] == part.number and claim["epoch"] == part.epoch:
-            return True  # an earlier run of this very owner: runs are sequential, so it failed
+        if claim["partition"] == part.number and claim["epoch"] <= part.epoch:
+            # An earlier run of this very owner (runs are sequential, so it failed), or of an owner
+            # this one's claim fenced out: its batch can no longer commit, and the serial read that
+            # found no marker completed any round of it still in flight.
+            return True
         rows = self._cql.rows(CQL_PARTITION_SEGMENTS, (part.queue, claim["partition"]))
         if not rows or claim["segment"] < (rows[0]["base"] or 0):
             return True  # the partition was reset (queue deleted or cleared) since

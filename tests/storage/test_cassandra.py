@@ -255,6 +255,21 @@ async def test_a_fresh_claim_of_another_node_without_items_asks_to_retry(
     assert await again.list() == []
 
 
+async def test_the_new_owner_of_a_partition_takes_over_its_old_owners_claim_at_once(
+    store: CassandraStore, other: CassandraStore
+) -> None:
+    """A producer whose batch failed on partition 1 retries with the same dedup id after another node
+    took the partition over (failover): the old owner's claim is stale as soon as the new owner's claim
+    fenced it out, not only after CLAIM_TIMEOUT; the id is stored once."""
+    await claim_and_fail(store, "x")  # the old owner (EPOCH) of partition 1
+    new_owner = Part(other.partition("queue", 1))  # EPOCH + 7: claims partition 1 on its first run
+    await new_owner.produce(item("a", dedup_id="x"), now=NOW + SECOND, dedup_window=WINDOW)
+    await new_owner.produce(item("again", dedup_id="x"), now=NOW + 2 * SECOND, dedup_window=WINDOW)
+    assert payloads(await new_owner.list()) == ["a"]
+    with pytest.raises(StaleOwnerError):
+        await Part(store.partition("queue", 1)).produce(item("b"), now=NOW + 3 * SECOND)
+
+
 async def test_a_run_that_meets_a_claim_in_flight_gives_back_its_own_claims(
     store: CassandraStore, other: CassandraStore
 ) -> None:
