@@ -338,18 +338,22 @@ class _Cql:
         return self.rows_statement(self.statements[cql].bind(params))
 
     def rows_statement(self, statement: Any) -> list[dict[str, Any]]:
-        try:
-            return list(self.session.execute(statement))
-        except _DRIVER_ERRORS as e:
-            raise _storage_error(e) from e
+        return self.result(self.session.execute_async(statement))
 
     def first(self, response: Any) -> dict[str, Any]:
         """The first row of a driver ``ResponseFuture`` (waits for it): a conditional write's verdict."""
+        rows = self.result(response)
+        return rows[0] if rows else {"[applied]": False}
+
+    @staticmethod
+    def result(response: Any) -> list[dict[str, Any]]:
+        """The rows of a driver ``ResponseFuture`` (waits for it)."""
         try:
-            rows = list(response.result())
+            return list(response.result())
         except _DRIVER_ERRORS as e:
             raise _storage_error(e) from e
-        return rows[0] if rows else {"[applied]": False}
+        finally:
+            _finished(response)
 
     def applied(self, cql: str, params: Sequence[Any]) -> tuple[bool, dict[str, Any]]:
         return self.applied_statement(self.statements[cql].bind(params))
@@ -358,6 +362,15 @@ class _Cql:
         rows = self.rows_statement(statement)
         row = rows[0] if rows else {"[applied]": False}
         return bool(row["[applied]"]), row
+
+
+def _finished(response: Any) -> None:
+    """Breaks the reference cycle the driver leaves in a request that is over (its ``ResponseFuture``
+    holds its timer, whose callback is the future's own method), so that the request, its statement and
+    every payload in it are freed at once rather than by the cyclic collector: under load, most of the
+    server's garbage collection time (docs/benchmarks.md). Never while the request runs: it needs its
+    timer."""
+    response._timer = None
 
 
 def _bridge(loop: asyncio.AbstractEventLoop, response: Any) -> asyncio.Future[list[dict[str, Any]]]:
@@ -958,7 +971,13 @@ class CassandraStore:
     async def _execute_async(self, loop: asyncio.AbstractEventLoop, statement: Any) -> list[dict[str, Any]]:
         if self._cql is None:
             raise CassandraStorageError("cassandra storage error; the store is not open")
-        return await _bridge(loop, self._cql.session.execute_async(statement))
+        response = self._cql.session.execute_async(statement)
+        settled = _bridge(loop, response)
+        try:
+            return await settled
+        finally:
+            if settled.done() and not settled.cancelled():  # the driver answered: the request is over
+                _finished(response)
 
     async def _call(self, fn: Callable[[_Cql], T], writes: bool = False) -> T:
         """Runs ``fn`` on a worker thread; if it ``writes``, a failure may leave its writes applied."""
