@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import socket
@@ -35,6 +36,12 @@ BACKLOG = 1024
 """Connections the kernel queues before we accept them."""
 FD_RESERVE = 64
 """Descriptors a node needs besides its client connections: storage files, cluster and etcd clients, logs."""
+GC_THRESHOLD = 10_000
+"""Net allocations of tracked objects between two runs of the cyclic collector on its youngest
+generation. A request allocates hundreds at once (a produce of 100 items) that reference counting frees
+when it ends: at Python's default of 700 the collector ran ~80 times a second under load only to scan
+them, and promoted them to older generations whose collections scan everything (docs/benchmarks.md,
+"Garbage collection")."""
 
 
 def make_store(config: ServerConfig) -> Store:
@@ -235,6 +242,8 @@ def _where(config: ServerConfig) -> str:
 
 def run(config: ServerConfig) -> None:
     """Runs ``serve`` on uvloop when it is installed."""
+    gc.freeze()  # what is loaded by now lives as long as the process: no collection need scan it again
+    gc.set_threshold(GC_THRESHOLD)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
