@@ -338,11 +338,8 @@ class _Cql:
         return self.rows_statement(self.statements[cql].bind(params))
 
     def rows_statement(self, statement: Any) -> list[dict[str, Any]]:
-        try:
-            response = self.session.execute_async(statement)  # raises at once if no host can take it
-        except _DRIVER_ERRORS as e:
-            raise _storage_error(e) from e
-        return self.result(response)
+        # No driver error is raised before the request exists: "no host available" is the future's too.
+        return self.result(self.session.execute_async(statement))
 
     def first(self, response: Any) -> dict[str, Any]:
         """The first row of a driver ``ResponseFuture`` (waits for it): a conditional write's verdict."""
