@@ -596,7 +596,7 @@ class CassandraPartition:
                         # are never read, a roll that did not finish is redone.
                         raise _storage_error(e, sent=step.kind == "commit") from e
                     if step.fenced and not (rows and rows[0].get("[applied]")):
-                        raise self._stale_error(rows[0] if rows else {})
+                        self._refused(step, rows[0] if rows else {})
             except BaseException as e:
                 # Applied or not, the run may have left orphan item rows in the tail: the next run opens
                 # a new one (ADR 0004).
@@ -613,6 +613,17 @@ class CassandraPartition:
     async def _send(self, loop: asyncio.AbstractEventLoop, step: _Step) -> list[dict[str, Any]]:
         """Where every step of a run goes out (the fault tests break runs here)."""
         return await self._store._execute_async(loop, step.statement)
+
+    def _refused(self, step: _Step, row: dict[str, Any]) -> None:
+        """Raises what a fenced step refused by its condition means, ``row`` being what Cassandra found."""
+        if row.get("epoch") == self.epoch:
+            # Not a newer owner: the driver sends a failed request again to the next host, and a roll or
+            # an open whose first attempt was applied then finds its own tail moved or segment opened.
+            raise CassandraStorageError(
+                f"cassandra storage error; the {step.kind} step was refused on a retry after it was applied",
+                maybe_applied=step.kind == "commit",
+            )
+        raise self._stale_error(row)
 
     def _stale_error(self, row: dict[str, Any]) -> StaleOwnerError:
         current = row.get("epoch")

@@ -28,7 +28,8 @@ HOUR = 3600 * SECOND
 class Fault:
     """Breaks the next run of a partition at one of its steps (``at``: a ``_Step.kind``), one of these
     ways (``how``): ``refused`` (a newer owner claims the partition just before it), ``unavailable``,
-    ``lost`` (timed out, not applied), ``answered late`` (applied, the answer lost)."""
+    ``lost`` (timed out, not applied), ``answered late`` (applied, the answer lost), ``retried``
+    (applied, then sent again as the driver's retry on the next host does, which its condition refuses)."""
 
     how: str
     at: str = "commit"
@@ -57,6 +58,9 @@ class Fault:
             raise Unavailable("too few replicas alive")
         if self.how == "lost":
             raise OperationTimedOut("no answer; not applied")
+        if self.how == "retried":
+            await send(partition, loop, step)
+            return await send(partition, loop, step)
         assert self.how == "answered late"
         await send(partition, loop, step)
         raise WriteTimeout("applied, the answer lost", write_type=WriteType.CAS)
@@ -329,6 +333,24 @@ async def test_a_failed_roll_applies_nothing_of_its_run(
         await part.produce(item("lost"))
     assert not fault.armed and fault.seen[-1] == at and "items" not in fault.seen
     assert not failed.value.maybe_applied
+    await part.produce(item("after"))
+    await check(cassandra_settings, EPOCH + 10, ["held-1", "held-2", "kept", "after"], [], applied=False)
+
+
+@pytest.mark.parametrize("at", ["roll", "open"])
+async def test_a_roll_step_refused_on_the_drivers_retry_is_not_a_newer_owner(
+    store: CassandraStore, cassandra_settings: CassandraSettings, monkeypatch: pytest.MonkeyPatch, at: str
+) -> None:
+    """A roll or open applied, then refused when the driver sent it again (its tail moved, its segment
+    exists), answers this owner's own epoch: the run fails and the next one goes on, where a stale owner
+    would refuse every run until the partition is claimed again (on a single node: never)."""
+    part = await drained_behind_leases(store, monkeypatch)
+    fault = Fault("retried", at)
+    inject(monkeypatch, fault)
+    with pytest.raises(StorageError) as failed:
+        await part.produce(item("lost"))
+    assert not fault.armed and fault.seen[-1] == at
+    assert not isinstance(failed.value, StaleOwnerError) and not failed.value.maybe_applied
     await part.produce(item("after"))
     await check(cassandra_settings, EPOCH + 10, ["held-1", "held-2", "kept", "after"], [], applied=False)
 
