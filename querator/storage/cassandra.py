@@ -654,14 +654,17 @@ class CassandraPartition:
         assert cql is not None
         key = self._key
         applied, row = cql.applied(CQL_CREATE_PARTITION, (*key, self.epoch))
+        chosen = False  # whether this call chose the epoch above the owner's it read
         while not applied:
             current = row["epoch"]
-            if current == self.epoch:
-                break
-            if current > self.epoch:
+            if current == self.epoch and not chosen:
+                break  # this owner's already
+            if current >= self.epoch:
+                # Newer, or the very epoch this call chose: another takeover read the same owner and
+                # wrote first. Sharing it would make both writers pass the fence.
                 if not takeover:
                     raise self._stale_error(row)
-                self.epoch = current + 1
+                self.epoch, chosen = current + 1, True
             applied, row = cql.applied(CQL_CLAIM_PARTITION, (self.epoch, *key, current))
         (row,) = cql.rows(CQL_GET_PARTITION, key)
         if row["epoch"] != self.epoch:

@@ -9,6 +9,7 @@ import gc
 import io
 import socket
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from cassandra import OperationTimedOut, Unavailable, WriteTimeout, WriteType
@@ -327,6 +328,37 @@ async def test_a_takeover_claims_with_an_epoch_above_the_owner(
         assert payloads(await Part(old.partition("queue", 0)).list()) == ["before", "after"]
     finally:
         await old.close()
+
+
+async def test_two_takeovers_racing_do_not_share_an_epoch(
+    store: CassandraStore,
+    other: CassandraStore,
+    cassandra_settings: CassandraSettings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two nodes take over a partition whose owner's epoch is ahead of both clocks (skew): each chooses
+    the owner's epoch + 1. B read the owner before A wrote; were B to accept the epoch it finds as its
+    own, both would pass the fence."""
+    async with opened_store(cassandra_settings, 10**18) as ahead:
+        await Part(ahead.partition("queue", 0)).produce(item("before"))
+        a, b = store._partition("queue", 0), other._partition("queue", 0)
+        applied = cassandra._Cql.applied
+        raced: list[bool] = []
+
+        def a_writes_first(cql: Any, text: str, params: Any) -> tuple[bool, dict[str, Any]]:
+            if text == cassandra.CQL_CLAIM_PARTITION and cql is other._cql and not raced:
+                raced.append(True)
+                a._claim(takeover=True)  # between B's read of the owner and B's write
+            return applied(cql, text, params)
+
+        monkeypatch.setattr(cassandra._Cql, "applied", a_writes_first)
+        await b.claim()
+        assert raced and a.epoch == 10**18 + 1 and b.epoch == 10**18 + 2
+        monkeypatch.undo()
+        with pytest.raises(StaleOwnerError):
+            await Part(a).produce(item("from a"))
+        await Part(b).produce(item("from b"))
+        assert payloads(await Part(b).list()) == ["before", "from b"]
 
 
 def test_ttls_end_before_2038() -> None:
