@@ -134,6 +134,9 @@ CQL_FENCED_META: Final = (
     f"min_expire = ?, rows = ?, dedup_until = ? WHERE {_PK} IF epoch = ?"
 )
 CQL_FENCE: Final = f"UPDATE {{ks}}.items SET epoch = ? WHERE {_PK} IF epoch = ?"
+# A tail left behind with a run's commit maybe still in flight (its coordinator retries the Paxos round
+# for a while): its epoch becomes the owner's, negated, unless a commit landed since it was loaded.
+CQL_SEAL: Final = f"UPDATE {{ks}}.items SET epoch = ? WHERE {_PK} IF epoch = ? AND rows = ?"
 CQL_OPEN_SEGMENT: Final = (
     "INSERT INTO {ks}.items (queue, partition, segment, epoch) VALUES (?, ?, ?, ?) IF NOT EXISTS"
 )
@@ -531,17 +534,17 @@ class CassandraTx:
         return self._index.list_items(pivot, limit, scheduled)
 
 
-_FENCED: Final = frozenset({"roll", "open", "carry", "commit"})
+_FENCED: Final = frozenset({"seal", "roll", "open", "carry", "commit"})
 
 
 @dataclass(frozen=True, slots=True)
 class _Step:
-    """One write of a run, in the order ``_plan`` gives: ``sources`` (import's dedup index), ``drop`` (a
+    """One write of a run, in the order it is sent: ``seal`` (the old tail, see ``_roll``), ``drop`` (a
     drained segment), ``roll`` (the tail pointer), ``open`` (the new tail's epoch), ``carry`` (states the
-    new tail starts with), ``items`` (the run's item rows), ``commit`` (the fenced batch that makes the
-    run durable and visible)."""
+    new tail starts with), ``sources`` (import's dedup index), ``items`` (the run's item rows),
+    ``commit`` (the fenced batch that makes the run durable and visible)."""
 
-    kind: Literal["sources", "drop", "roll", "open", "carry", "items", "commit"]
+    kind: Literal["seal", "sources", "drop", "roll", "open", "carry", "items", "commit"]
     statement: Any
 
     @property
@@ -564,6 +567,9 @@ class CassandraPartition:
         """The tail segment this owner opened in this life with no failed run since: the only segment
         a run may write item rows into without opening a new one (ADR 0004). An older tail may hold
         orphans that this owner's ids, seeded from the committed ``last_id``, would pass."""
+        self._tail_rows: int | None = None
+        """The tail's ``rows`` as the last load found them (None: nothing committed there), or -1 if
+        it was sealed already."""
         self._lock = asyncio.Lock()
 
     @property
@@ -616,9 +622,13 @@ class CassandraPartition:
 
     def _refused(self, step: _Step, row: dict[str, Any]) -> None:
         """Raises what a fenced step refused by its condition means, ``row`` being what Cassandra found."""
-        if row.get("epoch") == self.epoch:
-            # Not a newer owner: the driver sends a failed request again to the next host, and a roll or
-            # an open whose first attempt was applied then finds its own tail moved or segment opened.
+        if step.kind == "seal" and row.get("epoch") == self.epoch:
+            raise CassandraStorageError(
+                "cassandra storage error; a commit landed on the old tail after it was loaded"
+            )
+        if row.get("epoch") in (self.epoch, -self.epoch):
+            # Not a newer owner: the driver sends a failed request again to the next host, and a seal, a
+            # roll or an open whose first attempt was applied is refused the second time.
             raise CassandraStorageError(
                 f"cassandra storage error; the {step.kind} step was refused on a retry after it was applied",
                 maybe_applied=step.kind == "commit",
@@ -684,6 +694,8 @@ class CassandraPartition:
         before: int | None = None if applied else current.get("epoch")
         while not applied and current.get("epoch") != self.epoch:
             epoch = current.get("epoch")
+            if epoch is not None and epoch < 0:
+                return int(epoch)  # sealed: it takes no commit again, and the next run opens a new tail
             if epoch is not None and epoch > self.epoch:
                 # Only a newer owner of the partition row writes a newer segment epoch: even after a
                 # takeover, this means another node took the partition since.
@@ -699,6 +711,10 @@ class CassandraPartition:
         tail, base = row["tail"], row["base"]
         segments: dict[int, str] = dict(row["segments"] or {})
         meta_rows = cql.rows(CQL_SEGMENT_META, (*self._key, tail))
+        if meta_rows and (meta_rows[0]["epoch"] or 0) < 0:
+            self._tail_rows = -1
+        else:
+            self._tail_rows = meta_rows[0]["rows"] if meta_rows else None
         source = tail
         if not (meta_rows and meta_rows[0]["opened"]) and tail > base:
             # Opening this segment did not finish: the state is still the previous tail's, and the next
@@ -822,11 +838,20 @@ class CassandraPartition:
         new = old_tail + 1
         after = index.committed_last_id
         live = index.live_segments(self._store.clock_now())
-        steps = [
+        steps = []
+        if self._own_tail != old_tail and self._tail_rows != -1:
+            # A run that failed before this owner's load may still commit there (a coordinator retries
+            # a Paxos round it lost for up to cas_contention_timeout): its items would lie above the new
+            # tail's bound, never read, and its dedup markers would answer "duplicate" for them. Sealed,
+            # the old tail refuses it; a commit that landed since the load makes the seal fail instead,
+            # and the next run loads it.
+            seal = (-self.epoch, *self._key, old_tail, self.epoch, self._tail_rows)
+            steps.append(_Step("seal", cql.stmt(CQL_SEAL).bind(seal)))
+        steps.extend(
             _Step("drop", cql.stmt(CQL_DROP_SEGMENT).bind((*self._key, n)))
             for n in index.segment_numbers
             if n not in live
-        ]
+        )
         if index.abandoned is not None:
             steps.append(_Step("drop", cql.stmt(CQL_DROP_SEGMENT).bind((*self._key, index.abandoned))))
         index.drop_segments(live)

@@ -5,12 +5,14 @@ exactly once and no orphan appears anywhere."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from cassandra import OperationTimedOut, Unavailable, WriteTimeout, WriteType
+from cassandra.connection import ConnectionShutdown
 
 from querator.errors import StaleOwnerError, StorageError
 from querator.ksuid import KsuidGenerator
@@ -29,7 +31,9 @@ class Fault:
     """Breaks the next run of a partition at one of its steps (``at``: a ``_Step.kind``), one of these
     ways (``how``): ``refused`` (a newer owner claims the partition just before it), ``unavailable``,
     ``lost`` (timed out, not applied), ``answered late`` (applied, the answer lost), ``retried``
-    (applied, then sent again as the driver's retry on the next host does, which its condition refuses)."""
+    (applied, then sent again as the driver's retry on the next host does, which its condition refuses),
+    ``late`` (the connection cut before the answer while the coordinator goes on: kept in ``late`` to be
+    sent later), ``lands first`` (``late`` is sent just before the step)."""
 
     how: str
     at: str = "commit"
@@ -39,6 +43,7 @@ class Fault:
     seen: list[str] = field(default_factory=list)
     """The kinds of the steps the failed run sent, or tried to."""
     armed: bool = True
+    late: Any = None
 
     async def send(self, partition: CassandraPartition, send: Any, loop: Any, step: Any) -> Any:
         if not self.armed:
@@ -58,6 +63,12 @@ class Fault:
             raise Unavailable("too few replicas alive")
         if self.how == "lost":
             raise OperationTimedOut("no answer; not applied")
+        if self.how == "late":
+            self.late = step
+            raise ConnectionShutdown("connection cut; the coordinator goes on")
+        if self.how == "lands first":
+            await send(partition, loop, self.late)
+            return await send(partition, loop, step)
         if self.how == "retried":
             await send(partition, loop, step)
             return await send(partition, loop, step)
@@ -270,6 +281,72 @@ async def test_a_produce_retried_with_its_dedup_ids_is_stored_once(
         await part.produce(item("a", dedup_id="x"), item("b", dedup_id="y"), dedup_window=window)
     await part.produce(item("a", dedup_id="x"), item("b", dedup_id="y"), dedup_window=window)
     assert payloads(await part.list()) == ["a", "b"]
+
+
+async def test_a_commit_that_lands_after_the_next_run_loaded_is_refused(
+    store: CassandraStore, cassandra_settings: CassandraSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A produce's commit fails on the client's side while its coordinator goes on; the next run loads
+    the partition and opens a new tail. Landing on the old tail then, the commit would leave its items
+    unread and its dedup marker answering "duplicate" to the client's retry: the old tail is sealed, so
+    the commit is refused and the retry stores the item."""
+    window = 300 * SECOND
+    part = Part(store.partition("queue", 0))
+    await part.produce(item("before"))
+    cut = Fault("late")
+    inject(monkeypatch, cut)
+    with pytest.raises(StorageError):
+        await part.produce(item("a", dedup_id="x"), dedup_window=window)
+    await part.produce(item("next"))
+    rows_ = await store._execute_async(asyncio.get_running_loop(), cut.late.statement)
+    assert not rows_[0]["[applied]"]
+    await part.produce(item("a", dedup_id="x"), dedup_window=window)
+    assert payloads(await part.list()) == ["before", "next", "a"]
+    await check(cassandra_settings, EPOCH + 10, ["before", "next", "a"], cut.orphans, applied=False)
+
+
+async def test_a_commit_that_lands_before_the_seal_is_loaded(
+    store: CassandraStore, cassandra_settings: CassandraSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same commit landing after the load but before the seal: the seal fails (the tail's rows
+    changed), and the next run loads the commit's items, which its dedup marker rightly answers for."""
+    window = 300 * SECOND
+    part = Part(store.partition("queue", 0))
+    await part.produce(item("before"))
+    cut = Fault("late")
+    inject(monkeypatch, cut)
+    with pytest.raises(StorageError):
+        await part.produce(item("a", dedup_id="x"), dedup_window=window)
+    lands = Fault("lands first", "seal", late=cut.late)
+    inject(monkeypatch, lands)
+    with pytest.raises(StorageError) as failed:
+        await part.produce(item("next"))
+    assert lands.seen[-1] == "seal" and not isinstance(failed.value, StaleOwnerError)
+    await part.produce(item("next"))
+    await part.produce(item("a again", dedup_id="x"), dedup_window=window)
+    assert payloads(await part.list()) == ["before", "a", "next"]
+    await check(cassandra_settings, EPOCH + 10, ["before", "a", "next"], [], applied=True)
+
+
+@pytest.mark.parametrize("how", ["lost", "answered late", "retried"])
+async def test_a_failed_seal_applies_nothing_of_its_run(
+    store: CassandraStore, cassandra_settings: CassandraSettings, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """The seal fails, applied or not: the run fails as a storage error, and the next one goes on (a
+    sealed tail is left sealed, an unsealed one sealed again)."""
+    part = Part(store.partition("queue", 0))
+    await part.produce(item("before"))
+    inject(monkeypatch, Fault("lost"))
+    with pytest.raises(StorageError):
+        await part.produce(item("lost"))
+    seal = Fault(how, "seal")
+    inject(monkeypatch, seal)
+    with pytest.raises(StorageError) as failed:
+        await part.produce(item("lost too"))
+    assert seal.seen == ["seal"] and not isinstance(failed.value, StaleOwnerError)
+    assert not failed.value.maybe_applied
+    await part.produce(item("after"))
+    await check(cassandra_settings, EPOCH + 10, ["before", "after"], [], applied=False)
 
 
 async def test_clear_after_a_failed_run_then_lease(
