@@ -687,7 +687,8 @@ class CassandraPartition:
         return row
 
     def _claim_segment(self, segment: int) -> int | None:
-        """Makes ``self.epoch`` the segment's owner; returns the owner it had (None: this opened it)."""
+        """Makes ``self.epoch`` the segment's owner unless it is sealed; returns the owner it had (None:
+        this opened it; negative: sealed, see ``_roll``)."""
         cql = self._store._cql
         assert cql is not None
         applied, current = cql.applied(CQL_OPEN_SEGMENT, (*self._key, segment, self.epoch))
