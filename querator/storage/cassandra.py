@@ -622,17 +622,10 @@ class CassandraPartition:
 
     def _refused(self, step: _Step, row: dict[str, Any]) -> None:
         """Raises what a fenced step refused by its condition means, ``row`` being what Cassandra found."""
-        if step.kind == "seal" and row.get("epoch") == self.epoch:
-            raise CassandraStorageError(
-                "cassandra storage error; a commit landed on the old tail after it was loaded"
-            )
-        if row.get("epoch") in (self.epoch, -self.epoch):
-            # Not a newer owner: the driver sends a failed request again to the next host, and a seal, a
-            # roll or an open whose first attempt was applied is refused the second time.
-            raise CassandraStorageError(
-                f"cassandra storage error; the {step.kind} step was refused on a retry after it was applied",
-                maybe_applied=step.kind == "commit",
-            )
+        if step.kind == "seal" and row.get("epoch") in (self.epoch, -self.epoch):
+            # Not a newer owner: a commit landed on the old tail since it was loaded, or this seal was
+            # applied and then refused when the driver sent it again to the next host.
+            raise CassandraStorageError("cassandra storage error; the old tail changed since it was loaded")
         raise self._stale_error(row)
 
     def _stale_error(self, row: dict[str, Any]) -> StaleOwnerError:
