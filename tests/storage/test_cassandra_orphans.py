@@ -283,6 +283,21 @@ async def test_a_produce_retried_with_its_dedup_ids_is_stored_once(
     assert payloads(await part.list()) == ["a", "b"]
 
 
+WINDOW = 300 * SECOND
+
+
+async def commit_cut_off(store: CassandraStore, monkeypatch: pytest.MonkeyPatch) -> tuple[Part, Fault]:
+    """Partition 0 holds "before"; the produce of "a" (dedup id "x") then lost its connection at the
+    commit, which is kept in the fault's ``late`` while its coordinator "goes on"."""
+    part = Part(store.partition("queue", 0))
+    await part.produce(item("before"))
+    cut = Fault("late")
+    inject(monkeypatch, cut)
+    with pytest.raises(StorageError):
+        await part.produce(item("a", dedup_id="x"), dedup_window=WINDOW)
+    return part, cut
+
+
 async def test_a_commit_that_lands_after_the_next_run_loaded_is_refused(
     store: CassandraStore, cassandra_settings: CassandraSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -290,17 +305,11 @@ async def test_a_commit_that_lands_after_the_next_run_loaded_is_refused(
     the partition and opens a new tail. Landing on the old tail then, the commit would leave its items
     unread and its dedup marker answering "duplicate" to the client's retry: the old tail is sealed, so
     the commit is refused and the retry stores the item."""
-    window = 300 * SECOND
-    part = Part(store.partition("queue", 0))
-    await part.produce(item("before"))
-    cut = Fault("late")
-    inject(monkeypatch, cut)
-    with pytest.raises(StorageError):
-        await part.produce(item("a", dedup_id="x"), dedup_window=window)
+    part, cut = await commit_cut_off(store, monkeypatch)
     await part.produce(item("next"))
     rows_ = await store._execute_async(asyncio.get_running_loop(), cut.late.statement)
     assert not rows_[0]["[applied]"]
-    await part.produce(item("a", dedup_id="x"), dedup_window=window)
+    await part.produce(item("a", dedup_id="x"), dedup_window=WINDOW)
     assert payloads(await part.list()) == ["before", "next", "a"]
     await check(cassandra_settings, EPOCH + 10, ["before", "next", "a"], cut.orphans, applied=False)
 
@@ -310,20 +319,14 @@ async def test_a_commit_that_lands_before_the_seal_is_loaded(
 ) -> None:
     """The same commit landing after the load but before the seal: the seal fails (the tail's rows
     changed), and the next run loads the commit's items, which its dedup marker rightly answers for."""
-    window = 300 * SECOND
-    part = Part(store.partition("queue", 0))
-    await part.produce(item("before"))
-    cut = Fault("late")
-    inject(monkeypatch, cut)
-    with pytest.raises(StorageError):
-        await part.produce(item("a", dedup_id="x"), dedup_window=window)
+    part, cut = await commit_cut_off(store, monkeypatch)
     lands = Fault("lands first", "seal", late=cut.late)
     inject(monkeypatch, lands)
     with pytest.raises(StorageError) as failed:
         await part.produce(item("next"))
     assert lands.seen[-1] == "seal" and not isinstance(failed.value, StaleOwnerError)
     await part.produce(item("next"))
-    await part.produce(item("a again", dedup_id="x"), dedup_window=window)
+    await part.produce(item("a again", dedup_id="x"), dedup_window=WINDOW)
     assert payloads(await part.list()) == ["before", "a", "next"]
     await check(cassandra_settings, EPOCH + 10, ["before", "a", "next"], [], applied=True)
 
