@@ -26,6 +26,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -73,6 +74,29 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout: float, what:
         if time.monotonic() > deadline:
             raise AssertionError(f"{what}: not true after {timeout}s")
         await asyncio.sleep(POLL_INTERVAL)
+
+
+class Held(NamedTuple):
+    """What a queue holds by its stats. A failing partition answers zeros for counts it cannot read,
+    so a queue with one is never ``Held()``: a drain that took those zeros for empty would end early
+    and count the partition's items as lost."""
+
+    items: int = 0
+    leased: int = 0
+    scheduled: int = 0
+    failing: tuple[int, ...] = ()
+
+
+async def held(client: AsyncClient, queue: str) -> Held:
+    """Totals over every partition of ``queue``, and the partitions failing right now."""
+    stats = await client.stats(queue)
+    parts = [p for lq in stats.logical_queues for p in lq.partitions]
+    return Held(
+        sum(p.total for p in parts),
+        sum(p.total_leased for p in parts),
+        sum(p.scheduled for p in parts),
+        tuple(p.partition for p in parts if p.failures),
+    )
 
 
 async def keep_producing(

@@ -29,8 +29,8 @@ from querator.wire import messages as m
 from tests.cassandra_node import CassandraNode
 from tests.storage.contract import Part, item
 
-from .conftest import Servers, eventually, keep_producing, kill9
-from .test_crash import DEADLINE, drain, stats_totals
+from .conftest import Held, Servers, eventually, held, keep_producing, kill9
+from .test_crash import DEADLINE, drain
 
 PRODUCERS = 4
 THROUGH = 200_000
@@ -70,10 +70,10 @@ async def test_querator_restart_keeps_items_leases_and_scheduled(
 
     restarted = await servers.astart(*args)
     async with AsyncClient(restarted.url) as client:
-        totals = await stats_totals(client, "work")
-        assert totals == (len(queued), len(leased), len(scheduled)), restarted.describe()
+        totals = await held(client, "work")
+        assert totals == Held(len(queued), len(leased), len(scheduled)), restarted.describe()
         delivered = await drain(client, restarted, "work", until=len(queued) + len(scheduled))
-        assert await stats_totals(client, "work") == (0, 0, 0)
+        assert await held(client, "work") == Held()
     payloads = [i.bytes.decode() for _, i in delivered]
     assert Counter(payloads) == Counter(queued + scheduled)
     attempts = {i.bytes.decode(): i.attempts for _, i in delivered}

@@ -24,6 +24,7 @@ from typing import Literal
 
 from querator.client import AsyncClient, ConnectionFailed
 from querator.errors import QueratorError, RetryRequest, outcome_unknown
+from tests.integration.conftest import Held, held
 
 Outcome = Literal["ok", "fail", "unknown"]
 Kind = Literal["produce", "lease", "complete", "retry", "renew"]
@@ -185,14 +186,13 @@ class Workload:
 
 
 async def drain(endpoint: str, queue: str, history: History, deadline: float = DRAIN_DEADLINE) -> int:
-    """Leases and completes until the queue is empty; returns what the server still holds after."""
+    """Leases and completes until the queue is empty; returns what the server still holds after. A
+    partition still failing then fails the test: what it holds is unknown."""
     async with AsyncClient(endpoint) as client:
         loop = asyncio.get_running_loop()
         give_up = loop.time() + deadline
         while loop.time() < give_up:
-            stats = await client.stats(queue)
-            parts = [p for lq in stats.logical_queues for p in lq.partitions]
-            if sum(p.total for p in parts) + sum(p.scheduled for p in parts) == 0:
+            if await held(client, queue) == Held():
                 return 0
             lease = Op("lease", "drain", time.monotonic())
 
@@ -208,5 +208,6 @@ async def drain(endpoint: str, queue: str, history: History, deadline: float = D
                 await history.record(
                     done, lambda op=lease: client.complete(queue, op.partition, list(op.ids))
                 )
-        stats = await client.stats(queue)
-        return sum(p.total + p.scheduled for lq in stats.logical_queues for p in lq.partitions)
+        left = await held(client, queue)
+        assert not left.failing, f"partitions {left.failing} of {queue!r} still failing after the drain"
+        return left.items + left.scheduled
