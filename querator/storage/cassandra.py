@@ -622,11 +622,17 @@ class CassandraPartition:
 
     def _refused(self, step: _Step, row: dict[str, Any]) -> None:
         """Raises what a fenced step refused by its condition means, ``row`` being what Cassandra found."""
-        if step.kind == "seal" and row.get("epoch") in (self.epoch, -self.epoch):
-            # Not a newer owner: a commit landed on the old tail since it was loaded, or this seal was
-            # applied and then refused when the driver sent it again to the next host.
-            raise CassandraStorageError("cassandra storage error; the old tail changed since it was loaded")
-        raise self._stale_error(row)
+        if row.get("epoch") not in (self.epoch, -self.epoch):
+            raise self._stale_error(row)
+        # This owner's own write, not a newer owner's. The driver sends a failed request again to the
+        # next host, and a step whose first attempt was applied is refused the second time (a roll finds
+        # its tail moved, an open its segment made, a seal its tail sealed); a seal is also refused by a
+        # commit that landed on the old tail since the load. The next run reloads and goes on, where a
+        # stale owner would refuse every run until it claims the partition again (on a single node: never).
+        raise CassandraStorageError(
+            f"cassandra storage error; the {step.kind} step found this owner's own write since the load",
+            maybe_applied=step.kind == "commit",
+        )
 
     def _stale_error(self, row: dict[str, Any]) -> StaleOwnerError:
         current = row.get("epoch")

@@ -417,6 +417,24 @@ async def test_a_failed_roll_applies_nothing_of_its_run(
     await check(cassandra_settings, EPOCH + 10, ["held-1", "held-2", "kept", "after"], [], applied=False)
 
 
+@pytest.mark.parametrize("at", ["roll", "open"])
+async def test_a_roll_step_refused_on_the_drivers_retry_is_not_a_newer_owner(
+    store: CassandraStore, cassandra_settings: CassandraSettings, monkeypatch: pytest.MonkeyPatch, at: str
+) -> None:
+    """A roll or open applied, then refused when the driver sent it again (its tail moved, its segment
+    exists), answers this owner's own epoch: the run fails and the next one goes on, where a stale owner
+    would refuse every run until the partition is claimed again (on a single node: never)."""
+    part = await drained_behind_leases(store, monkeypatch)
+    fault = Fault("retried", at)
+    inject(monkeypatch, fault)
+    with pytest.raises(StorageError) as failed:
+        await part.produce(item("lost"))
+    assert not fault.armed and fault.seen[-1] == at
+    assert not isinstance(failed.value, StaleOwnerError) and not failed.value.maybe_applied
+    await part.produce(item("after"))
+    await check(cassandra_settings, EPOCH + 10, ["held-1", "held-2", "kept", "after"], [], applied=False)
+
+
 @pytest.mark.parametrize("how", ["lost", "answered late"])
 async def test_a_read_that_opens_a_tail_and_fails_at_its_commit(
     store: CassandraStore, cassandra_settings: CassandraSettings, monkeypatch: pytest.MonkeyPatch, how: str
