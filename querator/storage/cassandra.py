@@ -1096,22 +1096,26 @@ class CassandraStore:
         return await self._call(add, writes=True)
 
     async def update_queue(self, record: QueueRecord) -> None:
+        # Read in a call of its own: its failure sent no write, so the outcome is known.
+        before = await self.get_queue(record.name)
+
         def update(cql: _Cql) -> None:
-            before = cql.rows(CQL_GET_QUEUE, (record.name,))
             row = _queue_row(record)
             cql.applied(CQL_UPDATE_QUEUE, (*row[1:], record.name))
-            if before and before[0]["namespace"] != record.namespace:
-                cql.rows(CQL_UNINDEX_QUEUE, (before[0]["namespace"], record.name))
+            if before is not None and before.namespace != record.namespace:
+                cql.rows(CQL_UNINDEX_QUEUE, (before.namespace, record.name))
             cql.rows(CQL_INDEX_QUEUE, (record.namespace, record.name))
 
         await self._call(update, writes=True)
 
     async def delete_queue(self, name: str) -> None:
+        before = await self.get_queue(name)
+        if before is None:
+            return
+
         def delete(cql: _Cql) -> None:
-            before = cql.rows(CQL_GET_QUEUE, (name,))
-            if before:
-                cql.applied(CQL_DELETE_QUEUE, (name,))
-                cql.rows(CQL_UNINDEX_QUEUE, (before[0]["namespace"], name))
+            cql.applied(CQL_DELETE_QUEUE, (name,))
+            cql.rows(CQL_UNINDEX_QUEUE, (before.namespace, name))
 
         await self._call(delete, writes=True)
 

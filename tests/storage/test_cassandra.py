@@ -22,7 +22,7 @@ from querator.errors import StaleOwnerError, StorageError
 from querator.ksuid import KsuidGenerator
 from querator.storage import cassandra
 from querator.storage._cassandra_dedup import CLAIM_TIMEOUT, LAST_EXPIRY, MAX_TTL, DedupInFlight, max_ttl
-from querator.storage.base import PartitionTx, Store
+from querator.storage.base import PartitionTx, QueueRecord, Store
 from querator.storage.cassandra import (
     CQL_GET_PARTITION,
     CassandraSettings,
@@ -489,6 +489,32 @@ async def test_a_failed_queue_write_may_have_been_applied(store: CassandraStore,
         with pytest.raises(StorageError) as failed:
             await store._call(fn, writes=writes)
         assert failed.value.maybe_applied is writes
+
+
+@pytest.mark.parametrize("fails", ["read", "write"])
+async def test_a_queue_change_is_an_unknown_outcome_only_once_it_wrote(
+    store: CassandraStore, monkeypatch: pytest.MonkeyPatch, fails: str
+) -> None:
+    """Updating or deleting a queue reads its record first: a failure there sent no write."""
+    await store.add_queue(QueueRecord(name="q", max_attempts=1))
+    failing = cassandra.CQL_GET_QUEUE if fails == "read" else cassandra.CQL_UNINDEX_QUEUE
+    rows = cassandra._Cql.rows
+
+    def flaky(cql: cassandra._Cql, statement: str, params: Any) -> list[dict[str, Any]]:
+        if statement == failing:  # as ``_Cql.result`` raises the driver's error
+            error = WriteTimeout("no answer in time", write_type=WriteType.SIMPLE)
+            raise cassandra._storage_error(error) from error
+        return rows(cql, statement, params)
+
+    monkeypatch.setattr(cassandra._Cql, "rows", flaky)
+    changes = [
+        lambda: store.update_queue(QueueRecord(name="q", namespace="other")),
+        lambda: store.delete_queue("q"),
+    ]
+    for change in changes:
+        with pytest.raises(StorageError) as failed:
+            await change()
+        assert failed.value.maybe_applied is (fails == "write")
 
 
 async def test_the_row_counter_matches_what_the_tail_stores(
