@@ -435,6 +435,24 @@ async def test_a_roll_step_refused_on_the_drivers_retry_is_not_a_newer_owner(
     await check(cassandra_settings, EPOCH + 10, ["held-1", "held-2", "kept", "after"], [], applied=False)
 
 
+@pytest.mark.parametrize("at", ["seal", "roll", "open", "carry"])
+async def test_a_roll_step_refused_by_a_newer_owner_is_a_stale_owner(
+    store: CassandraStore, claimer: CassandraStore, monkeypatch: pytest.MonkeyPatch, at: str
+) -> None:
+    """Only this owner's own epoch makes a refused step a storage error (above): a newer owner's is
+    stale, whatever the step."""
+    part = await drained_behind_leases(store, monkeypatch)
+    if at == "seal":  # the next roll seals the old tail after a failed run
+        inject(monkeypatch, Fault("lost", "roll"))
+        with pytest.raises(StorageError):
+            await part.produce(item("lost"))
+    fault = Fault("refused", at, claimer)
+    inject(monkeypatch, fault)
+    with pytest.raises(StaleOwnerError):
+        await part.produce(item("refused"))
+    assert not fault.armed and fault.seen[-1] == at
+
+
 @pytest.mark.parametrize("how", ["lost", "answered late"])
 async def test_a_read_that_opens_a_tail_and_fails_at_its_commit(
     store: CassandraStore, cassandra_settings: CassandraSettings, monkeypatch: pytest.MonkeyPatch, how: str
