@@ -1098,11 +1098,13 @@ class CassandraStore:
     async def update_queue(self, record: QueueRecord) -> None:
         # Read in a call of its own: its failure sent no write, so the outcome is known.
         before = await self.get_queue(record.name)
+        if before is None:
+            return  # nothing to update, and no index entry for a queue that does not exist
 
         def update(cql: _Cql) -> None:
             row = _queue_row(record)
             cql.applied(CQL_UPDATE_QUEUE, (*row[1:], record.name))
-            if before is not None and before.namespace != record.namespace:
+            if before.namespace != record.namespace:
                 cql.rows(CQL_UNINDEX_QUEUE, (before.namespace, record.name))
             cql.rows(CQL_INDEX_QUEUE, (record.namespace, record.name))
 
