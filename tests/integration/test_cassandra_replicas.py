@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from querator.client import AsyncClient
-from querator.errors import QueratorError
+from querator.errors import QueratorError, outcome_unknown
 from tests.cassandra_node import CassandraNode, cluster, wait_all_up
 
 from .conftest import Servers, eventually, keep_producing
@@ -72,21 +72,32 @@ async def test_replica_faults_lose_no_acknowledged_item(
     async with AsyncClient(server.url) as client:
         await client.create_queue("replicas", lease_timeout="10s", expire_timeout="1h", partitions=4)
 
+        def failed(what: str, e: QueratorError) -> None:
+            consumed[e.code] += 1
+            if e.code != 454:
+                unexpected.append(f"{what}: {e.code} {e.message}")
+
         async def consume() -> None:
             while not stop.is_set():
                 try:
                     reply = await client.lease("replicas", batch_size=50, client_id="c", request_timeout="1s")
-                    # Delivered now: a complete answered 454 may still have been applied ("outcome
-                    # unknown"), and then the items never come back.
-                    delivered.update(i.bytes.decode() for i in reply.items)
-                    await client.complete("replicas", reply.partition, [i.id for i in reply.items])
                 except QueratorError as e:  # 454: nothing to lease yet, or no quorum
-                    consumed[e.code] += 1
-                    if e.code != 454:
-                        unexpected.append(f"lease or complete: {e.code} {e.message}")
+                    failed("lease", e)
+                    await asyncio.sleep(0.05)
+                    continue
+                payloads = {i.bytes.decode() for i in reply.items}
+                try:
+                    await client.complete("replicas", reply.partition, [i.id for i in reply.items])
+                except QueratorError as e:
+                    failed("complete", e)
+                    if outcome_unknown(e):
+                        # It may have been applied: then its items never come back to be counted. A
+                        # complete known to have failed leaves them leased, to come back at lease expiry.
+                        delivered.update(payloads)
                     await asyncio.sleep(0.05)
                 else:
                     consumed[200] += 1
+                    delivered.update(payloads)
 
         async def goes_on(what: str) -> None:
             acked_before, delivered_before, completed_before = len(acked), len(delivered), consumed[200]
