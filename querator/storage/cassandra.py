@@ -666,11 +666,12 @@ class CassandraPartition:
         chosen = False  # whether this call chose the epoch above the owner's it read
         while not applied:
             current = row["epoch"]
-            if current == self.epoch and not chosen:
+            if current == self.epoch and not chosen and not takeover:
                 break  # this owner's already
             if current >= self.epoch:
-                # Newer, or the very epoch this call chose: another takeover read the same owner and
-                # wrote first. Sharing it would make both writers pass the fence.
+                # Newer, or the very epoch this call meant to write: another takeover read the same owner
+                # (or the same microsecond on its clock) and wrote first. Sharing it would make both
+                # writers pass the fence. (A takeover finding its own earlier write goes higher too.)
                 if not takeover:
                     raise self._stale_error(row)
                 self.epoch, chosen = current + 1, True

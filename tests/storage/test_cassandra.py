@@ -363,6 +363,34 @@ async def test_two_takeovers_racing_do_not_share_an_epoch(
         assert payloads(await owner.list()) == ["before", "from b"]
 
 
+async def test_two_takeovers_reading_the_same_clock_do_not_share_an_epoch(
+    store: CassandraStore, cassandra_settings: CassandraSettings
+) -> None:
+    """Two nodes take over a partition in the same microsecond of their clocks: both would choose that
+    reading as their epoch, and the second would find it written and take it for its own."""
+    at = SystemClock().now()
+    (kept,) = await Part(store.partition("queue", 0)).produce(item("before"))
+    a, b = (
+        CassandraStore(cassandra_settings, EPOCH, lambda: at),
+        CassandraStore(cassandra_settings, EPOCH, lambda: at),
+    )
+    await a.open()
+    await b.open()
+    try:
+        await a.partition("queue", 0).claim()
+        await b.partition("queue", 0).claim()
+        assert (a._partition("queue", 0).epoch, b._partition("queue", 0).epoch) == (at, at + 1)
+        with pytest.raises(StaleOwnerError):
+            await Part(a.partition("queue", 0)).produce(item("from a"))
+        owner = Part(b.partition("queue", 0))
+        owner.new_id = KsuidGenerator(NOW // SECOND, after=kept.id).next
+        await owner.produce(item("from b"))
+        assert payloads(await owner.list()) == ["before", "from b"]
+    finally:
+        await a.close()
+        await b.close()
+
+
 def test_ttls_end_before_2038() -> None:
     """Cassandra refuses a TTL ending after 2038-01-19 in its default storage mode: a source entry
     of an item without expire deadline (20 years) got InvalidRequest from 2018 on."""
