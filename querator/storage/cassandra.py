@@ -663,18 +663,18 @@ class CassandraPartition:
         assert cql is not None
         key = self._key
         applied, row = cql.applied(CQL_CREATE_PARTITION, (*key, self.epoch))
-        chosen = False  # whether this call chose the epoch above the owner's it read
         while not applied:
             current = row["epoch"]
-            if current == self.epoch and not chosen and not takeover:
+            if current == self.epoch and not takeover:
                 break  # this owner's already
             if current >= self.epoch:
-                # Newer, or the very epoch this call meant to write: another takeover read the same owner
-                # (or the same microsecond on its clock) and wrote first. Sharing it would make both
-                # writers pass the fence. (A takeover finding its own earlier write goes higher too.)
+                # Newer, or, for a takeover, the very epoch it meant to write: another takeover read the
+                # same owner (or the same microsecond on its clock) and wrote first, and sharing it would
+                # make both writers pass the fence. (A takeover finding its own earlier write goes higher
+                # too, harmlessly.)
                 if not takeover:
                     raise self._stale_error(row)
-                self.epoch, chosen = current + 1, True
+                self.epoch = current + 1
             applied, row = cql.applied(CQL_CLAIM_PARTITION, (self.epoch, *key, current))
         (row,) = cql.rows(CQL_GET_PARTITION, key)
         if row["epoch"] != self.epoch:
