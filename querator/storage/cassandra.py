@@ -363,8 +363,7 @@ class _Cql:
         return self.applied_statement(self.statements[cql].bind(params))
 
     def applied_statement(self, statement: Any) -> tuple[bool, dict[str, Any]]:
-        rows = self.rows_statement(statement)
-        row = rows[0] if rows else {"[applied]": False}
+        row = self.first(self.session.execute_async(statement))
         return bool(row["[applied]"]), row
 
 
