@@ -55,6 +55,7 @@ OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", OPENAPI_PATH})
 OPENAPI_CONTENT_TYPE = "application/yaml"
 
 M = TypeVar("M", bound=m.Message)
+R = TypeVar("R", bound=m.Message)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -85,26 +86,35 @@ def create_app(
     async def list_scheduled(req: m.StorageItemsListRequest) -> m.StorageItemsListResponse:
         return await s.list_items(req, scheduled=True)
 
+    # A handler is cancelled when its client disconnects (``handler_cancellation``): a parked lease must
+    # not take items for nobody. Routes that change queues or move items in several steps are shielded
+    # from it: their work runs to its end, only the answer is lost.
     routes: list[tuple[str, Handler]] = [
         ("/v1/queue.produce", _rpc(s.produce, m.QueueProduceRequest, max_produce_body)),
-        ("/v1/queue.lease", _rpc(s.lease, m.QueueLeaseRequest, SMALL_BODY)),
+        ("/v1/queue.lease", _rpc(s.lease, m.QueueLeaseRequest, SMALL_BODY, undelivered=s.release)),
         ("/v1/queue.complete", _rpc(s.complete, m.QueueCompleteRequest, DEFAULT_BODY)),
         ("/v1/queue.retry", _rpc(s.retry, m.QueueRetryRequest, DEFAULT_BODY)),
         ("/v1/queue.renew", _rpc(s.renew, m.QueueRenewRequest, DEFAULT_BODY)),
-        ("/v1/queue.redrive", _rpc(s.redrive, m.QueueRedriveRequest, SMALL_BODY)),
+        ("/v1/queue.redrive", _rpc(s.redrive, m.QueueRedriveRequest, SMALL_BODY, shield=True)),
         ("/v1/cluster.info", _rpc(s.cluster_info, m.ClusterInfoRequest, DEFAULT_BODY)),
-        ("/v1/cluster.refresh", _rpc(s.refresh, m.QueuesInfoRequest, SMALL_BODY)),
+        ("/v1/cluster.refresh", _rpc(s.refresh, m.QueuesInfoRequest, SMALL_BODY, shield=True)),
         ("/v1/queue.stats", _rpc(s.stats, m.QueueStatsRequest, SMALL_BODY)),
-        ("/v1/queue.clear", _rpc(s.clear, m.QueueClearRequest, SMALL_BODY)),
-        ("/v1/queue.reload", _rpc(s.reload, m.QueueReloadRequest, SMALL_BODY)),
-        ("/v1/queues.create", _rpc(s.create_queue, m.QueueInfo, DEFAULT_BODY)),
+        ("/v1/queue.clear", _rpc(s.clear, m.QueueClearRequest, SMALL_BODY, shield=True)),
+        ("/v1/queue.reload", _rpc(s.reload, m.QueueReloadRequest, SMALL_BODY, shield=True)),
+        ("/v1/queues.create", _rpc(s.create_queue, m.QueueInfo, DEFAULT_BODY, shield=True)),
         ("/v1/queues.list", _rpc(s.list_queues, m.QueuesListRequest, DEFAULT_BODY)),
-        ("/v1/queues.update", _rpc(s.update_queue, m.QueueInfo, UPDATE_BODY)),
-        ("/v1/queues.delete", _rpc(s.delete_queue, m.QueuesDeleteRequest, DEFAULT_BODY)),
+        ("/v1/queues.update", _rpc(s.update_queue, m.QueueInfo, UPDATE_BODY, shield=True)),
+        ("/v1/queues.delete", _rpc(s.delete_queue, m.QueuesDeleteRequest, DEFAULT_BODY, shield=True)),
         ("/v1/queues.info", _rpc(s.queue_info, m.QueuesInfoRequest, DEFAULT_BODY)),
         ("/v1/storage/items.list", _rpc(s.list_items, m.StorageItemsListRequest, DEFAULT_BODY)),
-        ("/v1/storage/items.import", _rpc(s.import_items, m.StorageItemsImportRequest, IMPORT_BODY)),
-        ("/v1/storage/items.delete", _rpc(s.delete_items, m.StorageItemsDeleteRequest, DEFAULT_BODY)),
+        (
+            "/v1/storage/items.import",
+            _rpc(s.import_items, m.StorageItemsImportRequest, IMPORT_BODY, shield=True),
+        ),
+        (
+            "/v1/storage/items.delete",
+            _rpc(s.delete_items, m.StorageItemsDeleteRequest, DEFAULT_BODY, shield=True),
+        ),
         ("/v1/storage/scheduled.list", _rpc(list_scheduled, m.StorageItemsListRequest, DEFAULT_BODY)),
     ]
     latency = service.metrics.latency
@@ -157,7 +167,16 @@ def _timed(handler: Handler, latency: Observer) -> Handler:
     return timed
 
 
-def _rpc(call: Callable[[M], Awaitable[m.Message | None]], type_: type[M], limit: int) -> Handler:
+def _rpc(
+    call: Callable[[M], Awaitable[R | None]],
+    type_: type[M],
+    limit: int,
+    undelivered: Callable[[R], None] | None = None,
+    shield: bool = False,
+) -> Handler:
+    """The handler of one route. ``undelivered`` is told of a reply that could not be written (the
+    client went away); ``shield`` lets the call run to its end when the client disconnects."""
+
     async def handler(request: web.Request) -> web.StreamResponse:
         if request.method != "POST":
             return _method_not_allowed(request)
@@ -170,7 +189,8 @@ def _rpc(call: Callable[[M], Awaitable[m.Message | None]], type_: type[M], limit
         body = b""
         try:
             body = await _read_body(request, limit)
-            result = await call(decode(body, request.headers.get("Content-Type"), type_))
+            pending = call(decode(body, request.headers.get("Content-Type"), type_))
+            result = await (asyncio.shield(pending) if shield else pending)
         except Forward as target:
             return await _forward(request, target, body, accept)
         except StorageError as e:
@@ -184,12 +204,26 @@ def _rpc(call: Callable[[M], Awaitable[m.Message | None]], type_: type[M], limit
             log.exception("%s failed", request.path)
             return _reply(m.Reply(code=500, code_text=CODE_TEXT[500], message="Internal Error"), accept, 500)
         if result is None:
-            result = m.OK_REPLY
-        elif accept == JSON and EXTENSIONS_HEADER not in request.headers:
-            result = _reference_view(result)
-        return _reply(result, accept, 200)
+            return _reply(m.OK_REPLY, accept, 200)
+        reference = accept == JSON and EXTENSIONS_HEADER not in request.headers
+        response = _reply(_reference_view(result) if reference else result, accept, 200)
+        if undelivered is not None:
+            await _deliver(request, response, lambda: undelivered(result))
+        return response
 
     return handler
+
+
+async def _deliver(request: web.Request, response: web.Response, undelivered: Callable[[], None]) -> None:
+    """Writes the reply now rather than after the handler, to learn whether it could be written."""
+    try:
+        await response.prepare(request)
+        await response.write_eof()
+    except ConnectionError:  # the client left: aiohttp expects this of a reply and logs nothing
+        undelivered()
+    except asyncio.CancelledError:
+        undelivered()
+        raise
 
 
 async def _forward(request: web.Request, target: Forward, body: bytes, accept: str) -> web.StreamResponse:

@@ -134,6 +134,7 @@ class _QueueCollector(Collector):
                 ("completed", "Items completed."),
                 ("retried", "Items given back by retry (now, later or dead)."),
                 ("lease_expired", "Expired leases whose items went back to the queue."),
+                ("released", "Leased items given back at once: their lease never reached its consumer."),
                 ("dead_lettered", "Items that died: moved to the dead queue, or dropped without one."),
             )
         }
@@ -150,6 +151,7 @@ class _QueueCollector(Collector):
             counters["completed"].add_metric(labels, c.completed)
             counters["retried"].add_metric(labels, c.retried)
             counters["lease_expired"].add_metric(labels, c.lease_expired)
+            counters["released"].add_metric(labels, c.released)
             counters["dead_lettered"].add_metric(labels, c.dead)
         yield from gauges.values()
         yield from counters.values()

@@ -143,6 +143,9 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> None
             handle_signals=False,
             shutdown_timeout=5,
             keepalive_timeout=limits.idle_timeout,
+            # A client that disconnects cancels its handler (as under aiohttp's test server): a lease
+            # parked for it must not live on and take items for nobody (querator.http).
+            handler_cancellation=True,
         )
         for app in apps
     ]

@@ -352,6 +352,14 @@ class Service:
             ],
         )
 
+    def release(self, reply: m.QueueLeaseResponse) -> None:
+        """Gives back the items of a lease whose reply never reached its client, without counting the
+        attempt. Best effort, and only for items leased on this node: a lease another owner served comes
+        back when it expires."""
+        queue = self.manager.find(reply.queue_name)
+        if queue is not None and reply.items:
+            queue.release(reply.partition, [i.id for i in reply.items])
+
     async def _lease_elsewhere(
         self, req: m.QueueLeaseRequest, others: list[Forward], budget: float
     ) -> m.QueueLeaseResponse | None:

@@ -385,12 +385,17 @@ class HeldWrites(FaultyPartition):
         self.held = False
         self.waiting = 0
         self.release = asyncio.Event()
+        self.committed: Callable[[], object] | None = None
+        """Called as a transaction returns, before the engine answers its requests."""
 
     async def run(self, fn: Callable[[PartitionTx], R]) -> R:
         if self.held:
             self.waiting += 1
             await self.release.wait()
-        return await super().run(fn)
+        result = await super().run(fn)
+        if self.committed is not None:
+            self.committed()
+        return result
 
     def let_go(self) -> None:
         self.held = False
@@ -428,11 +433,36 @@ async def test_a_lease_whose_write_hangs_is_answered_after_a_grace_and_its_items
     clock.advance(LEASE_GRACE / MICROS)
     with pytest.raises(RetryRequest, match="the lease could not be stored before request_timeout"):
         await asyncio.wait_for(lease, 5)
+    await items_leased_to_nobody_come_back_at_once(p, lq)
+
+
+async def test_a_lease_cancelled_while_its_write_is_in_flight_gives_its_items_back() -> None:
+    _, p, lq, lease = await lease_past_its_deadline_with_its_write_held()
+    lease.cancel()  # its caller went away (an HTTP client that disconnected)
+    await items_leased_to_nobody_come_back_at_once(p, lq)
+
+
+async def test_a_lease_cancelled_after_its_items_were_dealt_gives_them_back() -> None:
+    _, p, lq, lease = await lease_past_its_deadline_with_its_write_held()
+    # Cancelled after the engine dealt it the item, before it resumed to take it: the callback runs
+    # before the lease's wake-up, which the engine schedules when it answers.
+    p.committed = lambda: asyncio.get_running_loop().call_soon(lease.cancel)
     p.let_go()
-    await eventually(lambda: _true(lq.partitions[0].deadlines.lease_deadline > 0))
-    clock.advance(61)  # the write went through, leasing the item to nobody: it returns at lease expiry
+    with pytest.raises(asyncio.CancelledError):
+        await lease
     _, items = await asyncio.wait_for(lq.lease("c", 1, MINUTE), 5)
-    assert [(i.payload, i.attempts) for i in items] == [(b"x", 2)]
+    assert [(i.payload, i.attempts) for i in items] == [(b"x", 1)]
+    assert lq.counters.released == 1
+    await lq.shutdown()
+
+
+async def items_leased_to_nobody_come_back_at_once(p: HeldWrites, lq: LogicalQueue) -> None:
+    """The held write goes through, leasing the item to a request nobody waits for any more: it comes
+    back at once (no lease expiry) and that lease does not count as an attempt."""
+    p.let_go()
+    _, items = await asyncio.wait_for(lq.lease("c", 1, MINUTE), 5)
+    assert [(i.payload, i.attempts) for i in items] == [(b"x", 1)]
+    assert lq.counters.released == 1
     await lq.shutdown()
 
 

@@ -43,6 +43,7 @@ from querator.storage.operations import (
     LeaseOp,
     LifecycleResult,
     PartitionBatch,
+    ReleaseOp,
     RenewOp,
     RetryEntry,
     RetryOp,
@@ -139,6 +140,11 @@ class _Retry(_Request):
 
 
 @dataclass(eq=False)
+class _Release(_Request):
+    op: ReleaseOp = field(default_factory=lambda: ReleaseOp([]))
+
+
+@dataclass(eq=False)
 class _Renew(_Request):
     op: RenewOp = field(default_factory=lambda: RenewOp([], 0))
 
@@ -156,6 +162,8 @@ class ItemCounters:
     leased: int = 0
     completed: int = 0
     retried: int = 0
+    released: int = 0
+    """Leased items given back because their lease never reached its client."""
     lease_expired: int = 0
     """Expired leases whose items went back to the queue."""
     dead: int = 0
@@ -236,6 +244,15 @@ class LogicalQueue:
         try:
             result: tuple[int, list[Item]] = await self._submit(request)
             return result
+        except asyncio.CancelledError:
+            # The caller went away (its client disconnected) after the items were leased to it, before
+            # it could take them: they are nobody's. (Cancelled earlier, the future is cancelled and the
+            # batch that leases to it gives them back: _answer.)
+            future = request.future
+            if future.done() and not future.cancelled() and future.exception() is None:
+                partition, items = future.result()
+                self.release(partition, [i.id for i in items])
+            raise
         finally:
             assert request.timer is not None
             request.timer.cancel()
@@ -248,6 +265,18 @@ class LogicalQueue:
     async def retry(self, partition: int, entries: list[RetryEntry]) -> None:
         """Retries leased items of one partition (spec §2.6)."""
         await self._submit(_Retry(self._future(), self.partitions[partition], op=RetryOp(entries)))
+
+    def release(self, partition: int, ids: list[str]) -> None:
+        """Gives back leased items whose lease never reached its client, without counting the attempt
+        (see ``ReleaseOp``). Does not wait: whoever calls it has nobody to answer."""
+        request = _Release(self._future(), self.partitions[partition], op=ReleaseOp(ids))
+        request.future.add_done_callback(_log_release_failure)
+        if self._closing or self._task.done():
+            # No batch will run: the items come back when their lease expires, attempt counted.
+            _fail_future(request.future, self._stop_error)
+            return
+        self._pending.append(request)
+        self._wake.set()
 
     async def renew(self, partition: int, ids: list[str], lease_deadline: int) -> list[Item]:
         """Moves the lease deadline of leased items of one partition; returns them as renewed."""
@@ -298,7 +327,7 @@ class LogicalQueue:
     def waiting(self) -> LogicalStats:
         """The counts of requests waiting on this logical queue."""
         produce = sum(1 for r in self._pending if isinstance(r, _Produce))
-        complete = sum(1 for r in self._pending if isinstance(r, _Complete | _Retry | _Renew))
+        complete = sum(1 for r in self._pending if isinstance(r, _Complete | _Retry | _Renew | _Release))
         return LogicalStats(
             produce,
             len(self._leases) + sum(isinstance(r, _Lease) for r in self._pending),
@@ -451,6 +480,8 @@ class LogicalQueue:
                     batch_of(req.partition).retry.append(req.op)
                 elif isinstance(req, _Renew):
                     batch_of(req.partition).renew.append(req.op)
+                elif isinstance(req, _Release):
+                    batch_of(req.partition).release.append(req.op)
 
         lease_deadline = now + settings.lease_timeout
         for lease in self._leases:
@@ -484,7 +515,10 @@ class LogicalQueue:
                 for req in waiting[p]:
                     if isinstance(req, _Lease):
                         req.writing = False
-            return _answer(p, waiting[p], result)
+            leased, undelivered = _answer(p, waiting[p], result)
+            if undelivered:
+                self.release(p.number, undelivered)
+            return leased
 
         # One transaction per partition, all in flight together: a networked store (Cassandra) spends
         # most of a transaction waiting for a round trip, and sqlite commits waiting ones as a group.
@@ -520,6 +554,7 @@ class LogicalQueue:
         counters.leased += result.leased
         counters.completed += result.completed
         counters.retried += result.retried
+        counters.released += result.released
         counters.dead += result.dropped
         settings = self._queue.settings
         if any(op.items for op in batch.lease):
@@ -692,8 +727,8 @@ class LogicalQueue:
         if not lease.writing:
             self._drop_lease(lease, LEASE_TIMED_OUT)
             return
-        # Its write may be leasing items to it right now: wait a little rather than waste them. If it
-        # still answers late, they are leased to nobody and come back when the lease expires.
+        # Its write may be leasing items to it right now: wait a little rather than make a round trip of
+        # them. If it still answers late, the batch gives them back (_answer).
         lease.timer = self._clock.call_at(
             lease.deadline + LEASE_GRACE,
             lambda: self._drop_lease(lease, LEASE_NOT_STORED if lease.writing else LEASE_TIMED_OUT),
@@ -737,15 +772,23 @@ def _unavailable(p: PartitionState) -> RetryRequest:
     return RetryRequest(f"partition not available; partition '{p.number}' is failing, retry again")
 
 
-def _answer(p: PartitionState, requests: list[_Request], result: BatchResult | StorageError) -> int:
-    """Answers the requests of one partition's transaction; returns how many items it leased."""
+def _answer(
+    p: PartitionState, requests: list[_Request], result: BatchResult | StorageError
+) -> tuple[int, list[str]]:
+    """Answers the requests of one partition's transaction; returns how many items it leased, and the
+    ids of those leased to requests already answered (timed out, or their caller gone) meanwhile."""
     failed = isinstance(result, StorageError)
     leased = 0
+    undelivered: list[str] = []
     for req in requests:
         if isinstance(req, _Lease):
             # Items of a transaction that failed were never leased: the request stays parked.
-            if req.op is not None and req.op.items and not failed and not req.future.done():
-                leased += len(req.op.items)
+            if req.op is None or not req.op.items or failed:
+                continue
+            leased += len(req.op.items)
+            if req.future.done():
+                undelivered.extend(i.id for i in req.op.items)
+            else:
                 _settle(req.future, (p.number, req.op.items))
         elif isinstance(result, StorageError):
             _fail_future(req.future, try_again(outcome_unknown=result.maybe_applied))
@@ -753,7 +796,12 @@ def _answer(p: PartitionState, requests: list[_Request], result: BatchResult | S
             _fail_future(req.future, req.op.error)
         else:
             _settle(req.future, None)
-    return leased
+    return leased, undelivered
+
+
+def _log_release_failure(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled() and (error := future.exception()) is not None:
+        log.info("leased items could not be given back (they return when their lease expires): %s", error)
 
 
 def _settle(future: asyncio.Future[Any], value: Any) -> None:

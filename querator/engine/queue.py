@@ -80,6 +80,11 @@ class Queue:
     async def retry(self, partition: int, entries: list[RetryEntry]) -> None:
         await self.owner(partition).retry(partition, entries)
 
+    def release(self, partition: int, ids: list[str]) -> None:
+        """See ``LogicalQueue.release``; nothing when this node no longer serves the partition."""
+        if partition in self.logical.partitions:
+            self.logical.release(partition, ids)
+
     async def renew(self, partition: int, ids: list[str], lease_deadline: int) -> list[Item]:
         return await self.owner(partition).renew(partition, ids, lease_deadline)
 

@@ -146,6 +146,10 @@ class QueuesManager:
             log.info("queue %s: handing off partitions %s", queue.name, list(queue.owned))
             self._stop(queue, moved=True)
 
+    def find(self, name: str) -> Queue | None:
+        """The queue if its engine runs on this node now (never waits for one to start)."""
+        return self._queues.get(name)
+
     def running(self) -> list[Queue]:
         """The queues whose engines run on this node, by name."""
         return [self._queues[name] for name in sorted(self._queues)]

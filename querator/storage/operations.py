@@ -62,6 +62,15 @@ class RetryOp:
 
 
 @dataclass(slots=True)
+class ReleaseOp:
+    """Items leased to a request that never got them (its client went away, its reply could not be
+    written): they go back to the queue at once and the lease does not count as an attempt. Ids no longer
+    leased (expired, completed) are skipped: the items are someone else's by now."""
+
+    ids: list[str]
+
+
+@dataclass(slots=True)
 class RenewOp:
     """One renew request: new lease deadlines for leased items; error semantics as for CompleteOp."""
 
@@ -80,9 +89,10 @@ class PartitionBatch:
     renew: list[RenewOp] = field(default_factory=list)
     complete: list[CompleteOp] = field(default_factory=list)
     retry: list[RetryOp] = field(default_factory=list)
+    release: list[ReleaseOp] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.produce or self.lease or self.renew or self.complete or self.retry)
+        return bool(self.produce or self.lease or self.renew or self.complete or self.retry or self.release)
 
 
 @dataclass(slots=True)
@@ -100,6 +110,7 @@ class BatchResult:
     leased: int = 0
     completed: int = 0
     retried: int = 0
+    released: int = 0
     dropped: int = 0
     """Items retried with ``dead`` and deleted because the queue has no dead queue."""
     drained_at: int | None = None
@@ -139,7 +150,7 @@ def apply_batch(
     has_dead_queue: bool,
     dedup_window: int = 0,
 ) -> BatchResult:
-    """Applies a batch: produce, lease, renew, complete, retry, in that order.
+    """Applies a batch: produce, lease, renew, complete, retry, release, in that order.
 
     Renew goes before complete so that a consumer's heartbeat racing its own completion in one batch
     does not fail.
@@ -152,7 +163,7 @@ def apply_batch(
         _produce(tx, items, now, new_id, result)
     if batch.lease:
         _lease(tx, batch.lease, result)
-    if batch.renew or batch.complete or batch.retry:
+    if batch.renew or batch.complete or batch.retry or batch.release:
         _settle_leases(tx, batch, now, new_id, has_dead_queue, result)
     return result
 
@@ -220,10 +231,12 @@ def _lease(tx: PartitionTx, ops: list[LeaseOp], result: BatchResult) -> None:
 def _settle_leases(
     tx: PartitionTx, batch: PartitionBatch, now: int, new_id: NewId, has_dead_queue: bool, result: BatchResult
 ) -> None:
-    """Renew, complete and retry: each acts on items that must be leased, and checks them the same way."""
+    """Renew, complete, retry and release: each acts on items that must be leased, and checks them the same
+    way."""
     wanted = {i for op in batch.complete for i in op.ids}
     wanted.update(i for op in batch.renew for i in op.ids)
     wanted.update(e.id for op in batch.retry for e in op.items)
+    wanted.update(i for op in batch.release for i in op.ids)
     found = tx.get(wanted)
     deleted: set[str] = set()
     requeued: list[Item] = []
@@ -291,10 +304,22 @@ def _settle_leases(
                 result.next_enqueue_at = _earliest(result.next_enqueue_at, entry.retry_at)
             else:
                 deleted.add(entry.id)
-                moved = got.copy()
-                moved.id = new_id()
-                requeued.append(moved)
+                requeued.append(_to_tail(got, new_id))
                 result.queued_delta += 1
+
+    for lop in batch.release:
+        for item_id in lop.ids:
+            if isinstance(got := leased(item_id, "released"), InvalidOption):
+                continue
+            result.leased_delta -= 1
+            result.released += 1
+            result.queued_delta += 1
+            updated.pop(item_id, None)
+            deleted.add(item_id)
+            # Back to the tail under a new id, as an expired lease's items go (an id never queues twice).
+            moved = _unleased(_to_tail(got, new_id))
+            moved.attempts = max(0, moved.attempts - 1)
+            requeued.append(moved)
 
     if deleted:
         tx.delete(deleted)
@@ -350,16 +375,11 @@ def lifecycle(
             dead[item.id] = item
             continue
         gone.append(item.id)
-        moved = item.copy()
-        moved.id = new_id()
-        moved.is_leased = False
-        moved.lease_deadline = 0
-        requeued.append(moved)
+        requeued.append(_unleased(_to_tail(item, new_id)))
     due = tx.due(now, LIFECYCLE_LIMIT)
     for item in due:
         gone.append(item.id)
-        moved = item.copy()
-        moved.id = new_id()
+        moved = _to_tail(item, new_id)
         moved.enqueue_at = 0
         requeued.append(moved)
     # Counted as if the dead items were gone already: dead-lettering deletes them right after.
@@ -401,6 +421,18 @@ def moved_copies(
         )
         for item in items
     ]
+
+
+def _to_tail(item: Item, new_id: NewId) -> Item:
+    moved = item.copy()
+    moved.id = new_id()
+    return moved
+
+
+def _unleased(item: Item) -> Item:
+    item.is_leased = False
+    item.lease_deadline = 0
+    return item
 
 
 def _earliest(current: int, candidate: int) -> int:

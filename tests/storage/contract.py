@@ -26,6 +26,7 @@ from querator.storage.operations import (
     LifecycleResult,
     NewId,
     PartitionBatch,
+    ReleaseOp,
     RenewOp,
     RetryEntry,
     RetryOp,
@@ -409,6 +410,21 @@ class StoreContract:
         assert await part.get(a.id) == {}
         assert await part.last_id() == moved.id
         assert ids(await part.head()) == [b.id, moved.id]
+
+    async def test_release_gives_items_back_without_counting_the_attempt(self, part: Part) -> None:
+        a, b, c = await part.produce(item("a"), item("b"), item("c"))
+        await part.lease(2)
+        await part.complete(b.id)
+        # b is gone and c was never leased: released ids that are not leased are skipped quietly.
+        result = await part.batch(PartitionBatch(release=[ReleaseOp([a.id, b.id, c.id, a.id])]))
+        assert (result.queued_delta, result.leased_delta, result.released) == (1, -1, 1)
+        stored = await part.list()
+        assert ids(stored)[0] == c.id
+        moved = stored[1]
+        assert moved.id > c.id  # to the tail under a new id, as an expired lease's item
+        assert (moved.payload, moved.is_leased, moved.lease_deadline, moved.attempts) == (b"a", False, 0, 0)
+        assert await part.get(a.id) == {}
+        assert ids(await part.head()) == [c.id, moved.id]
 
     async def test_retry_later_schedules_the_item_under_its_id(self, part: Part) -> None:
         (a,) = await part.produce(item("a"))
