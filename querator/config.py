@@ -91,6 +91,13 @@ class ServerConfig:
             "help": "open connections per listening address; more are closed as soon as they are accepted"
         },
     )
+    max_connections_per_client: int = field(
+        default=0,
+        metadata={
+            "help": "open connections per client address and listening address (0: no limit; behind a "
+            "load balancer every client may share one address)"
+        },
+    )
     header_timeout: str = field(
         default="10s",
         metadata={
@@ -186,6 +193,10 @@ class ServerConfig:
             raise ConfigError(
                 f"max-connections is invalid; '{self.max_connections}' is not greater than zero"
             )
+        if self.max_connections_per_client < 0:
+            raise ConfigError(
+                f"max-connections-per-client is invalid; '{self.max_connections_per_client}' is negative"
+            )
         for name in ("header_timeout", "body_timeout", "idle_timeout", "write_timeout"):
             value = getattr(self, name)
             if _duration(option_name(name), value) <= 0:
@@ -242,6 +253,7 @@ class ServerConfig:
         """The connection limits of a validated config, for each listening address."""
         return ListenerConfig(
             max_connections=self.max_connections,
+            max_connections_per_client=self.max_connections_per_client,
             header_timeout=parse_duration(self.header_timeout) / SECOND,
             body_timeout=parse_duration(self.body_timeout) / SECOND,
             idle_timeout=parse_duration(self.idle_timeout) / SECOND,
@@ -310,8 +322,10 @@ class ListenerConfig:
     """
 
     max_connections: int = 1000
-    """Open connections; one more is closed as soon as it is accepted (the reference's
-    ``MaxConcurrentRequests``)."""
+    """Open connections; one more replaces the connection idle the longest, or is closed as soon as it is
+    accepted when none is idle (the reference's ``MaxConcurrentRequests`` closes it always)."""
+    max_connections_per_client: int = 0
+    """Open connections from one client address, the same way; 0: no limit."""
     header_timeout: float = 10.0
     """Seconds from a request's first byte (the accept, for a connection's first) to its last header."""
     body_timeout: float = 60.0

@@ -11,8 +11,13 @@ reference's Go server has the same gap; it bounds only the number of connections
 ``Listener.protocol_factory`` wraps aiohttp's protocol factory. Each connection's protocol is a
 ``_Connection`` that passes every event through to aiohttp's own and adds:
 
-- a cap: a connection beyond ``max_connections`` is closed as soon as it is accepted, before aiohttp sees
-  it, so descriptors stay bounded whatever clients do;
+- a cap: at ``max_connections`` a new connection takes the place of the connection idle the longest
+  (kept alive between requests, or silent or stalled in its request's headers); when every connection is
+  busy with a request it is closed as soon as it is accepted, before aiohttp sees it, so descriptors stay
+  bounded whatever clients do, and idle connections (a thousand kept alive after one ``/health`` each)
+  cannot lock other clients out;
+- a cap per client address (``max_connections_per_client``, off by default: a load balancer brings many
+  clients from one address), with the same eviction among that address's own connections;
 - a header deadline: a request's line and headers must arrive within ``header_timeout`` of its first byte,
   or of the accept for a connection's first request (Go's ``ReadHeaderTimeout`` and nginx's
   ``client_header_timeout`` count from there too, so a connection that never sends a byte is not "idle");
@@ -75,6 +80,8 @@ class Listener:
         self._refusing = False
         # aiohttp's protocol object -> ours, so the middleware finds the connection of a request.
         self._connections: dict[asyncio.BaseProtocol, _Connection] = {}
+        self._per_client: dict[str, int] = {}
+        """Connections being served, by client address."""
         shortest = min(config.header_timeout, config.body_timeout, config.write_timeout)
         self._interval = min(MAX_SWEEP_INTERVAL, shortest / SWEEPS_PER_TIMEOUT)
         self._sweep: asyncio.TimerHandle | None = None
@@ -105,17 +112,37 @@ class Listener:
 
         return track
 
-    def _admit(self) -> bool:
-        if self.open >= self.config.max_connections:
-            if not self._refusing:  # once per episode: a flood must not flood the log as well
-                self._refusing = True
-                log.warning(
-                    "connection limit reached: %d connections open; closing new ones until some end "
-                    "(max-connections)",
-                    self.open,
-                )
+    def _admit(self, client: str) -> bool:
+        """Whether a connection from ``client`` may be served, after making room for it if need be."""
+        per_client = self.config.max_connections_per_client
+        crowded = per_client and self._per_client.get(client, 0) >= per_client
+        if crowded and not self._evict(lambda c: c.client == client):
+            self._refuse("connection limit reached for client %s (max-connections-per-client)", client)
+            return False
+        if self.open >= self.config.max_connections and not self._evict(lambda c: True):
+            self._refuse(
+                "connection limit reached: %d connections open, all busy; closing new ones until some end "
+                "(max-connections)",
+                self.open,
+            )
             return False
         self.open += 1
+        self._per_client[client] = self._per_client.get(client, 0) + 1
+        return True
+
+    def _refuse(self, message: str, *args: object) -> None:
+        if not self._refusing:  # once per episode: a flood must not flood the log as well
+            self._refusing = True
+            log.warning(message, *args)
+
+    def _evict(self, eligible: Callable[[_Connection], bool]) -> bool:
+        """Closes the eligible connection idle the longest, one kept alive before one whose request's
+        headers have not all come; False when every eligible connection is busy with a request."""
+        idle = [c for c in self._connections.values() if c.idle_since is not None and eligible(c)]
+        if not idle:
+            return False
+        oldest = min(idle, key=lambda c: (c.phase is not _Phase.IDLE, c.idle_since))
+        oldest.evict()
         return True
 
     def _register(self, inner: asyncio.BaseProtocol, connection: _Connection) -> None:
@@ -134,9 +161,14 @@ class Listener:
                 connection.write_stalled()
         self._sweep = loop.call_later(self._interval, self._sweep_deadlines) if self._connections else None
 
-    def _release(self, inner: asyncio.BaseProtocol) -> None:
+    def _release(self, inner: asyncio.BaseProtocol, client: str) -> None:
         del self._connections[inner]
         self.open -= 1
+        left = self._per_client[client] - 1
+        if left:
+            self._per_client[client] = left
+        else:
+            del self._per_client[client]
         if self.open < self.config.max_connections:
             self._refusing = False
 
@@ -149,9 +181,14 @@ class _Connection(asyncio.Protocol):
         self._inner_factory = inner_factory
         self._inner: Any = None  # aiohttp's RequestHandler, once admitted
         self._transport: asyncio.Transport | None = None
-        self._phase = _Phase.HEADERS
+        self.phase = _Phase.HEADERS
         self._request: web.Request | None = None
         self._loop = asyncio.get_running_loop()
+        self.client = ""
+        """The client's address (host only)."""
+        self.idle_since: float | None = self._loop.time()
+        """Loop time since which the connection holds no request being handled (kept alive, or its
+        request's headers not all in); None while a request is handled."""
         self.deadline: float | None = None
         """Loop time by which the request's headers or body must be in; None: nothing is due."""
         self.write_deadline: float | None = None
@@ -160,7 +197,9 @@ class _Connection(asyncio.Protocol):
     # -- asyncio.Protocol: everything goes through to aiohttp
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        if not self._listener._admit():
+        peer = transport.get_extra_info("peername")
+        self.client = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        if not self._listener._admit(self.client):
             transport.close()
             return
         self._transport = cast(asyncio.Transport, transport)
@@ -172,8 +211,9 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._inner is None:
             return
-        if self._phase is _Phase.IDLE:  # the first byte of the next request
-            self._phase = _Phase.HEADERS
+        if self.phase is _Phase.IDLE:  # the first byte of the next request
+            self.phase = _Phase.HEADERS
+            self.idle_since = self._loop.time()
             self._arm(self._listener.config.header_timeout)
         self._inner.data_received(data)
 
@@ -188,7 +228,7 @@ class _Connection(asyncio.Protocol):
             return
         self._disarm()
         self._request = None
-        self._listener._release(self._inner)
+        self._listener._release(self._inner, self.client)
         self._inner.connection_lost(exc)
 
     def pause_writing(self) -> None:
@@ -204,7 +244,8 @@ class _Connection(asyncio.Protocol):
     # -- from the middleware
 
     def headers_received(self, request: web.Request) -> None:
-        self._phase = _Phase.BODY
+        self.phase = _Phase.BODY
+        self.idle_since = None
         self._request = request
         self._arm(self._listener.config.body_timeout)
 
@@ -212,7 +253,8 @@ class _Connection(asyncio.Protocol):
         # Bytes that arrive from now on start the next request (IDLE) or are the unread rest of this
         # body, which aiohttp discards for a bounded time before closing (DRAINING): no deadline for those,
         # an abort would reset the connection before the client had read its reply.
-        self._phase = _Phase.IDLE if body_read else _Phase.DRAINING
+        self.phase = _Phase.IDLE if body_read else _Phase.DRAINING
+        self.idle_since = self._loop.time() if body_read else None
         self._request = None
         self._disarm()
 
@@ -226,16 +268,23 @@ class _Connection(asyncio.Protocol):
 
     def expired(self) -> None:
         self.deadline = None
-        if self._phase is _Phase.BODY and self._request is not None and self._request.content.is_eof():
-            self._phase = _Phase.HANDLING  # the body came in time; the handler may take what it needs
+        if self.phase is _Phase.BODY and self._request is not None and self._request.content.is_eof():
+            self.phase = _Phase.HANDLING  # the body came in time; the handler may take what it needs
             return
-        if self._phase in (_Phase.HEADERS, _Phase.BODY) and self._transport is not None:
+        if self.phase in (_Phase.HEADERS, _Phase.BODY) and self._transport is not None:
             log.debug(
                 "closing connection from %s: its request's %s did not arrive in time",
                 self._transport.get_extra_info("peername"),
-                "headers" if self._phase is _Phase.HEADERS else "body",
+                "headers" if self.phase is _Phase.HEADERS else "body",
             )
             self._transport.abort()
+
+    def evict(self) -> None:
+        """Closes the connection to make room for a new one; it holds no request being handled."""
+        self.idle_since = None  # not chosen twice while its close is under way
+        if self._transport is not None:
+            log.debug("closing idle connection from %s: the connection limit is reached", self.client)
+            self._transport.close()
 
     def write_stalled(self) -> None:
         self.write_deadline = None

@@ -431,7 +431,7 @@ def test_thousands_of_idle_connections_do_not_stop_service(servers: Servers) -> 
         wait_until(lambda: open_fds(server.pid) <= base_fds + 5, CLOSE_DEADLINE, "connections released")
 
 
-def test_connections_beyond_the_limit_are_closed_at_once(servers: Servers) -> None:
+def test_connections_beyond_the_limit_replace_the_longest_idle(servers: Servers) -> None:
     n, limit = 2000, ListenerConfig().max_connections  # the default, as the reference's: 1000
     with open_files(2 * n + 500):
         server = servers.start("--storage", "memory", "--header-timeout", "5m", "--idle-timeout", "5m")
@@ -445,7 +445,10 @@ def test_connections_beyond_the_limit_are_closed_at_once(servers: Servers) -> No
                 return len(refused) >= n - limit
 
             wait_until(all_refused, CLOSE_DEADLINE, f"{n - limit} connections closed by the server")
+            # The oldest gave way to the newest: descriptors stay bounded, and a silent connection
+            # holds no place a newcomer needs.
             assert len(refused) == n - limit
+            assert {s.fileno() for s in refused} == {s.fileno() for s in socks[: n - limit]}
             fds, rss = open_fds(server.pid), rss_kib(server.pid)
             measured(
                 f"{n} idle connections, max-connections {limit}",
@@ -456,16 +459,98 @@ def test_connections_beyond_the_limit_are_closed_at_once(servers: Servers) -> No
                 refused=len(refused),
             )
             assert fds <= base_fds + limit + 20
-            # Full: one more is closed without an answer, and the log says why.
-            with connect(server) as extra:
-                extra.sendall(request_head("GET", "/health", {}))
-                closed, got = closed_by_peer(extra, CLOSE_DEADLINE)
-                assert closed and got == b""
-            # Once per episode of a full server, not once per refused connection.
-            assert 1 <= server.stderr().count("connection limit reached") <= 3
+            served_normally(server, "at-the-limit")
         finally:
             for s in socks:
                 s.close()
         # Room again: served as before.
         wait_until(lambda: open_fds(server.pid) <= base_fds + 5, CLOSE_DEADLINE, "connections released")
-        served_normally(server, "after-release")
+
+
+def kept_alive(server: ServerProcess, n: int) -> list[socket.socket]:
+    """``n`` connections kept alive after one unauthenticated ``GET /health`` each."""
+    socks = open_idle(server, n)
+    for sock in socks:
+        sock.sendall(request_head("GET", "/health", {}))
+        assert read_response(sock).status == 200
+    return socks
+
+
+def parked_leases(server: ServerProcess, n: int, source: str = "127.0.0.1") -> list[socket.socket]:
+    """``n`` connections from ``source``, each holding a lease that long-polls an empty queue."""
+    assert server.port is not None
+    socks = []
+    for i in range(n):
+        sock = socket.create_connection(("127.0.0.1", server.port), CLOSE_DEADLINE, (source, 0))
+        socks.append(sock)
+        body = msgspec.json.encode(
+            {"queue_name": "q", "batch_size": 1, "client_id": f"{source}-{i}", "request_timeout": "1m"}
+        )
+        head = request_head(
+            "POST", "/v1/queue.lease", {"Content-Type": "application/json", "Content-Length": str(len(body))}
+        )
+        sock.sendall(head + body)
+    with Client(server.url) as client:
+        wait_until(
+            lambda: client.stats("q").logical_queues[0].lease_waiting >= n, CLOSE_DEADLINE, "leases parked"
+        )
+    return socks
+
+
+def test_idle_connections_do_not_lock_other_clients_out(servers: Servers) -> None:
+    server = servers.start(
+        "--storage", "memory", "--max-connections", "50", "--header-timeout", "5m", "--idle-timeout", "5m"
+    )
+    socks = kept_alive(server, 50)
+    try:
+        served_normally(server, "past-idle-connections")
+        assert len(closed_ones(socks)) >= 1
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_a_new_connection_is_closed_at_once_when_every_one_is_busy(servers: Servers) -> None:
+    server = servers.start("--storage", "memory", "--max-connections", "21")
+    with Client(server.url) as client:
+        client.create_queue("q")
+    socks = parked_leases(server, 20)
+    try:
+        # The 21st sends a produce's headers and waits for "100 Continue": its body is due, so it is
+        # busy with a request by the time the server accepts another connection.
+        with connect(server) as body_due:
+            body_due.sendall(
+                request_head(
+                    "POST",
+                    "/v1/queue.produce",
+                    {"Content-Type": "application/json", "Content-Length": "100", "Expect": "100-continue"},
+                )
+            )
+            assert body_due.recv(100).startswith(b"HTTP/1.1 100 Continue")
+            with connect(server) as refused:
+                refused.sendall(request_head("GET", "/health", {}))
+                closed, got = closed_by_peer(refused, CLOSE_DEADLINE)
+                assert closed and got == b""
+        # Once per episode of a full server, not once per refused connection.
+        assert server.stderr().count("connection limit reached") == 1
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_one_client_address_cannot_take_every_connection(servers: Servers) -> None:
+    server = servers.start("--storage", "memory", "--max-connections-per-client", "5")
+    with Client(server.url) as client:
+        client.create_queue("q")
+    socks = parked_leases(server, 5, source="127.0.0.2")
+    try:
+        extra = socket.create_connection(("127.0.0.1", server.port), CLOSE_DEADLINE, ("127.0.0.2", 0))
+        with extra:
+            extra.sendall(request_head("GET", "/health", {}))
+            closed, got = closed_by_peer(extra, CLOSE_DEADLINE)
+            assert closed and got == b""
+        served_normally(server, "another-address")  # from 127.0.0.1
+        assert "connection limit reached for client 127.0.0.2" in server.stderr()
+    finally:
+        for s in socks:
+            s.close()
