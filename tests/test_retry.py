@@ -40,6 +40,25 @@ async def test_dead_retry_goes_to_the_dead_queue(api: Api) -> None:
     assert await api.items("q") == []
 
 
+async def test_max_attempts_bounds_explicit_retries(api: Api, clock: FakeClock) -> None:
+    """A consumer retrying a failing item (now, or later) gets it max_attempts times, then it is
+    dead-lettered, as an expired lease would be (docs/compatibility.md)."""
+    await api.create("dead")
+    await api.create("q", dead_queue="dead", max_attempts=2)
+    await api.produce("q", [{"utf8": "now"}, {"utf8": "later"}])
+    for attempt, left in ((1, 2), (2, 0)):
+        items = (await api.lease("q", batch_size=2))["items"]
+        assert [i["attempts"] for i in items] == [attempt, attempt]
+        await api.retry("q", 0, [{"id": items[0]["id"]}, {"id": items[1]["id"], "retry_at": ts(clock, 0.5)}])
+        clock.advance(1)
+        await eventually(lambda left=left: _holds(api, "q", left))
+    assert len(await api.items("dead")) == 2
+
+
+async def _holds(api: Api, queue: str, n: int) -> bool:
+    return len(await api.items(queue)) == n
+
+
 async def test_future_retry_schedules(api: Api, clock: FakeClock) -> None:
     await api.create("q")
     await api.produce_n("q", 1)

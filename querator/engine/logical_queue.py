@@ -534,10 +534,12 @@ class LogicalQueue:
     async def _apply(
         self, p: PartitionState, batch: PartitionBatch, now: int, has_dead_queue: bool
     ) -> BatchResult | StorageError:
-        dedup_window = self._queue.settings.dedup_window
+        settings = self._queue.settings
         try:
             result = await p.storage.run(
-                lambda tx: apply_batch(tx, batch, now, p.new_id, has_dead_queue, dedup_window)
+                lambda tx: apply_batch(
+                    tx, batch, now, p.new_id, has_dead_queue, settings.dedup_window, settings.max_attempts
+                )
             )
         except StorageError as e:
             self._fail(p, e)
@@ -556,7 +558,6 @@ class LogicalQueue:
         counters.retried += result.retried
         counters.released += result.released
         counters.dead += result.dropped
-        settings = self._queue.settings
         if any(op.items for op in batch.lease):
             _sooner(p.deadlines, "lease_deadline", now + settings.lease_timeout)
         if batch.produce:

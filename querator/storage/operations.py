@@ -149,11 +149,13 @@ def apply_batch(
     new_id: NewId,
     has_dead_queue: bool,
     dedup_window: int = 0,
+    max_attempts: int = 0,
 ) -> BatchResult:
     """Applies a batch: produce, lease, renew, complete, retry, release, in that order.
 
     Renew goes before complete so that a consumer's heartbeat racing its own completion in one batch
-    does not fail.
+    does not fail. ``max_attempts`` (0: unlimited) bounds retries as it bounds expired leases: an item
+    retried after its last attempt dies instead (docs/compatibility.md).
     """
     result = BatchResult()
     if batch.produce:
@@ -164,7 +166,7 @@ def apply_batch(
     if batch.lease:
         _lease(tx, batch.lease, result)
     if batch.renew or batch.complete or batch.retry or batch.release:
-        _settle_leases(tx, batch, now, new_id, has_dead_queue, result)
+        _settle_leases(tx, batch, now, new_id, has_dead_queue, max_attempts, result)
     return result
 
 
@@ -229,7 +231,13 @@ def _lease(tx: PartitionTx, ops: list[LeaseOp], result: BatchResult) -> None:
 
 
 def _settle_leases(
-    tx: PartitionTx, batch: PartitionBatch, now: int, new_id: NewId, has_dead_queue: bool, result: BatchResult
+    tx: PartitionTx,
+    batch: PartitionBatch,
+    now: int,
+    new_id: NewId,
+    has_dead_queue: bool,
+    max_attempts: int,
+    result: BatchResult,
 ) -> None:
     """Renew, complete, retry and release: each acts on items that must be leased, and checks them the same
     way."""
@@ -286,9 +294,11 @@ def _settle_leases(
             result.leased_delta -= 1
             result.retried += 1
             updated.pop(entry.id, None)  # a renew earlier in this batch no longer matters
-            got = got.copy()
-            got.is_leased = False
-            got.lease_deadline = 0
+            got = _unleased(got.copy())
+            if max_attempts and got.attempts >= max_attempts:
+                # Its last attempt is spent: it dies now rather than at retry_at, since it will never be
+                # leased again. Marked so that a failed dead-lettering answers the retry "try again".
+                entry.dead = True
             if entry.dead:
                 if has_dead_queue:
                     # Stays stored until the copy in the dead queue is written: nothing is lost on a crash.

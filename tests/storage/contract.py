@@ -74,9 +74,16 @@ class Part:
         return await self.partition.run(fn)
 
     async def batch(
-        self, batch: PartitionBatch, now: int = NOW, dead_queue: bool = False, dedup_window: int = 0
+        self,
+        batch: PartitionBatch,
+        now: int = NOW,
+        dead_queue: bool = False,
+        dedup_window: int = 0,
+        max_attempts: int = 0,
     ) -> BatchResult:
-        return await self.run(lambda tx: apply_batch(tx, batch, now, self.new_id, dead_queue, dedup_window))
+        return await self.run(
+            lambda tx: apply_batch(tx, batch, now, self.new_id, dead_queue, dedup_window, max_attempts)
+        )
 
     async def produce(self, *items: Item, now: int = NOW, dedup_window: int = 0) -> list[Item]:
         await self.batch(PartitionBatch(produce=list(items)), now, dedup_window=dedup_window)
@@ -464,6 +471,27 @@ class StoreContract:
         assert not result.dead[0].is_leased
         assert result.leased_delta == -1
         assert a.id in await part.get(a.id)
+
+    @pytest.mark.parametrize("retry_at", [0, NOW + 60 * SECOND])
+    async def test_a_retry_after_the_last_attempt_kills_the_item(self, part: Part, retry_at: int) -> None:
+        a, b = await part.produce(item("a"), item("b"))
+        await part.lease(2)  # attempt 1 of 1 for both
+        op = RetryOp([RetryEntry(a.id, retry_at=retry_at), RetryEntry(b.id, retry_at=retry_at)])
+        result = await part.batch(PartitionBatch(retry=[op]), dead_queue=True, max_attempts=1)
+        assert op.error is None
+        assert [(i.id, i.attempts, i.is_leased) for i in result.dead] == [(a.id, 1, False), (b.id, 1, False)]
+        assert all(e.dead for e in op.items)
+        # Without a dead queue they are deleted; below the limit a retry requeues as always.
+        c, d = await part.produce(item("c"), item("d"))
+        await part.lease(2)
+        op = RetryOp([RetryEntry(c.id, retry_at=retry_at), RetryEntry(d.id, retry_at=retry_at)])
+        result = await part.batch(PartitionBatch(retry=[op]), max_attempts=1)
+        assert (result.dropped, result.dead) == (2, [])
+        assert await part.get(c.id, d.id) == {}
+        (e,) = await part.produce(item("e"))
+        await part.lease(1)
+        result = await part.batch(PartitionBatch(retry=[RetryOp([RetryEntry(e.id)])]), max_attempts=2)
+        assert (result.dropped, result.dead, result.queued_delta) == (0, [], 1)
 
     async def test_retry_errors_stop_the_request(self, part: Part) -> None:
         a, b = await part.produce(item("a"), item("b"))
