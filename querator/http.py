@@ -296,8 +296,12 @@ def human_size(n: int) -> str:
 
 def _reply(msg: m.Message, accept: str, status: int) -> web.Response:
     body, content_type = encode(msg, accept)
+    # Our own codes (453-455) have no standard reason phrase: proxies, logs and `curl -i` show this one.
     return web.Response(
-        body=body, status=status, headers={"Content-Type": content_type, "X-Content-Type-Options": "nosniff"}
+        body=body,
+        status=status,
+        reason=CODE_TEXT.get(status),
+        headers={"Content-Type": content_type, "X-Content-Type-Options": "nosniff"},
     )
 
 

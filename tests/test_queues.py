@@ -48,6 +48,28 @@ async def test_list_paging(api: Api) -> None:
     assert page[0]["queue_name"] == names[11]
 
 
+@pytest.mark.parametrize(
+    ("limit", "message"),
+    [
+        (-1, "limit is invalid; limit cannot be negative"),
+        (65537, "limit is invalid; cannot be greater than 65536"),
+        (2147483647, "limit is invalid; cannot be greater than 65536"),
+    ],
+)
+async def test_list_limit_errors_are_the_references(api: Api, limit: int, message: str) -> None:
+    e = await api.error("/v1/queues.list", {"limit": limit})
+    assert (e.status, e.message) == (400, message)
+
+
+async def test_our_codes_carry_their_reason_phrase(api: Api) -> None:
+    """HTTP/1.1 454 Retry Request, not `454 ` with nothing: proxies, logs and curl -i show it."""
+    body = b'{"queue_name": "nope", "batch_size": 1, "client_id": "c", "request_timeout": "bad"}'
+    resp = await api.raw("/v1/queue.lease", body, {"Content-Type": "application/json"})
+    assert (resp.status, resp.reason) == (400, "Bad Request")
+    resp = await api.raw("/v1/queue.produce", b"{", {"Content-Type": "application/json"})
+    assert (resp.status, resp.reason) == (455, "Client Content Error")
+
+
 async def test_namespaces_filter_lists(api: Api) -> None:
     await api.create("a", namespace="tenant")
     await api.create("b")
