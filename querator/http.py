@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar
 
 import msgspec
 from aiohttp import web
+from prometheus_client import Histogram
 
 from querator import __version__
 from querator.auth import EXTENSIONS_HEADER, FORWARDED_HEADER, ApiKeys
@@ -32,7 +33,6 @@ from querator.errors import (
     Unauthorized,
     try_again,
 )
-from querator.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from querator.service import Service
 from querator.wire import messages as m
 from querator.wire.codec import JSON, decode, encode, negotiate_accept
@@ -119,7 +119,7 @@ def create_app(
     ]
     latency = service.metrics.latency
     for path, handler in routes:
-        app.router.add_route("*", path, _timed(handler, latency.labels(path)))
+        app.router.add_route("*", path, _timed(handler, path, latency))
     app.router.add_route("*", "/health", _health)
     if operations:
         app.router.add_route("*", "/ready", _ready)
@@ -155,14 +155,27 @@ def _authenticate(keys: ApiKeys) -> Any:
     return authenticate
 
 
-def _timed(handler: Handler, latency: Observer) -> Handler:
+CLIENT_GONE = 499
+"""The status a request is counted under when its client went away before the answer (nginx's)."""
+
+
+def _timed(handler: Handler, path: str, latency: Histogram) -> Handler:
+    """``handler``, timed into ``latency`` by route and status code (a code's child made once)."""
+    by_code: dict[int, Observer] = {}
+
     async def timed(request: web.Request) -> web.StreamResponse:
         loop = asyncio.get_running_loop()
         started = loop.time()
+        code = CLIENT_GONE
         try:
-            return await handler(request)
+            response = await handler(request)
+            code = response.status
+            return response
         finally:
-            latency.observe(loop.time() - started)
+            child = by_code.get(code)
+            if child is None:
+                child = by_code[code] = latency.labels(path, str(code))
+            child.observe(loop.time() - started)
 
     return timed
 
@@ -361,8 +374,8 @@ async def _ready(request: web.Request) -> web.StreamResponse:
 async def _metrics(request: web.Request) -> web.StreamResponse:
     if request.method != "GET":
         return await _unknown(request)
-    body = await request.app[SERVICE].render_metrics()
-    return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
+    body, content_type = await request.app[SERVICE].render_metrics(request.headers.get("Accept", ""))
+    return web.Response(body=body, headers={"Content-Type": content_type})
 
 
 @functools.cache

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import generate_latest
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from querator.clock import MICROS, Clock
@@ -24,7 +24,6 @@ from querator.engine.queue import Queue
 from querator.errors import QueratorError, RetryRequest
 from querator.storage.base import PartitionTx
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
 """Seconds; up to 15 minutes because a lease long-polls up to its request_timeout."""
 
@@ -47,8 +46,8 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.latency = Histogram(
             "querator_request_duration_seconds",
-            "Time to answer an API request, by route.",
-            ["route"],
+            "Time to answer an API request, by route and status code (499: the client went away).",
+            ["route", "code"],
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
@@ -57,8 +56,10 @@ class Metrics:
         self.registry.register(self._queues)
         self._lock = asyncio.Lock()
 
-    async def render(self, queues: list[Queue]) -> bytes:
-        """The exposition text, with the gauges read now."""
+    async def render(self, queues: list[Queue], accept: str) -> tuple[bytes, str]:
+        """The exposition, with the gauges read now, and its content type: OpenMetrics when ``accept``
+        asks for it (as Prometheus does), else the Prometheus text format."""
+        encode, content_type = choose_encoder(accept)
         async with self._lock:  # one scrape at a time reads storage; the next reuses nothing stale
             snapshot = []
             for q in queues:
@@ -67,7 +68,7 @@ class Metrics:
                     snapshot.append((q.name, gauges, q.logical.counters))
             self._queues.snapshot = snapshot
             try:
-                return generate_latest(self.registry)
+                return encode(self.registry), content_type
             finally:
                 self._queues.snapshot = []
 
@@ -130,7 +131,7 @@ class _QueueCollector(Collector):
             name: CounterMetricFamily(f"querator_items_{name}", text, labels=["queue"])
             for name, text in (
                 ("produced", "Items stored by produce (de-duplicated items are not)."),
-                ("leased", "Items handed to consumers."),
+                ("delivered", "Items handed to consumers by leases."),
                 ("completed", "Items completed."),
                 ("retried", "Items given back by retry (now, later or dead)."),
                 ("lease_expired", "Expired leases whose items went back to the queue."),
@@ -147,7 +148,7 @@ class _QueueCollector(Collector):
             gauges["age"].add_metric(labels, max(age, 0.0))
             gauges["failing"].add_metric(labels, g.failing_partitions)
             counters["produced"].add_metric(labels, c.produced)
-            counters["leased"].add_metric(labels, c.leased)
+            counters["delivered"].add_metric(labels, c.leased)
             counters["completed"].add_metric(labels, c.completed)
             counters["retried"].add_metric(labels, c.retried)
             counters["lease_expired"].add_metric(labels, c.lease_expired)

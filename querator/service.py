@@ -176,9 +176,9 @@ class Service:
                 return found
             last = page[-1].name
 
-    async def render_metrics(self) -> bytes:
-        """The Prometheus exposition of this node."""
-        return await self.metrics.render(self.manager.running())
+    async def render_metrics(self, accept: str = "") -> tuple[bytes, str]:
+        """The Prometheus exposition of this node, in the format ``accept`` asks for, and its type."""
+        return await self.metrics.render(self.manager.running(), accept)
 
     async def _purge_dedup(self) -> None:
         while True:

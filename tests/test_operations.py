@@ -14,6 +14,7 @@ import aiohttp
 import msgspec
 import pytest
 from aiohttp.test_utils import TestServer
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
 from querator.auth import ApiKeys, generate_key, key_hash, parse_hash, read_hashes, read_secret
@@ -183,7 +184,7 @@ async def test_metrics_match_a_scripted_workload(api: Api, clock: FakeClock) -> 
     found = await metrics(api)
     expected = {
         "querator_items_produced_total": 11,
-        "querator_items_leased_total": 5,
+        "querator_items_delivered_total": 5,
         "querator_items_completed_total": 2,
         "querator_items_retried_total": 2,
         "querator_items_lease_expired_total": 1,
@@ -198,6 +199,29 @@ async def test_metrics_match_a_scripted_workload(api: Api, clock: FakeClock) -> 
     assert found[("querator_items_queued", "dead")] == 1
     assert found[("querator_request_duration_seconds_count", "/v1/queue.produce")] == 3
     assert expiring["items"][0]["id"] not in {i["id"] for n in (0, 1) for i in await api.items("q", n)}
+
+
+async def test_metrics_parse_as_openmetrics_with_status_codes(api: Api) -> None:
+    """Prometheus asks for OpenMetrics, whose strict parser refuses two families of one name (the
+    gauge of leased items and the counter of deliveries once shared one); every request is counted
+    under its reply's status code."""
+    await api.create("q")
+    await api.produce_n("q", 1)
+    await api.error("/v1/queue.produce", {"queue_name": "q", "items": []})
+    async with api.session.get(
+        api.base + "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}
+    ) as resp:
+        assert resp.status == 200
+        assert resp.headers["Content-Type"].startswith("application/openmetrics-text")
+        text = await resp.text()
+    counts = {
+        sample.labels["code"]: sample.value
+        for family in openmetrics_families(text)
+        for sample in family.samples
+        if sample.name == "querator_request_duration_seconds_count"
+        and sample.labels["route"] == "/v1/queue.produce"
+    }
+    assert counts == {"200": 1, "400": 1}
 
 
 async def test_the_grafana_dashboard_uses_only_exported_metrics(api: Api) -> None:
