@@ -415,7 +415,13 @@ COMMANDS: dict[str, Command] = {
 
 
 def _print_json(msg: m.Message) -> None:
-    sys.stdout.write(msgspec.json.format(encode_json(msg), indent=2).decode() + "\n")
+    data = encode_json(msg)
+    if isinstance(msg, m.QueueLeaseResponse):
+        # JSON omits zero values, partition 0 included; the next command needs it, so say it always.
+        fields = msgspec.json.decode(data)
+        fields["partition"] = msg.partition
+        data = msgspec.json.encode(fields)
+    sys.stdout.write(msgspec.json.format(data, indent=2).decode() + "\n")
     sys.stdout.flush()
 
 

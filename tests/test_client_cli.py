@@ -684,7 +684,8 @@ def test_cli_produce_lease_complete(cli_endpoint: str, tmp_path: Path) -> None:
     ok(cli(e, "produce", "work", "-p", "later", "--enqueue-at", later))
 
     lease = ok(cli(e, "lease", "work", "-b", "10", "-c", "worker-1", "--timeout", "5s"))
-    assert lease["queue_name"] == "work"
+    # Printed even when 0 (JSON omits zero values): complete and retry need it.
+    assert (lease["queue_name"], lease["partition"]) == ("work", 0)
     items = lease["items"]
     payloads = [base64.b64decode(i["bytes"]) for i in items]
     assert payloads == [b"hello", b"from\nstdin\n", b"line-1", b"line-2", b"line-3"]

@@ -313,7 +313,7 @@ def test_the_image_is_the_dockerfile_s(rendered: Render) -> None:
     assert exposed is not None
     ports = {container_port(r.container, name) for name in ("http", "admin")}
     assert {int(p) for p in exposed.group(1).split()} == ports
-    assert r.container["image"] == f"ghcr.io/querator/querator:{_chart()['appVersion']}"
+    assert r.container["image"] == f"querator:{_chart()['appVersion']}"
 
 
 def test_schema_consistency_levels_are_the_servers() -> None:
