@@ -25,6 +25,7 @@ from querator.cluster.membership import MembershipError
 from querator.cluster.node import ClusterNode
 from querator.config import ConfigError, ServerConfig, split_address
 from querator.connections import Listener
+from querator.errors import StorageError
 from querator.http import create_admin_app, create_app
 from querator.service import Service
 from querator.storage.base import Store
@@ -57,7 +58,12 @@ def make_store(config: ServerConfig) -> Store:
         return CassandraStore(config.cassandra_settings(), epoch=clock.now(), now=clock.now)
     from querator.storage.sqlite import SqliteStore
 
-    Path(config.data_dir).mkdir(parents=True, exist_ok=True)
+    try:
+        Path(config.data_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(
+            f"data-dir is invalid; cannot create '{config.data_dir}': {e.strerror or e}"
+        ) from None
     return SqliteStore(Path(config.data_dir) / "querator.db", synchronous=config.sqlite_synchronous)
 
 
@@ -106,22 +112,23 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> None
             raise
     clock = SystemClock()
     cluster = ClusterNode(config.cluster_config(), clock, config.address)
-    service = Service(
-        make_store(config),
-        clock,
-        max_requests_per_queue=config.max_requests_per_queue,
-        cluster=cluster,
-        cluster_secret=read_secret(config.cluster_secret_file).decode(),
-    )
     try:
+        service = Service(
+            make_store(config),
+            clock,
+            max_requests_per_queue=config.max_requests_per_queue,
+            cluster=cluster,
+            cluster_secret=read_secret(config.cluster_secret_file).decode(),
+        )
         await service.start()
-    except (MembershipError, EtcdError) as e:
+    except BaseException as e:
         for sock in sockets:
             sock.close()
-        raise ConfigError(f"cluster is unavailable; {e}") from None
-    except BaseException:
-        for sock in sockets:
-            sock.close()
+        if isinstance(e, MembershipError | EtcdError):
+            raise ConfigError(f"cluster is unavailable; {e}") from None
+        if isinstance(e, StorageError):
+            # A store that cannot open (an unusable or damaged data dir) is a setting to fix, not a bug.
+            raise ConfigError(f"{_storage_setting(config)}; {e.message}") from None
         raise
     if cluster.clustered and config.storage != "cassandra":
         log.warning(
@@ -232,6 +239,11 @@ def _api_keys(config: ServerConfig) -> ApiKeys:
         ) from None
     except ApiKeyError as e:
         raise ConfigError(str(e)) from None
+
+
+def _storage_setting(config: ServerConfig) -> str:
+    """The start of the one-line message of a store that cannot open."""
+    return "data-dir is invalid" if config.storage == "sqlite" else f"storage {config.storage} is unavailable"
 
 
 def _where(config: ServerConfig) -> str:

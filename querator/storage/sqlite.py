@@ -262,10 +262,10 @@ class SqliteStorageError(StorageError):
     """sqlite failed; the transaction it happened in was rolled back (the driver's error is the cause)."""
 
 
-def _storage_error(exc: sqlite3.Error) -> SqliteStorageError:
-    """The one place a driver error becomes ours."""
+def _storage_error(exc: sqlite3.Error, context: str = "") -> SqliteStorageError:
+    """The one place a driver error becomes ours; ``context`` says what was being done."""
     name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
-    error = SqliteStorageError(f"sqlite storage error; {name}: {exc}")
+    error = SqliteStorageError(f"sqlite storage error; {context}{': ' if context else ''}{name}: {exc}")
     error.__cause__ = exc
     return error
 
@@ -482,14 +482,22 @@ class _Writer:
 
     def _main(self) -> None:
         assert self.ready is not None and self.loop is not None
+        failure: BaseException
         try:
             self._worker = _Worker(self._connect())
+        except sqlite3.Error as exc:
+            failure = _storage_error(exc, f"cannot open {self._path}")
+        except OSError as exc:
+            failure = SqliteStorageError(
+                f"sqlite storage error; cannot open {self._path}: {exc.strerror or exc}"
+            )
         except BaseException as exc:
-            failure = _storage_error(exc) if isinstance(exc, sqlite3.Error) else exc
-            _deliver([(_Job(_noop, self.ready, self.loop), None, failure)])
+            failure = exc
+        else:
+            _deliver([(_Job(_noop, self.ready, self.loop), None, None)])
+            self._serve(self._worker)
             return
-        _deliver([(_Job(_noop, self.ready, self.loop), None, None)])
-        self._serve(self._worker)
+        _deliver([(_Job(_noop, self.ready, self.loop), None, failure)])
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self._path, isolation_level=None, cached_statements=256)
