@@ -69,6 +69,14 @@ PURGE_LIMIT: Final = 10_000
 BUSY_TIMEOUT_MS: Final = 5000
 """How long a transaction waits for a lock held by another process (none is expected)."""
 
+INITIALISED_SUFFIX: Final = ".initialised"
+"""The marker file next to the database (``querator.db.initialised``), written once the database's schema
+was first committed: from then on a missing or empty database is damage, never a new store to create.
+A database without the marker (a new data dir, or one written before the marker existed) is checked
+like any other, and gets it."""
+MAX_PROBLEMS: Final = 100
+"""Most problems ``PRAGMA quick_check`` looks for before the start-up refusal (it shows the first)."""
+
 _SYNCHRONOUS = frozenset({"OFF", "NORMAL", "FULL", "EXTRA", "0", "1", "2", "3"})
 
 # --- schema -------------------------------------------------------------------------------------------
@@ -500,6 +508,16 @@ class _Writer:
         _deliver([(_Job(_noop, self.ready, self.loop), None, failure)])
 
     def _connect(self) -> sqlite3.Connection:
+        on_disk = self._path != ":memory:"
+        marker = self._path + INITIALISED_SUFFIX
+        existing = on_disk and os.path.exists(self._path) and os.path.getsize(self._path) > 0
+        if on_disk and not existing and os.path.exists(marker):
+            # sqlite would take a missing or empty file for a new database: every stored item gone.
+            raise SqliteStorageError(
+                f"sqlite storage error; the database {self._path} is "
+                f"{'empty' if os.path.exists(self._path) else 'missing'}, but {marker} says it held a store: "
+                "restore it from a backup, or remove both files to start an empty store"
+            )
         conn = sqlite3.connect(self._path, isolation_level=None, cached_statements=256)
         try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
@@ -511,6 +529,8 @@ class _Writer:
             conn.execute(f"PRAGMA cache_size = -{CACHE_SIZE_KIB}")
             conn.execute(f"PRAGMA mmap_size = {MMAP_SIZE}")
             conn.execute(f"PRAGMA journal_size_limit = {JOURNAL_SIZE_LIMIT}")
+            if existing:
+                self._check(conn)
             conn.execute("BEGIN IMMEDIATE")
             try:
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -531,10 +551,32 @@ class _Writer:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
+            if on_disk and not os.path.exists(marker):
+                _write_marker(marker)
         except BaseException:
             conn.close()
             raise
         return conn
+
+    def _check(self, conn: sqlite3.Connection) -> None:
+        """Refuses a database that fails ``PRAGMA quick_check`` (a damaged file would otherwise start,
+        answer zero counts and take writes)."""
+        log.debug("sqlite: checking %s (PRAGMA quick_check)", self._path)
+        try:
+            rows = [str(row[0]) for row in conn.execute(f"PRAGMA quick_check({MAX_PROBLEMS})")]
+        except sqlite3.DatabaseError as exc:  # damage the check itself trips over
+            rows = [f"{getattr(exc, 'sqlite_errorname', '')}: {exc}"]
+        if rows != ["ok"]:
+            # A row may hold several lines, under a "*** in database main ***" heading.
+            problems = [
+                line for row in rows for line in row.splitlines() if line and not line.startswith("***")
+            ]
+            at_least = "at least " if len(problems) >= MAX_PROBLEMS else ""
+            more = f" and {at_least}{len(problems) - 1} more" if len(problems) > 1 else ""
+            raise SqliteStorageError(
+                f"sqlite storage error; the database {self._path} is damaged: PRAGMA quick_check found "
+                f"{(problems or rows)[0]!r}{more}; restore it from a backup or repair it (sqlite3's .recover)"
+            )
 
     def _serve(self, worker: _Worker) -> None:
         jobs = self._jobs
@@ -648,6 +690,21 @@ class _Writer:
 
 def _noop(_: _Worker) -> None:
     return None
+
+
+def _write_marker(path: str) -> None:
+    """Writes the marker that the database next to it holds a store, durably (file and directory)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, b"querator: the sqlite database next to this file holds a store (docs/storage.md)\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
 
 
 # --- the asyncio side ---------------------------------------------------------------------------------

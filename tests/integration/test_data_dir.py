@@ -6,13 +6,33 @@ A refusal is exit status 2 and one line on stderr naming ``data-dir``, as for an
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from .conftest import START_DEADLINE, Servers, free_port, wait_until
+from querator.client import Client
+
+from .conftest import START_DEADLINE, ServerProcess, Servers, free_port, terminate, wait_until
+
+PAYLOAD = "x" * 2000
+"""Items big enough that a few hundred of them fill many pages of the database."""
+ITEMS = 400
 
 
 def sqlite_args(data_dir: Path) -> tuple[str, ...]:
     return ("--storage", "sqlite", "--data-dir", str(data_dir))
+
+
+def fill(server: ServerProcess, queue: str = "q", items: int = ITEMS) -> None:
+    """Creates ``queue`` and produces ``items`` acknowledged items into it."""
+    with Client(server.url) as client:
+        client.create_queue(queue, lease_timeout="1m", expire_timeout="1h")
+        for start in range(0, items, 100):
+            client.produce(queue, [f"{PAYLOAD}{n}" for n in range(start, min(items, start + 100))])
+
+
+def stored(server: ServerProcess, queue: str = "q") -> int:
+    with Client(server.url) as client:
+        return len(client.list_items(queue, 0, limit=10_000).items)
 
 
 def refused_start(servers: Servers, *args: str) -> str:
@@ -27,6 +47,64 @@ def refused_start(servers: Servers, *args: str) -> str:
     stderr = server.stderr()
     assert stderr.count("\n") == 1, stderr  # one line, no traceback
     return stderr
+
+
+def corrupt(db: Path) -> None:
+    """Overwrites every page of ``db`` but the first (the schema) with bytes that are no b-tree page."""
+    size = db.stat().st_size
+    page = 8192
+    assert size > 4 * page, f"{db} is too small to corrupt its middle: {size} bytes"
+    with db.open("r+b") as f:
+        f.seek(page)
+        f.write(bytes(range(256)) * ((size - page) // 256))
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def test_an_emptied_database_is_refused(servers: Servers, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    server = servers.start(*sqlite_args(data))
+    fill(server)
+    assert terminate(server) == 0
+    (data / "querator.db").write_bytes(b"")  # what a lost or truncated file looks like to sqlite
+    line = refused_start(servers, *sqlite_args(data))
+    assert line.startswith(
+        f"querator: data-dir is invalid; sqlite storage error; the database {data / 'querator.db'} is empty"
+    ), line
+    assert (data / "querator.db").stat().st_size == 0  # refused, not overwritten with a new store
+
+
+def test_a_deleted_database_is_refused(servers: Servers, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    server = servers.start(*sqlite_args(data))
+    fill(server, items=1)
+    assert terminate(server) == 0
+    (data / "querator.db").unlink()
+    line = refused_start(servers, *sqlite_args(data))
+    assert line.startswith(
+        f"querator: data-dir is invalid; sqlite storage error; the database {data / 'querator.db'} is missing"
+    ), line
+
+
+def test_a_corrupt_database_is_refused(servers: Servers, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    server = servers.start(*sqlite_args(data))
+    fill(server)
+    assert terminate(server) == 0  # a clean stop checkpoints the WAL into the database file
+    corrupt(data / "querator.db")
+    line = refused_start(servers, *sqlite_args(data))
+    assert line.startswith(
+        f"querator: data-dir is invalid; sqlite storage error; the database {data / 'querator.db'} is damaged"
+    ), line
+
+
+def test_a_new_data_dir_and_a_restart_start(servers: Servers, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    server = servers.start(*sqlite_args(data))
+    fill(server, items=3)
+    assert terminate(server) == 0
+    server = servers.start(*sqlite_args(data))  # the check passes on an intact store
+    assert stored(server) == 3
 
 
 def test_an_unusable_data_dir_is_one_line(servers: Servers, tmp_path: Path) -> None:

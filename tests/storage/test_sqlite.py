@@ -15,7 +15,13 @@ from querator.errors import StorageError
 from querator.ksuid import KsuidGenerator
 from querator.storage.base import DEFAULT_DEDUP_WINDOW, Item, PartitionTx, QueueRecord, Store
 from querator.storage.operations import NEAR_NOW, RetryEntry
-from querator.storage.sqlite import SCHEMA, SCHEMA_VERSION, SqliteStorageError, SqliteStore
+from querator.storage.sqlite import (
+    INITIALISED_SUFFIX,
+    SCHEMA,
+    SCHEMA_VERSION,
+    SqliteStorageError,
+    SqliteStore,
+)
 from tests.storage.contract import NOW, SECOND, Part, StoreContract, ids, item, payloads
 
 
@@ -210,6 +216,31 @@ async def test_unopenable_file_fails_open(tmp_path: Path) -> None:
     with pytest.raises(SqliteStorageError):
         await store.open()
     await store.close()
+
+
+async def test_the_marker_tells_an_emptied_database_from_a_new_one(tmp_path: Path) -> None:
+    path = tmp_path / "querator.db"
+    marker = Path(f"{path}{INITIALISED_SUFFIX}")
+    path.write_bytes(b"")  # without the marker: a new store (what a crash before the first commit leaves)
+    store = SqliteStore(path)
+    await store.open()
+    await store.close()
+    assert await asyncio.to_thread(marker.exists)
+    path.write_bytes(b"")
+    store = SqliteStore(path)
+    with pytest.raises(SqliteStorageError, match=r"is empty, but .* says it held a store"):
+        await store.open()
+    await store.close()
+    # A database written before the marker existed is checked like any other, and gets one.
+    await asyncio.to_thread(marker.unlink)
+    await asyncio.to_thread(path.unlink)
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE t (x)")
+    conn.close()
+    store = SqliteStore(path)
+    await store.open()
+    await store.close()
+    assert await asyncio.to_thread(marker.exists)
 
 
 def test_synchronous_is_checked() -> None:
