@@ -59,7 +59,7 @@ def make_store(config: ServerConfig) -> Store:
     from querator.storage.sqlite import SqliteStore
 
     try:
-        Path(config.data_dir).mkdir(parents=True, exist_ok=True)
+        Path(config.data_dir).mkdir(mode=0o700, parents=True, exist_ok=True)  # its files hold payloads
     except OSError as e:
         raise ConfigError(
             f"data-dir is invalid; cannot create '{config.data_dir}': {e.strerror or e}"

@@ -518,6 +518,10 @@ class _Writer:
                 f"{'empty' if os.path.exists(self._path) else 'missing'}, but {marker} says it held a store: "
                 "restore it from a backup, or remove both files to start an empty store"
             )
+        if on_disk and not os.path.exists(self._path):
+            # Payloads are nobody else's business: sqlite would create the file 0644, and gives its WAL
+            # and shared-memory files the database file's mode.
+            os.close(os.open(self._path, os.O_WRONLY | os.O_CREAT, 0o600))
         conn = sqlite3.connect(self._path, isolation_level=None, cached_statements=256)
         try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")

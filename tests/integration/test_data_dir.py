@@ -7,6 +7,7 @@ A refusal is exit status 2 and one line on stderr naming ``data-dir``, as for an
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from querator.client import Client
@@ -128,3 +129,13 @@ def test_an_unusable_data_dir_is_one_line(servers: Servers, tmp_path: Path) -> N
     (a_dir / "querator.db").mkdir(parents=True)
     line = refused_start(servers, *sqlite_args(a_dir))
     assert line.startswith("querator: data-dir is invalid; "), line
+
+
+def test_the_data_dir_and_its_files_are_private(servers: Servers, tmp_path: Path) -> None:
+    data = tmp_path / "parent" / "data"
+    server = servers.start(*sqlite_args(data))
+    fill(server, items=1)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in [data, *data.iterdir()]}
+    assert modes["data"] == 0o700, modes
+    assert {"querator.db", "querator.db-wal", "querator.db-shm"} <= set(modes), modes
+    assert all(mode == 0o600 for name, mode in modes.items() if name != "data"), modes
