@@ -27,6 +27,7 @@ FORWARDED_HEADER = "X-Querator-Forwarded-By"
 """Set by a node that forwards a request to the partition's owner; its value is the node id."""
 SECRET_HEADER = "X-Querator-Cluster-Secret"
 MIN_SECRET = 32
+SECRET_PATTERN = re.compile(rb"[\x20-\x7e]+")
 KEY_PATTERN = re.compile(r"qtr-[a-z0-9]{1,16}-[0-9A-Za-z]{43}")
 BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 DEFAULT_TAG = "live"
@@ -82,6 +83,11 @@ def read_secret(file: str) -> bytes:
     secret = Path(file).read_bytes().strip()
     if len(secret) < MIN_SECRET:
         raise ApiKeyError(f"cluster secret is invalid; it must be at least {MIN_SECRET} characters")
+    if not SECRET_PATTERN.fullmatch(secret):
+        # It travels in a header: a line break or a control character there made every forward a 500.
+        raise ApiKeyError(
+            "cluster secret is invalid; it must be one line of printable ASCII characters (a header value)"
+        )
     return secret
 
 

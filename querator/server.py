@@ -100,7 +100,8 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> None
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    keys = _api_keys(config)
+    secret = _cluster_secret(config)
+    keys = _api_keys(config, secret)
     _raise_open_files_limit(config.max_connections * (2 if config.admin_address else 1) + FD_RESERVE)
     # Bind before anything else, so that an address we cannot use fails before storage is touched.
     sockets = [_listen("address", config.address)]
@@ -118,7 +119,7 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> None
             clock,
             max_requests_per_queue=config.max_requests_per_queue,
             cluster=cluster,
-            cluster_secret=read_secret(config.cluster_secret_file).decode(),
+            cluster_secret=secret.decode(),
         )
         await service.start()
     except BaseException as e:
@@ -219,7 +220,18 @@ def _listen(name: str, address: str) -> socket.socket:
         raise ConfigError(f"{name} is invalid; cannot listen on '{address}': {e.strerror or e}") from None
 
 
-def _api_keys(config: ServerConfig) -> ApiKeys:
+def _cluster_secret(config: ServerConfig) -> bytes:
+    try:
+        return read_secret(config.cluster_secret_file)
+    except OSError as e:
+        raise ConfigError(
+            f"cluster-secret-file is invalid; cannot read '{config.cluster_secret_file}': {e.strerror}"
+        ) from None
+    except ApiKeyError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _api_keys(config: ServerConfig, cluster_secret: bytes) -> ApiKeys:
     try:
         hashes = read_hashes(config.api_keys_file, config.api_keys)
         if (config.api_keys_file or config.api_keys.strip()) and not hashes:
@@ -231,14 +243,7 @@ def _api_keys(config: ServerConfig) -> ApiKeys:
         ) from None
     except ApiKeyError as e:
         raise ConfigError(str(e)) from None
-    try:
-        return ApiKeys(hashes, read_secret(config.cluster_secret_file))
-    except OSError as e:
-        raise ConfigError(
-            f"cluster-secret-file is invalid; cannot read '{config.cluster_secret_file}': {e.strerror}"
-        ) from None
-    except ApiKeyError as e:
-        raise ConfigError(str(e)) from None
+    return ApiKeys(hashes, cluster_secret)
 
 
 def _storage_setting(config: ServerConfig) -> str:

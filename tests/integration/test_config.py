@@ -334,3 +334,32 @@ def test_invalid_value_exits_2_naming_the_setting(servers: Servers, tmp_path: Pa
     assert stderr.count("\n") == 1, stderr  # one line, no traceback
     assert server.stdout() == ""
     assert list(cwd.iterdir()) == []  # stopped before creating any storage
+
+
+@pytest.mark.parametrize(
+    "secret",
+    [
+        pytest.param(b"a" * 20 + b"\n" + b"b" * 20 + b"\n", id="inner-newline"),
+        pytest.param(b"a" * 20 + b"\t\x00" + b"b" * 20, id="control-characters"),
+        pytest.param("geheimnis-über-32-zeichen-lang-und-mehr".encode(), id="not-ascii"),
+    ],
+)
+def test_a_cluster_secret_that_is_no_header_value_exits_2(
+    servers: Servers, tmp_path: Path, secret: bytes
+) -> None:
+    # Forwards send the secret in a header: such a secret made every forwarded request a 500.
+    path = tmp_path / "secret"
+    path.write_bytes(secret)
+    path.chmod(0o600)
+    server = servers.spawn(
+        "--storage", "memory", "--cluster-secret-file", str(path), "--address", f"127.0.0.1:{free_port()}"
+    )
+    wait_until(
+        lambda: not server.running() or "querator listening" in server.stderr(),
+        START_DEADLINE,
+        "the server exits or listens",
+    )
+    assert server.proc.poll() == 2, server.describe()
+    stderr = server.stderr()
+    assert stderr.startswith("querator: cluster secret is invalid; "), stderr
+    assert stderr.count("\n") == 1, stderr
