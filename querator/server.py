@@ -10,8 +10,10 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
 import socket
+import stat
 import sys
 from pathlib import Path
 
@@ -220,7 +222,31 @@ def _listen(name: str, address: str) -> socket.socket:
         raise ConfigError(f"{name} is invalid; cannot listen on '{address}': {e.strerror or e}") from None
 
 
+def _warn_if_exposed(setting: str, file: str) -> None:
+    """Warns when users other than the server's can read or change a file of keys or secrets.
+
+    A file the server's own user owns should be 0600 (or 0400). One owned by another user must let the
+    server in through its group (Kubernetes mounts secrets owned by root, group ``fsGroup``): there only
+    group write and the bits for everyone count.
+    """
+    if not file:
+        return
+    try:
+        st = os.stat(file)
+    except OSError:
+        return  # reading it reports why
+    exposed = st.st_mode & (0o077 if st.st_uid == os.geteuid() else 0o027)
+    if exposed:
+        log.warning(
+            "%s '%s' can be read or changed by other users (mode %04o): make it private (chmod 600)",
+            setting,
+            file,
+            stat.S_IMODE(st.st_mode),
+        )
+
+
 def _cluster_secret(config: ServerConfig) -> bytes:
+    _warn_if_exposed("cluster-secret-file", config.cluster_secret_file)
     try:
         return read_secret(config.cluster_secret_file)
     except OSError as e:
@@ -232,6 +258,7 @@ def _cluster_secret(config: ServerConfig) -> bytes:
 
 
 def _api_keys(config: ServerConfig, cluster_secret: bytes) -> ApiKeys:
+    _warn_if_exposed("api-keys-file", config.api_keys_file)
     try:
         hashes = read_hashes(config.api_keys_file, config.api_keys)
         if (config.api_keys_file or config.api_keys.strip()) and not hashes:

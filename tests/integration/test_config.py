@@ -18,6 +18,7 @@ import msgspec
 import pytest
 import yaml
 
+from querator.auth import generate_key, key_hash
 from querator.client import Client
 from querator.errors import InvalidOption
 from querator.wire import codec
@@ -363,3 +364,26 @@ def test_a_cluster_secret_that_is_no_header_value_exits_2(
     stderr = server.stderr()
     assert stderr.startswith("querator: cluster secret is invalid; "), stderr
     assert stderr.count("\n") == 1, stderr
+
+
+def test_key_and_secret_files_others_can_read_are_warned_about(servers: Servers, tmp_path: Path) -> None:
+    keys, secret = tmp_path / "keys", tmp_path / "secret"
+    keys.write_text(key_hash(generate_key()) + "\n")
+    secret.write_text("s" * 40 + "\n")
+    args = ("--storage", "memory", "--api-keys-file", str(keys), "--cluster-secret-file", str(secret))
+    keys.chmod(0o644)
+    secret.chmod(0o640)
+    server = servers.start(*args)
+    warnings = [line for line in server.stderr().splitlines() if " WARNING querator.server: " in line]
+    assert any(
+        f"api-keys-file '{keys}' can be read or changed by other users (mode 0644)" in w for w in warnings
+    )
+    assert any(
+        f"cluster-secret-file '{secret}' can be read or changed by other users (mode 0640)" in w
+        for w in warnings
+    )
+    assert terminate(server) == 0
+    keys.chmod(0o600)
+    secret.chmod(0o400)
+    server = servers.start(*args)
+    assert "other users" not in server.stderr(), server.stderr()
