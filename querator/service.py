@@ -132,6 +132,12 @@ class Service:
         if loading is not None:
             # A node that just took partitions over answers for them only once their state is read.
             return f"loading the partitions of queue {loading}"
+        for queue in self.manager.running():
+            failing = queue.failing()
+            if failing is not None:
+                # Storage refused it (a damaged file, a full disk, an outage): until it recovers, its
+                # requests get 454s; a node whose partition serves nothing should not get traffic.
+                return f"partition {failing[0]} of queue {queue.name} is failing: {failing[1]}"
         try:
             await asyncio.wait_for(self.store.list_queues("", 1, SYSTEM_NAMESPACE), READY_TIMEOUT)
         except Exception as e:

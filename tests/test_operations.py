@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from querator.auth import ApiKeys, generate_key, key_hash, parse_hash, read_hashes, read_secret
 from querator.client import AsyncClient
 from querator.clock import FakeClock
-from querator.errors import Unauthorized
+from querator.errors import RetryRequest, StorageError, Unauthorized
 from querator.http import create_app
 from querator.service import Service
 from querator.storage.memory import MemoryStore
@@ -299,6 +299,57 @@ async def test_a_storage_outage_is_not_ready_but_alive() -> None:
                     "status": "fail",
                     "output": "storage check failed",
                 }
+    finally:
+        await service.shutdown()
+        await server.close()
+
+
+FULL = "sqlite storage error; SQLITE_FULL: database or disk is full"
+
+
+class FailingStore(MemoryStore):
+    """A store whose partition transactions fail while ``failing`` is set, as on a full disk."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing = False
+
+    def partition(self, queue: str, number: int) -> Any:
+        inner, store = super().partition(queue, number), self
+
+        class Failing:
+            async def claim(self) -> None:
+                await inner.claim()
+
+            async def run(self, fn: Any) -> Any:
+                if store.failing:
+                    raise StorageError(FULL)
+                return await inner.run(fn)
+
+        return Failing()
+
+
+async def test_a_failing_partition_is_not_ready_with_its_reason() -> None:
+    store = FailingStore()
+    service = Service(store)
+    await service.start()
+    server = TestServer(create_app(service))
+    await server.start_server()
+    try:
+        async with AsyncClient(str(server.make_url(""))) as client:
+            await client.create_queue("q", lease_timeout="1m", expire_timeout="1h")
+            await client.produce("q", ["stored"])
+            assert await service.ready() == ""
+            store.failing = True
+            with pytest.raises(RetryRequest):
+                await client.produce("q", ["refused"])
+            assert await service.ready() == f"partition 0 of queue q is failing: {FULL}"
+            store.failing = False
+
+            async def is_ready() -> bool:
+                return await service.ready() == ""
+
+            await eventually(is_ready)  # the lifecycle's retry finds the partition working again
     finally:
         await service.shutdown()
         await server.close()

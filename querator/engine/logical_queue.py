@@ -87,6 +87,8 @@ class PartitionState:
     un_leased: int = 0
     estimate: int = 0
     failures: int = 0
+    error: str = ""
+    """Why the partition is failing (its last failure), while ``failures``."""
     deadlines: Deadlines = field(default_factory=Deadlines)
     due: bool = False
     timer: TimerHandle | None = None
@@ -590,7 +592,7 @@ class LogicalQueue:
             self._fail(p, e)
             return
         p.ids = KsuidGenerator(now // MICROS, after=last_id or None)
-        p.failures = 0
+        p.failures, p.error = 0, ""
         p.deadlines = deadlines
         self._arm(p)
 
@@ -612,7 +614,7 @@ class LogicalQueue:
         except Exception as e:
             self._fail(p, e)
             return
-        p.failures = 0
+        p.failures, p.error = 0, ""
         p.recount(
             result.queued_delta, self._monotonic(), result.requeued + result.enqueued - result.queued_delta
         )
@@ -671,6 +673,7 @@ class LogicalQueue:
             on_stale, self._on_stale = self._on_stale, None
             on_stale()
         p.failures += 1
+        p.error = str(error) or type(error).__name__
         log.warning(
             "queue %s partition %d failed (%d): %s",
             self._queue.settings.name,

@@ -66,6 +66,10 @@ class Queue:
             raise RetryRequest(PARTITION_MOVED)
         return await self.logical.lease(client_id, batch_size, request_timeout)
 
+    def failing(self) -> tuple[int, str] | None:
+        """A partition of this node that is failing now, and why; None when none is."""
+        return next(((n, p.error) for n, p in sorted(self.logical.partitions.items()) if p.failures), None)
+
     def loading(self) -> bool:
         """Whether a partition of this node is still being claimed and read (not failed: loading)."""
         return any(p.ids is None and not p.failures for p in self.logical.partitions.values())
