@@ -139,6 +139,10 @@ class Service:
                 # requests get 454s; a node whose partition serves nothing should not get traffic.
                 return f"partition {failing[0]} of queue {queue.name} is failing: {failing[1]}"
         try:
+            await asyncio.wait_for(self.store.check(), READY_TIMEOUT)
+        except Exception as e:
+            return f"storage cannot take writes: {e or type(e).__name__}"
+        try:
             await asyncio.wait_for(self.store.list_queues("", 1, SYSTEM_NAMESPACE), READY_TIMEOUT)
         except Exception as e:
             log.warning("readiness: storage check failed: %s", e)

@@ -229,3 +229,7 @@ class Store(Protocol):
 
     async def list_queues(self, pivot: str, limit: int, namespace: str) -> list[QueueRecord]:
         """Queues of ``namespace`` with ``name >= pivot``, sorted by name, at most ``limit``."""
+
+    async def check(self) -> None:
+        """Raises ``StorageError`` when the store knows it cannot take writes now (a damaged file, a full
+        disk): the readiness probe's question beyond "does a read answer"."""

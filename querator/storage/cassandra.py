@@ -1082,6 +1082,10 @@ class CassandraStore:
         """Nothing to do: dedup claims expire by their TTL."""
         return 0
 
+    async def check(self) -> None:
+        """Nothing beyond what reads and the partitions' own failures show: a Cassandra node out of disk
+        fails writes, which mark their partitions failing."""
+
     async def get_queue(self, name: str) -> QueueRecord | None:
         rows = await self._call(lambda cql: cql.rows(CQL_GET_QUEUE, (name,)))
         return _queue(rows[0]) if rows else None

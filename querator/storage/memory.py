@@ -286,3 +286,6 @@ class MemoryStore:
     async def list_queues(self, pivot: str, limit: int, namespace: str) -> list[QueueRecord]:
         names = sorted(n for n, r in self._queues.items() if n >= pivot and r.namespace == namespace)
         return [self._queues[n] for n in names[:limit]]
+
+    async def check(self) -> None:
+        """Nothing to know: memory has no file to damage or fill."""

@@ -130,6 +130,10 @@ SCHEMA: Final = (
     "CREATE INDEX IF NOT EXISTS items_scheduled_at ON items (part, enqueue_at) WHERE enqueue_at > 0",
     "CREATE INDEX IF NOT EXISTS items_scheduled ON items (part, id) WHERE enqueue_at > 0",
     "CREATE INDEX IF NOT EXISTS items_source ON items (part, source_id) WHERE source_id <> ''",
+    # One row the readiness check rewrites after a write found the disk full, to see whether there is room
+    # again. Created by every version since (IF NOT EXISTS), so it needs no migration: a database that has
+    # it still opens in a version that does not.
+    "CREATE TABLE IF NOT EXISTS probe (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)",
 )
 
 MIGRATIONS: Final = {
@@ -236,6 +240,8 @@ SQL_PURGE_DEDUP: Final = (
     "(SELECT queue, id FROM dedup INDEXED BY dedup_expiry WHERE expires_at <= ? LIMIT ?)"
 )
 SQL_DELETE_QUEUE_DEDUP: Final = "DELETE FROM dedup WHERE queue = ?"
+
+SQL_PROBE: Final = "INSERT INTO probe (id, n) VALUES (1, 1) ON CONFLICT (id) DO UPDATE SET n = n + 1"
 
 SQL_PARTITION_KEY: Final = "SELECT key FROM partitions WHERE queue = ? AND number = ?"
 SQL_INSERT_PARTITION: Final = "INSERT INTO partitions (queue, number) VALUES (?, ?)"
@@ -487,6 +493,11 @@ class _Writer:
         self._worker: _Worker | None = None
         self.ready: asyncio.Future[None] | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.damage = ""
+        """Why the database is damaged, once sqlite said so: every later job is refused (a damaged file
+        must not take writes), until a restart checks the file (docs/storage.md)."""
+        self.full = ""
+        """Why the last write failed for want of room, until a transaction that wrote commits."""
 
     def _main(self) -> None:
         assert self.ready is not None and self.loop is not None
@@ -614,28 +625,49 @@ class _Writer:
             error = _storage_error(exc)
         _deliver([(job, None, error)])
 
+    def _error(self, exc: sqlite3.Error) -> SqliteStorageError:
+        """A driver error as ours, noting the damage or the full disk it reports."""
+        error = _storage_error(exc)
+        code = getattr(exc, "sqlite_errorcode", 0) & 0xFF  # the primary code of an extended one
+        if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB) and not self.damage:
+            self.damage = (
+                f"sqlite storage error; the database {self._path} is damaged "
+                f"({exc.sqlite_errorname}: {exc}): every job is refused until a restart checks it"
+            )
+            log.error("sqlite: %s", self.damage)
+        elif code == sqlite3.SQLITE_FULL:
+            self.full = error.message
+        return error
+
     def _run_group(self, worker: _Worker, jobs: list[_Job]) -> None:
         conn = worker.conn
         # A job whose caller was cancelled before it started is not run at all.
         pending = [job for job in jobs if not job.future.cancelled()]
+        if self.damage:
+            refused = SqliteStorageError(self.damage)
+            _deliver([(job, None, refused) for job in pending])
+            return
         while pending:
             outcomes: list[_Outcome] = []
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
-                begin_error = _storage_error(exc)
+                begin_error = self._error(exc)
                 _deliver([(job, None, begin_error) for job in pending])
                 return
+            wrote = False  # a job that changed rows and was not rolled back: its commit needs room
             done: list[_Outcome] = []
             rest: list[_Job] = []
             for index, job in enumerate(pending):
                 mark = len(worker.new_keys)
                 try:
+                    changes = conn.total_changes
                     conn.execute("SAVEPOINT job")
                     value = job.fn(worker)
                     conn.execute("RELEASE job")
+                    wrote = wrote or conn.total_changes > changes
                 except BaseException as exc:
-                    error = _storage_error(exc) if isinstance(exc, sqlite3.Error) else exc
+                    error = self._error(exc) if isinstance(exc, sqlite3.Error) else exc
                     outcomes.append((job, None, error))
                     if not self._undo_job(worker, mark):
                         # The whole transaction is gone, and with it what the jobs before this one did.
@@ -646,7 +678,7 @@ class _Writer:
                 else:
                     done.append((job, value, None))
             else:
-                done = self._commit(worker, done)
+                done = self._commit(worker, done, wrote)
             outcomes.extend(done)
             _deliver(outcomes)
             pending = rest
@@ -667,17 +699,18 @@ class _Writer:
         _Writer._rollback(worker)
         return False
 
-    @staticmethod
-    def _commit(worker: _Worker, done: list[_Outcome]) -> list[_Outcome]:
+    def _commit(self, worker: _Worker, done: list[_Outcome], wrote: bool) -> list[_Outcome]:
         conn = worker.conn
         try:
             conn.execute("COMMIT" if done else "ROLLBACK")
         except sqlite3.Error as exc:
             _Writer._rollback(worker)
-            error = _storage_error(exc)
+            error = self._error(exc)
             return [(job, None, error) for job, _, _ in done]
         if done:
             worker.new_keys.clear()
+            if wrote:
+                self.full = ""  # there was room for this write
         else:
             worker.forget_new_keys()
         return done
@@ -694,6 +727,10 @@ class _Writer:
 
 def _noop(_: _Worker) -> None:
     return None
+
+
+def _probe(worker: _Worker) -> None:
+    worker.conn.execute(SQL_PROBE)
 
 
 def _write_marker(path: str) -> None:
@@ -829,6 +866,15 @@ class SqliteStore:
         future: asyncio.Future[T] = loop.create_future()
         self._jobs.put(_Job(fn, future, loop))
         return await future
+
+    async def check(self) -> None:
+        """Raises once sqlite reported the database damaged, and while writes find the disk full: then it
+        writes a row itself, so that the disk having room again is noticed without client traffic."""
+        writer = self._writer
+        if writer is not None and writer.damage:
+            raise SqliteStorageError(writer.damage)
+        if writer is not None and writer.full:
+            await self._submit(_probe)
 
     def partition(self, queue: str, number: int) -> Partition:
         name = (queue, number)

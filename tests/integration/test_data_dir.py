@@ -6,11 +6,20 @@ A refusal is exit status 2 and one line on stderr naming ``data-dir``, as for an
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import stat
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from querator.client import Client
+from querator.errors import QueratorError
 
 from .conftest import START_DEADLINE, ServerProcess, Servers, free_port, terminate, wait_until
 
@@ -60,6 +69,28 @@ def corrupt(db: Path) -> None:
         f.write(bytes(range(256)) * ((size - page) // 256))
         f.flush()
         os.fsync(f.fileno())
+
+
+def ready(server: ServerProcess) -> tuple[int, str]:
+    """``GET /ready``: its status and, when it fails, its reason."""
+    try:
+        with urllib.request.urlopen(server.url + "/ready", timeout=5) as resp:
+            return int(resp.status), ""
+    except urllib.error.HTTPError as e:
+        return e.code, str(json.loads(e.read())["output"])
+
+
+def not_ready(server: ServerProcess) -> str:
+    """Waits until ``/ready`` fails; returns its reason."""
+    reasons: list[str] = []
+
+    def check() -> bool:
+        status, reason = ready(server)
+        reasons.append(reason)
+        return status == 503
+
+    wait_until(check, START_DEADLINE, "/ready answers 503")
+    return reasons[-1]
 
 
 def test_an_emptied_database_is_refused(servers: Servers, tmp_path: Path) -> None:
@@ -139,3 +170,79 @@ def test_the_data_dir_and_its_files_are_private(servers: Servers, tmp_path: Path
     assert modes["data"] == 0o700, modes
     assert {"querator.db", "querator.db-wal", "querator.db-shm"} <= set(modes), modes
     assert all(mode == 0o600 for name, mode in modes.items() if name != "data"), modes
+
+
+def test_damage_found_while_running_fails_ready_and_refuses_writes(servers: Servers, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    server = servers.start(*sqlite_args(data))
+    fill(server)
+    assert terminate(server) == 0
+    server = servers.start(*sqlite_args(data))  # intact: the start-up check passes
+    corrupt(data / "querator.db")  # under the running server, as a failing disk would
+    with Client(server.url) as client:
+        with pytest.raises(QueratorError) as refused:  # the queue's partition reads damaged pages
+            client.produce("q", ["into the damaged file"])
+        assert refused.value.code == 454, refused.value
+        reason = not_ready(server)
+        assert "SQLITE_CORRUPT" in reason, reason
+        # Damage does not heal: every write is refused, and the node stays out of traffic.
+        for _ in range(3):
+            with pytest.raises(QueratorError):
+                client.produce("q", ["into the damaged file"])
+            assert ready(server)[0] == 503
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 16 MiB tmpfs: a disk that really fills up (ENOSPC), with nothing faked in the server."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], check=False, capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs (needs root or CAP_SYS_ADMIN): {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def fill_up(disk: Path) -> Path:
+    """Writes a file that takes every free byte of ``disk``; returns it."""
+    filler = disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    chunk = b"\0" * 65536
+    try:
+        while True:
+            try:
+                if os.write(fd, chunk) < len(chunk):
+                    chunk = chunk[: max(1, len(chunk) // 2)]
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+                if len(chunk) == 1:
+                    return filler
+                chunk = chunk[: len(chunk) // 2]
+    finally:
+        os.close(fd)
+
+
+def test_a_full_disk_fails_ready_until_there_is_room(small_disk: Path, servers: Servers) -> None:
+    # small_disk comes first: it is unmounted after the servers on it are gone.
+    data = small_disk / "data"
+    server = servers.start(*sqlite_args(data))
+    fill(server, items=5)
+    assert ready(server) == (200, "")
+    filler = fill_up(small_disk)
+    with Client(server.url) as client:
+        with pytest.raises(QueratorError) as refused:  # no room for it: refused, never acknowledged
+            client.produce("q", [PAYLOAD])
+        assert refused.value.code == 454, refused.value
+        reason = not_ready(server)
+        assert "SQLITE_FULL" in reason, reason
+        assert ready(server)[0] == 503  # still full: still not ready
+        filler.unlink()
+        wait_until(lambda: ready(server)[0] == 200, START_DEADLINE, "/ready passes again")
+        client.produce("q", ["after"])
+    assert stored(server) == 6  # nothing acknowledged was lost
