@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar
 
 import msgspec
 from aiohttp import web
+from aiohttp.web_request import BaseRequest
 from prometheus_client import Histogram
 
 from querator import __version__
@@ -137,6 +138,7 @@ def create_admin_app(service: Service) -> web.Application:
     app.router.add_route("*", "/health", _health)
     app.router.add_route("*", "/ready", _ready)
     app.router.add_route("*", "/metrics", _metrics)
+    app.router.add_route("*", "/{tail:.*}", _unknown)  # the error body, not aiohttp's text/plain 404
     return app
 
 
@@ -269,7 +271,15 @@ def _accept_or_json(request: web.Request) -> str:
 
 
 async def _read_body(request: web.Request, limit: int) -> bytes:
-    """The request body, refused as soon as it is known to exceed ``limit`` (never buffered whole)."""
+    """The request body, refused as soon as it is known to exceed ``limit`` (never buffered whole), or
+    to be compressed (see ``protocol_factory``)."""
+    encoding = request.headers.get("Content-Encoding", "")
+    if encoding.strip().lower() not in ("", "identity"):
+        # 400 rather than HTTP's 415: clients know duh's codes only (spec §1.1), and for them, as for the
+        # reference, a body that cannot be read as it is is a bad request.
+        raise InvalidOption(
+            f"Content-Encoding header '{encoding}' is invalid; request bodies must not be compressed"
+        )
     length = request.content_length
     if length is not None and length > limit:
         raise _too_large(limit)
@@ -392,3 +402,79 @@ async def _openapi(request: web.Request) -> web.StreamResponse:
 
 def _rfc3339_seconds(micros: int) -> str:
     return to_datetime(micros).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# -- the connection's protocol -----------------------------------------------------------------------------
+
+
+def protocol_factory(server: web.Server, **settings: Any) -> Callable[[], web.RequestHandler]:
+    """The protocol of each connection accepted for ``server`` (an AppRunner's): aiohttp's, with
+    ``settings`` (its RequestHandler options), except that
+
+    - it inflates no request body: aiohttp would inflate ``Content-Encoding: gzip``/``deflate`` bodies in
+      its parser, on the event loop, before any handler could refuse them (even a request without an
+      API key), counting compressed bytes against the body limit. Go's net/http does not inflate either,
+      so a compressed body was never a valid request; ``_read_body`` refuses one unread;
+    - it answers a request it cannot parse with the error body of spec §1.2, not aiohttp's text/plain,
+      and logs it briefly (``_ProtocolErrors``), not at ERROR with a traceback quoting the raw bytes
+      (headers, API keys).
+    """
+    loop = asyncio.get_running_loop()
+    # access_log None: no access log (aiohttp takes None there; its annotation does not say so).
+    options: dict[str, Any] = {"auto_decompress": False, "access_log": None, **settings}
+    return lambda: _Protocol(server, loop=loop, **options)
+
+
+PROTOCOL_LOG_INTERVAL = 10.0
+"""Seconds between two log lines about malformed requests: a flood of them must not flood the log."""
+
+
+class _ProtocolErrors:
+    """Logs malformed requests at WARNING, at most once per ``PROTOCOL_LOG_INTERVAL``, counting the rest."""
+
+    def __init__(self) -> None:
+        self._last = -PROTOCOL_LOG_INTERVAL
+        self._unlogged = 0
+
+    def report(self, remote: str | None, exc: BaseException | None) -> None:
+        now = asyncio.get_running_loop().time()
+        if now - self._last < PROTOCOL_LOG_INTERVAL:
+            self._unlogged += 1
+            return
+        # The exception's class only: its message quotes the request's raw bytes.
+        log.warning(
+            "malformed request from %s (%s); answered 400 and closed%s",
+            remote,
+            type(exc).__name__ if exc is not None else "unknown error",
+            f"; {self._unlogged} more since the last report" if self._unlogged else "",
+        )
+        self._last = now
+        self._unlogged = 0
+
+
+_protocol_errors = _ProtocolErrors()
+
+
+class _Protocol(web.RequestHandler):
+    __slots__ = ()
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        """The reply to a request aiohttp could not parse (a 4xx) or whose handler raised (a 5xx)."""
+        if request.writer.output_size > 0:  # as aiohttp's own: a reply is under way, the connection is lost
+            raise ConnectionError("a reply was being sent when its request failed")
+        if status >= 500:
+            # A fault of ours (the handlers answer every error they expect): worth a traceback.
+            log.error("%s %s failed", request.method, request.path, exc_info=exc)
+            reply = _reply(m.Reply(code=500, code_text=CODE_TEXT[500], message="Internal Error"), JSON, 500)
+        else:
+            _protocol_errors.report(request.remote, exc)
+            # Any parse error is a plain 400: clients know duh's codes only (spec §1.1).
+            reply = _error_reply(InvalidOption("request is invalid; malformed HTTP request"), JSON)
+        reply.force_close()
+        return reply

@@ -28,7 +28,7 @@ from querator.cluster.node import ClusterNode
 from querator.config import ConfigError, ServerConfig, split_address
 from querator.connections import Listener
 from querator.errors import StorageError
-from querator.http import create_admin_app, create_app
+from querator.http import create_admin_app, create_app, protocol_factory
 from querator.service import Service
 from querator.storage.base import Store
 from querator.storage.memory import MemoryStore
@@ -147,16 +147,9 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> None
     for app, listener in zip(apps, listeners, strict=True):
         app.middlewares.insert(0, listener.middleware())  # outermost: it marks where requests start and end
     runners = [
-        web.AppRunner(
-            app,
-            access_log=None,
-            handle_signals=False,
-            shutdown_timeout=5,
-            keepalive_timeout=limits.idle_timeout,
-            # A client that disconnects cancels its handler (as under aiohttp's test server): a lease
-            # parked for it must not live on and take items for nobody (querator.http).
-            handler_cancellation=True,
-        )
+        # A client that disconnects cancels its handler (as under aiohttp's test server): a lease parked
+        # for it must not live on and take items for nobody (querator.http).
+        web.AppRunner(app, handle_signals=False, shutdown_timeout=5, handler_cancellation=True)
         for app in apps
     ]
     # Our own asyncio servers rather than aiohttp's sites, to put each connection under its listener's
@@ -166,8 +159,9 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> None
         for runner, listener, sock in zip(runners, listeners, sockets, strict=True):
             await runner.setup()
             assert runner.server is not None
+            protocol = protocol_factory(runner.server, keepalive_timeout=limits.idle_timeout)
             listening.append(
-                await loop.create_server(listener.protocol_factory(runner.server), sock=sock, backlog=BACKLOG)
+                await loop.create_server(listener.protocol_factory(protocol), sock=sock, backlog=BACKLOG)
             )
         log.info(
             "querator listening on %s (storage %s%s; api keys %s)%s",
