@@ -51,8 +51,12 @@ HEALTH_TIMEOUT = 0.5
 PASSED_HEADERS = ("Content-Type", "Accept", EXTENSIONS_HEADER)
 """The client's headers a forwarded request keeps: they decide how the owner reads and answers it."""
 OPENAPI_PATH = "/openapi.yaml"
-OPEN_PATHS = frozenset({"/health", "/ready", "/metrics", OPENAPI_PATH})
-"""Paths a GET may reach without an API key (the only GET routes)."""
+OPEN_PATHS = frozenset({"/health", "/ready", OPENAPI_PATH})
+"""Paths a GET may reach without an API key. Not ``/metrics``: it names every queue with its depth and
+rates (the admin address serves it without a key)."""
+READY_DETAILS = web.RequestKey("ready_details", bool)
+"""False when ``/ready`` must not say why the node is not ready (it may name queues) because
+the caller has no key. A probe needs no key to read the status."""
 OPENAPI_CONTENT_TYPE = "application/yaml"
 
 M = TypeVar("M", bound=m.Message)
@@ -72,8 +76,8 @@ def create_app(
 ) -> web.Application:
     """The aiohttp application serving ``service``; the caller owns starting and stopping the service.
 
-    With ``api_keys`` every request but ``GET /health``, ``/ready``, ``/metrics`` and ``/openapi.yaml``
-    must carry a key.
+    With ``api_keys`` every request but ``GET /health``, ``/ready`` and ``/openapi.yaml`` must carry a
+    key; ``/ready`` without one tells only whether the node is ready, not why not.
     ``operations`` False leaves ``/ready`` and ``/metrics`` to the admin application (``--admin-address``);
     ``/health`` stays, as the reference serves it on the API address.
     """
@@ -146,12 +150,13 @@ def _authenticate(keys: ApiKeys) -> Any:
     @web.middleware
     async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
         # Before routing, as the reference does: a caller without a key learns nothing, not even which
-        # paths exist. Only the GETs of probes and scrapers pass (POST /health is an ordinary 501).
-        if request.method != "GET" or request.path not in OPEN_PATHS:
-            try:
-                keys.authenticate(request.headers)
-            except Unauthorized as e:
+        # paths exist. Only the GETs of probes pass (POST /health is an ordinary 501).
+        try:
+            keys.authenticate(request.headers)
+        except Unauthorized as e:
+            if request.method != "GET" or request.path not in OPEN_PATHS:
                 return _error_reply(e, _accept_or_json(request))
+            request[READY_DETAILS] = False
         return await handler(request)
 
     return authenticate
@@ -373,7 +378,9 @@ async def _ready(request: web.Request) -> web.StreamResponse:
     if request.method != "GET":
         return await _unknown(request)
     reason = await request.app[SERVICE].ready()
-    body: dict[str, str] = {"status": "fail", "output": reason} if reason else {"status": "pass"}
+    body: dict[str, str] = {"status": "fail" if reason else "pass"}
+    if reason and request.get(READY_DETAILS, True):
+        body["output"] = reason
     return web.Response(
         body=msgspec.json.encode(body),
         status=503 if reason else 200,

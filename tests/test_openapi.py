@@ -178,11 +178,12 @@ def _json_schema(response: dict[str, Any]) -> dict[str, Any]:
 def test_every_route_is_documented_with_its_method() -> None:
     routes = _routes(_app())
     documented = {path: set(ops) for path, ops in DOC["paths"].items()}
-    # The GET routes are exactly the paths open without an API key; every other route is a POST.
-    assert documented == {path: {"get" if path in OPEN_PATHS else "post"} for path in routes}
+    # The GET routes are the paths open without an API key, and /metrics; every other route is a POST.
+    gets = OPEN_PATHS | {"/metrics"}
+    assert documented == {path: {"get" if path in gets else "post"} for path in routes}
     assert OPENAPI_PATH in routes
     admin = {r.canonical for r in create_admin_app(Service(MemoryStore())).router.resources()}
-    assert admin - {CATCH_ALL} <= OPEN_PATHS  # the catch-all answers the error body
+    assert admin - {CATCH_ALL} <= gets
 
 
 def test_the_document_names_this_version_and_shipped_file() -> None:

@@ -113,9 +113,14 @@ async def test_a_valid_key_is_served_and_probes_need_none(secured: tuple[str, Se
         await client.produce("q", ["a"])
         assert (await client.lease("q", 1, "c", request_timeout="5s")).items[0].bytes == b"a"
     async with aiohttp.ClientSession() as session:
-        for path in ("/health", "/ready", "/metrics"):
+        for path in ("/health", "/ready"):
             async with session.get(base + path) as resp:
                 assert resp.status == 200, path
+        # /metrics names every queue: a key holder's (the admin address serves it without one).
+        async with session.get(base + "/metrics") as resp:
+            assert resp.status == 401
+        async with session.get(base + "/metrics", headers={"Authorization": f"Bearer {KEY}"}) as resp:
+            assert resp.status == 200
 
 
 def test_key_format_and_hashes(tmp_path: Any) -> None:
@@ -380,7 +385,8 @@ async def test_not_ready_while_partitions_load() -> None:
     store = GatedStore()
     service = Service(store)
     await service.start()
-    server = TestServer(create_app(service))
+    # With API keys: a probe without one learns only that the node is not ready, not which queue it loads.
+    server = TestServer(create_app(service, api_keys=ApiKeys([parse_hash(key_hash(KEY))])))
     await server.start_server()
     try:
         info = m.QueueInfo(queue_name="q", lease_timeout="1m", expire_timeout="1h", requested_partitions=1)
@@ -391,12 +397,15 @@ async def test_not_ready_while_partitions_load() -> None:
         )
         async with aiohttp.ClientSession() as session:
 
-            async def ready() -> tuple[int, Any]:
-                async with session.get(server.make_url("/ready")) as resp:
+            async def ready(key: str = "") -> tuple[int, Any]:
+                headers = {"Authorization": f"Bearer {key}"} if key else {}
+                async with session.get(server.make_url("/ready"), headers=headers) as resp:
                     return resp.status, await resp.json(content_type=None)
 
             await eventually(lambda: _first_is(ready(), 503))
-            assert (await ready())[1] == {"status": "fail", "output": "loading the partitions of queue q"}
+            assert (await ready())[1] == {"status": "fail"}
+            assert (await ready(OTHER_KEY))[1] == {"status": "fail"}
+            assert (await ready(KEY))[1] == {"status": "fail", "output": "loading the partitions of queue q"}
             store.opened.set()
             await produce
             assert (await ready())[0] == 200

@@ -224,3 +224,23 @@ def test_unknown_paths_of_the_admin_address_get_the_error_body(servers: Servers)
         501,
         {"code": 501, "code_text": "Not Implemented", "message": "no such method; /v1/queue.stats"},
     )
+
+
+# --------------------------------------------------------------------------------------------------------
+# Probes with API keys and no admin address
+
+
+def test_metrics_need_a_key_and_readiness_tells_only_its_status_without_one(servers: Servers) -> None:
+    key, digest = apikey()
+    server = servers.start("--storage", "memory", env={"QUERATOR_API_KEYS": digest})
+    with Client(server.url, api_key=key) as client:
+        client.create_queue("payroll")
+        client.produce("payroll", ["x"])
+    status, body = get(server, "/metrics")
+    assert status == 401 and b"payroll" not in body
+    assert json.loads(body)["message"].startswith("api key is invalid")
+    status, body = get(server, "/metrics", key)
+    assert status == 200 and b'querator_items_queued{queue="payroll"}' in body
+    for who in ("", key):
+        assert get(server, "/ready", who) == (200, b'{"status":"pass"}')
+        assert get(server, "/health", who)[0] == 200
