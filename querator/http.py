@@ -34,7 +34,7 @@ from querator.errors import (
     Unauthorized,
     try_again,
 )
-from querator.service import Service
+from querator.service import MAX_NAME, Service
 from querator.wire import messages as m
 from querator.wire.codec import JSON, decode, encode, negotiate_accept
 
@@ -42,7 +42,13 @@ log = logging.getLogger(__name__)
 
 SERVICE = web.AppKey("service", Service)
 MAX_PRODUCE_BODY = 5_000_000
-SMALL_BODY = 512
+NAME_BODY = 12 * MAX_NAME
+"""Bytes of the longest queue name in a JSON body: each character escaped as a surrogate pair
+(``\\uXXXX\\uXXXX``, 12 bytes). Protobuf needs at most 4 bytes a character."""
+SMALL_BODY = 2 * NAME_BODY + 512
+"""The routes whose bodies hold a queue name or two (redrive's source and target) and a few short fields:
+any name ``queues.create`` accepts must be usable on every route. (The reference's 512 bytes stranded
+names from about 150 CJK characters.)"""
 DEFAULT_BODY = 256_000
 UPDATE_BODY = 512_000
 IMPORT_BODY = 64_000_000

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import unicodedata
 from datetime import datetime
 
 import msgspec
@@ -36,6 +37,8 @@ MAX_COMPLETE_BATCH = 1000
 MAX_REQUEST_TIMEOUT = 15 * 60 * 1_000_000
 MIN_REQUEST_TIMEOUT = 10_000
 MAX_LIST_LIMIT = 65536
+MAX_NAME = 512
+"""Characters of a queue name (and of a dead queue's)."""
 MAX_PARTITIONS = 4096
 MAX_DEDUP_ID = 128
 MAX_DEDUP_WINDOW = 7 * 24 * 3600 * 1_000_000
@@ -518,8 +521,11 @@ class Service:
 
     async def create_queue(self, info: m.QueueInfo) -> None:
         _check_new_name(info.queue_name)
+        # On create only: a queue made before this check stays usable and removable.
+        _check_printable("queue name", info.queue_name)
         lease_timeout, expire_timeout = _timeouts(info)
         namespace = _namespace(info.namespace)
+        _check_printable("namespace name", namespace)
         if self._closing:
             raise shutting_down("service")
         if await self.manager.record(info.queue_name) is not None:
@@ -735,6 +741,22 @@ def _has_space(text: str) -> bool:
     return any(c.isspace() for c in text)
 
 
+def _unprintable(text: str) -> str | None:
+    """The first control or invisible format character of ``text`` (Unicode Cc, Cf: NUL, escapes, bidi
+    overrides, zero-width spaces), as ``U+XXXX``: names reach logs, metrics labels and terminals, where
+    such characters hide or disguise what a name says."""
+    found = next((c for c in text if unicodedata.category(c) in ("Cc", "Cf")), None)
+    return None if found is None else f"U+{ord(found):04X}"
+
+
+def _check_printable(what: str, name: str) -> None:
+    if (found := _unprintable(name)) is not None:
+        # The name is not quoted: it is what must not reach the logs.
+        raise InvalidOption(
+            f"{what} is invalid; cannot contain control or invisible characters, found {found}"
+        )
+
+
 def _check_stored_name(name: str) -> None:
     if not name.strip():
         raise InvalidOption("queue name is invalid; queue name cannot be empty")
@@ -743,8 +765,8 @@ def _check_stored_name(name: str) -> None:
 
 
 def _check_new_name(name: str) -> None:
-    if len(name) > 512:
-        raise InvalidOption("queue name is invalid; cannot be greater than '512' characters")
+    if len(name) > MAX_NAME:
+        raise InvalidOption(f"queue name is invalid; cannot be greater than '{MAX_NAME}' characters")
     if not name.strip():
         raise InvalidOption("queue name is invalid; queue name cannot be empty")
     if _has_space(name):

@@ -170,8 +170,8 @@ async def test_transport_rules(api: Api) -> None:
 
 async def test_oversized_bodies_are_refused(api: Api) -> None:
     await api.create("q")
-    e = await api.error("/v1/queue.lease", {"queue_name": "q" * 600})
-    assert e.message == "request body exceeds 512B limit"
+    e = await api.error("/v1/queue.lease", {"queue_name": "q" * 13_000})
+    assert e.message == "request body exceeds 12.8KB limit"
     big = b'{"queue_name":"q","request_timeout":"1m","items":[{"utf8":"' + b"x" * 5_000_000 + b'"}]}'
 
     async def chunked() -> AsyncIterator[bytes]:

@@ -165,7 +165,7 @@ def trickle_until_closed(
 
 LIMITS = {
     "/v1/queue.produce": "request body exceeds 5.0MB limit",
-    "/v1/queue.lease": "request body exceeds 512B limit",
+    "/v1/queue.lease": "request body exceeds 12.8KB limit",
     "/v1/queue.complete": "request body exceeds 250.0KiB limit",
 }
 

@@ -244,3 +244,92 @@ def test_metrics_need_a_key_and_readiness_tells_only_its_status_without_one(serv
     for who in ("", key):
         assert get(server, "/ready", who) == (200, b'{"status":"pass"}')
         assert get(server, "/health", who)[0] == 200
+
+
+# --------------------------------------------------------------------------------------------------------
+# Names
+
+
+LONGEST = "\U00020000" * 512
+"""A CJK name of the longest length accepted, each character outside the BMP: 12 bytes in JSON."""
+DEAD = "\U00020001" * 512
+
+
+def test_the_longest_names_work_on_every_route(servers: Servers) -> None:
+    server = servers.start("--storage", "memory")
+    for name in (DEAD, LONGEST):
+        info = {"queue_name": name, "lease_timeout": "1m", "expire_timeout": "1h", "requested_partitions": 1}
+        assert (
+            post(server, "/v1/queues.create", info | ({"dead_queue": DEAD} if name == LONGEST else {}))[0]
+            == 200
+        )
+    q = {"queue_name": LONGEST}
+
+    def ok(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        status, reply = post(server, path, body)
+        assert status == 200, (path, reply)
+        return reply
+
+    ok(
+        "/v1/queue.produce",
+        q | {"request_timeout": "1m", "items": [{"utf8": "a"}, {"utf8": "b"}, {"utf8": "c"}]},
+    )
+    lease = ok("/v1/queue.lease", q | {"batch_size": 3, "client_id": "\u4e00" * 64, "request_timeout": "5s"})
+    first, second, third = (item["id"] for item in lease["items"])
+    ok(
+        "/v1/queue.renew",
+        q | {"partition": 0, "ids": [first], "lease_timeout": "1m", "request_timeout": "1m"},
+    )
+    ok("/v1/queue.complete", q | {"partition": 0, "ids": [first], "request_timeout": "1m"})
+    ok("/v1/queue.retry", q | {"partition": 0, "items": [{"id": second, "dead": True}]})
+    ok("/v1/queue.stats", q)
+    ok("/v1/queue.reload", q)
+    ok("/v1/queue.redrive", {"queue_name": DEAD, "target_queue": LONGEST, "request_timeout": "1m"})
+    ok("/v1/queues.info", q)
+    ok("/v1/queues.update", q | {"lease_timeout": "2m"})
+    ok("/v1/cluster.info", q)
+    ok("/v1/cluster.refresh", q)
+    listed = ok("/v1/storage/items.list", q | {"partition": 0})
+    assert {i["payload"] for i in listed["items"]} == {"Yg==", "Yw=="}  # b (redriven back) and c (leased)
+    ok("/v1/storage/scheduled.list", q | {"partition": 0})
+    ok("/v1/storage/items.import", q | {"partition": 0, "items": [{"payload": "ZA=="}]})
+    ok("/v1/storage/items.delete", q | {"partition": 0, "ids": [third]})
+    ok("/v1/queue.clear", q | {"queue": True, "destructive": True})
+    ok("/v1/queues.delete", q)
+    ok("/v1/queues.delete", {"queue_name": DEAD})
+
+
+ODD = [
+    "\x00",
+    "\x07",
+    "\x1b",
+    "\x7f",
+    "\x9b",
+    "\u00ad",
+    "\u200b",
+    "\u200d",
+    "\u202e",
+    "\u2066",
+    "\u2060",
+    "\ufeff",
+]
+
+
+@pytest.mark.parametrize("char", ODD, ids=[f"U+{ord(c):04X}" for c in ODD])
+def test_names_with_control_or_invisible_characters_are_refused(servers: Servers, char: str) -> None:
+    server = servers.start("--storage", "memory")
+    info = {"lease_timeout": "1m", "expire_timeout": "1h", "requested_partitions": 1}
+    found = f"found U+{ord(char):04X}"
+    status, reply = post(server, "/v1/queues.create", info | {"queue_name": f"pay{char}roll"})
+    assert (status, reply["message"]) == (
+        400,
+        f"queue name is invalid; cannot contain control or invisible characters, {found}",
+    )
+    status, reply = post(server, "/v1/queues.create", info | {"queue_name": "q", "namespace": f"a{char}"})
+    assert (
+        status == 400
+        and reply["message"].startswith("namespace name is invalid; ")
+        and found in reply["message"]
+    )
+    with Client(server.url) as client:
+        assert client.list_queues().items == []
