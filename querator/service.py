@@ -592,11 +592,9 @@ class Service:
         return queue_info(record)
 
     async def list_queues(self, req: m.QueuesListRequest) -> m.QueuesListResponse:
-        # The reference's texts, word for word: its own tests compare them.
         if req.limit < 0:
             raise InvalidOption("limit is invalid; limit cannot be negative")
-        if req.limit > MAX_LIST_LIMIT:
-            raise InvalidOption(f"limit is invalid; cannot be greater than {MAX_LIST_LIMIT}")
+        _check_list_limit(req.limit)
         if "~" in req.pivot:
             raise InvalidOption(f"pivot is invalid; '{req.pivot}' cannot contain '~' character")
         records = await self.manager.list_queues(
@@ -632,6 +630,9 @@ class Service:
             raise error
         if req.limit < 0:
             raise InvalidOption(f"limit is invalid; cannot be negative, but {req.limit} was requested")
+        # The reference has no maximum here; ours is queues.list's. A page also ends early at
+        # storage.LIST_PAGE_BYTES of payloads (docs/extensions.md, "Storage lists").
+        _check_list_limit(req.limit)
         items = await queue.list_items(req.partition, req.pivot, req.limit or DEFAULT_LIST_LIMIT, scheduled)
         return m.StorageItemsListResponse(items=[storage_item(i) for i in items])
 
@@ -773,6 +774,13 @@ def _check_new_name(name: str) -> None:
         raise InvalidOption(f"queue name is invalid; '{name}' cannot contain whitespace")
     if "~" in name:
         raise InvalidOption(f"queue name is invalid; '{name}' cannot contain '~' character")
+
+
+def _check_list_limit(limit: int) -> None:
+    """The largest page of a list, in the reference's text for queues.list (its tests compare it); each
+    list checks a negative limit first, in its own words."""
+    if limit > MAX_LIST_LIMIT:
+        raise InvalidOption(f"limit is invalid; cannot be greater than {MAX_LIST_LIMIT}")
 
 
 def _check_ids(ids: list[str]) -> None:

@@ -26,12 +26,14 @@ Row model (table ``items``, one Cassandra partition per (queue, partition, segme
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections import OrderedDict
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Protocol
 
-from querator.storage.base import ClearOptions, Deadlines, Item, PartitionStats
+from querator.storage.base import ClearOptions, Deadlines, Item, PartitionStats, list_page
 
 WINDOW_MAX = 2000
 """Most queued items the read-ahead window holds: bounds memory per partition (2 MB of 1 KiB items)."""
@@ -39,6 +41,8 @@ READ_AHEAD = 1000
 """Rows one refill of the window asks Cassandra for."""
 SCAN_PAGE = 1000
 """Rows per read when listing or scanning for expired items."""
+FILL_BATCH = 100
+"""Items of a storage list whose payloads are read from Cassandra at a time."""
 
 
 class Reader(Protocol):
@@ -528,21 +532,21 @@ class Index:
         self.writes.meta_changed = True
 
     def list_items(self, pivot: str, limit: int, scheduled: bool) -> list[Item]:
-        if limit <= 0:
-            return []
+        found: Iterable[Item]
         if scheduled:
-            found = sorted((i for i in self.scheduled.values() if i.id >= pivot), key=_id)[:limit]
-            found = [i.copy() for i in found]
+            found = (i.copy() for i in sorted((i for i in self.scheduled.values() if i.id >= pivot), key=_id))
         else:
             leased = sorted((i for i in self.leased.values() if i.id >= pivot), key=_id)
-            queued: list[Item] = []
-            for row in self._queued_rows_after(_before(pivot), full=True):
-                queued.append(row)
-                if len(queued) == limit:
-                    break
-            found = sorted(leased[:limit] + queued, key=_id)[:limit]
-        self._fill_payloads(found)
-        return found
+            found = heapq.merge(leased, self._queued_rows_after(_before(pivot), full=True), key=_id)
+        return list_page(self._with_payloads(found), limit)
+
+    def _with_payloads(self, items: Iterable[Item]) -> Iterator[Item]:
+        """``items`` with their payloads read, ``FILL_BATCH`` at a time: a page that ends early reads
+        no more of them."""
+        iterator = iter(items)
+        while batch := list(islice(iterator, FILL_BATCH)):
+            self._fill_payloads(batch)
+            yield from batch
 
     def existing_source_ids(self, found: dict[str, str]) -> set[str]:
         """The source ids (mapped to item ids by the dedup index) whose item still exists. The item must

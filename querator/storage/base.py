@@ -18,7 +18,7 @@ Rules every backend keeps:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
@@ -148,7 +148,8 @@ class PartitionTx(Protocol):
         """The earliest lease deadline, expire deadline (non-scheduled) and enqueue_at."""
 
     def list(self, pivot: str, limit: int, scheduled: bool) -> list[Item]:
-        """Non-scheduled (or, with ``scheduled``, scheduled) items with ``id >= pivot`` in id order."""
+        """Non-scheduled (or, with ``scheduled``, scheduled) items with ``id >= pivot`` in id order: a
+        ``list_page`` of them, read no further than it needs."""
 
     def stats(self, now: int) -> PartitionStats:
         """Counts and ages for queue.stats."""
@@ -233,3 +234,22 @@ class Store(Protocol):
     async def check(self) -> None:
         """Raises ``StorageError`` when the store knows it cannot take writes now (a damaged file, a full
         disk): the readiness probe's question beyond "does a read answer"."""
+
+
+LIST_PAGE_BYTES = 4 * 1024 * 1024
+"""Payload bytes of one page of a storage list (items.list, scheduled.list): one request must not hold a
+partition's payloads in memory (docs/extensions.md, "Storage lists")."""
+
+
+def list_page(items: Iterable[Item], limit: int, max_bytes: int = LIST_PAGE_BYTES) -> list[Item]:
+    """The first ``limit`` of ``items``, taken lazily, ending early before the item whose payload would
+    pass ``max_bytes`` in all. The first item is always taken, whatever its size, so a caller paging by
+    pivot always moves on."""
+    page: list[Item] = []
+    size = 0
+    for item in items:
+        size += len(item.payload)
+        if len(page) >= limit or (page and size > max_bytes):
+            break
+        page.append(item)
+    return page

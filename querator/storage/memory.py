@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Sequence
 from functools import partial
-from itertools import islice
 
 from querator.storage.base import (
     ClearOptions,
@@ -17,6 +16,7 @@ from querator.storage.base import (
     PartitionTx,
     QueueRecord,
     R,
+    list_page,
 )
 
 
@@ -174,7 +174,7 @@ class MemoryPartition:
 
     def list(self, pivot: str, limit: int, scheduled: bool) -> list[Item]:
         source = self.scheduled.values() if scheduled else self._unscheduled()
-        return list(islice(sorted((i for i in source if i.id >= pivot), key=_id), limit))
+        return list_page(sorted((i for i in source if i.id >= pivot), key=_id), limit)
 
     def stats(self, now: int) -> PartitionStats:
         total = len(self.queued) + len(self.leased)

@@ -40,6 +40,7 @@ from querator.storage.base import (
     PartitionStats,
     PartitionTx,
     QueueRecord,
+    list_page,
 )
 
 __all__ = ["SqliteStorageError", "SqliteStore"]
@@ -439,7 +440,7 @@ class SqliteTx:
     # Last, so that ``list`` in the annotations above is still the builtin.
     def list(self, pivot: str, limit: int, scheduled: bool) -> list[Item]:
         sql = SQL_LIST_SCHEDULED if scheduled else SQL_LIST
-        return [_item(r) for r in self._conn.execute(sql, (self._key, pivot, limit))]
+        return list_page(map(_item, self._conn.execute(sql, (self._key, pivot, limit))), limit)
 
 
 # --- jobs ---------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ a partition larger than a reply should hold. Raw sockets send exactly the bytes 
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import socket
@@ -14,6 +15,7 @@ import urllib.error
 import urllib.request
 import zlib
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from typing import Any
 
@@ -333,3 +335,37 @@ def test_names_with_control_or_invisible_characters_are_refused(servers: Servers
     )
     with Client(server.url) as client:
         assert client.list_queues().items == []
+
+
+# --------------------------------------------------------------------------------------------------------
+# Storage lists
+
+
+@pytest.mark.parametrize("storage", ["memory", "sqlite"])
+@pytest.mark.parametrize("path", ["/v1/storage/items.list", "/v1/storage/scheduled.list"])
+def test_storage_lists_are_paged_by_payload_bytes_and_count(
+    servers: Servers, storage: str, path: str
+) -> None:
+    server = servers.start("--storage", storage)
+    scheduled = path.endswith("scheduled.list")
+    with Client(server.url) as client:
+        client.create_queue("q", partitions=1)
+        for n in range(6):  # 1 MiB each: a page (4 MiB of payloads) holds four
+            item = {"bytes": base64.b64encode(bytes([n]) * MiB).decode()}
+            if scheduled:
+                item["enqueue_at"] = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+            body = {"queue_name": "q", "request_timeout": "1m", "items": [item]}
+            assert post(server, "/v1/queue.produce", body) == (200, {"code": 200})
+        status, reply = post(server, path, {"queue_name": "q", "partition": 0, "limit": 65537})
+        assert (status, reply["message"]) == (
+            400,
+            "limit is invalid; cannot be greater than 65536",
+        )
+        lister = client.list_scheduled if scheduled else client.list_items
+        first = lister("q", 0, limit=100).items
+        assert len(first) == 4
+        # The caller pages on with the last id as pivot (inclusive), as the reference's clients do.
+        rest = lister("q", 0, pivot=first[-1].id, limit=100).items
+        assert rest[0].id == first[-1].id and len(rest) == 3
+        assert [i.payload[0] for i in first + rest[1:]] == list(range(6))
+        assert len(lister("q", 0, limit=2).items) == 2

@@ -16,7 +16,16 @@ import pytest
 
 from querator.errors import QueratorError
 from querator.ksuid import KSUID_MAX, KSUID_MIN, KsuidGenerator
-from querator.storage.base import ClearOptions, Deadlines, Item, Partition, PartitionTx, QueueRecord, Store
+from querator.storage.base import (
+    LIST_PAGE_BYTES,
+    ClearOptions,
+    Deadlines,
+    Item,
+    Partition,
+    PartitionTx,
+    QueueRecord,
+    Store,
+)
 from querator.storage.operations import (
     LIFECYCLE_LIMIT,
     NEAR_NOW,
@@ -673,6 +682,27 @@ class StoreContract:
         assert ids(await part.list(scheduled=True)) == ids(s)
         assert ids(await part.list(s[1].id, limit=2, scheduled=True)) == ids(s[1:3])
         assert await part.list(KSUID_MAX, scheduled=True) == []
+
+    @pytest.mark.parametrize("scheduled", [False, True])
+    async def test_list_pages_end_at_the_payload_byte_cap(self, part: Part, scheduled: bool) -> None:
+        quarter = "x" * (LIST_PAGE_BYTES // 4)
+        at = {"enqueue_at": NOW + SECOND} if scheduled else {}
+        stored = await part.produce(*(item(f"{n}{quarter}", **at) for n in range(6)))
+        await part.produce(item("other", **({} if scheduled else {"enqueue_at": NOW + SECOND})))
+        if not scheduled:
+            await part.lease(1)  # a leased item is listed too, merged in id order
+        # Each payload is a byte over a quarter of the cap: three fit, the fourth would pass it.
+        first = await part.list(limit=100, scheduled=scheduled)
+        assert ids(first) == ids(stored[:3])
+        assert ids(await part.list(first[-1].id, limit=100, scheduled=scheduled)) == ids(stored[2:5])
+        assert ids(await part.list(stored[5].id, scheduled=scheduled)) == [stored[5].id]
+        assert ids(await part.list(limit=2, scheduled=scheduled)) == ids(stored[:2])
+
+    async def test_an_item_larger_than_a_page_is_listed_alone(self, part: Part) -> None:
+        big, small = await part.produce(item("x" * (LIST_PAGE_BYTES + 1)), item("y"))
+        assert ids(await part.list()) == [big.id]
+        assert ids(await part.list(big.id)) == [big.id]
+        assert ids(await part.list(small.id)) == [small.id]
 
     # --- stats --------------------------------------------------------------------------------------------
 
