@@ -6,6 +6,9 @@ reference's unpadded URL-safe base64. A request presents ``Authorization: Bearer
 hashed and compared with every configured hash in constant time, so neither the answer's timing nor its
 message tells a caller anything beyond "not a valid key". Authentication runs before routing: an
 unauthenticated caller cannot learn which queues (or routes) exist.
+
+Nodes of a cluster sign the requests they forward to each other, and the owner signs its reply
+(``ClusterAuth``, docs/cluster.md "Authenticating forwards"): the cluster secret itself never travels.
 """
 
 from __future__ import annotations
@@ -14,18 +17,34 @@ import base64
 import binascii
 import hashlib
 import hmac
+import itertools
 import re
 import secrets
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-from querator.errors import Unauthorized
+import msgspec
+
+from querator.clock import Clock, SystemClock
+from querator.errors import Unauthorized, try_again
 
 EXTENSIONS_HEADER = "X-Querator-Extensions"
 """Sent by clients that accept our extension fields in JSON replies (reference clients reject them)."""
 FORWARDED_HEADER = "X-Querator-Forwarded-By"
 """Set by a node that forwards a request to the partition's owner; its value is the node id."""
-SECRET_HEADER = "X-Querator-Cluster-Secret"
+SIGNATURE_HEADER = "X-Querator-Signature"
+"""A forwarded request's signature: ``t=<unix ms>,n=<nonce>,d=<body sha256>,s=<hmac>`` (all hex)."""
+REPLY_SIGNATURE_HEADER = "X-Querator-Reply-Signature"
+"""The owner's HMAC of its reply to a signed forwarded request, checked by the forwarding node."""
+LEGACY_SECRET_HEADER = "X-Querator-Cluster-Secret"
+"""Where nodes before signed forwarding sent the cluster secret in clear; never read, only recognised."""
+MAX_CLOCK_SKEW = 30_000
+"""Milliseconds a forwarded request's time may differ from the receiving node's clock: older requests
+are refused as stale, and replays are refused by remembering every nonce this long."""
+MAX_NONCES = 1_000_000
+"""Nonces remembered at most (about 100 MB): over 30,000 forwards a second to one node. Past it, a
+forward is answered 454 rather than accepted unchecked for replay."""
 MIN_SECRET = 32
 SECRET_PATTERN = re.compile(rb"[\x20-\x7e]+")
 KEY_PATTERN = re.compile(r"qtr-[a-z0-9]{1,16}-[0-9A-Za-z]{43}")
@@ -91,31 +110,139 @@ def read_secret(file: str) -> bytes:
     return secret
 
 
-class ApiKeys:
-    """The configured key hashes and cluster secret; ``authenticate`` checks one request's headers.
+@dataclass(frozen=True, slots=True)
+class Forwarded:
+    """A forwarded request whose headers were verified; its body and reply are still to check and sign."""
 
-    A request forwarded by another node (``X-Querator-Forwarded-By``) is the node's, not the client's: it
-    must carry the cluster secret, and then needs no key (the first node checked the client's). Without
-    a configured secret, a forwarded request is checked like any other, so forging the header gains a
-    client nothing.
+    by: str
+    """The id of the node that forwarded it."""
+    digest: bytes
+    """The SHA-256 its body must have."""
+    signature: str
+    """Its HMAC (hex), which the owner's reply signature covers: a reply answers this request only."""
+
+
+_SIGNATURE = re.compile(r"t=([0-9]{1,15}),n=([0-9a-f]{32}),d=([0-9a-f]{64}),s=([0-9a-f]{64})")
+_encode = msgspec.json.encode
+
+
+class ClusterAuth:
+    """Signs and checks what the nodes of a cluster send each other, keyed by the cluster secret.
+
+    A forwarding node signs (method, path, body SHA-256, time, nonce, its own id, the owner's id); the
+    owner refuses a request whose signature does not match, whose time is more than ``MAX_CLOCK_SKEW``
+    from its own clock, or whose nonce it has seen (a replay), then signs (the request's signature,
+    status, Content-Type, body SHA-256) of its reply, which the forwarder checks before passing the reply
+    on. The body's digest travels in the signature header, so the headers are authenticated before the
+    body is read (``check_body`` checks the body then). Every comparison is constant-time.
     """
 
-    def __init__(self, hashes: Iterable[bytes], cluster_secret: bytes = b"") -> None:
+    def __init__(self, secret: bytes, node_id: str, clock: Clock | None = None) -> None:
+        self._key = hashlib.sha256(b"querator cluster secret\n" + secret).digest()
+        self.node_id = node_id
+        self._clock = clock or SystemClock()
+        self._nonces: dict[bytes, int] = {}
+        """Nonce -> when it may be forgotten (ms): by then its request is refused as stale anyway."""
+
+    def _mac(self, *fields: str | int) -> str:
+        return hmac.new(self._key, _encode(fields), hashlib.sha256).hexdigest()
+
+    def _millis(self) -> int:
+        return self._clock.now() // 1000
+
+    def sign(self, to: str, method: str, path: str, body: bytes) -> tuple[str, str]:
+        """The signature header of a request to node ``to``, and the signature its reply must cover."""
+        at, nonce, digest = self._millis(), secrets.token_hex(16), hashlib.sha256(body).hexdigest()
+        mac = self._mac("request", method, path, digest, at, nonce, self.node_id, to)
+        return f"t={at},n={nonce},d={digest},s={mac}", mac
+
+    def check(self, method: str, path: str, headers: Mapping[str, str]) -> Forwarded:
+        """The verified forward of a request that carries ``X-Querator-Forwarded-By``.
+
+        Raises:
+            Unauthorized: no signature, a wrong one, a stale time or a replay.
+            RetryRequest: a forward of a node that sends the secret in clear (an older version, mid
+                rolling upgrade): its client may retry, reaching a node of the same version.
+        """
+        by = headers.get(FORWARDED_HEADER, "")
+        found = _SIGNATURE.fullmatch(headers.get(SIGNATURE_HEADER, ""))
+        if found is None:
+            if LEGACY_SECRET_HEADER in headers:
+                raise try_again(
+                    "forwarded request is invalid; it carries the cluster secret in clear, as nodes of "
+                    "older versions do, instead of a signature"
+                )
+            raise Unauthorized("forwarded request is invalid; it has no signature")
+        at, nonce, digest, mac = found.groups()
+        now = self._millis()
+        if abs(now - int(at)) > MAX_CLOCK_SKEW:
+            raise Unauthorized(
+                f"forwarded request is invalid; its time is more than {MAX_CLOCK_SKEW // 1000}s away "
+                "from this node's clock"
+            )
+        expected = self._mac("request", method, path, digest, int(at), nonce, by, self.node_id)
+        if not hmac.compare_digest(expected, mac):
+            raise Unauthorized("forwarded request is invalid; its signature does not match")
+        self._remember(bytes.fromhex(nonce), int(at) + MAX_CLOCK_SKEW, now)
+        return Forwarded(by, bytes.fromhex(digest), mac)
+
+    def _remember(self, nonce: bytes, until: int, now: int) -> None:
+        nonces = self._nonces
+        # Insertion order is about expiry order (nodes' clocks agree within the skew): dropping from the
+        # front until an entry still counts keeps the dict to the last window, at O(1) a request.
+        for old in list(itertools.islice(nonces, 2)):
+            if nonces[old] >= now:
+                break
+            del nonces[old]
+        if nonce in nonces:
+            raise Unauthorized("forwarded request is invalid; it was received before (a replay)")
+        if len(nonces) >= MAX_NONCES:
+            raise try_again("this node is checking too many forwarded requests for replays")
+        nonces[nonce] = until
+
+    @staticmethod
+    def check_body(forwarded: Forwarded, body: bytes) -> None:
+        """Raises Unauthorized unless ``body`` is the one the forward was signed with."""
+        if not hmac.compare_digest(hashlib.sha256(body).digest(), forwarded.digest):
+            raise Unauthorized("forwarded request is invalid; its body does not match its signature")
+
+    def sign_reply(self, forwarded: Forwarded, status: int, content_type: str, body: bytes) -> str:
+        """The reply signature header of the owner's answer to ``forwarded``."""
+        return self._reply_mac(forwarded.signature, status, content_type, body)
+
+    def reply_is_authentic(
+        self, signature: str, status: int, content_type: str, body: bytes, presented: str
+    ) -> bool:
+        """Whether ``presented`` is the owner's signature of this reply to the request ``signature``."""
+        return hmac.compare_digest(self._reply_mac(signature, status, content_type, body), presented)
+
+    def _reply_mac(self, signature: str, status: int, content_type: str, body: bytes) -> str:
+        return self._mac("reply", signature, status, content_type, hashlib.sha256(body).hexdigest())
+
+
+class ApiKeys:
+    """The configured key hashes and the cluster's ``ClusterAuth``; ``authenticate`` checks a request.
+
+    A request forwarded by another node (``X-Querator-Forwarded-By``) is the node's, not the client's: it
+    must carry the forwarding node's signature, and then needs no key (the first node checked the
+    client's). Without a cluster secret, a forwarded request is checked like any other, so forging the
+    header gains a client nothing.
+    """
+
+    def __init__(self, hashes: Iterable[bytes], cluster: ClusterAuth | None = None) -> None:
         self._hashes = tuple(hashes)
-        self._secret = hashlib.sha256(cluster_secret).digest() if cluster_secret else b""
+        self.cluster = cluster
 
     def __bool__(self) -> bool:
-        return bool(self._hashes or self._secret)
+        return bool(self._hashes or self.cluster)
 
-    def authenticate(self, headers: Mapping[str, str]) -> None:
-        """Raises Unauthorized unless the request may proceed."""
-        if FORWARDED_HEADER in headers and self._secret:
-            presented = hashlib.sha256(headers.get(SECRET_HEADER, "").encode()).digest()
-            if not hmac.compare_digest(presented, self._secret):
-                raise Unauthorized("cluster secret is invalid")
-            return
+    def authenticate(self, method: str, path: str, headers: Mapping[str, str]) -> Forwarded | None:
+        """The verified forward, if the request is one; raises QueratorError unless it may proceed."""
+        if FORWARDED_HEADER in headers and self.cluster is not None:
+            return self.cluster.check(method, path, headers)
         if self._hashes:
             self.check(headers.get("Authorization"))
+        return None
 
     def check(self, authorization: str | None) -> None:
         """Raises Unauthorized (401, the reference's messages) unless the header carries a known key."""

@@ -132,8 +132,8 @@ class ServerConfig:
     cluster_secret_file: str = field(
         default="",
         metadata={
-            "help": "file holding the secret nodes present to each other when they forward requests "
-            "(the same on every node; at least 32 characters)"
+            "help": "file holding the secret nodes sign the requests they forward to each other, and "
+            "their replies, with (the same on every node; at least 32 characters)"
         },
     )
     cluster: str = field(

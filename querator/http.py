@@ -12,6 +12,7 @@ import functools
 import importlib.resources
 import logging
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any, Protocol, TypeVar
 
 import msgspec
@@ -20,7 +21,14 @@ from aiohttp.web_request import BaseRequest
 from prometheus_client import Histogram
 
 from querator import __version__
-from querator.auth import EXTENSIONS_HEADER, FORWARDED_HEADER, ApiKeys
+from querator.auth import (
+    EXTENSIONS_HEADER,
+    FORWARDED_HEADER,
+    REPLY_SIGNATURE_HEADER,
+    ApiKeys,
+    ClusterAuth,
+    Forwarded,
+)
 from querator.clock import to_datetime
 from querator.cluster.proxy import Forward
 from querator.cluster.router import FORWARDED
@@ -31,7 +39,6 @@ from querator.errors import (
     NotImplementedRoute,
     QueratorError,
     StorageError,
-    Unauthorized,
     try_again,
 )
 from querator.service import MAX_NAME, Service
@@ -64,6 +71,14 @@ READY_DETAILS = web.RequestKey("ready_details", bool)
 """False when ``/ready`` must not say why the node is not ready (it may name queues) because
 the caller has no key. A probe needs no key to read the status."""
 OPENAPI_CONTENT_TYPE = "application/yaml"
+
+VERIFIED_FORWARD: ContextVar[Forwarded | None] = ContextVar("verified_forward", default=None)
+"""The signed forward being served, set by the authentication middleware for every request: its body
+is checked once read."""
+
+ReplySigner = Callable[[web.StreamResponse], None]
+SIGN_REPLY: web.RequestKey[ReplySigner] = web.RequestKey("sign_reply")
+"""Signs the reply to a verified forward; a handler that writes its reply itself calls it first."""
 
 M = TypeVar("M", bound=m.Message)
 R = TypeVar("R", bound=m.Message)
@@ -157,15 +172,33 @@ def _authenticate(keys: ApiKeys) -> Any:
     async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
         # Before routing, as the reference does: a caller without a key learns nothing, not even which
         # paths exist. Only the GETs of probes pass (POST /health is an ordinary 501).
+        forwarded = None
         try:
-            keys.authenticate(request.headers)
-        except Unauthorized as e:
+            forwarded = keys.authenticate(request.method, request.path, request.headers)
+        except QueratorError as e:
             if request.method != "GET" or request.path not in OPEN_PATHS:
                 return _error_reply(e, _accept_or_json(request))
             request[READY_DETAILS] = False
-        return await handler(request)
+        # Set for every request: one connection's requests share a task, hence a context.
+        VERIFIED_FORWARD.set(forwarded)
+        if forwarded is not None and keys.cluster is not None:
+            request[SIGN_REPLY] = functools.partial(_sign_reply, keys.cluster, forwarded)
+        response = await handler(request)
+        if (sign := request.get(SIGN_REPLY)) is not None and not response.prepared:
+            sign(response)  # (a reply written early, by _deliver, signed itself)
+        return response
 
     return authenticate
+
+
+def _sign_reply(auth: ClusterAuth, forwarded: Forwarded, response: web.StreamResponse) -> None:
+    """Signs the owner's reply to a forwarded request, so the forwarder can tell it from a stranger's."""
+    # Every route answers a web.Response of bytes; anything else goes unsigned, and the forwarder
+    # refuses it rather than pass it on.
+    if isinstance(response, web.Response) and isinstance(response.body, bytes):
+        content_type = response.headers.get("Content-Type", "")
+        signature = auth.sign_reply(forwarded, response.status, content_type, response.body)
+        response.headers[REPLY_SIGNATURE_HEADER] = signature
 
 
 CLIENT_GONE = 499
@@ -215,6 +248,9 @@ def _rpc(
         body = b""
         try:
             body = await _read_body(request, limit)
+            forwarded = VERIFIED_FORWARD.get()
+            if forwarded is not None:
+                ClusterAuth.check_body(forwarded, body)
             pending = call(decode(body, request.headers.get("Content-Type"), type_))
             result = await (asyncio.shield(pending) if shield else pending)
         except Forward as target:
@@ -242,6 +278,8 @@ def _rpc(
 
 async def _deliver(request: web.Request, response: web.Response, undelivered: Callable[[], None]) -> None:
     """Writes the reply now rather than after the handler, to learn whether it could be written."""
+    if (sign := request.get(SIGN_REPLY)) is not None:
+        sign(response)
     try:
         await response.prepare(request)
         await response.write_eof()

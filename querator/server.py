@@ -20,11 +20,11 @@ from pathlib import Path
 import msgspec
 from aiohttp import web
 
-from querator.auth import ApiKeyError, ApiKeys, read_hashes, read_secret
+from querator.auth import ApiKeyError, ApiKeys, ClusterAuth, read_hashes, read_secret
 from querator.clock import SystemClock
 from querator.cluster.etcd import EtcdError
 from querator.cluster.membership import MembershipError
-from querator.cluster.node import ClusterNode
+from querator.cluster.node import LOCAL_NODE, ClusterNode
 from querator.config import ConfigError, ServerConfig, split_address
 from querator.connections import Listener
 from querator.errors import StorageError
@@ -102,8 +102,8 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> None
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    secret = _cluster_secret(config)
-    keys = _api_keys(config, secret)
+    cluster_auth = _cluster_auth(config)
+    keys = _api_keys(config, cluster_auth)
     _raise_open_files_limit(config.max_connections * (2 if config.admin_address else 1) + FD_RESERVE)
     # Bind before anything else, so that an address we cannot use fails before storage is touched.
     sockets = [_listen("address", config.address)]
@@ -121,7 +121,7 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> None
             clock,
             max_requests_per_queue=config.max_requests_per_queue,
             cluster=cluster,
-            cluster_secret=secret.decode(),
+            cluster_auth=cluster_auth,
         )
         await service.start()
     except BaseException as e:
@@ -239,19 +239,21 @@ def _warn_if_exposed(setting: str, file: str) -> None:
         )
 
 
-def _cluster_secret(config: ServerConfig) -> bytes:
+def _cluster_auth(config: ServerConfig) -> ClusterAuth | None:
+    """What signs and checks forwarded requests; None without a cluster secret."""
     _warn_if_exposed("cluster-secret-file", config.cluster_secret_file)
     try:
-        return read_secret(config.cluster_secret_file)
+        secret = read_secret(config.cluster_secret_file)
     except OSError as e:
         raise ConfigError(
             f"cluster-secret-file is invalid; cannot read '{config.cluster_secret_file}': {e.strerror}"
         ) from None
     except ApiKeyError as e:
         raise ConfigError(str(e)) from None
+    return ClusterAuth(secret, config.node_id or LOCAL_NODE) if secret else None
 
 
-def _api_keys(config: ServerConfig, cluster_secret: bytes) -> ApiKeys:
+def _api_keys(config: ServerConfig, cluster_auth: ClusterAuth | None) -> ApiKeys:
     _warn_if_exposed("api-keys-file", config.api_keys_file)
     try:
         hashes = read_hashes(config.api_keys_file, config.api_keys)
@@ -264,7 +266,7 @@ def _api_keys(config: ServerConfig, cluster_secret: bytes) -> ApiKeys:
         ) from None
     except ApiKeyError as e:
         raise ConfigError(str(e)) from None
-    return ApiKeys(hashes, cluster_secret)
+    return ApiKeys(hashes, cluster_auth)
 
 
 def _storage_setting(config: ServerConfig) -> str:

@@ -16,6 +16,7 @@ from datetime import datetime
 import msgspec
 
 from querator import _tasks
+from querator.auth import ClusterAuth
 from querator.clock import Clock, SystemClock, from_datetime, sleep_until, to_datetime
 from querator.cluster.node import ClusterNode
 from querator.cluster.proxy import Forward, Proxy
@@ -79,13 +80,13 @@ class Service:
         clock: Clock | None = None,
         max_requests_per_queue: int = 100,
         cluster: ClusterNode | None = None,
-        cluster_secret: str = "",
+        cluster_auth: ClusterAuth | None = None,
     ) -> None:
         self.clock: Clock = clock or SystemClock()
         self.store = store
         self.cluster = cluster or ClusterNode(None, self.clock, "")
         self.router = Router(self.cluster)
-        self.proxy = Proxy(self.cluster.node_id, cluster_secret)
+        self.proxy = Proxy(self.cluster.node_id, cluster_auth)
         clustered = self.cluster.clustered
         self.manager = QueuesManager(
             store,

@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestServer
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
-from querator.auth import ApiKeys, generate_key, key_hash, parse_hash, read_hashes, read_secret
+from querator.auth import ApiKeys, ClusterAuth, generate_key, key_hash, parse_hash, read_hashes, read_secret
 from querator.client import AsyncClient
 from querator.clock import FakeClock
 from querator.errors import RetryRequest, StorageError, Unauthorized
@@ -244,10 +244,10 @@ SECRET = "s" * 40
 
 
 @pytest.mark.parametrize("secret", ["", SECRET])
-async def test_a_forwarded_request_needs_the_cluster_secret(secret: str) -> None:
+async def test_a_forwarded_request_needs_a_signature(secret: str) -> None:
     service = Service(MemoryStore())
     await service.start()
-    keys = ApiKeys([parse_hash(key_hash(KEY))], secret.encode())
+    keys = ApiKeys([parse_hash(key_hash(KEY))], ClusterAuth(secret.encode(), "local") if secret else None)
     server = TestServer(create_app(service, api_keys=keys))
     await server.start_server()
     url = str(server.make_url("/v1/queues.list"))
@@ -260,12 +260,16 @@ async def test_a_forwarded_request_needs_the_cluster_secret(secret: str) -> None
             assert reply["message"].startswith("api key is invalid")
             assert (await call(url, {**forwarded, "Authorization": f"Bearer {KEY}"}))[0] == 200
             return
-        assert reply["message"] == "cluster secret is invalid"
-        wrong = {**forwarded, "X-Querator-Cluster-Secret": "x" * 40, "Authorization": f"Bearer {KEY}"}
-        assert (await call(url, wrong))[1]["message"] == "cluster secret is invalid"
-        assert (await call(url, {**forwarded, "X-Querator-Cluster-Secret": SECRET}))[0] == 200
-        # The secret means nothing on a request that is not forwarded.
-        assert (await call(url, {"X-Querator-Cluster-Secret": SECRET}))[0] == 401
+        assert reply["message"] == "forwarded request is invalid; it has no signature"
+        signature, _ = ClusterAuth(b"x" * 40, "node-b").sign("local", "POST", "/v1/queues.list", b"{}")
+        wrong = {**forwarded, "X-Querator-Signature": signature, "Authorization": f"Bearer {KEY}"}
+        assert (await call(url, wrong))[1][
+            "message"
+        ] == "forwarded request is invalid; its signature does not match"
+        signature, _ = ClusterAuth(SECRET.encode(), "node-b").sign("local", "POST", "/v1/queues.list", b"{}")
+        assert (await call(url, {**forwarded, "X-Querator-Signature": signature}))[0] == 200
+        # A signature means nothing on a request that is not forwarded.
+        assert (await call(url, {"X-Querator-Signature": signature}))[0] == 401
     finally:
         await service.shutdown()
         await server.close()

@@ -1,7 +1,8 @@
 """Proxy: hands a request to the node that owns what it asks for, over one pooled HTTP session.
 
 A forwarded request carries the raw body the client sent (never re-encoded), ``X-Querator-Forwarded-By``
-with this node's id and the cluster secret, and a deadline a little past the client's request_timeout.
+with this node's id, and a deadline a little past the client's request_timeout. With a cluster secret it
+is signed, and a reply without the owner's valid signature is never passed on (``ClusterAuth``).
 The receiving node serves it itself or answers 454: a forwarded request is never forwarded again, so a
 moment of ring disagreement costs one retry, never a loop. The proxy also makes the node-to-node calls
 the service needs decoded (stats of every owner, a queue's settings changed, dead items for another
@@ -17,7 +18,7 @@ from typing import TypeVar
 
 import aiohttp
 
-from querator.auth import FORWARDED_HEADER, SECRET_HEADER
+from querator.auth import FORWARDED_HEADER, REPLY_SIGNATURE_HEADER, SIGNATURE_HEADER, ClusterAuth
 from querator.errors import error_for, try_again
 from querator.wire import messages as m
 from querator.wire.codec import JSON, DecodeError, decode_json, encode_json
@@ -57,10 +58,9 @@ class Reply:
 class Proxy:
     """The HTTP session to the other nodes (opened lazily, closed by ``close``)."""
 
-    def __init__(self, node_id: str, secret: str = "") -> None:
+    def __init__(self, node_id: str, auth: ClusterAuth | None = None) -> None:
         self._headers = {FORWARDED_HEADER: node_id}
-        if secret:
-            self._headers[SECRET_HEADER] = secret
+        self._auth = auth
         self._sessions: dict[bool, aiohttp.ClientSession] = {}
         self._closed = False
 
@@ -84,21 +84,37 @@ class Proxy:
         to the owner as the client sent it; its reply comes back unchanged.
 
         Raises:
-            RetryRequest: the owner could not be reached or did not answer in time (454).
+            RetryRequest: the owner could not be reached or did not answer in time, or its reply is not
+                signed by it (454).
         """
         headers = {**headers, **self._headers}
+        signature = ""
+        if self._auth is not None:
+            headers[SIGNATURE_HEADER], signature = self._auth.sign(target.node_id, "POST", path, body)
         url = f"http://{target.address}{path}"
         session = self._client(poll=path == "/v1/queue.lease")
         try:
             async with session.post(
                 url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=target.timeout)
             ) as resp:
-                return Reply(resp.status, resp.headers.get("Content-Type", JSON), await resp.read())
+                content_type = resp.headers.get("Content-Type", "")
+                reply = Reply(resp.status, content_type or JSON, await resp.read())
+                presented = resp.headers.get(REPLY_SIGNATURE_HEADER, "")
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
             log.warning("forwarding %s to %s failed: %s", path, target.node_id, e)
             # Once the request could have reached the owner, the owner may have carried it out.
             sent = not isinstance(e, aiohttp.ClientConnectorError)
             raise try_again(f"node {target.node_id} did not answer", outcome_unknown=sent) from e
+        if self._auth is not None and not self._auth.reply_is_authentic(
+            signature, reply.status, content_type, reply.body, presented
+        ):
+            # Whoever answered is not a node holding the secret (or refused our signature): its word
+            # cannot acknowledge anything, and whether the owner got the request is unknown.
+            log.warning(
+                "forwarding %s to %s: the reply is not signed by a node of this cluster", path, target.node_id
+            )
+            raise try_again(f"node {target.node_id} did not sign its reply", outcome_unknown=True)
+        return reply
 
     async def call(self, target: Forward, path: str, request: m.Message, reply_type: type[M]) -> M:
         """A node-to-node call with a decoded reply; the owner's errors are raised as ours."""

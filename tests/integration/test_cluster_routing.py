@@ -12,7 +12,7 @@ request and forwards what it does not own.
   owner, a redrive through any node moves every partition's items, and one dedup id produced through
   two nodes is stored once.
 - With API keys and a cluster secret: a client's request forwarded by a non-owner is served (the nodes
-  authenticate each other with the secret), and a client forging the forwarded header gains nothing.
+  sign what they forward with the secret), and a client forging the forwarded header gains nothing.
 - A fourth node joins and then one leaves (SIGTERM) while producers keep producing: about a quarter of
   the partitions move to the new node and the leaver's to the others; nothing is lost, nothing is
   stored twice, no request fails other than with 454, and a lease taken before the moves is completed
@@ -292,13 +292,13 @@ async def test_forwarding_with_api_keys_and_a_cluster_secret(
         reply = await retried(lambda: client.lease("jobs", batch_size=1, client_id="c", request_timeout="2s"))
         assert [i.bytes for i in reply.items] == [b"through the other node"]
         await client.complete("jobs", reply.partition, [i.id for i in reply.items])
-    # Without the secret, a forwarded header is a client's claim like any other: refused.
+    # Without a signature, a forwarded header is a client's claim like any other: refused.
     async with aiohttp.ClientSession() as session:
         body = b'{"queue_name": "jobs", "partition": 0, "request_timeout": "1s", "ids": ["x"]}'
         headers = {"Content-Type": "application/json", FORWARDED_HEADER: owner}
         async with session.post(other.url + "/v1/queue.complete", data=body, headers=headers) as resp:
             assert resp.status == 401
-            assert (await resp.json())["message"] == "cluster secret is invalid"
+            assert (await resp.json())["message"] == "forwarded request is invalid; it has no signature"
 
 
 async def test_a_killed_node_loses_nothing(

@@ -1,0 +1,245 @@
+"""What a cluster trusts: real ``querator serve --cluster`` processes on a real etcd, and strangers.
+
+- A stranger registered in etcd as a member (a key with a lease, as a node's) is forwarded requests: it
+  never sees the cluster secret, and its acknowledgements are refused (the owner's reply must be signed).
+- A forwarded request carrying the cluster secret in clear, as nodes used to send it, is refused.
+- A signed forward is served once: a replay, a stale time, another body or a forward signed for another
+  node is refused, and the owner signs its reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from querator.auth import FORWARDED_HEADER, generate_key, key_hash
+from querator.client import AsyncClient
+from querator.cluster.etcd import EtcdClient
+from querator.cluster.ring import Ring
+from querator.errors import RetryRequest
+
+from .conftest import ServerProcess, Servers, eventually, free_port
+from .etcd_server import EtcdServer
+
+pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
+DEADLINE = 30.0
+KEY = generate_key()
+JSON = {"Content-Type": "application/json"}
+
+
+class Stranger:
+    """An HTTP server that answers every request with a 200 and records what it was sent."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.received: list[tuple[str, dict[str, str], bytes]] = []
+        self._runner: web.AppRunner | None = None
+
+    async def _answer(self, request: web.Request) -> web.Response:
+        self.received.append((request.path, dict(request.headers), await request.read()))
+        return web.json_response({"code": 200, "code_text": "OK", "message": ""})
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._answer)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+@pytest.fixture
+async def stranger() -> AsyncIterator[Stranger]:
+    server = Stranger()
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.close()
+
+
+def secret_file(tmp_path: Path) -> tuple[Path, bytes]:
+    secret = secrets.token_hex(32).encode()
+    path = tmp_path / "cluster-secret"
+    path.write_bytes(secret)
+    return path, secret
+
+
+def node_args(etcd: EtcdServer, prefix: str, node_id: str, data: Path, secret: Path) -> tuple[str, ...]:
+    return (
+        "--storage", "sqlite", "--data-dir", str(data), "--cluster", etcd.cluster_url(prefix),
+        "--node-id", node_id, "--etcd-lease-ttl", "2s", "--cluster-grace-period", "0s",
+        "--api-keys", key_hash(KEY), "--cluster-secret-file", str(secret),
+    )  # fmt: skip
+
+
+async def member_ids(node: ServerProcess) -> list[str]:
+    async with AsyncClient(node.url, api_key=KEY) as client:
+        return [mm.node_id for mm in (await client.cluster_info()).members]
+
+
+async def sees(node: ServerProcess, *node_ids: str) -> None:
+    async def check() -> bool:
+        return sorted(await member_ids(node)) == sorted(node_ids)
+
+    await eventually(check, DEADLINE, f"{node.url} sees {node_ids}")
+
+
+def queue_owned_by(owner: str, node_ids: list[str]) -> str:
+    """A queue name whose one partition the ring of ``node_ids`` gives to ``owner``."""
+    ring = Ring(node_ids, 0)
+    return next(f"q{n}" for n in range(1000) if ring.owner(f"q{n}", 0) == owner)
+
+
+async def test_a_member_without_the_secret_cannot_acknowledge_forwards(
+    servers: Servers, etcd: EtcdServer, stranger: Stranger, tmp_path: Path
+) -> None:
+    secret_path, secret = secret_file(tmp_path)
+    node = await servers.astart(*node_args(etcd, "/stranger", "node-0", tmp_path / "d", secret_path))
+    queue = queue_owned_by("stranger", ["node-0", "stranger"])
+    async with AsyncClient(node.url, api_key=KEY) as client:
+        await client.create_queue(queue, partitions=1)
+    # Whoever may write etcd joins as a node would: a key attached to a lease of its own.
+    async with aiohttp.ClientSession() as session:
+        etcd_client = EtcdClient([etcd.endpoint], session)
+        lease = await etcd_client.grant(30, DEADLINE)
+        registration = json.dumps({"address": f"127.0.0.1:{stranger.port}", "started_at": 0}).encode()
+        await etcd_client.create(b"/stranger/nodes/stranger", registration, lease.id, DEADLINE)
+        try:
+            await sees(node, "node-0", "stranger")
+            async with AsyncClient(node.url, api_key=KEY) as client:
+                with pytest.raises(RetryRequest, match="did not sign its reply"):
+                    await client.produce(queue, ["acknowledged by nobody"])
+        finally:
+            await etcd_client.revoke(lease.id, DEADLINE)
+    assert stranger.received, "the produce was not forwarded to the stranger"
+    for _path, headers, _body in stranger.received:
+        assert all(secret.decode() not in value for value in headers.values()), headers
+        assert headers[FORWARDED_HEADER] == "node-0"
+
+
+async def test_a_forward_with_the_secret_in_clear_is_refused(
+    servers: Servers, etcd: EtcdServer, tmp_path: Path
+) -> None:
+    secret_path, secret = secret_file(tmp_path)
+    node = await servers.astart(*node_args(etcd, "/clear", "node-0", tmp_path / "d", secret_path))
+    headers = {**JSON, FORWARDED_HEADER: "node-1", "X-Querator-Cluster-Secret": secret.decode()}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(node.url + "/v1/queues.list", data=b"{}", headers=headers) as resp,
+    ):
+        reply = await resp.json()
+    assert resp.status == 454, reply
+    assert "carries the cluster secret in clear" in reply["message"]
+
+
+async def test_a_signed_forward_is_served_once_and_its_reply_signed(
+    servers: Servers, etcd: EtcdServer, tmp_path: Path
+) -> None:
+    from querator.auth import REPLY_SIGNATURE_HEADER, SIGNATURE_HEADER, ClusterAuth
+    from querator.clock import FakeClock
+
+    secret_path, secret = secret_file(tmp_path)
+    node = await servers.astart(*node_args(etcd, "/signed", "node-0", tmp_path / "d", secret_path))
+    peer = ClusterAuth(secret, "node-1")
+    path, body = "/v1/queues.list", b'{"limit": 10}'
+
+    async def send(headers: dict[str, str], data: bytes = body) -> tuple[int, dict[str, str], bytes]:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(node.url + path, data=data, headers={**JSON, **headers}) as resp,
+        ):
+            return resp.status, dict(resp.headers), await resp.read()
+
+    signature, mac = peer.sign("node-0", "POST", path, body)
+    signed = {FORWARDED_HEADER: "node-1", SIGNATURE_HEADER: signature}
+    status, headers, reply = await send(signed)
+    assert status == 200, reply
+    assert peer.reply_is_authentic(
+        mac, status, headers["Content-Type"], reply, headers[REPLY_SIGNATURE_HEADER]
+    )
+
+    status, _, reply = await send(signed)
+    assert (status, json.loads(reply)["message"]) == (
+        401,
+        "forwarded request is invalid; it was received before (a replay)",
+    )
+
+    other_body, _ = peer.sign("node-0", "POST", path, body)
+    status, _, reply = await send({**signed, SIGNATURE_HEADER: other_body}, b'{"limit": 11}')
+    assert (status, json.loads(reply)["message"]) == (
+        401,
+        "forwarded request is invalid; its body does not match its signature",
+    )
+
+    for_another, _ = peer.sign("node-2", "POST", path, body)
+    by_another = {FORWARDED_HEADER: "node-3", SIGNATURE_HEADER: peer.sign("node-0", "POST", path, body)[0]}
+    for headers in ({**signed, SIGNATURE_HEADER: for_another}, by_another):
+        status, _, reply = await send(headers)
+        assert (status, json.loads(reply)["message"]) == (
+            401,
+            "forwarded request is invalid; its signature does not match",
+        )
+
+    # A minute behind: a node's clock too far from the owner's, or a recording played back later.
+    late = FakeClock()
+    late.jump(-60)
+    stale, _ = ClusterAuth(secret, "node-1", late).sign("node-0", "POST", path, body)
+    status, _, reply = await send({**signed, SIGNATURE_HEADER: stale})
+    assert status == 401
+    assert json.loads(reply)["message"].startswith("forwarded request is invalid; its time is more than 30s")
+
+    status, _, reply = await send({FORWARDED_HEADER: "node-1"})
+    assert (status, json.loads(reply)["message"]) == (
+        401,
+        "forwarded request is invalid; it has no signature",
+    )
+
+
+async def test_queues_created_through_forwards_reach_every_node(
+    servers: Servers, etcd: EtcdServer, tmp_path: Path
+) -> None:
+    """Two real nodes with a secret forward to each other both ways (signed requests, signed replies)."""
+    secret_path, _ = secret_file(tmp_path)
+    nodes = [
+        await servers.astart(*node_args(etcd, "/pair", f"node-{n}", tmp_path / f"d{n}", secret_path))
+        for n in range(2)
+    ]
+    for node in nodes:
+        await sees(node, "node-0", "node-1")
+    queues = {owner: queue_owned_by(owner, ["node-0", "node-1"]) for owner in ("node-0", "node-1")}
+    for owner, queue in queues.items():
+        for node in nodes:  # sqlite: each node keeps its own queue records
+            async with AsyncClient(node.url, api_key=KEY) as client:
+                await client.create_queue(queue, partitions=1)
+        other = nodes[1] if owner == "node-0" else nodes[0]
+        async with AsyncClient(other.url, api_key=KEY) as client:
+            await _retried(lambda c=client, q=queue: c.produce(q, ["forwarded"]))
+            reply = await _retried(
+                lambda c=client, q=queue: c.lease(q, batch_size=1, client_id="c", request_timeout="1s")
+            )
+            assert [i.bytes for i in reply.items] == [b"forwarded"]
+            await client.complete(queue, reply.partition, [i.id for i in reply.items])
+
+
+async def _retried(call: Callable[[], Awaitable[T]]) -> T:
+    deadline = asyncio.get_running_loop().time() + DEADLINE
+    while True:
+        try:
+            return await call()
+        except RetryRequest:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
