@@ -2,9 +2,10 @@
 
 A node joins by granting an etcd lease and creating ``<prefix>/nodes/<node-id>`` (value: its address and
 start time) attached to the lease, in a txn that only succeeds if the key does not exist. It keeps the
-lease alive; when it stops (or dies) the lease is revoked (or expires) and etcd deletes the key. Every
-node lists ``<prefix>/nodes/`` and watches it from the listed revision + 1, so all nodes see the same
-member sets in the same order, each tagged with the etcd revision it was true at.
+lease alive; when it stops (or dies) the lease is revoked (or expires) and etcd deletes the key. A key
+under the prefix that is attached to no lease is ignored: no node writes one. Every node lists
+``<prefix>/nodes/`` and watches it from the listed revision + 1, so all nodes see the same member sets
+in the same order, each tagged with the etcd revision it was true at.
 
 The safety signal is ``serving``: it turns false *before* etcd could expire this node's lease when the
 lease cannot be renewed (etcd down, stopped, partitioned away), at ``SERVING_FRACTION`` of the TTL after
@@ -404,12 +405,11 @@ class Membership:
     def _apply(self, revision: int, events: Iterable[Event]) -> None:
         members = {m.node_id: m for m in self._members.members}
         for event in events:
-            if event.type == "DELETE":
+            member = None if event.type == "DELETE" else self._member(event.kv)
+            if member is None:  # deleted, or overwritten by something that is no registration
                 members.pop(self._node_id_of(event.kv), None)
             else:
-                member = self._member(event.kv)
-                if member is not None:
-                    members[member.node_id] = member
+                members[member.node_id] = member
         self._publish(revision, members.values())
 
     def _publish(self, revision: int, members: Iterable[Member]) -> None:
@@ -424,6 +424,11 @@ class Membership:
         return kv.key[len(self._nodes_prefix) :].decode(errors="replace")
 
     def _member(self, kv: KeyValue) -> Member | None:
+        if not kv.lease:
+            # A node's key lives and dies with its lease; one without (put by hand, or a node's key
+            # overwritten) would outlive any node, so it is nobody's.
+            log.warning("ignoring %r: a member key must be attached to a lease", kv.key)
+            return None
         try:
             registration = _decode_registration(kv.value)
         except msgspec.DecodeError as e:

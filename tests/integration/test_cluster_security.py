@@ -5,11 +5,13 @@
 - A forwarded request carrying the cluster secret in clear, as nodes used to send it, is refused.
 - A signed forward is served once: a replay, a stale time, another body or a forward signed for another
   node is refused, and the owner signs its reply.
+- A member key without a lease (put by hand, or a node's key overwritten without one) is no member.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -243,3 +245,37 @@ async def _retried(call: Callable[[], Awaitable[T]]) -> T:
         except RetryRequest:
             if asyncio.get_running_loop().time() > deadline:
                 raise
+
+
+async def put_without_lease(etcd: EtcdServer, key: bytes, value: bytes) -> None:
+    """What anyone allowed to write etcd can do: a plain put, attached to no lease."""
+    body = {"key": base64.b64encode(key).decode(), "value": base64.b64encode(value).decode()}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(etcd.endpoint + "/v3/kv/put", json=body) as resp,
+    ):
+        assert resp.status == 200, await resp.text()
+
+
+async def test_member_keys_without_a_lease_are_ignored(
+    servers: Servers, etcd: EtcdServer, stranger: Stranger, tmp_path: Path
+) -> None:
+    secret_path, _ = secret_file(tmp_path)
+    node = await servers.astart(*node_args(etcd, "/unleased", "node-0", tmp_path / "d", secret_path))
+    registration = json.dumps({"address": f"127.0.0.1:{stranger.port}", "started_at": 0}).encode()
+    await put_without_lease(etcd, b"/unleased/nodes/intruder", registration)
+    async with aiohttp.ClientSession() as session:
+        etcd_client = EtcdClient([etcd.endpoint], session)
+        lease = await etcd_client.grant(30, DEADLINE)
+        try:
+            # A leased key put after the other: once the node lists it, it has seen both.
+            await etcd_client.create(b"/unleased/nodes/visitor", registration, lease.id, DEADLINE)
+            await sees(node, "node-0", "visitor")
+            # The same key overwritten without its lease stops being a member too.
+            await put_without_lease(etcd, b"/unleased/nodes/visitor", registration)
+            await sees(node, "node-0")
+        finally:
+            await etcd_client.revoke(lease.id, DEADLINE)
+    # A node that starts later lists the unleased keys and ignores them as well.
+    late = await servers.astart(*node_args(etcd, "/unleased", "node-1", tmp_path / "d1", secret_path))
+    await sees(late, "node-0", "node-1")
