@@ -226,18 +226,32 @@ class ApiKeys:
     A request forwarded by another node (``X-Querator-Forwarded-By``) is the node's, not the client's: it
     must carry the forwarding node's signature, and then needs no key (the first node checked the
     client's). Without a cluster secret, a forwarded request is checked like any other, so forging the
-    header gains a client nothing.
+    header gains a client nothing. With ``forwards_need_certificate`` (mutual TLS between nodes) a
+    forwarded request must also have come over a connection whose client certificate verified.
     """
 
-    def __init__(self, hashes: Iterable[bytes], cluster: ClusterAuth | None = None) -> None:
+    def __init__(
+        self,
+        hashes: Iterable[bytes],
+        cluster: ClusterAuth | None = None,
+        forwards_need_certificate: bool = False,
+    ) -> None:
         self._hashes = tuple(hashes)
         self.cluster = cluster
+        self._forwards_need_certificate = forwards_need_certificate
 
     def __bool__(self) -> bool:
-        return bool(self._hashes or self.cluster)
+        return bool(self._hashes or self.cluster or self._forwards_need_certificate)
 
-    def authenticate(self, method: str, path: str, headers: Mapping[str, str]) -> Forwarded | None:
-        """The verified forward, if the request is one; raises QueratorError unless it may proceed."""
+    def authenticate(
+        self, method: str, path: str, headers: Mapping[str, str], certified: bool = False
+    ) -> Forwarded | None:
+        """The verified forward, if the request is one; raises QueratorError unless it may proceed.
+
+        ``certified``: the connection presented a client certificate that verified.
+        """
+        if FORWARDED_HEADER in headers and self._forwards_need_certificate and not certified:
+            raise Unauthorized("forwarded request is invalid; it came without a client certificate")
         if FORWARDED_HEADER in headers and self.cluster is not None:
             return self.cluster.check(method, path, headers)
         if self._hashes:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import ssl
 import threading
 from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from concurrent.futures import Future
@@ -129,6 +130,7 @@ class AsyncClient:
         timeout_margin: seconds to wait beyond a call's timeout before abandoning it (ADR 0009).
         limit: the pool's maximum number of connections.
         limit_per_host: the pool's maximum number of connections per host (0: only ``limit`` applies).
+        ssl: the TLS context of an ``https://`` endpoint (None: the system's CAs verify the server).
     """
 
     def __init__(
@@ -140,6 +142,7 @@ class AsyncClient:
         *,
         limit: int = 100,
         limit_per_host: int = 0,
+        ssl: ssl.SSLContext | None = None,
     ) -> None:
         if timeout_margin < 0:
             raise ValueError("timeout_margin cannot be negative")
@@ -148,6 +151,7 @@ class AsyncClient:
         self.timeout_margin = timeout_margin
         self._limit = limit
         self._limit_per_host = limit_per_host
+        self._ssl = ssl
         media = codec.PROTOBUF if protobuf else codec.JSON
         self._headers = {
             "Content-Type": media,
@@ -182,7 +186,9 @@ class AsyncClient:
         if self._closed:
             raise RuntimeError("querator client is closed")
         if self._session is None:
-            connector = aiohttp.TCPConnector(limit=self._limit, limit_per_host=self._limit_per_host)
+            connector = aiohttp.TCPConnector(
+                limit=self._limit, limit_per_host=self._limit_per_host, ssl=self._ssl or True
+            )
             self._session = aiohttp.ClientSession(connector=connector)
         return self._session
 

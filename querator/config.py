@@ -136,6 +136,33 @@ class ServerConfig:
             "their replies, with (the same on every node; at least 32 characters)"
         },
     )
+    tls_cert_file: str = field(
+        default="",
+        metadata={"help": "PEM certificate (chain) of the API address: serve HTTPS ('' = plain HTTP)"},
+    )
+    tls_key_file: str = field(default="", metadata={"help": "PEM private key of --tls-cert-file"})
+    tls_client_ca_file: str = field(
+        default="",
+        metadata={
+            "help": "PEM CAs that client certificates are verified against; requests forwarded by other "
+            "nodes must then come with one (mutual TLS between nodes)"
+        },
+    )
+    cluster_tls_ca_file: str = field(
+        default="",
+        metadata={
+            "help": "PEM CAs the other nodes' certificates are verified against when forwarding to them "
+            "over HTTPS (with --tls-cert-file)",
+            "default": "the system's CAs",
+        },
+    )
+    cluster_tls_cert_file: str = field(
+        default="",
+        metadata={"help": "PEM client certificate this node presents when forwarding (mutual TLS)"},
+    )
+    cluster_tls_key_file: str = field(
+        default="", metadata={"help": "PEM private key of --cluster-tls-cert-file"}
+    )
     cluster: str = field(
         default="",
         metadata={
@@ -201,6 +228,7 @@ class ServerConfig:
             value = getattr(self, name)
             if _duration(option_name(name), value) <= 0:
                 raise ConfigError(f"{option_name(name)} is invalid; '{value}' is not greater than zero")
+        self._validate_tls()
         ttl = _duration("etcd-lease-ttl", self.etcd_lease_ttl)
         if ttl % SECOND or ttl < MIN_ETCD_LEASE_TTL * SECOND:
             raise ConfigError(
@@ -229,6 +257,20 @@ class ServerConfig:
         return replace(
             self, log_level=level, sqlite_synchronous=sync, node_id=node_id, advertise_address=advertise
         )
+
+    def _validate_tls(self) -> None:
+        _pair("tls-cert-file", self.tls_cert_file, "tls-key-file", self.tls_key_file)
+        _pair(
+            "cluster-tls-cert-file",
+            self.cluster_tls_cert_file,
+            "cluster-tls-key-file",
+            self.cluster_tls_key_file,
+        )
+        # The scheme between nodes follows this node's own listener: every node of a cluster is configured
+        # alike, so a node serving HTTPS forwards over HTTPS.
+        for name in ("tls_client_ca_file", "cluster_tls_ca_file", "cluster_tls_cert_file"):
+            if getattr(self, name) and not self.tls_cert_file:
+                raise ConfigError(f"{option_name(name)} is invalid; it needs --tls-cert-file (HTTPS)")
 
     def _default_advertise_address(self) -> str:
         host, _, port = self.address.rpartition(":")
@@ -362,6 +404,13 @@ def _host_port(setting: str, value: str, whole: str | None = None) -> str:
             f"{setting} is invalid; '{value}'{context} is not host:port with a port from 1 to 65535"
         )
     return value
+
+
+def _pair(name: str, value: str, other: str, other_value: str) -> None:
+    """A certificate and its key are set together or not at all."""
+    if bool(value) != bool(other_value):
+        missing = other if value else name
+        raise ConfigError(f"{missing} is invalid; {name} and {other} are set together")
 
 
 def _duration(setting: str, value: str) -> int:

@@ -174,7 +174,7 @@ def _authenticate(keys: ApiKeys) -> Any:
         # paths exist. Only the GETs of probes pass (POST /health is an ordinary 501).
         forwarded = None
         try:
-            forwarded = keys.authenticate(request.method, request.path, request.headers)
+            forwarded = keys.authenticate(request.method, request.path, request.headers, _certified(request))
         except QueratorError as e:
             if request.method != "GET" or request.path not in OPEN_PATHS:
                 return _error_reply(e, _accept_or_json(request))
@@ -182,13 +182,20 @@ def _authenticate(keys: ApiKeys) -> Any:
         # Set for every request: one connection's requests share a task, hence a context.
         VERIFIED_FORWARD.set(forwarded)
         if forwarded is not None and keys.cluster is not None:
-            request[SIGN_REPLY] = functools.partial(_sign_reply, keys.cluster, forwarded)
+            signer: ReplySigner = functools.partial(_sign_reply, keys.cluster, forwarded)
+            request[SIGN_REPLY] = signer
         response = await handler(request)
         if (sign := request.get(SIGN_REPLY)) is not None and not response.prepared:
             sign(response)  # (a reply written early, by _deliver, signed itself)
         return response
 
     return authenticate
+
+
+def _certified(request: web.Request) -> bool:
+    """Whether the request came with a verified client certificate (TLS with --tls-client-ca-file)."""
+    transport = request.transport
+    return transport is not None and bool(transport.get_extra_info("peercert"))
 
 
 def _sign_reply(auth: ClusterAuth, forwarded: Forwarded, response: web.StreamResponse) -> None:

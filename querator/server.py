@@ -20,6 +20,7 @@ from pathlib import Path
 import msgspec
 from aiohttp import web
 
+from querator import tls
 from querator.auth import ApiKeyError, ApiKeys, ClusterAuth, read_hashes, read_secret
 from querator.clock import SystemClock
 from querator.cluster.etcd import EtcdError
@@ -104,6 +105,7 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> None
             loop.add_signal_handler(sig, stop.set)
     cluster_auth = _cluster_auth(config)
     keys = _api_keys(config, cluster_auth)
+    api_tls, cluster_tls = tls.server_context(config), tls.cluster_context(config)
     _raise_open_files_limit(config.max_connections * (2 if config.admin_address else 1) + FD_RESERVE)
     # Bind before anything else, so that an address we cannot use fails before storage is touched.
     sockets = [_listen("address", config.address)]
@@ -122,6 +124,7 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> None
             max_requests_per_queue=config.max_requests_per_queue,
             cluster=cluster,
             cluster_auth=cluster_auth,
+            cluster_tls=cluster_tls,
         )
         await service.start()
     except BaseException as e:
@@ -156,16 +159,26 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> None
     # limits (see querator.connections); runner.cleanup() still closes the connections aiohttp tracks.
     listening: list[asyncio.AbstractServer] = []
     try:
-        for runner, listener, sock in zip(runners, listeners, sockets, strict=True):
+        # TLS on the API address only: the admin address serves probes and scrapers inside the cluster.
+        contexts = [api_tls, None][: len(apps)]
+        for runner, listener, sock, context in zip(runners, listeners, sockets, contexts, strict=True):
             await runner.setup()
             assert runner.server is not None
             protocol = protocol_factory(runner.server, keepalive_timeout=limits.idle_timeout)
             listening.append(
-                await loop.create_server(listener.protocol_factory(protocol), sock=sock, backlog=BACKLOG)
+                await loop.create_server(
+                    listener.protocol_factory(protocol),
+                    sock=sock,
+                    backlog=BACKLOG,
+                    ssl=context,
+                    # A handshake is the first thing a connection sends: it has the headers' time.
+                    ssl_handshake_timeout=limits.header_timeout if context else None,
+                )
             )
         log.info(
-            "querator listening on %s (storage %s%s; api keys %s)%s",
+            "querator listening on %s%s (storage %s%s; api keys %s)%s",
             config.address,
+            " (https)" if api_tls else "",
             config.storage,
             _where(config),
             "required" if keys else "off",
@@ -266,7 +279,7 @@ def _api_keys(config: ServerConfig, cluster_auth: ClusterAuth | None) -> ApiKeys
         ) from None
     except ApiKeyError as e:
         raise ConfigError(str(e)) from None
-    return ApiKeys(hashes, cluster_auth)
+    return ApiKeys(hashes, cluster_auth, forwards_need_certificate=bool(config.tls_client_ca_file))
 
 
 def _storage_setting(config: ServerConfig) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import unicodedata
 from datetime import datetime
 
@@ -81,12 +82,13 @@ class Service:
         max_requests_per_queue: int = 100,
         cluster: ClusterNode | None = None,
         cluster_auth: ClusterAuth | None = None,
+        cluster_tls: ssl.SSLContext | None = None,
     ) -> None:
         self.clock: Clock = clock or SystemClock()
         self.store = store
         self.cluster = cluster or ClusterNode(None, self.clock, "")
         self.router = Router(self.cluster)
-        self.proxy = Proxy(self.cluster.node_id, cluster_auth)
+        self.proxy = Proxy(self.cluster.node_id, cluster_auth, cluster_tls)
         clustered = self.cluster.clustered
         self.manager = QueuesManager(
             store,

@@ -111,6 +111,20 @@ def test_flags_beat_environment() -> None:
             {"cluster": "etcd://a:2379", "api_keys": "0" * 64},
             "cluster-secret-file is required with api keys in a cluster",
         ),
+        (
+            {"tls_cert_file": "c.pem"},
+            "tls-key-file is invalid; tls-cert-file and tls-key-file are set together",
+        ),
+        (
+            {"tls_key_file": "k.pem"},
+            "tls-cert-file is invalid; tls-cert-file and tls-key-file are set together",
+        ),
+        (
+            {"cluster_tls_cert_file": "c.pem", "tls_cert_file": "c", "tls_key_file": "k"},
+            "cluster-tls-key-file",
+        ),
+        ({"tls_client_ca_file": "ca.pem"}, "tls-client-ca-file is invalid; it needs --tls-cert-file (HTTPS)"),
+        ({"cluster_tls_ca_file": "ca.pem"}, "cluster-tls-ca-file is invalid; it needs --tls-cert-file"),
     ],
 )
 def test_invalid(flags: dict[str, str], message: str) -> None:

@@ -12,6 +12,7 @@ node's dead queue).
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -58,9 +59,14 @@ class Reply:
 class Proxy:
     """The HTTP session to the other nodes (opened lazily, closed by ``close``)."""
 
-    def __init__(self, node_id: str, auth: ClusterAuth | None = None) -> None:
+    def __init__(
+        self, node_id: str, auth: ClusterAuth | None = None, tls: ssl.SSLContext | None = None
+    ) -> None:
+        """``tls``: forward over HTTPS, verifying the owners (and presenting a client certificate) with it."""
         self._headers = {FORWARDED_HEADER: node_id}
         self._auth = auth
+        self._tls = tls
+        self._scheme = "https" if tls is not None else "http"
         self._sessions: dict[bool, aiohttp.ClientSession] = {}
         self._closed = False
 
@@ -69,7 +75,8 @@ class Proxy:
             raise try_again("this node is shutting down")
         session = self._sessions.get(poll)
         if session is None:
-            connector = aiohttp.TCPConnector(limit=POLL_CONNECTIONS if poll else CONNECTIONS)
+            limit = POLL_CONNECTIONS if poll else CONNECTIONS
+            connector = aiohttp.TCPConnector(limit=limit, ssl=self._tls if self._tls is not None else True)
             session = self._sessions[poll] = aiohttp.ClientSession(connector=connector, auto_decompress=False)
         return session
 
@@ -91,7 +98,7 @@ class Proxy:
         signature = ""
         if self._auth is not None:
             headers[SIGNATURE_HEADER], signature = self._auth.sign(target.node_id, "POST", path, body)
-        url = f"http://{target.address}{path}"
+        url = f"{self._scheme}://{target.address}{path}"
         session = self._client(poll=path == "/v1/queue.lease")
         try:
             async with session.post(

@@ -6,14 +6,19 @@
 - A signed forward is served once: a replay, a stale time, another body or a forward signed for another
   node is refused, and the owner signs its reply.
 - A member key without a lease (put by hand, or a node's key overwritten without one) is no member.
+- With TLS: clients and nodes talk HTTPS; nodes verify each other's certificates (a stranger whose
+  certificate another CA signed is never sent the request) and, with mutual TLS, a forward without a
+  client certificate of the cluster's CA is refused even when its signature is right.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import secrets
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -26,8 +31,9 @@ from querator.auth import FORWARDED_HEADER, generate_key, key_hash
 from querator.client import AsyncClient
 from querator.cluster.etcd import EtcdClient
 from querator.cluster.ring import Ring
-from querator.errors import RetryRequest
+from querator.errors import QueratorError, RetryRequest
 
+from .certs import Authority, Issued
 from .conftest import ServerProcess, Servers, eventually, free_port
 from .etcd_server import EtcdServer
 
@@ -40,9 +46,10 @@ JSON = {"Content-Type": "application/json"}
 
 
 class Stranger:
-    """An HTTP server that answers every request with a 200 and records what it was sent."""
+    """An HTTP(S) server that answers every request with a 200 and records what it was sent."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+        self.tls = tls
         self.port = free_port()
         self.received: list[tuple[str, dict[str, str], bytes]] = []
         self._runner: web.AppRunner | None = None
@@ -56,7 +63,7 @@ class Stranger:
         app.router.add_route("*", "/{tail:.*}", self._answer)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=self.tls).start()
 
     async def close(self) -> None:
         if self._runner is not None:
@@ -106,6 +113,21 @@ def queue_owned_by(owner: str, node_ids: list[str]) -> str:
     return next(f"q{n}" for n in range(1000) if ring.owner(f"q{n}", 0) == owner)
 
 
+@contextlib.asynccontextmanager
+async def registered(etcd: EtcdServer, prefix: str, stranger: Stranger) -> AsyncIterator[None]:
+    """The stranger listed as member ``stranger``, as whoever may write etcd can do: a key attached to a
+    lease of its own, like a node's."""
+    async with aiohttp.ClientSession() as session:
+        etcd_client = EtcdClient([etcd.endpoint], session)
+        lease = await etcd_client.grant(30, DEADLINE)
+        registration = json.dumps({"address": f"127.0.0.1:{stranger.port}", "started_at": 0}).encode()
+        await etcd_client.create(f"{prefix}/nodes/stranger".encode(), registration, lease.id, DEADLINE)
+        try:
+            yield
+        finally:
+            await etcd_client.revoke(lease.id, DEADLINE)
+
+
 async def test_a_member_without_the_secret_cannot_acknowledge_forwards(
     servers: Servers, etcd: EtcdServer, stranger: Stranger, tmp_path: Path
 ) -> None:
@@ -114,19 +136,11 @@ async def test_a_member_without_the_secret_cannot_acknowledge_forwards(
     queue = queue_owned_by("stranger", ["node-0", "stranger"])
     async with AsyncClient(node.url, api_key=KEY) as client:
         await client.create_queue(queue, partitions=1)
-    # Whoever may write etcd joins as a node would: a key attached to a lease of its own.
-    async with aiohttp.ClientSession() as session:
-        etcd_client = EtcdClient([etcd.endpoint], session)
-        lease = await etcd_client.grant(30, DEADLINE)
-        registration = json.dumps({"address": f"127.0.0.1:{stranger.port}", "started_at": 0}).encode()
-        await etcd_client.create(b"/stranger/nodes/stranger", registration, lease.id, DEADLINE)
-        try:
-            await sees(node, "node-0", "stranger")
-            async with AsyncClient(node.url, api_key=KEY) as client:
-                with pytest.raises(RetryRequest, match="did not sign its reply"):
-                    await client.produce(queue, ["acknowledged by nobody"])
-        finally:
-            await etcd_client.revoke(lease.id, DEADLINE)
+    async with registered(etcd, "/stranger", stranger):
+        await sees(node, "node-0", "stranger")
+        async with AsyncClient(node.url, api_key=KEY) as client:
+            with pytest.raises(RetryRequest, match="did not sign its reply"):
+                await client.produce(queue, ["acknowledged by nobody"])
     assert stranger.received, "the produce was not forwarded to the stranger"
     for _path, headers, _body in stranger.received:
         assert all(secret.decode() not in value for value in headers.values()), headers
@@ -279,3 +293,112 @@ async def test_member_keys_without_a_lease_are_ignored(
     # A node that starts later lists the unleased keys and ignores them as well.
     late = await servers.astart(*node_args(etcd, "/unleased", "node-1", tmp_path / "d1", secret_path))
     await sees(late, "node-0", "node-1")
+
+
+def tls_args(ca: Authority, issued: Issued) -> tuple[str, ...]:
+    """HTTPS on the API address; nodes verify each other against ``ca`` and present ``issued``."""
+    cert, key = str(issued.cert), str(issued.key)
+    return (
+        "--tls-cert-file", cert, "--tls-key-file", key, "--tls-client-ca-file", str(ca.cert),
+        "--cluster-tls-ca-file", str(ca.cert), "--cluster-tls-cert-file", cert, "--cluster-tls-key-file", key,
+    )  # fmt: skip
+
+
+async def start_tls_node(
+    servers: Servers, args: tuple[str, ...], ca: Authority, node_id: str
+) -> tuple[ServerProcess, str]:
+    """A node serving HTTPS (health on a plain admin address); returns it and its API URL."""
+    api, admin = free_port(), free_port()
+    node = await servers.astart(
+        *args, *tls_args(ca, ca.issue(node_id)), "--address", f"127.0.0.1:{api}",
+        "--admin-address", f"127.0.0.1:{admin}", address_flag=False, port=admin,
+    )  # fmt: skip
+    return node, f"https://127.0.0.1:{api}"
+
+
+async def test_nodes_talk_tls_and_verify_each_other(
+    servers: Servers, etcd: EtcdServer, tmp_path: Path
+) -> None:
+    secret_path, secret = secret_file(tmp_path)
+    ca, other_ca = Authority(tmp_path / "ca", "cluster"), Authority(tmp_path / "other", "other")
+    trusted = ca.client_context()
+    urls = {}
+    for n in range(2):
+        args = node_args(etcd, "/tls", f"node-{n}", tmp_path / f"d{n}", secret_path)
+        _, urls[f"node-{n}"] = await start_tls_node(servers, args, ca, f"node-{n}")
+
+    async def both_see_both() -> bool:
+        for url in urls.values():
+            async with AsyncClient(url, api_key=KEY, ssl=trusted) as client:
+                if len((await client.cluster_info()).members) != 2:
+                    return False
+        return True
+
+    await eventually(both_see_both, DEADLINE, "both nodes see each other")
+    queue = queue_owned_by("node-1", ["node-0", "node-1"])
+    for url in urls.values():
+        async with AsyncClient(url, api_key=KEY, ssl=trusted) as client:
+            await client.create_queue(queue, partitions=1)
+    # Through node-0, which owns nothing of the queue: every call is forwarded to node-1 over TLS.
+    async with AsyncClient(urls["node-0"], api_key=KEY, ssl=trusted) as client:
+        await _retried(lambda: client.produce(queue, ["over tls"]))
+        reply = await _retried(lambda: client.lease(queue, batch_size=1, client_id="c", request_timeout="1s"))
+        assert [i.bytes for i in reply.items] == [b"over tls"]
+        await client.complete(queue, reply.partition, [i.id for i in reply.items])
+
+    # Plain HTTP on the API address gets no answer.
+    plain = urls["node-0"].replace("https://", "http://")
+    async with AsyncClient(plain, api_key=KEY) as client:
+        with pytest.raises(QueratorError):
+            await client.cluster_info()
+
+    # A forward signed with the secret, but without a client certificate of the cluster's CA.
+    from querator.auth import SIGNATURE_HEADER, ClusterAuth
+
+    path, body = "/v1/queues.list", b"{}"
+
+    async def forward(context: ssl.SSLContext) -> tuple[int, str]:
+        signature, _ = ClusterAuth(secret, "node-0").sign("node-1", "POST", path, body)
+        headers = {**JSON, FORWARDED_HEADER: "node-0", SIGNATURE_HEADER: signature}
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(urls["node-1"] + path, data=body, headers=headers, ssl=context) as resp,
+        ):
+            return resp.status, (await resp.json()).get("message", "")
+
+    assert await forward(trusted) == (
+        401,
+        "forwarded request is invalid; it came without a client certificate",
+    )
+    assert (await forward(ca.client_context(ca.issue("node-9"))))[0] == 200
+    with pytest.raises(aiohttp.ClientError):  # a certificate of another CA fails the handshake
+        await forward(other_ca.client_context(other_ca.issue("intruder")))
+
+
+async def test_a_stranger_without_a_certificate_of_the_cluster_gets_nothing(
+    servers: Servers, etcd: EtcdServer, tmp_path: Path
+) -> None:
+    secret_path, _ = secret_file(tmp_path)
+    ca, other_ca = Authority(tmp_path / "ca", "cluster"), Authority(tmp_path / "other", "other")
+    args = node_args(etcd, "/tls-stranger", "node-0", tmp_path / "d", secret_path)
+    _, url = await start_tls_node(servers, args, ca, "node-0")
+    imposter = other_ca.issue("stranger")
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(str(imposter.cert), str(imposter.key))
+    stranger = Stranger(tls)
+    await stranger.start()
+    queue = queue_owned_by("stranger", ["node-0", "stranger"])
+    try:
+        async with AsyncClient(url, api_key=KEY, ssl=ca.client_context()) as client:
+            await client.create_queue(queue, partitions=1)
+            async with registered(etcd, "/tls-stranger", stranger):
+
+                async def listed() -> bool:
+                    return len((await client.cluster_info()).members) == 2
+
+                await eventually(listed, DEADLINE, "node-0 lists the stranger")
+                with pytest.raises(RetryRequest, match="did not answer"):
+                    await client.produce(queue, ["for nobody"])
+    finally:
+        await stranger.close()
+    assert stranger.received == []

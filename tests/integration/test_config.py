@@ -305,6 +305,13 @@ STARTUP_FAILURES = [
         Invalid(args=("--api-keys-file", "/nonexistent/keys"), message="querator: api-keys-file is invalid"),
         id="api-keys-file-missing",
     ),
+    pytest.param(
+        Invalid(
+            args=("--tls-cert-file", "/nonexistent/c.pem", "--tls-key-file", "/nonexistent/k.pem"),
+            message="querator: tls-cert-file is invalid; cannot load '/nonexistent/c.pem'",
+        ),
+        id="tls-cert-file-missing",
+    ),
 ]
 
 
