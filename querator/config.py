@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -182,6 +183,15 @@ class ServerConfig:
             "default": "--address, with the host name for a wildcard host",
         },
     )
+    etcd_tls_ca_file: str = field(
+        default="", metadata={"help": "PEM CAs: connect to etcd with TLS (https) and verify it"}
+    )
+    etcd_tls_cert_file: str = field(
+        default="", metadata={"help": "PEM client certificate presented to etcd (needs --etcd-tls-ca-file)"}
+    )
+    etcd_tls_key_file: str = field(default="", metadata={"help": "PEM private key of --etcd-tls-cert-file"})
+    etcd_username: str = field(default="", metadata={"help": "etcd user ('' = no authentication)"})
+    etcd_password_file: str = field(default="", metadata={"help": "file holding the etcd user's password"})
     etcd_lease_ttl: str = field(
         default="10s",
         metadata={"help": "etcd lease of a node (whole seconds): a node that stops renewing it drops out"},
@@ -229,6 +239,10 @@ class ServerConfig:
             if _duration(option_name(name), value) <= 0:
                 raise ConfigError(f"{option_name(name)} is invalid; '{value}' is not greater than zero")
         self._validate_tls()
+        _pair("etcd-tls-cert-file", self.etcd_tls_cert_file, "etcd-tls-key-file", self.etcd_tls_key_file)
+        if self.etcd_tls_cert_file and not self.etcd_tls_ca_file:
+            raise ConfigError("etcd-tls-cert-file is invalid; it needs --etcd-tls-ca-file (TLS to etcd)")
+        _pair("etcd-username", self.etcd_username, "etcd-password-file", self.etcd_password_file)
         ttl = _duration("etcd-lease-ttl", self.etcd_lease_ttl)
         if ttl % SECOND or ttl < MIN_ETCD_LEASE_TTL * SECOND:
             raise ConfigError(
@@ -281,8 +295,18 @@ class ServerConfig:
         """The cluster settings of a validated config; None when the node runs alone."""
         if not self.cluster:
             return None
-        endpoints, prefix = _parse_cluster(self.cluster)
+        from querator import tls
+
+        endpoints, prefix = _parse_cluster(self.cluster, "https" if self.etcd_tls_ca_file else "http")
+        etcd_tls = None
+        if self.etcd_tls_ca_file:
+            etcd_tls = tls.client_context(
+                "etcd-tls", self.etcd_tls_ca_file, self.etcd_tls_cert_file, self.etcd_tls_key_file
+            )
         return ClusterConfig(
+            etcd_tls=etcd_tls,
+            etcd_username=self.etcd_username,
+            etcd_password=_read_password("etcd-password-file", self.etcd_password_file),
             endpoints=endpoints,
             prefix=prefix,
             node_id=self.node_id,
@@ -354,6 +378,11 @@ class ClusterConfig:
     """Seconds: a node that stops renewing its lease leaves the member set this long after."""
     grace_period: float = 20.0
     """Seconds a vanished member keeps its partitions, so a rolling restart moves nothing."""
+    etcd_tls: ssl.SSLContext | None = None
+    """TLS to etcd (``https`` endpoints): its CAs and the client certificate, if any."""
+    etcd_username: str = ""
+    """etcd user to authenticate as ("" = none)."""
+    etcd_password: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True)
@@ -378,15 +407,15 @@ class ListenerConfig:
     """Seconds a connection's replies may make no progress into the client's socket."""
 
 
-def _parse_cluster(text: str) -> tuple[tuple[str, ...], str]:
+def _parse_cluster(text: str, scheme: str = "http") -> tuple[tuple[str, ...], str]:
     """``etcd://h1:p1,h2:p2/prefix`` -> (``http://h1:p1``, ``http://h2:p2``), ``/prefix``."""
     if not text.startswith(CLUSTER_SCHEME):
         raise ConfigError(
             f"cluster is invalid; '{text}' is not etcd://host:port[,host:port][/prefix] "
-            "(only plain-HTTP etcd is supported)"
+            "(--etcd-tls-ca-file makes the connections TLS)"
         )
     hosts, _, path = text[len(CLUSTER_SCHEME) :].partition("/")
-    endpoints = tuple("http://" + _host_port("cluster", h, text) for h in hosts.split(","))
+    endpoints = tuple(f"{scheme}://" + _host_port("cluster", h, text) for h in hosts.split(","))
     path = path.rstrip("/")
     if path and not _PREFIX.fullmatch(path):
         raise ConfigError(
@@ -411,6 +440,16 @@ def _pair(name: str, value: str, other: str, other_value: str) -> None:
     if bool(value) != bool(other_value):
         missing = other if value else name
         raise ConfigError(f"{missing} is invalid; {name} and {other} are set together")
+
+
+def _read_password(setting: str, path: str) -> str:
+    """A password file's text without its line ending ("" for no file)."""
+    if not path:
+        return ""
+    try:
+        return Path(path).read_text().rstrip("\r\n")
+    except OSError as e:
+        raise ConfigError(f"{setting} is invalid; cannot read '{path}': {e.strerror}") from None
 
 
 def _duration(setting: str, value: str) -> int:

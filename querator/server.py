@@ -106,6 +106,7 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> None
     cluster_auth = _cluster_auth(config)
     keys = _api_keys(config, cluster_auth)
     api_tls, cluster_tls = tls.server_context(config), tls.cluster_context(config)
+    cluster_config = config.cluster_config()  # reads etcd's TLS files and password: fail before binding
     _raise_open_files_limit(config.max_connections * (2 if config.admin_address else 1) + FD_RESERVE)
     # Bind before anything else, so that an address we cannot use fails before storage is touched.
     sockets = [_listen("address", config.address)]
@@ -116,7 +117,7 @@ async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> None
             sockets[0].close()
             raise
     clock = SystemClock()
-    cluster = ClusterNode(config.cluster_config(), clock, config.address)
+    cluster = ClusterNode(cluster_config, clock, config.address)
     try:
         service = Service(
             make_store(config),

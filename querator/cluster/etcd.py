@@ -11,6 +11,10 @@ The gateway speaks protobuf-JSON: int64 fields travel as strings (the decoders r
 ``succeeded``, a keep-alive of an unknown lease no ``TTL``). Streaming calls answer one JSON object per
 line, each ``{"result": ...}`` or ``{"error": ...}``.
 
+With a user name, the client authenticates (``/v3/auth/authenticate``) before its first call and sends
+the token on every call; a call refused for its token (expired, or etcd restarted) authenticates again
+and is repeated once. TLS (CA, client certificate) is the session's connector's business.
+
 Errors, all ``EtcdError``:
 
 - ``EtcdUnavailable``: no endpoint answered in time (refused, reset, timed out) or etcd said it cannot
@@ -33,6 +37,7 @@ log = logging.getLogger(__name__)
 _GRPC_NOT_FOUND = 5
 _GRPC_OUT_OF_RANGE = 11
 _GRPC_UNAVAILABLE = 14
+_GRPC_UNAUTHENTICATED = 16
 
 
 class EtcdError(Exception):
@@ -53,6 +58,10 @@ class EtcdCompacted(EtcdError):
 
 class LeaseNotFound(EtcdError):
     """The lease expired or was revoked (and every key attached to it is gone)."""
+
+
+class _TokenRefused(EtcdError):
+    """etcd refused the auth token: authenticate again."""
 
 
 class Header(msgspec.Struct):
@@ -112,6 +121,10 @@ class _Status(msgspec.Struct):
     message: str = ""
 
 
+class _AuthResult(msgspec.Struct):
+    token: str = ""
+
+
 class _LeaseLine(msgspec.Struct):
     result: Lease | None = None
     error: _Status | None = None
@@ -148,6 +161,8 @@ def _error(status: _Status, http_status: int) -> EtcdError:
         return EtcdUnavailable(status.message or f"etcd answered HTTP {http_status}")
     if status.code == _GRPC_NOT_FOUND and "lease not found" in status.message:
         return LeaseNotFound(status.message)
+    if status.code == _GRPC_UNAUTHENTICATED or "invalid auth token" in status.message:
+        return _TokenRefused(status.message)
     if status.code == _GRPC_OUT_OF_RANGE and "compacted" in status.message:
         return EtcdCompacted(status.message, 0)
     return EtcdError(status.message or f"etcd answered HTTP {http_status}")
@@ -160,12 +175,16 @@ class EtcdClient:
     shared evenly by the endpoints it tries, so a stopped (SIGSTOP) endpoint cannot eat the whole budget.
     """
 
-    def __init__(self, endpoints: Sequence[str], session: aiohttp.ClientSession) -> None:
+    def __init__(
+        self, endpoints: Sequence[str], session: aiohttp.ClientSession, username: str = "", password: str = ""
+    ) -> None:
         if not endpoints:
             raise ValueError("at least one etcd endpoint is needed")
         self._endpoints = list(endpoints)
         self._current = 0
         self._session = session
+        self._credentials = {"name": username, "password": password} if username else None
+        self._token = ""
 
     @property
     def endpoint(self) -> str:
@@ -173,17 +192,39 @@ class EtcdClient:
         return self._endpoints[self._current]
 
     async def _call(self, path: str, body: dict[str, Any], timeout: float) -> bytes:
+        if self._credentials is not None and not self._token:
+            await self._authenticate(timeout)
+        try:
+            return await self._send(path, body, timeout)
+        except _TokenRefused:
+            if self._credentials is None:
+                raise
+            await self._authenticate(timeout)
+            return await self._send(path, body, timeout)
+
+    async def _authenticate(self, timeout: float) -> None:
+        self._token = ""
+        assert self._credentials is not None
+        reply = await self._send("/v3/auth/authenticate", self._credentials, timeout)
+        self._token = _decode(_AuthResult, reply).token
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": self._token} if self._token else {}
+
+    async def _send(self, path: str, body: dict[str, Any], timeout: float) -> bytes:
         payload = msgspec.json.encode(body)
         per_endpoint = aiohttp.ClientTimeout(total=timeout / len(self._endpoints))
         failure: Exception | None = None
         for _ in self._endpoints:
             url = self.endpoint + path
             try:
-                async with self._session.post(url, data=payload, timeout=per_endpoint) as resp:
+                async with self._session.post(
+                    url, data=payload, headers=self._headers(), timeout=per_endpoint
+                ) as resp:
                     data = await resp.read()
                     if resp.status == 200:
                         return data
-                    error = _error(_decode(_Status, data), resp.status)
+                    error = _error(_status(data), resp.status)
             except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError) as e:
                 error = EtcdUnavailable(f"{url}: {_describe(e)}")
             if not isinstance(error, EtcdUnavailable):
@@ -202,7 +243,10 @@ class EtcdClient:
         # A stream of one reply: the request body holds a single keep-alive and then ends.
         line = _decode(_LeaseLine, data.split(b"\n", 1)[0])
         if line.error is not None:
-            raise _error(line.error, 200)
+            error = _error(line.error, 200)
+            if isinstance(error, _TokenRefused):
+                self._token = ""  # the next call authenticates again
+            raise error
         if line.result is None or line.result.ttl <= 0:
             raise LeaseNotFound(f"lease {lease_id:x} not found")
         return line.result.ttl
@@ -253,10 +297,14 @@ class EtcdClient:
         }
         url = self.endpoint + "/v3/watch"
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=None)
+        if self._credentials is not None:
+            # A fresh token: the stream lives long, and one refused at its start is not retried here.
+            await self._authenticate(connect_timeout)
+        data, headers = msgspec.json.encode(body), self._headers()
         try:
-            async with self._session.post(url, data=msgspec.json.encode(body), timeout=timeout) as resp:
+            async with self._session.post(url, data=data, headers=headers, timeout=timeout) as resp:
                 if resp.status != 200:
-                    raise _error(_decode(_Status, await resp.read()), resp.status)
+                    raise _error(_status(await resp.read()), resp.status)
                 # Lines can be long (a big event batch); aiohttp's readline() has a size limit, so
                 # split the chunks ourselves.
                 buffer = b""
@@ -271,6 +319,14 @@ class EtcdClient:
             raise EtcdUnavailable(f"watch {url}: {_describe(e)}") from e
         self._current = (self._current + 1) % len(self._endpoints)
         raise EtcdUnavailable(f"watch {url}: the stream ended")
+
+
+def _status(data: bytes) -> _Status:
+    """A refusal's status; etcd answers some (its gateway's own) in plain text."""
+    try:
+        return _decode(_Status, data)
+    except msgspec.DecodeError:
+        return _Status(message=data[:300].decode(errors="replace").strip())
 
 
 def _describe(error: Exception) -> str:

@@ -178,9 +178,11 @@ class Membership:
         Raises MembershipError if another live node holds this node id (a dead one's key is waited
         for: it goes when its lease expires), EtcdError if etcd cannot be reached.
         """
+        config = self._config
         if self._session is None:
-            self._session = aiohttp.ClientSession()
-        self._etcd = EtcdClient(self._config.endpoints, self._session)
+            tls = config.etcd_tls if config.etcd_tls is not None else True
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=tls))
+        self._etcd = EtcdClient(config.endpoints, self._session, config.etcd_username, config.etcd_password)
         try:
             await self._register()
             await self._list()

@@ -43,7 +43,9 @@ class Authority:
             "-addext", "subjectKeyIdentifier=hash",
         )  # fmt: skip
 
-    def issue(self, name: str) -> Issued:
+    def issue(self, name: str, common_name: bool = True) -> Issued:
+        """``common_name`` False: a subject without CN (etcd's gateway refuses client certificates with
+        one once authentication is on)."""
         base = self.directory / name
         csr, extensions = base.with_suffix(".csr"), base.with_suffix(".ext")
         issued = Issued(base.with_suffix(".crt"), base.with_suffix(".key"))
@@ -55,7 +57,16 @@ class Authority:
             "subjectKeyIdentifier=hash\n"
             "authorityKeyIdentifier=keyid\n"
         )
-        _openssl("req", *KEY_ARGS, "-keyout", str(issued.key), "-out", str(csr), "-subj", f"/CN={name}")
+        _openssl(
+            "req",
+            *KEY_ARGS,
+            "-keyout",
+            str(issued.key),
+            "-out",
+            str(csr),
+            "-subj",
+            f"/CN={name}" if common_name else f"/O={name}",
+        )
         _openssl(
             "x509", "-req", "-in", str(csr), "-CA", str(self.cert), "-CAkey", str(self.key),
             "-CAcreateserial", "-out", str(issued.cert), "-days", "2", "-extfile", str(extensions),

