@@ -30,6 +30,7 @@ from .chart import (
     pod_env,
     render,
     run_helm,
+    template_args,
     walk,
 )
 from .conftest import CASE_IDS, CASES, Case, ci_file
@@ -132,8 +133,8 @@ def test_the_rendered_env_is_a_valid_server_config(rendered: Render, case: Case)
     names = {"QUERATOR_" + f.name.upper() for f in fields(ServerConfig)}
     assert set(env_vars(container)) <= names
     env = pod_env(container, {"metadata.name": "querator-0"}, _any_secret(container))
-    config = load(None, env, {})
-    assert config.cluster_config() is not None
+    config = load(None, env, {})  # validates --cluster too; cluster_config() would read the mounted files
+    assert config.cluster
     assert config.node_id == "querator-0"
 
 
@@ -252,6 +253,64 @@ def test_auth_reads_every_credential_from_its_secret(rendered: Render) -> None:
     assert cluster == (
         "etcd://etcd-0.etcd-headless:2379,etcd-1.etcd-headless:2379,etcd-2.etcd-headless:2379/prod/querator"
     )
+
+
+def test_tls_reads_every_certificate_and_password_from_its_secret(rendered: Render) -> None:
+    r = rendered("tls")
+    container, pod = r.container, r.statefulset["spec"]["template"]["spec"]
+    env = env_vars(container)
+    assert env["QUERATOR_ETCD_USERNAME"]["valueFrom"]["secretKeyRef"] == {
+        "name": "etcd-credentials",
+        "key": "user",
+    }
+    volumes = {v["name"]: v["secret"] for v in pod["volumes"] if "secret" in v}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    for var, secret, key in [
+        ("QUERATOR_TLS_CERT_FILE", "querator-tls", "tls.crt"),
+        ("QUERATOR_TLS_KEY_FILE", "querator-tls", "tls.key"),
+        ("QUERATOR_CLUSTER_TLS_CA_FILE", "querator-ca", "ca.pem"),
+        ("QUERATOR_TLS_CLIENT_CA_FILE", "querator-ca", "ca.pem"),
+        ("QUERATOR_CLUSTER_TLS_CERT_FILE", "querator-tls", "tls.crt"),
+        ("QUERATOR_CLUSTER_TLS_KEY_FILE", "querator-tls", "tls.key"),
+        ("QUERATOR_ETCD_TLS_CA_FILE", "etcd-ca", "ca.crt"),
+        ("QUERATOR_ETCD_TLS_CERT_FILE", "etcd-client", "tls.crt"),
+        ("QUERATOR_ETCD_TLS_KEY_FILE", "etcd-client", "tls.key"),
+        ("QUERATOR_ETCD_PASSWORD_FILE", "etcd-credentials", "pass"),
+    ]:
+        directory, _, file = env[var]["value"].rpartition("/")
+        mount = mounts[directory]
+        volume = volumes[mount["name"]]
+        assert (volume["secretName"], file, mount["readOnly"]) == (secret, key, True), var
+        assert {"key": key, "path": file} in volume["items"], var
+    # Only the password is mounted from the credentials Secret; the user name is an env reference.
+    assert volumes[mounts["/etc/querator/etcd-auth"]["name"]]["items"] == [{"key": "pass", "path": "pass"}]
+    # The helm test pod reaches the client Service over HTTPS, trusting the nodes' CA.
+    test = r.test_pod["spec"]
+    test_env = env_vars(test["containers"][0])
+    assert test_env["QUERATOR_ENDPOINT"]["value"].startswith("https://")
+    ca_dir, _, ca_file = test_env["SSL_CERT_FILE"]["value"].rpartition("/")
+    [mount] = test["containers"][0]["volumeMounts"]
+    [volume] = test["volumes"]
+    assert (mount["mountPath"], mount["name"], ca_file) == (ca_dir, volume["name"], "ca.pem")
+    assert volume["secret"]["secretName"] == "querator-ca"
+    # Without TLS values nothing of it is rendered.
+    defaults = env_vars(rendered("defaults").container)
+    assert not [name for name in defaults if "TLS" in name or re.search("ETCD_(USERNAME|PASSWORD)", name)]
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        ({"tls.mutual": "true", "tls.existingSecret": "t"}, "tls.caSecret is required with tls.mutual"),
+        ({"tls.caSecret": "ca"}, "tls.existingSecret is required with tls.caSecret or tls.mutual"),
+        ({"cluster.etcd.tls.enabled": "true"}, "cluster.etcd.tls.caSecret is required"),
+        ({"cluster.etcd.tls.clientSecret": "c"}, "cluster.etcd.tls.enabled is required"),
+    ],
+)
+def test_tls_values_that_cannot_work_fail_the_render(helm: str, sets: dict[str, str], message: str) -> None:
+    result = run_helm(helm, *template_args(sets=sets))
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
 
 
 def test_service_monitor_needs_the_crd_and_scrapes_every_node(helm: str, rendered: Render) -> None:

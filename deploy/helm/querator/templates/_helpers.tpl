@@ -80,13 +80,18 @@ app.kubernetes.io/component: server
 
 {{/* The client Service's in-cluster URL. */}}
 {{- define "querator.endpoint" -}}
-{{- printf "http://%s.%s.svc.%s:%d" (include "querator.fullname" .) .Release.Namespace .Values.clusterDomain (int .Values.service.port) }}
+{{- printf "%s://%s.%s.svc.%s:%d" (ternary "https" "http" (not (empty .Values.tls.existingSecret))) (include "querator.fullname" .) .Release.Namespace .Values.clusterDomain (int .Values.service.port) }}
 {{- end }}
 
 {{/* Where the Secrets the pods read as files are mounted. */}}
 {{- define "querator.apiKeysDir" -}}/etc/querator/api-keys{{- end }}
 {{- define "querator.clusterSecretDir" -}}/etc/querator/cluster-secret{{- end }}
 {{- define "querator.cassandraCaDir" -}}/etc/querator/cassandra-ca{{- end }}
+{{- define "querator.tlsDir" -}}/etc/querator/tls{{- end }}
+{{- define "querator.tlsCaDir" -}}/etc/querator/tls-ca{{- end }}
+{{- define "querator.etcdCaDir" -}}/etc/querator/etcd-ca{{- end }}
+{{- define "querator.etcdClientDir" -}}/etc/querator/etcd-client{{- end }}
+{{- define "querator.etcdAuthDir" -}}/etc/querator/etcd-auth{{- end }}
 
 {{/*
 Combinations of values that values.schema.json cannot express (they compare two values); each fails
@@ -99,7 +104,54 @@ the render with a message naming the values.
 {{- if and .Values.apiKeys.existingSecret (not .Values.cluster.secret.existingSecret) }}
 {{- fail "cluster.secret.existingSecret is required with apiKeys: the nodes authenticate the requests they forward to each other with it" }}
 {{- end }}
+{{- if and .Values.tls.mutual (not .Values.tls.caSecret) }}
+{{- fail "tls.caSecret is required with tls.mutual: the nodes verify each other's client certificates against it" }}
+{{- end }}
+{{- if and (or .Values.tls.mutual .Values.tls.caSecret) (not .Values.tls.existingSecret) }}
+{{- fail "tls.existingSecret is required with tls.caSecret or tls.mutual: nodes verify each other only over HTTPS" }}
+{{- end }}
+{{- $etcdTls := .Values.cluster.etcd.tls }}
+{{- if and $etcdTls.enabled (not $etcdTls.caSecret) }}
+{{- fail "cluster.etcd.tls.caSecret is required with cluster.etcd.tls.enabled" }}
+{{- end }}
+{{- if and $etcdTls.clientSecret (not $etcdTls.enabled) }}
+{{- fail "cluster.etcd.tls.enabled is required with cluster.etcd.tls.clientSecret" }}
+{{- end }}
 {{- if le (int .Values.terminationGracePeriodSeconds) (int .Values.preStopSleepSeconds) }}
 {{- fail "terminationGracePeriodSeconds must be greater than preStopSleepSeconds: the node needs time to leave the cluster after the preStop wait" }}
+{{- end }}
+{{- end }}
+
+{{/*
+The TLS and etcd Secrets the pods mount, as YAML: volume name -> {secret, keys, dir}. One list feeds
+the volumes and the mounts, so they cannot disagree.
+*/}}
+{{- define "querator.secretVolumes" -}}
+{{- with .Values.tls }}
+{{- if .existingSecret }}
+tls: {secret: {{ .existingSecret }}, keys: [{{ .certKey }}, {{ .keyKey }}], dir: {{ include "querator.tlsDir" $ }}}
+{{- end }}
+{{- if .caSecret }}
+tls-ca: {secret: {{ .caSecret }}, keys: [{{ .caKey }}], dir: {{ include "querator.tlsCaDir" $ }}}
+{{- end }}
+{{- end }}
+{{- with .Values.cluster.etcd.tls }}
+{{- if .enabled }}
+etcd-ca: {secret: {{ .caSecret }}, keys: [{{ .caKey }}], dir: {{ include "querator.etcdCaDir" $ }}}
+{{- end }}
+{{- if .clientSecret }}
+etcd-client: {secret: {{ .clientSecret }}, keys: [{{ .certKey }}, {{ .keyKey }}], dir: {{ include "querator.etcdClientDir" $ }}}
+{{- end }}
+{{- end }}
+{{- with .Values.cluster.etcd.auth }}
+{{- if .existingSecret }}
+etcd-auth: {secret: {{ .existingSecret }}, keys: [{{ .passwordKey }}], dir: {{ include "querator.etcdAuthDir" $ }}}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "querator.secretDirs" -}}
+{{- range $name, $volume := (include "querator.secretVolumes" . | fromYaml) }}
+{{ $name }}: {{ $volume.dir }}
 {{- end }}
 {{- end }}
