@@ -198,6 +198,22 @@ def terminate(server: ServerProcess) -> int:
     return server.wait()
 
 
+def start_refused(
+    servers: Servers, *args: str, env: Mapping[str, str] | None = None, cwd: Path | None = None
+) -> ServerProcess:
+    """Starts a server that must refuse to start: exit 2 and one line on stderr, no traceback."""
+    server = servers.spawn(*args, env=env, cwd=cwd)
+    # A bad value must stop the server before it listens; a server that listens anyway fails at once.
+    wait_until(
+        lambda: not server.running() or "querator listening" in server.stderr(),
+        START_DEADLINE,
+        "the server exits or listens",
+    )
+    assert server.proc.poll() == 2, server.describe()
+    assert server.stderr().count("\n") == 1, server.stderr()  # one line, no traceback
+    return server
+
+
 def refuses_connections(port: int) -> bool:
     """True when nothing accepts TCP connections on ``127.0.0.1:port``."""
     try:

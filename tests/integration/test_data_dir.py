@@ -21,7 +21,7 @@ import pytest
 from querator.client import Client
 from querator.errors import QueratorError
 
-from .conftest import START_DEADLINE, ServerProcess, Servers, free_port, terminate, wait_until
+from .conftest import START_DEADLINE, ServerProcess, Servers, free_port, start_refused, terminate, wait_until
 
 PAYLOAD = "x" * 2000
 """Items big enough that a few hundred of them fill many pages of the database."""
@@ -47,16 +47,7 @@ def stored(server: ServerProcess, queue: str = "q") -> int:
 
 def refused_start(servers: Servers, *args: str) -> str:
     """Starts a server that must refuse to start; returns its one line of stderr."""
-    server = servers.spawn(*args, "--address", f"127.0.0.1:{free_port()}")
-    wait_until(
-        lambda: not server.running() or "querator listening" in server.stderr(),
-        START_DEADLINE,
-        "the server exits or listens",
-    )
-    assert server.proc.poll() == 2, server.describe()
-    stderr = server.stderr()
-    assert stderr.count("\n") == 1, stderr  # one line, no traceback
-    return stderr
+    return start_refused(servers, *args, "--address", f"127.0.0.1:{free_port()}").stderr()
 
 
 def corrupt(db: Path) -> None:
