@@ -12,7 +12,7 @@ import functools
 import importlib.resources
 import logging
 from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import msgspec
@@ -72,13 +72,30 @@ READY_DETAILS = web.RequestKey("ready_details", bool)
 the caller has no key. A probe needs no key to read the status."""
 OPENAPI_CONTENT_TYPE = "application/yaml"
 
-VERIFIED_FORWARD: ContextVar[Forwarded | None] = ContextVar("verified_forward", default=None)
-"""The signed forward being served, set by the authentication middleware for every request: its body
-is checked once read."""
 
-ReplySigner = Callable[[web.StreamResponse], None]
-SIGN_REPLY: web.RequestKey[ReplySigner] = web.RequestKey("sign_reply")
-"""Signs the reply to a verified forward; a handler that writes its reply itself calls it first."""
+@dataclass(frozen=True, slots=True)
+class _VerifiedForward:
+    """A forwarded request whose signature checked out: its body is still to check, its reply to sign."""
+
+    auth: ClusterAuth
+    forwarded: Forwarded
+
+    def check_body(self, body: bytes) -> None:
+        ClusterAuth.check_body(self.forwarded, body)
+
+    def sign(self, response: web.StreamResponse) -> None:
+        """Signs the owner's reply, so the forwarder can tell it from a stranger's."""
+        # Every route answers a web.Response of bytes; anything else goes unsigned, and the forwarder
+        # refuses it rather than pass it on.
+        if isinstance(response, web.Response) and isinstance(response.body, bytes):
+            content_type = response.headers.get("Content-Type", "")
+            signature = self.auth.sign_reply(self.forwarded, response.status, content_type, response.body)
+            response.headers[REPLY_SIGNATURE_HEADER] = signature
+
+
+VERIFIED_FORWARD: web.RequestKey[_VerifiedForward] = web.RequestKey("verified_forward")
+"""Set by the authentication middleware on a verified forward; a handler that writes its reply itself
+(``_deliver``) signs it first."""
 
 M = TypeVar("M", bound=m.Message)
 R = TypeVar("R", bound=m.Message)
@@ -179,33 +196,24 @@ def _authenticate(keys: ApiKeys) -> Any:
             if request.method != "GET" or request.path not in OPEN_PATHS:
                 return _error_reply(e, _accept_or_json(request))
             request[READY_DETAILS] = False
-        # Set for every request: one connection's requests share a task, hence a context.
-        VERIFIED_FORWARD.set(forwarded)
+        verified = None
         if forwarded is not None and keys.cluster is not None:
-            signer: ReplySigner = functools.partial(_sign_reply, keys.cluster, forwarded)
-            request[SIGN_REPLY] = signer
+            verified = request[VERIFIED_FORWARD] = _VerifiedForward(keys.cluster, forwarded)
         response = await handler(request)
-        if (sign := request.get(SIGN_REPLY)) is not None and not response.prepared:
-            sign(response)  # (a reply written early, by _deliver, signed itself)
+        if verified is not None and not response.prepared:  # (a reply written early signed itself)
+            verified.sign(response)
         return response
 
     return authenticate
 
 
 def _certified(request: web.Request) -> bool:
-    """Whether the request came with a verified client certificate (TLS with --tls-client-ca-file)."""
+    """Whether a forwarded request came with a verified client certificate (TLS with
+    --tls-client-ca-file); only forwards are asked, so other requests skip the look-up."""
+    if FORWARDED_HEADER not in request.headers:
+        return False
     transport = request.transport
     return transport is not None and bool(transport.get_extra_info("peercert"))
-
-
-def _sign_reply(auth: ClusterAuth, forwarded: Forwarded, response: web.StreamResponse) -> None:
-    """Signs the owner's reply to a forwarded request, so the forwarder can tell it from a stranger's."""
-    # Every route answers a web.Response of bytes; anything else goes unsigned, and the forwarder
-    # refuses it rather than pass it on.
-    if isinstance(response, web.Response) and isinstance(response.body, bytes):
-        content_type = response.headers.get("Content-Type", "")
-        signature = auth.sign_reply(forwarded, response.status, content_type, response.body)
-        response.headers[REPLY_SIGNATURE_HEADER] = signature
 
 
 CLIENT_GONE = 499
@@ -255,9 +263,8 @@ def _rpc(
         body = b""
         try:
             body = await _read_body(request, limit)
-            forwarded = VERIFIED_FORWARD.get()
-            if forwarded is not None:
-                ClusterAuth.check_body(forwarded, body)
+            if (verified := request.get(VERIFIED_FORWARD)) is not None:
+                verified.check_body(body)
             pending = call(decode(body, request.headers.get("Content-Type"), type_))
             result = await (asyncio.shield(pending) if shield else pending)
         except Forward as target:
@@ -285,8 +292,8 @@ def _rpc(
 
 async def _deliver(request: web.Request, response: web.Response, undelivered: Callable[[], None]) -> None:
     """Writes the reply now rather than after the handler, to learn whether it could be written."""
-    if (sign := request.get(SIGN_REPLY)) is not None:
-        sign(response)
+    if (verified := request.get(VERIFIED_FORWARD)) is not None:
+        verified.sign(response)
     try:
         await response.prepare(request)
         await response.write_eof()
