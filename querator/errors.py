@@ -7,8 +7,9 @@ and match the prefix. The HTTP layer maps these to replies in one place; anythin
      +-- InvalidOption      400  bad request, unknown queue, item not leased, body too large
      +-- Unauthorized       401  missing, malformed or unknown API key
      +-- RequestFailed      453  valid request that cannot succeed: shutting down, missing resource
-     +-- RetryRequest       454  try again: lease timed out, overloaded, storage hiccup, partition moved
-                                 (``outcome_unknown``: the failed request may have been carried out)
+     +-- RetryRequest       454  try again: overloaded, storage hiccup, partition moved
+     |    |                      (``outcome_unknown``: the failed request may have been carried out)
+     |    +-- LeaseTimedOut      nothing to lease before the request's timeout
      +-- ClientContentError 455  unsupported content type, undecodable body
      +-- NotImplementedRoute 501 unknown path
      +-- StorageError       (internal) a backend failed; the engine turns it into a RetryRequest
@@ -63,9 +64,24 @@ class RequestFailed(QueratorError):
 
 
 class RetryRequest(QueratorError):
-    """A transient condition: the same request may succeed if sent again."""
+    """A transient condition: the same request may succeed if sent again. ``outcome_unknown``: the failed
+    request may have been carried out all the same (see ``try_again``)."""
 
     code = 454
+
+    def __init__(self, message: str, outcome_unknown: bool = False) -> None:
+        super().__init__(message)
+        self.outcome_unknown = outcome_unknown
+
+
+LEASE_TIMED_OUT = "request timeout; no items are in the queue, try again"
+
+
+class LeaseTimedOut(RetryRequest):
+    """A lease found nothing to lease before its deadline: the ordinary end of a long poll."""
+
+    def __init__(self, message: str = LEASE_TIMED_OUT) -> None:
+        super().__init__(message)
 
 
 class ClientContentError(QueratorError):
@@ -107,12 +123,12 @@ def try_again(detail: str = "", outcome_unknown: bool = False) -> RetryRequest:
     produce with the same dedup ids to store it once, and a repeated complete may find its items gone."""
     details = [OUTCOME_UNKNOWN] if outcome_unknown else []
     details += [detail] if detail else []
-    return RetryRequest("; ".join([TRY_AGAIN, *details]))
+    return RetryRequest("; ".join([TRY_AGAIN, *details]), outcome_unknown)
 
 
 def outcome_unknown(error: QueratorError) -> bool:
     """True for an error that does not say whether the request was carried out (see ``try_again``)."""
-    return error.code == RetryRequest.code and error.message.startswith(f"{TRY_AGAIN}; {OUTCOME_UNKNOWN}")
+    return isinstance(error, RetryRequest) and error.outcome_unknown
 
 
 def shutting_down(what: str = "queue") -> RequestFailed:
@@ -134,7 +150,14 @@ _BY_CODE: dict[int, type[QueratorError]] = {
 
 
 def error_for(code: int, message: str) -> QueratorError:
-    """The typed error for a reply's ``code``; a plain ``QueratorError`` carrying the code if none fits."""
+    """The typed error for a reply's ``code``; a plain ``QueratorError`` carrying the code if none fits.
+
+    A reply carries only a code and a text, so this is the one place that reads a message's meaning: a
+    lease's timeout and an unknown outcome by their stable prefixes."""
+    if code == RetryRequest.code:
+        if message == LEASE_TIMED_OUT:
+            return LeaseTimedOut()
+        return RetryRequest(message, message.startswith(f"{TRY_AGAIN}; {OUTCOME_UNKNOWN}"))
     cls = _BY_CODE.get(code)
     return cls(message) if cls is not None else plain_error(code, message)
 

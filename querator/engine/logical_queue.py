@@ -28,6 +28,7 @@ from querator.engine.distribution import Distribution
 from querator.errors import (
     TRY_AGAIN,
     InvalidOption,
+    LeaseTimedOut,
     QueratorError,
     RetryRequest,
     StaleOwnerError,
@@ -54,7 +55,6 @@ from querator.storage.operations import (
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-LEASE_TIMED_OUT = "request timeout; no items are in the queue, try again"
 LEASE_NOT_STORED = "request timeout; the lease could not be stored before request_timeout, try again"
 LEASE_GRACE = 500_000
 """Microseconds a lease whose write is in flight at its deadline may still wait for it: long enough for
@@ -492,7 +492,7 @@ class LogicalQueue:
             if lease.future.done():
                 continue
             if lease.deadline <= now:  # its write ended after its deadline, empty-handed: not another one
-                _fail_future(lease.future, RetryRequest(LEASE_TIMED_OUT))
+                _fail_future(lease.future, LeaseTimedOut())
                 continue
             lease.partition = dist.lease(lease.batch_size)
             if lease.partition is not None:
@@ -717,7 +717,7 @@ class LogicalQueue:
         now = self._clock.now()
         for lease in self._leases:
             if lease.deadline <= now:
-                _fail_future(lease.future, RetryRequest(LEASE_TIMED_OUT))
+                _fail_future(lease.future, LeaseTimedOut())
         self._leases = [lease for lease in self._leases if not lease.future.done()]
 
     def _expire_waiting(self, request: _Request, message: str) -> None:
@@ -729,21 +729,23 @@ class LogicalQueue:
         """Answers a lease at its deadline from the timer, not the loop, which may be stuck on storage
         (a load or a write waiting out Cassandra's timeouts) for longer than any client waits."""
         if not lease.writing:
-            self._drop_lease(lease, LEASE_TIMED_OUT)
+            self._drop_lease(lease, LeaseTimedOut())
             return
         # Its write may be leasing items to it right now: wait a little rather than make a round trip of
         # them. If it still answers late, the batch gives them back (_answer).
         lease.timer = self._clock.call_at(
             lease.deadline + LEASE_GRACE,
-            lambda: self._drop_lease(lease, LEASE_NOT_STORED if lease.writing else LEASE_TIMED_OUT),
+            lambda: self._drop_lease(
+                lease, RetryRequest(LEASE_NOT_STORED) if lease.writing else LeaseTimedOut()
+            ),
         )
 
-    def _drop_lease(self, lease: _Lease, message: str) -> None:
+    def _drop_lease(self, lease: _Lease, error: RetryRequest) -> None:
         if lease in self._pending:
             self._pending.remove(lease)
         elif lease in self._leases:
             self._leases.remove(lease)
-        _fail_future(lease.future, RetryRequest(message))
+        _fail_future(lease.future, error)
 
     def _stop(self) -> None:
         for req in [*self._pending, *self._leases]:
