@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
 from collections.abc import Coroutine
 from typing import Any
@@ -12,12 +11,8 @@ log = logging.getLogger(__name__)
 
 
 def start(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-    """Runs ``coro`` as a named task whose unexpected failure is logged with its traceback.
-
-    The task starts from an empty context: a background task outlives the request that started it and
-    must not carry that request's context variables (``querator.cluster.router.FORWARDED``).
-    """
-    task = asyncio.get_running_loop().create_task(coro, name=name, context=contextvars.Context())
+    """Runs ``coro`` as a named task whose unexpected failure is logged with its traceback."""
+    task = asyncio.get_running_loop().create_task(coro, name=name)
     task.add_done_callback(_report)
     return task
 

@@ -30,8 +30,6 @@ from querator.auth import (
     Forwarded,
 )
 from querator.clock import to_datetime
-from querator.cluster.proxy import Forward
-from querator.cluster.router import FORWARDED
 from querator.errors import (
     CODE_TEXT,
     ClientContentError,
@@ -61,8 +59,6 @@ UPDATE_BODY = 512_000
 IMPORT_BODY = 64_000_000
 HEALTH_TIMEOUT = 0.5
 """Seconds /health waits for its storage probe: well inside any liveness probe's timeout."""
-PASSED_HEADERS = ("Content-Type", "Accept", EXTENSIONS_HEADER)
-"""The client's headers a forwarded request keeps: they decide how the owner reads and answers it."""
 OPENAPI_PATH = "/openapi.yaml"
 OPEN_PATHS = frozenset({"/health", "/ready", OPENAPI_PATH})
 """Paths a GET may reach without an API key. Not ``/metrics``: it names every queue with its depth and
@@ -126,39 +122,36 @@ def create_app(
     app[SERVICE] = service
     s = service
 
-    async def list_scheduled(req: m.StorageItemsListRequest) -> m.StorageItemsListResponse:
-        return await s.list_items(req, scheduled=True)
-
     # A handler is cancelled when its client disconnects (``handler_cancellation``): a parked lease must
     # not take items for nobody. Routes that change queues or move items in several steps are shielded
     # from it: their work runs to its end, only the answer is lost.
     routes: list[tuple[str, Handler]] = [
-        ("/v1/queue.produce", _rpc(s.produce, m.QueueProduceRequest, max_produce_body)),
-        ("/v1/queue.lease", _rpc(s.lease, m.QueueLeaseRequest, SMALL_BODY, undelivered=s.release)),
-        ("/v1/queue.complete", _rpc(s.complete, m.QueueCompleteRequest, DEFAULT_BODY)),
-        ("/v1/queue.retry", _rpc(s.retry, m.QueueRetryRequest, DEFAULT_BODY)),
-        ("/v1/queue.renew", _rpc(s.renew, m.QueueRenewRequest, DEFAULT_BODY)),
+        ("/v1/queue.produce", _routed(s.produce, m.QueueProduceRequest, max_produce_body)),
+        ("/v1/queue.lease", _routed(s.lease, m.QueueLeaseRequest, SMALL_BODY, undelivered=s.release)),
+        ("/v1/queue.complete", _routed(s.complete, m.QueueCompleteRequest, DEFAULT_BODY)),
+        ("/v1/queue.retry", _routed(s.retry, m.QueueRetryRequest, DEFAULT_BODY)),
+        ("/v1/queue.renew", _routed(s.renew, m.QueueRenewRequest, DEFAULT_BODY)),
         ("/v1/queue.redrive", _rpc(s.redrive, m.QueueRedriveRequest, SMALL_BODY, shield=True)),
         ("/v1/cluster.info", _rpc(s.cluster_info, m.ClusterInfoRequest, DEFAULT_BODY)),
         ("/v1/cluster.refresh", _rpc(s.refresh, m.QueuesInfoRequest, SMALL_BODY, shield=True)),
-        ("/v1/queue.stats", _rpc(s.stats, m.QueueStatsRequest, SMALL_BODY)),
-        ("/v1/queue.clear", _rpc(s.clear, m.QueueClearRequest, SMALL_BODY, shield=True)),
-        ("/v1/queue.reload", _rpc(s.reload, m.QueueReloadRequest, SMALL_BODY, shield=True)),
+        ("/v1/queue.stats", _routed(s.stats, m.QueueStatsRequest, SMALL_BODY)),
+        ("/v1/queue.clear", _routed(s.clear, m.QueueClearRequest, SMALL_BODY, shield=True)),
+        ("/v1/queue.reload", _routed(s.reload, m.QueueReloadRequest, SMALL_BODY, shield=True)),
         ("/v1/queues.create", _rpc(s.create_queue, m.QueueInfo, DEFAULT_BODY, shield=True)),
         ("/v1/queues.list", _rpc(s.list_queues, m.QueuesListRequest, DEFAULT_BODY)),
         ("/v1/queues.update", _rpc(s.update_queue, m.QueueInfo, UPDATE_BODY, shield=True)),
         ("/v1/queues.delete", _rpc(s.delete_queue, m.QueuesDeleteRequest, DEFAULT_BODY, shield=True)),
         ("/v1/queues.info", _rpc(s.queue_info, m.QueuesInfoRequest, DEFAULT_BODY)),
-        ("/v1/storage/items.list", _rpc(s.list_items, m.StorageItemsListRequest, DEFAULT_BODY)),
+        ("/v1/storage/items.list", _routed(s.list_items, m.StorageItemsListRequest, DEFAULT_BODY)),
         (
             "/v1/storage/items.import",
-            _rpc(s.import_items, m.StorageItemsImportRequest, IMPORT_BODY, shield=True),
+            _routed(s.import_items, m.StorageItemsImportRequest, IMPORT_BODY, shield=True),
         ),
         (
             "/v1/storage/items.delete",
-            _rpc(s.delete_items, m.StorageItemsDeleteRequest, DEFAULT_BODY, shield=True),
+            _routed(s.delete_items, m.StorageItemsDeleteRequest, DEFAULT_BODY, shield=True),
         ),
-        ("/v1/storage/scheduled.list", _rpc(list_scheduled, m.StorageItemsListRequest, DEFAULT_BODY)),
+        ("/v1/storage/scheduled.list", _routed(s.list_scheduled, m.StorageItemsListRequest, DEFAULT_BODY)),
     ]
     latency = service.metrics.latency
     for path, handler in routes:
@@ -241,12 +234,39 @@ def _timed(handler: Handler, path: str, latency: Histogram) -> Handler:
     return timed
 
 
+def _routed(
+    call: Callable[[M, str], Awaitable[R | None]],
+    type_: type[M],
+    limit: int,
+    undelivered: Callable[[R], None] | None = None,
+    shield: bool = False,
+) -> Handler:
+    """The handler of a route the service may forward to another node: the call is told which node
+    forwarded the request, if one did."""
+
+    def forwardable(request: web.Request, message: M) -> Awaitable[R | None]:
+        return call(message, request.headers.get(FORWARDED_HEADER, ""))
+
+    return _handler(forwardable, type_, limit, undelivered, shield)
+
+
 def _rpc(
     call: Callable[[M], Awaitable[R | None]],
     type_: type[M],
     limit: int,
     undelivered: Callable[[R], None] | None = None,
     shield: bool = False,
+) -> Handler:
+    """The handler of a route this node always serves itself."""
+    return _handler(lambda _, message: call(message), type_, limit, undelivered, shield)
+
+
+def _handler(
+    call: Callable[[web.Request, M], Awaitable[R | None]],
+    type_: type[M],
+    limit: int,
+    undelivered: Callable[[R], None] | None,
+    shield: bool,
 ) -> Handler:
     """The handler of one route. ``undelivered`` is told of a reply that could not be written (the
     client went away); ``shield`` lets the call run to its end when the client disconnects."""
@@ -258,17 +278,12 @@ def _rpc(
             accept = negotiate_accept(request.headers.get("Accept"))
         except ClientContentError as e:
             return _error_reply(e, JSON)
-        # The handler runs in a task of its own: what it sets here is this request's alone.
-        FORWARDED.set(request.headers.get(FORWARDED_HEADER, ""))
-        body = b""
         try:
             body = await _read_body(request, limit)
             if (verified := request.get(VERIFIED_FORWARD)) is not None:
                 verified.check_body(body)
-            pending = call(decode(body, request.headers.get("Content-Type"), type_))
+            pending = call(request, decode(body, request.headers.get("Content-Type"), type_))
             result = await (asyncio.shield(pending) if shield else pending)
-        except Forward as target:
-            return await _forward(request, target, body, accept)
         except StorageError as e:
             # Queue metadata reads and writes reach storage outside the engine: a storage outage is a
             # "try again" for them too, never a 500 (the engine does the same for partition work).
@@ -302,16 +317,6 @@ async def _deliver(request: web.Request, response: web.Response, undelivered: Ca
     except asyncio.CancelledError:
         undelivered()
         raise
-
-
-async def _forward(request: web.Request, target: Forward, body: bytes, accept: str) -> web.StreamResponse:
-    """The owner's reply to the client's request, passed through as it came."""
-    headers = {name: value for name in PASSED_HEADERS if (value := request.headers.get(name)) is not None}
-    try:
-        reply = await request.app[SERVICE].proxy.forward(target, request.path, body, headers)
-    except QueratorError as e:
-        return _error_reply(e, accept)
-    return web.Response(status=reply.status, body=reply.body, headers={"Content-Type": reply.content_type})
 
 
 def _reference_view(msg: m.Message) -> m.Message:

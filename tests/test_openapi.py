@@ -76,7 +76,9 @@ def _rpc(handler: Callable[..., Any]) -> tuple[type[m.Message], int, type[m.Mess
     """(request type, body limit, reply type) of an RPC route, read from its handler's closure."""
     timed = inspect.getclosurevars(handler).nonlocals
     rpc = inspect.getclosurevars(timed["handler"]).nonlocals
-    returned = get_type_hints(rpc["call"])["return"]
+    # ``call`` adapts the service's method (``_rpc`` or ``_routed``), which it holds as its own ``call``.
+    method = inspect.getclosurevars(rpc["call"]).nonlocals["call"]
+    returned = get_type_hints(method)["return"]
     return rpc["type_"], rpc["limit"], m.Reply if returned is NoneType else returned
 
 

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+
+from querator.errors import InvalidOption
+from querator.service import Service
+from querator.storage.base import QueueRecord
+from querator.storage.memory import MemoryStore
+from querator.wire import messages as m
 
 from .conftest import JSON, Api
 
@@ -194,3 +201,33 @@ async def test_health(api: Api) -> None:
     assert body["status"] == "pass"
     [check] = body["checks"]["queues:storage"]
     assert check["componentType"] == "datastore" and check["status"] == "pass"
+
+
+class SlowQueueReads(MemoryStore):
+    """Reads a queue's settings as slowly as a first read of a new queue can be on Cassandra."""
+
+    async def get_queue(self, name: str) -> QueueRecord | None:
+        await asyncio.sleep(0.05)
+        return await super().get_queue(name)
+
+
+@pytest.mark.parametrize("route", ["produce", "lease"])
+async def test_a_request_is_checked_whole_before_it_waits_for_the_queues_engine(route: str) -> None:
+    # A request_timeout too short to wait for the engine to start is still a bad request (400), not a
+    # 454 "not served on this node yet", whatever the backend and however long the engine takes.
+    service = Service(SlowQueueReads())
+    await service.start()
+    try:
+        info = m.QueueInfo(queue_name="q", lease_timeout="1m", expire_timeout="1h", requested_partitions=1)
+        await service.create_queue(info)
+        with pytest.raises(InvalidOption, match=r"^request timeout is invalid; minimum timeout is '10ms'"):
+            if route == "produce":
+                items = [m.QueueProduceItem(utf8="x")]
+                request = m.QueueProduceRequest(queue_name="q", request_timeout="1ms", items=items)
+                await service.produce(request)
+            else:
+                await service.lease(
+                    m.QueueLeaseRequest(queue_name="q", batch_size=1, client_id="c", request_timeout="1ms")
+                )
+    finally:
+        await service.shutdown()

@@ -1,25 +1,29 @@
-"""Proxy: hands a request to the node that owns what it asks for, over one pooled HTTP session.
+"""Proxy: the one way a node talks to another -- a request message to the owner, its reply decoded.
 
-A forwarded request carries the raw body the client sent (never re-encoded), ``X-Querator-Forwarded-By``
-with this node's id, and a deadline a little past the client's request_timeout. With a cluster secret it
-is signed, and a reply without the owner's valid signature is never passed on (``ClusterAuth``).
-The receiving node serves it itself or answers 454: a forwarded request is never forwarded again, so a
-moment of ring disagreement costs one retry, never a loop. The proxy also makes the node-to-node calls
-the service needs decoded (stats of every owner, a queue's settings changed, dead items for another
-node's dead queue).
+Every node-to-node call goes through ``Proxy.call`` over one pooled HTTP session: the requests
+``RemoteQueue`` forwards for clients, and the calls the service makes itself (a queue's settings changed,
+dead items for another node's dead queue). A call carries ``X-Querator-Forwarded-By`` with this node's
+id; the receiving node serves it itself or answers 454, so a moment of ring disagreement costs one
+retry, never a loop. With a cluster secret the request is signed, and a reply without the owner's valid
+signature is never believed (``ClusterAuth``).
 """
 
 from __future__ import annotations
 
 import logging
 import ssl
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TypeVar
 
 import aiohttp
 
-from querator.auth import FORWARDED_HEADER, REPLY_SIGNATURE_HEADER, SIGNATURE_HEADER, ClusterAuth
+from querator.auth import (
+    EXTENSIONS_HEADER,
+    FORWARDED_HEADER,
+    REPLY_SIGNATURE_HEADER,
+    SIGNATURE_HEADER,
+    ClusterAuth,
+)
+from querator.cluster.router import Remote
 from querator.errors import error_for, try_again
 from querator.wire import messages as m
 from querator.wire.codec import JSON, DecodeError, decode_json, encode_json
@@ -31,29 +35,10 @@ M = TypeVar("M", bound=m.Message)
 CONNECTIONS = 256
 """Pooled connections to all other nodes together, for everything but forwarded leases: bounds what one
 node asks of the others."""
+LEASE_PATH = "/v1/queue.lease"
 POLL_CONNECTIONS = 4096
 """Pooled connections for forwarded leases, apart: long polls held for minutes must not starve the
 pool that completes, produces and dead-letters."""
-
-
-class Forward(Exception):
-    """Raised by the service when another node must serve the request: the HTTP layer forwards it."""
-
-    def __init__(self, node_id: str, address: str, timeout: float) -> None:
-        """``timeout``: seconds the whole exchange may take."""
-        super().__init__(f"forward to {node_id} at {address}")
-        self.node_id = node_id
-        self.address = address
-        self.timeout = timeout
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """The owner's answer, passed back to the client as it came."""
-
-    status: int
-    content_type: str
-    body: bytes
 
 
 class Proxy:
@@ -63,7 +48,13 @@ class Proxy:
         self, node_id: str, auth: ClusterAuth | None = None, tls: ssl.SSLContext | None = None
     ) -> None:
         """``tls``: forward over HTTPS, verifying the owners (and presenting a client certificate) with it."""
-        self._headers = {FORWARDED_HEADER: node_id}
+        # JSON both ways, with our extension fields: the service decodes every reply.
+        self._headers = {
+            FORWARDED_HEADER: node_id,
+            "Content-Type": JSON,
+            "Accept": JSON,
+            EXTENSIONS_HEADER: "1",
+        }
         self._auth = auth
         self._tls = tls
         self._scheme = "https" if tls is not None else "http"
@@ -86,26 +77,31 @@ class Proxy:
             await session.close()
         self._sessions.clear()
 
-    async def forward(self, target: Forward, path: str, body: bytes, headers: Mapping[str, str]) -> Reply:
-        """Sends ``body`` (with the client's ``headers`` that shape the reply: Content-Type, Accept...)
-        to the owner as the client sent it; its reply comes back unchanged.
+    async def call(
+        self, target: Remote, path: str, request: m.Message, reply_type: type[M], timeout_s: float
+    ) -> M:
+        """``request`` served at ``target`` within ``timeout_s`` seconds, the whole exchange included;
+        the owner's errors are raised as ours.
 
         Raises:
             RetryRequest: the owner could not be reached or did not answer in time, or its reply is not
-                signed by it (454).
+                signed by it (454; ``outcome_unknown`` once the request may have reached it).
         """
-        headers = {**headers, **self._headers}
+        body = encode_json(request)
+        headers = self._headers
         signature = ""
         if self._auth is not None:
+            headers = dict(headers)
             headers[SIGNATURE_HEADER], signature = self._auth.sign(target.node_id, "POST", path, body)
         url = f"{self._scheme}://{target.address}{path}"
-        session = self._client(poll=path == "/v1/queue.lease")
+        session = self._client(poll=path == LEASE_PATH)
         try:
             async with session.post(
-                url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=target.timeout)
+                url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)
             ) as resp:
+                status = resp.status
                 content_type = resp.headers.get("Content-Type", "")
-                reply = Reply(resp.status, content_type or JSON, await resp.read())
+                reply = await resp.read()
                 presented = resp.headers.get(REPLY_SIGNATURE_HEADER, "")
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
             log.warning("forwarding %s to %s failed: %s", path, target.node_id, e)
@@ -113,7 +109,7 @@ class Proxy:
             sent = not isinstance(e, aiohttp.ClientConnectorError)
             raise try_again(f"node {target.node_id} did not answer", outcome_unknown=sent) from e
         if self._auth is not None and not self._auth.reply_is_authentic(
-            signature, reply.status, content_type, reply.body, presented
+            signature, status, content_type, reply, presented
         ):
             # Whoever answered is not a node holding the secret (or refused our signature): its word
             # cannot acknowledge anything, and whether the owner got the request is unknown.
@@ -121,14 +117,9 @@ class Proxy:
                 "forwarding %s to %s: the reply is not signed by a node of this cluster", path, target.node_id
             )
             raise try_again(f"node {target.node_id} did not sign its reply", outcome_unknown=True)
-        return reply
-
-    async def call(self, target: Forward, path: str, request: m.Message, reply_type: type[M]) -> M:
-        """A node-to-node call with a decoded reply; the owner's errors are raised as ours."""
-        reply = await self.forward(target, path, encode_json(request), {"Content-Type": JSON, "Accept": JSON})
         try:
-            if reply.status != 200:
-                raise error_for(reply.status, decode_json(reply.body, m.Reply).message)
-            return decode_json(reply.body, reply_type)
+            if status != 200:
+                raise error_for(status, decode_json(reply, m.Reply).message)
+            return decode_json(reply, reply_type)
         except DecodeError as e:
-            raise try_again(f"node {target.node_id} answered {reply.status}") from e
+            raise try_again(f"node {target.node_id} answered {status}") from e

@@ -45,6 +45,9 @@ class QueuesManager:
         self._owned = owned
         self._dead_letter_to = dead_letter
         self._queues: dict[str, Queue] = {}
+        self._records: dict[str, QueueRecord] = {}
+        """The settings of queues without an engine here, as last read: what requests for partitions of
+        other nodes are checked and routed by. Dropped when the queue changes or the ring moves."""
         self._stopping: dict[str, asyncio.Task[None]] = {}
         self._spawning = asyncio.Lock()
         self._closing = False
@@ -86,6 +89,7 @@ class QueuesManager:
                 if record is None:
                     raise InvalidOption(f"queue does not exist; no such queue named '{name}'")
                 if name not in self._stopping:  # else: stopped again while its settings were read
+                    self._records.pop(name, None)  # the engine's settings are the ones from now on
                     queue = self._queues[name] = self._spawn(record)
                     return queue
 
@@ -130,6 +134,7 @@ class QueuesManager:
         """Hands off every running queue whose partitions the ring now gives to another set of nodes."""
         if self._owned is None:
             return
+        self._records.clear()  # read again: a queue may have changed while this node did not hear of it
         for queue in list(self._queues.values()):
             if tuple(self._owned(queue.name, queue.settings.requested_partitions)) != queue.owned:
                 self.hand_off(queue)
@@ -154,6 +159,20 @@ class QueuesManager:
         """The queues whose engines run on this node, by name."""
         return [self._queues[name] for name in sorted(self._queues)]
 
+    async def settings(self, name: str) -> QueueRecord:
+        """The queue's settings to check and route a request by, without starting its engine: the
+        running engine's, else the ones last read; 400 when no such queue exists."""
+        queue = self._queues.get(name)
+        if queue is not None:
+            return queue.settings
+        record = self._records.get(name)
+        if record is None:
+            record = await self.store.get_queue(name)
+            if record is None:
+                raise InvalidOption(f"queue does not exist; no such queue named '{name}'")
+            self._records[name] = record
+        return record
+
     async def record(self, name: str) -> QueueRecord | None:
         """The queue's current settings, or None."""
         queue = self._queues.get(name)
@@ -170,6 +189,7 @@ class QueuesManager:
     async def refresh(self, record: QueueRecord) -> None:
         """Takes a queue's new settings into its running engine (respawning it for a new partition
         count); the queue must exist."""
+        self._records.pop(record.name, None)
         queue = self._queues.get(record.name)
         if queue is None:
             return
@@ -194,6 +214,7 @@ class QueuesManager:
 
     async def forget(self, name: str) -> None:
         """Stops the queue's engine (the queue was deleted); its waiting requests get 453."""
+        self._records.pop(name, None)
         queue = self._queues.get(name)
         if queue is not None:
             await asyncio.wait({self._stop(queue)})

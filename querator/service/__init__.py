@@ -1,0 +1,16 @@
+"""The service: Querator's one Python API over a storage backend, on one node or in a cluster.
+
+``Service`` takes and returns wire messages (``querator.wire.messages``): the HTTP layer decodes, calls it
+and encodes, and an embedding program calls it directly with the same results. Inside:
+
+- ``_validation``: every request's checks, in the reference's order and words, made before anything
+  waits or is forwarded;
+- ``_conversion``: wire messages to and from what the engine and storage hold;
+- ``_local_queue``: this node's engine of a queue, with the methods of ``cluster.RemoteQueue``;
+- ``_service``: ``Service`` itself -- routing each request to one of those, and queue administration.
+"""
+
+from querator.service._service import Service
+from querator.service._validation import MAX_NAME
+
+__all__ = ["MAX_NAME", "Service"]

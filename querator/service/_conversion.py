@@ -1,0 +1,151 @@
+"""Conversions between the wire's messages and what the engine and storage work with.
+
+Times: the wire carries datetimes (Go's zero time for "unset" where the reference does) and duration
+strings; the engine and storage carry integers of microseconds.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from querator.clock import from_datetime, to_datetime
+from querator.duration import format_duration
+from querator.engine.logical_queue import LogicalStats
+from querator.storage.base import Item, PartitionStats, QueueRecord
+from querator.storage.operations import RetryEntry
+from querator.wire import messages as m
+
+NANOS_PER_MICRO = 1000
+
+
+def produced_items(req: m.QueueProduceRequest) -> list[Item]:
+    """The items of a produce; an item's payload is its ``bytes``, else its ``utf8``."""
+    return [
+        Item(
+            enqueue_at=from_datetime(i.enqueue_at) if i.enqueue_at is not None else 0,
+            reference=i.reference,
+            encoding=i.encoding,
+            kind=i.kind,
+            payload=i.bytes or i.utf8.encode(),
+            dedup_id=i.dedup_id,
+        )
+        for i in req.items
+    ]
+
+
+def lease_reply(queue_name: str, partition: int, items: list[Item]) -> m.QueueLeaseResponse:
+    # Every item of one lease shares its deadline: convert it once.
+    deadline = to_datetime(items[0].lease_deadline) if items else None
+    return m.QueueLeaseResponse(
+        queue_name=queue_name,
+        partition=partition,
+        items=[
+            m.QueueLeaseItem(
+                id=i.id,
+                attempts=i.attempts,
+                lease_deadline=deadline,
+                bytes=i.payload,
+                encoding=i.encoding,
+                kind=i.kind,
+                reference=i.reference,
+            )
+            for i in items
+        ],
+    )
+
+
+def retry_entries(req: m.QueueRetryRequest) -> list[RetryEntry]:
+    return [
+        RetryEntry(i.id, from_datetime(i.retry_at) if i.retry_at is not None else 0, i.dead)
+        for i in req.items
+    ]
+
+
+def renew_reply(items: list[Item]) -> m.QueueRenewResponse:
+    return m.QueueRenewResponse(
+        items=[m.QueueRenewItem(id=i.id, lease_deadline=to_datetime(i.lease_deadline)) for i in items]
+    )
+
+
+def logical_stats(
+    waiting: LogicalStats, partitions: list[tuple[int, PartitionStats]], failures: dict[int, int]
+) -> m.QueueLogicalStats:
+    """One logical queue's stats; ``failures``: each partition's failures in a row."""
+    return m.QueueLogicalStats(
+        produce_waiting=waiting.produce_waiting,
+        lease_waiting=waiting.lease_waiting,
+        complete_waiting=waiting.complete_waiting,
+        in_flight=waiting.in_flight,
+        partitions=[
+            m.QueuePartitionStats(
+                partition=number,
+                total=s.total,
+                total_leased=s.leased,
+                failures=failures[number],
+                average_age=format_duration(s.average_age * NANOS_PER_MICRO),
+                average_leased_age=format_duration(s.average_leased_age * NANOS_PER_MICRO),
+                scheduled=s.scheduled,
+            )
+            for number, s in partitions
+        ],
+    )
+
+
+def queue_info(r: QueueRecord) -> m.QueueInfo:
+    """A stored queue as the wire's QueueInfo."""
+    return m.QueueInfo(
+        queue_name=r.name,
+        created_at=to_datetime(r.created_at),
+        updated_at=to_datetime(r.updated_at),
+        dead_queue=r.dead_queue,
+        reference=r.reference,
+        lease_timeout=format_duration(r.lease_timeout * NANOS_PER_MICRO),
+        expire_timeout=format_duration(r.expire_timeout * NANOS_PER_MICRO),
+        max_attempts=r.max_attempts,
+        requested_partitions=r.requested_partitions,
+        namespace=r.namespace,
+        # Left out of JSON replies to clients that did not ask for extensions (http._reference_view).
+        dedup_window=format_duration(r.dedup_window * NANOS_PER_MICRO),
+    )
+
+
+def storage_item(i: Item) -> m.StorageItem:
+    """A stored item as the wire's StorageItem; unset deadlines travel as Go's zero time."""
+    return m.StorageItem(
+        id=i.id,
+        source_id=i.source_id,
+        is_leased=i.is_leased,
+        lease_deadline=to_datetime(i.lease_deadline),
+        expire_deadline=to_datetime(i.expire_deadline),
+        created_at=to_datetime(i.created_at) if i.id else None,
+        enqueue_at=to_datetime(i.enqueue_at) if i.enqueue_at else None,
+        attempts=i.attempts,
+        max_attempts=i.max_attempts,
+        reference=i.reference,
+        encoding=i.encoding,
+        kind=i.kind,
+        payload=i.payload,
+    )
+
+
+def stored_item(i: m.StorageItem) -> Item:
+    """The wire's StorageItem as an item (an import ignores its id, created_at and enqueue_at)."""
+    return Item(
+        id=i.id,
+        source_id=i.source_id,
+        is_leased=i.is_leased,
+        lease_deadline=_micros(i.lease_deadline),
+        expire_deadline=_micros(i.expire_deadline),
+        enqueue_at=_micros(i.enqueue_at),
+        created_at=_micros(i.created_at),
+        attempts=i.attempts,
+        max_attempts=i.max_attempts,
+        reference=i.reference,
+        encoding=i.encoding,
+        kind=i.kind,
+        payload=i.payload,
+    )
+
+
+def _micros(value: datetime | None) -> int:
+    return from_datetime(value) if value is not None else 0

@@ -1,0 +1,565 @@
+"""Service: the one Python API of Querator -- validates requests, routes them, and calls the queue.
+
+Every method takes and returns wire messages (``querator.wire.messages``), so the HTTP layer only decodes
+and encodes, and an embedding program gets the same behaviour as an HTTP client, in a cluster too. A
+queue request is checked completely first (``_validation``), then routed (``querator.cluster.router``):
+to this node's engine (``LocalQueue``) or to the owner (``RemoteQueue``), which have the same methods.
+``forwarded_by`` is the node that forwarded the request ("" for a client's own): such a request is
+served here or refused, never forwarded again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+
+import msgspec
+
+from querator import _tasks
+from querator.auth import ClusterAuth
+from querator.clock import MICROS, Clock, SystemClock, sleep_until
+from querator.cluster.node import ClusterNode
+from querator.cluster.proxy import Proxy
+from querator.cluster.remote_queue import CALL_TIMEOUT_S, RemoteQueue
+from querator.cluster.router import HERE, Remote, Route, Router
+from querator.engine.queues_manager import QueuesManager
+from querator.engine.redrive import redrive
+from querator.errors import TRY_AGAIN, InvalidOption, LeaseTimedOut, RetryRequest, shutting_down, try_again
+from querator.metrics import Metrics
+from querator.service._conversion import queue_info, storage_item, stored_item
+from querator.service._local_queue import LocalQueue
+from querator.service._validation import (
+    DEFAULT_LIST_LIMIT,
+    MAX_LIST_LIMIT,
+    SYSTEM_NAMESPACE,
+    check_clear,
+    check_complete,
+    check_delete,
+    check_import,
+    check_lease,
+    check_list_items,
+    check_new_name,
+    check_partition,
+    check_printable,
+    check_produce,
+    check_queues_list,
+    check_record,
+    check_redrive,
+    check_redrive_target,
+    check_renew,
+    check_retry,
+    check_stored_name,
+    dedup_window,
+    has_space,
+    namespace,
+    timeouts,
+)
+from querator.storage.base import DEFAULT_DEDUP_WINDOW, Item, QueueRecord, Store
+from querator.storage.operations import moved_copies
+from querator.wire import messages as m
+
+DEDUP_PURGE_INTERVAL_US = 60 * MICROS
+READY_TIMEOUT_S = 5.0
+PROBE_TIMEOUT_S = 1.0
+"""Seconds a lease probe of another owner may take, reply included."""
+PROBE_MIN_S = 0.05
+"""Seconds a lease must have left to ask other owners at all."""
+LEASE_SLICE_US = 1_000_000
+"""Microseconds a lease waits on this node's partitions before it looks at the other owners again: the
+longest an item produced at another owner waits while a consumer waits here."""
+NOT_SERVING = f"{TRY_AGAIN}; this node is not serving partitions now"
+
+Target = LocalQueue | RemoteQueue
+"""Where a routed request is carried out: the same methods either way."""
+
+log = logging.getLogger(__name__)
+
+
+class Service:
+    """Querator on one node: queue administration and the queue API over a storage backend."""
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock | None = None,
+        max_requests_per_queue: int = 100,
+        cluster: ClusterNode | None = None,
+        cluster_auth: ClusterAuth | None = None,
+        cluster_tls: ssl.SSLContext | None = None,
+    ) -> None:
+        self.clock: Clock = clock or SystemClock()
+        self.store = store
+        self.cluster = cluster or ClusterNode(None, self.clock, "")
+        self.router = Router(self.cluster)
+        self.proxy = Proxy(self.cluster.node_id, cluster_auth, cluster_tls)
+        self.manager = QueuesManager(
+            store,
+            self.clock,
+            self._dead_letter,
+            max_requests_per_queue,
+            owned=self.router.owned if self.cluster.clustered else None,
+        )
+        self._closing = False
+        self._started = False
+        self._purger: asyncio.Task[None] | None = None
+        self.metrics = Metrics(self.clock)
+
+    async def start(self) -> None:
+        """Opens the storage backend and starts dropping expired de-duplication records."""
+        await self.store.open()
+        try:
+            await self.cluster.start()
+        except BaseException:
+            await self.store.close()
+            raise
+        self.cluster.on_change(self._cluster_changed)
+        self._purger = _tasks.start(self._purge_dedup(), "dedup-purge")
+        self._started = True
+
+    async def shutdown(self) -> None:
+        """Stops every queue (waiting requests get 453), then closes storage."""
+        self._closing = True
+        if self._purger is not None:
+            self._purger.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._purger
+        await self.manager.shutdown()
+        await self.cluster.stop()
+        await self.proxy.close()
+        await self.store.close()
+
+    async def ready(self) -> str:
+        """Why this node should not get traffic now, or "" when it is ready (storage answers)."""
+        if not self._started:
+            return "starting"
+        if self._closing:
+            return "shutting down"
+        if not self.cluster.serving:
+            return "not serving: the cluster lease is not certain"
+        loading = next((q.name for q in self.manager.running() if q.loading()), None)
+        if loading is not None:
+            # A node that just took partitions over answers for them only once their state is read.
+            return f"loading the partitions of queue {loading}"
+        for queue in self.manager.running():
+            failing = queue.failing()
+            if failing is not None:
+                # Storage refused it (a damaged file, a full disk, an outage): until it recovers, its
+                # requests get 454s; a node whose partition serves nothing should not get traffic.
+                return f"partition {failing[0]} of queue {queue.name} is failing: {failing[1]}"
+        try:
+            await asyncio.wait_for(self.store.check(), READY_TIMEOUT_S)
+        except Exception as e:
+            return f"storage cannot take writes: {e or type(e).__name__}"
+        try:
+            await asyncio.wait_for(self.store.list_queues("", 1, SYSTEM_NAMESPACE), READY_TIMEOUT_S)
+        except Exception as e:
+            log.warning("readiness: storage check failed: %s", e)
+            return "storage check failed"
+        return ""
+
+    async def cluster_info(self, req: m.ClusterInfoRequest) -> m.ClusterInfoResponse:
+        """The members, the ring's revision and the owner of each partition (of one queue, or of every
+        queue of a namespace)."""
+        if req.queue_name:
+            check_stored_name(req.queue_name)
+            record = await self.manager.record(req.queue_name)
+            if record is None:
+                raise InvalidOption(f"queue does not exist; no such queue named '{req.queue_name}'")
+            records = [record]
+        else:
+            records = await self._queues_of(namespace(req.namespace))
+        cluster = self.cluster
+        return m.ClusterInfoResponse(
+            node_id=cluster.node_id,
+            revision=cluster.ring.revision,
+            members=[
+                m.ClusterMember(node_id=s.node_id, address=s.address, state=s.state)
+                for s in cluster.members()
+            ],
+            partitions=[
+                m.ClusterPartition(queue_name=r.name, partition=n, owner=cluster.owner(r.name, n))
+                for r in records
+                for n in range(r.requested_partitions)
+            ],
+        )
+
+    async def _queues_of(self, listed: str) -> list[QueueRecord]:
+        """Every queue of the namespace ``listed``, page by page (the pivot is inclusive)."""
+        found: list[QueueRecord] = []
+        last = ""
+        while True:
+            page = await self.manager.list_queues(last, MAX_LIST_LIMIT, listed)
+            found.extend(r for r in page if r.name > last)
+            if len(page) < MAX_LIST_LIMIT:
+                return found
+            last = page[-1].name
+
+    async def render_metrics(self, accept: str = "") -> tuple[bytes, str]:
+        """The Prometheus exposition of this node, in the format ``accept`` asks for, and its type."""
+        return await self.metrics.render(self.manager.running(), accept)
+
+    async def _purge_dedup(self) -> None:
+        while True:
+            await sleep_until(self.clock, self.clock.now() + DEDUP_PURGE_INTERVAL_US)
+            try:
+                purged = await self.store.purge_dedup(self.clock.now())
+            except Exception as e:
+                log.warning("dropping expired dedup ids failed (tried again later): %s", e)
+            else:
+                if purged:
+                    log.debug("dropped %d expired dedup ids", purged)
+
+    # -- routing --------------------------------------------------------------------------------------------
+
+    async def _record(self, name: str, forwarded_by: str = "") -> QueueRecord:
+        """The settings of the queue a request names (400 when there is none): what it is checked and
+        routed by. Never waits for an engine."""
+        if self._closing:
+            if forwarded_by:
+                # The forwarding node's client should try again, and reach the next owner.
+                raise RetryRequest(NOT_SERVING)
+            raise shutting_down("service")
+        check_stored_name(name)
+        return await self.manager.settings(name)
+
+    async def _at_partition(
+        self, record: QueueRecord, partition: int, forwarded_by: str = "", within_s: float | None = None
+    ) -> Target:
+        """Where the requests of one partition go. ``within_s``: the longest to wait for this node's engine
+        to start (the request's own timeout), then 454."""
+        self._check_serving()
+        return await self._target(
+            record.name, self.router.partition(record.name, partition, forwarded_by), within_s
+        )
+
+    async def _at_queue(self, record: QueueRecord, forwarded_by: str, within_s: float) -> Target:
+        """Where a produce or lease goes: this node if it owns a partition of the queue, else an owner."""
+        self._check_serving()
+        route = self.router.queue(record.name, record.requested_partitions, forwarded_by)
+        return await self._target(record.name, route, within_s)
+
+    async def _target(self, name: str, route: Route, within_s: float | None) -> Target:
+        if isinstance(route, Remote):
+            return RemoteQueue(self.proxy, route)
+        queue = await self.manager.get(name, within_s)
+        if not self.cluster.serving:  # lost while the engine spawned: it must not keep serving
+            self.manager.hand_off(queue)
+            raise RetryRequest(NOT_SERVING)
+        return LocalQueue(queue, self.clock)
+
+    def _check_serving(self) -> None:
+        if not self.cluster.serving:
+            raise RetryRequest(NOT_SERVING)
+
+    async def _everywhere(self, record: QueueRecord, forwarded_by: str) -> list[Target]:
+        """For calls that need every owner (stats, clear, reload): this node's engine if it owns a
+        partition of the queue, then the other owners (none for a forwarded request)."""
+        self._check_serving()
+        targets: list[Target] = []
+        if self.router.owned(record.name, record.requested_partitions) or not self.cluster.clustered:
+            targets.append(await self._target(record.name, HERE, None))
+        others = self.router.other_owners(record.name, record.requested_partitions, forwarded_by)
+        targets.extend(RemoteQueue(self.proxy, r) for r in others)
+        return targets
+
+    # -- the cluster ----------------------------------------------------------------------------------------
+
+    def _cluster_changed(self) -> None:
+        if self.cluster.serving:
+            self.manager.rebalance()
+        else:
+            # The lease may lapse: stop writing before another node can be given these partitions.
+            self.manager.hand_off_all()
+
+    async def _dead_letter(self, dead_queue: str, items: list[Item]) -> None:
+        """Dead items go to partition 0 of the dead queue, wherever its owner is (cluster mode)."""
+        record = await self.manager.record(dead_queue)
+        if record is None:
+            raise InvalidOption(f"queue does not exist; no such queue named '{dead_queue}'")
+        copies = moved_copies(items, self.clock.now(), record.expire_timeout)
+        try:
+            await self.import_items_anywhere(dead_queue, 0, copies)
+        except InvalidOption as e:
+            # Only the record read above says the dead queue is gone; any other refusal keeps the
+            # items where they are, to be dead-lettered again later.
+            raise try_again(e.message) from e
+
+    async def refresh(self, req: m.QueuesInfoRequest) -> None:
+        """Another node changed or deleted a queue: its engine here takes the new settings, or stops."""
+        check_stored_name(req.queue_name)
+        record = await self.store.get_queue(req.queue_name)
+        if record is None:
+            await self.manager.forget(req.queue_name)
+        else:
+            await self.manager.refresh(record)
+
+    async def _refresh_elsewhere(self, name: str) -> None:
+        """Tells every other member that a queue changed; a member that cannot be told keeps its engine
+        until it respawns (logged: its settings may lag)."""
+        request = m.QueuesInfoRequest(queue_name=name)
+        calls = [
+            self.proxy.call(member, "/v1/cluster.refresh", request, m.Reply, CALL_TIMEOUT_S)
+            for member in self.router.other_members()
+        ]
+        for result in await asyncio.gather(*calls, return_exceptions=True):
+            if isinstance(result, BaseException):
+                log.warning("queue %s changed, but a node could not be told: %s", name, result)
+
+    # -- the queue API --------------------------------------------------------------------------------------
+
+    async def produce(self, req: m.QueueProduceRequest, forwarded_by: str = "") -> None:
+        record = await self._record(req.queue_name, forwarded_by)
+        timeout_us = check_produce(req)
+        target = await self._at_queue(record, forwarded_by, timeout_us / MICROS)
+        await target.produce(req, timeout_us)
+
+    async def lease(self, req: m.QueueLeaseRequest, forwarded_by: str = "") -> m.QueueLeaseResponse:
+        record = await self._record(req.queue_name, forwarded_by)
+        timeout_us = check_lease(req)
+        target = await self._at_queue(record, forwarded_by, timeout_us / MICROS)
+        if isinstance(target, RemoteQueue):
+            return await target.lease(req, timeout_us)
+        until = self.clock.now() + timeout_us
+        while True:
+            # Asking the other owners takes at most half of what is left of the request's time.
+            budget_s = min(PROBE_TIMEOUT_S, (until - self.clock.now()) / MICROS / 2)
+            others = self.router.other_owners(record.name, record.requested_partitions, forwarded_by)
+            if others and target.engine.un_leased() == 0 and budget_s > PROBE_MIN_S:
+                # Nothing to lease here now: items may wait at another owner.
+                found = await self._lease_elsewhere(req, others, budget_s)
+                if found is not None:
+                    return found
+            wait_us = until - self.clock.now()
+            try:
+                return await target.lease(req, max(1, min(wait_us, LEASE_SLICE_US) if others else wait_us))
+            except LeaseTimedOut:
+                if self.clock.now() >= until:
+                    raise
+
+    async def _lease_elsewhere(
+        self, req: m.QueueLeaseRequest, others: list[Remote], budget_s: float
+    ) -> m.QueueLeaseResponse | None:
+        """A lease from the first other owner that has items now (each is asked without waiting); all
+        the asking takes at most ``budget_s`` seconds."""
+        until = self.clock.monotonic() + budget_s
+        for owner in others:
+            left_s = until - self.clock.monotonic()
+            if left_s <= PROBE_MIN_S:
+                break
+            found = await RemoteQueue(self.proxy, owner).lease_now(req, left_s)
+            if found is not None:
+                return found
+        return None
+
+    def release(self, reply: m.QueueLeaseResponse) -> None:
+        """Gives back the items of a lease whose reply never reached its client, without counting the
+        attempt. Best effort, and only for items leased on this node: a lease another owner served comes
+        back when it expires."""
+        queue = self.manager.find(reply.queue_name)
+        if queue is not None and reply.items:
+            queue.release(reply.partition, [i.id for i in reply.items])
+
+    async def complete(self, req: m.QueueCompleteRequest, forwarded_by: str = "") -> None:
+        record = await self._record(req.queue_name, forwarded_by)
+        check_partition(record, req.partition)
+        timeout_us = check_complete(req)
+        await (await self._at_partition(record, req.partition, forwarded_by, timeout_us / MICROS)).complete(
+            req
+        )
+
+    async def retry(self, req: m.QueueRetryRequest, forwarded_by: str = "") -> None:
+        record = await self._record(req.queue_name, forwarded_by)
+        check_partition(record, req.partition)
+        check_retry(req)
+        await (await self._at_partition(record, req.partition, forwarded_by)).retry(req)
+
+    async def renew(self, req: m.QueueRenewRequest, forwarded_by: str = "") -> m.QueueRenewResponse:
+        """Extends the leases of leased items (docs/extensions.md): lease_deadline = now + lease_timeout."""
+        record = await self._record(req.queue_name, forwarded_by)
+        check_partition(record, req.partition)
+        lease_timeout_us = check_renew(req, record)
+        return await (await self._at_partition(record, req.partition, forwarded_by)).renew(
+            req, lease_timeout_us
+        )
+
+    async def redrive(self, req: m.QueueRedriveRequest) -> m.QueueRedriveResponse:
+        """Moves items of a dead-letter queue into a target queue (docs/extensions.md)."""
+        source = await self._record(req.queue_name)
+        check_redrive_target(req)
+        target = await self._record(req.target_queue)
+        deadline = self.clock.now() + check_redrive(req)
+        moved = await redrive(self, source, target, req.limit, deadline, self.clock)
+        return m.QueueRedriveResponse(moved=moved)
+
+    async def stats(self, req: m.QueueStatsRequest, forwarded_by: str = "") -> m.QueueStatsResponse:
+        record = await self._record(req.queue_name, forwarded_by)
+        logical: list[m.QueueLogicalStats] = []
+        for target in await self._everywhere(record, forwarded_by):
+            # Each owner reports its own logical queue, as the reference reports several.
+            logical.extend(await target.stats(req))
+        return m.QueueStatsResponse(queue_name=req.queue_name, logical_queues=logical)
+
+    async def clear(self, req: m.QueueClearRequest, forwarded_by: str = "") -> None:
+        record = await self._record(req.queue_name, forwarded_by)
+        check_clear(req)
+        for target in await self._everywhere(record, forwarded_by):
+            await target.clear(req)
+
+    async def reload(self, req: m.QueueReloadRequest, forwarded_by: str = "") -> None:
+        record = await self._record(req.queue_name, forwarded_by)
+        for target in await self._everywhere(record, forwarded_by):
+            await target.reload(req)
+
+    # -- partitions anywhere in the cluster (engine.redrive.Partitions) -------------------------------------
+
+    async def list_items_anywhere(self, queue: str, partition: int, pivot: str, limit: int) -> list[Item]:
+        target = await self._at_partition(await self.manager.settings(queue), partition)
+        request = m.StorageItemsListRequest(queue_name=queue, partition=partition, pivot=pivot, limit=limit)
+        return [stored_item(i) for i in (await target.list_items(request, scheduled=False)).items]
+
+    async def import_items_anywhere(self, queue: str, partition: int, items: list[Item]) -> None:
+        target = await self._at_partition(await self.manager.settings(queue), partition)
+        request = m.StorageItemsImportRequest(
+            queue_name=queue, partition=partition, items=[storage_item(i) for i in items]
+        )
+        await target.import_items(request)
+
+    async def delete_items_anywhere(self, queue: str, partition: int, ids: list[str]) -> None:
+        target = await self._at_partition(await self.manager.settings(queue), partition)
+        await target.delete_items(m.StorageItemsDeleteRequest(queue_name=queue, partition=partition, ids=ids))
+
+    # -- queue administration ------------------------------------------------------------------------------
+
+    async def create_queue(self, info: m.QueueInfo) -> None:
+        check_new_name(info.queue_name)
+        # On create only: a queue made before this check stays usable and removable.
+        check_printable("queue name", info.queue_name)
+        lease_timeout, expire_timeout = timeouts(info)
+        owner = namespace(info.namespace)
+        check_printable("namespace name", owner)
+        if self._closing:
+            raise shutting_down("service")
+        if await self.manager.record(info.queue_name) is not None:
+            raise InvalidOption(f"invalid queue; '{info.queue_name}' already exists")
+        await self._check_dead_queue(info.queue_name, info.dead_queue)
+        now = self.clock.now()
+        record = QueueRecord(
+            name=info.queue_name,
+            namespace=owner,
+            lease_timeout=lease_timeout,
+            expire_timeout=expire_timeout,
+            dead_queue=info.dead_queue,
+            max_attempts=info.max_attempts,
+            reference=info.reference,
+            requested_partitions=info.requested_partitions,
+            created_at=now,
+            updated_at=now,
+            dedup_window=dedup_window(info.dedup_window, DEFAULT_DEDUP_WINDOW),
+        )
+        check_record(record)
+        await self.manager.create(record)
+
+    async def update_queue(self, info: m.QueueInfo) -> None:
+        check_new_name(info.queue_name)
+        lease_timeout, expire_timeout = timeouts(info)
+        current = await self.manager.record(info.queue_name)
+        if current is None:
+            raise InvalidOption(f"queue does not exist; no such queue named '{info.queue_name}'")
+        await self._check_dead_queue(info.queue_name, info.dead_queue)
+        record = QueueRecord(
+            name=current.name,
+            namespace=current.namespace,
+            lease_timeout=lease_timeout or current.lease_timeout,
+            expire_timeout=expire_timeout or current.expire_timeout,
+            # The reference's documented "replace" semantics: these three are always overwritten.
+            dead_queue=info.dead_queue,
+            max_attempts=info.max_attempts,
+            reference=info.reference,
+            requested_partitions=info.requested_partitions or current.requested_partitions,
+            created_at=current.created_at,
+            updated_at=max(self.clock.now(), current.updated_at + 1),
+            extra=current.extra,
+            dedup_window=dedup_window(info.dedup_window, current.dedup_window),
+        )
+        check_record(record)
+        if record.requested_partitions < current.requested_partitions:
+            raise InvalidOption(
+                f"partitions is invalid; cannot be decreased from {current.requested_partitions}"
+                f" to {record.requested_partitions}"
+            )
+        await self.manager.update(record)
+        await self._refresh_elsewhere(record.name)
+
+    async def delete_queue(self, req: m.QueuesDeleteRequest) -> None:
+        check_new_name(req.queue_name)
+        # Every node's engine stops writing before the items go.
+        await self.manager.delete(req.queue_name, before_items=self._refresh_elsewhere)
+
+    async def queue_info(self, req: m.QueuesInfoRequest) -> m.QueueInfo:
+        check_stored_name(req.queue_name)
+        record = await self.manager.record(req.queue_name)
+        if record is None:
+            raise InvalidOption(f"queue does not exist; no such queue named '{req.queue_name}'")
+        return queue_info(record)
+
+    async def list_queues(self, req: m.QueuesListRequest) -> m.QueuesListResponse:
+        listed = check_queues_list(req)
+        records = await self.manager.list_queues(req.pivot, req.limit or DEFAULT_LIST_LIMIT, listed)
+        return m.QueuesListResponse(items=[queue_info(r) for r in records])
+
+    async def _check_dead_queue(self, name: str, dead_queue: str) -> None:
+        if not dead_queue:
+            return
+        if "~" in dead_queue:
+            raise InvalidOption(f"dead queue is invalid; '{dead_queue}' cannot contain '~' character")
+        if has_space(dead_queue):
+            raise InvalidOption(f"dead queue is invalid; '{dead_queue}' cannot contain whitespace")
+        if dead_queue == name:
+            raise InvalidOption("dead_queue cannot reference itself")
+        target = await self.manager.record(dead_queue)
+        if target is None:
+            raise InvalidOption(f"dead_queue does not exist; '{dead_queue}' was not found, create it first")
+        if target.dead_queue:
+            raise InvalidOption(
+                f"dead_queue is invalid; '{dead_queue}' already has its own dead_queue configured"
+            )
+
+    # -- the storage API (operators and debugging) ---------------------------------------------------------
+
+    async def list_items(
+        self, req: m.StorageItemsListRequest, forwarded_by: str = ""
+    ) -> m.StorageItemsListResponse:
+        return await self._list(req, forwarded_by, scheduled=False)
+
+    async def list_scheduled(
+        self, req: m.StorageItemsListRequest, forwarded_by: str = ""
+    ) -> m.StorageItemsListResponse:
+        return await self._list(req, forwarded_by, scheduled=True)
+
+    async def _list(
+        self, req: m.StorageItemsListRequest, forwarded_by: str, scheduled: bool
+    ) -> m.StorageItemsListResponse:
+        record = await self._record(req.queue_name, forwarded_by)
+        check_partition(record, req.partition)
+        check_list_items(req)
+        if not req.limit:
+            req = msgspec.structs.replace(req, limit=DEFAULT_LIST_LIMIT)
+        return await (await self._at_partition(record, req.partition, forwarded_by)).list_items(
+            req, scheduled
+        )
+
+    async def import_items(
+        self, req: m.StorageItemsImportRequest, forwarded_by: str = ""
+    ) -> m.StorageItemsImportResponse:
+        record = await self._record(req.queue_name, forwarded_by)
+        check_partition(record, req.partition)
+        check_import(req)
+        return await (await self._at_partition(record, req.partition, forwarded_by)).import_items(req)
+
+    async def delete_items(self, req: m.StorageItemsDeleteRequest, forwarded_by: str = "") -> None:
+        record = await self._record(req.queue_name, forwarded_by)
+        check_partition(record, req.partition)
+        check_delete(req)
+        await (await self._at_partition(record, req.partition, forwarded_by)).delete_items(req)

@@ -1,0 +1,318 @@
+"""The checks of every request, in the reference's order and words (docs/semantics.md, validation).
+
+A request is checked completely here before anything waits for it or forwards it: a bad one gets its 400
+on any node and backend, whether or not this node serves the queue. Durations come back in microseconds.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+from querator.duration import DurationError, format_duration, parse_duration
+from querator.errors import InvalidOption
+from querator.storage.base import QueueRecord
+from querator.storage.operations import storage_id_error
+from querator.wire import messages as m
+
+MAX_PRODUCE_BATCH = 1000
+MAX_LEASE_BATCH = 1000
+MAX_COMPLETE_BATCH = 1000
+MAX_REQUEST_TIMEOUT_US = 15 * 60 * 1_000_000
+MIN_REQUEST_TIMEOUT_US = 10_000
+MAX_LIST_LIMIT = 65536
+MAX_NAME = 512
+"""Characters of a queue name (and of a dead queue's)."""
+MAX_PARTITIONS = 4096
+MAX_DEDUP_ID = 128
+MAX_DEDUP_WINDOW_US = 7 * 24 * 3600 * 1_000_000
+DEFAULT_LIST_LIMIT = 1000
+SYSTEM_NAMESPACE = "_system"
+NANOS_PER_MICRO = 1000
+
+
+# -- the queue API -----------------------------------------------------------------------------------------
+
+
+def check_produce(req: m.QueueProduceRequest) -> int:
+    """The produce's request_timeout in microseconds, once the whole request is valid."""
+    timeout_us = request_timeout(req.request_timeout)
+    if not req.items:
+        raise InvalidOption("items cannot be empty; at least one item is required")
+    if len(req.items) > MAX_PRODUCE_BATCH:
+        raise InvalidOption(
+            f"items is invalid; max_produce_batch_size is {MAX_PRODUCE_BATCH} but received {len(req.items)}"
+        )
+    for i in req.items:
+        if len(i.dedup_id) > MAX_DEDUP_ID:
+            raise InvalidOption(f"dedup id is invalid; cannot be greater than '{MAX_DEDUP_ID}' characters")
+    return timeout_us
+
+
+def check_lease(req: m.QueueLeaseRequest) -> int:
+    """The lease's request_timeout in microseconds, once the whole request is valid."""
+    if not req.client_id.strip():
+        raise InvalidOption("invalid client id; cannot be empty")
+    if req.batch_size <= 0:
+        raise InvalidOption("invalid batch size; must be greater than zero")
+    if req.batch_size > MAX_LEASE_BATCH:
+        raise InvalidOption(
+            f"invalid batch size; max_lease_batch_size is {MAX_LEASE_BATCH},"
+            f" but {req.batch_size} was requested"
+        )
+    return request_timeout(req.request_timeout)
+
+
+def check_partition(record: QueueRecord, partition: int) -> None:
+    if partition < 0 or partition >= record.requested_partitions:
+        raise InvalidOption(f"partition is invalid; '{partition}' is not a valid partition")
+
+
+def check_complete(req: m.QueueCompleteRequest) -> int:
+    """The complete's request_timeout in microseconds."""
+    check_ids(req.ids)
+    return request_timeout(req.request_timeout, minimum_us=0)
+
+
+def check_retry(req: m.QueueRetryRequest) -> None:
+    if not req.items:
+        raise InvalidOption("items is invalid; list of items cannot be empty")
+    if len(req.items) > MAX_COMPLETE_BATCH:
+        raise InvalidOption(
+            f"items is invalid; max_complete_batch_size is {MAX_COMPLETE_BATCH} but received {len(req.items)}"
+        )
+
+
+def check_renew(req: m.QueueRenewRequest, record: QueueRecord) -> int:
+    """The lease timeout the renewed leases get, in microseconds (0: the queue's)."""
+    check_ids(req.ids)
+    lease_timeout_us = queue_duration(req.lease_timeout, "lease timeout", "8m, 15m or 1h")
+    if lease_timeout_us > record.expire_timeout:
+        raise lease_too_long(lease_timeout_us, record.expire_timeout)
+    request_timeout(req.request_timeout, minimum_us=0)
+    return lease_timeout_us
+
+
+def check_redrive(req: m.QueueRedriveRequest) -> int:
+    """The redrive's request_timeout in microseconds, once the whole request is valid (both queues
+    exist: checked by the caller, the target after the source)."""
+    if req.limit < 0:
+        raise InvalidOption(f"limit is invalid; cannot be negative, but {req.limit} was requested")
+    return request_timeout(req.request_timeout)
+
+
+def check_redrive_target(req: m.QueueRedriveRequest) -> None:
+    if not req.target_queue.strip():
+        raise InvalidOption("target queue is invalid; cannot be empty")
+    if req.target_queue == req.queue_name:
+        raise InvalidOption(f"target queue is invalid; '{req.target_queue}' is the queue being redriven")
+
+
+def check_clear(req: m.QueueClearRequest) -> None:
+    if not req.queue and not req.scheduled:
+        raise InvalidOption("invalid clear request; one of 'queue', 'scheduled' must be true")
+
+
+# -- the storage API ---------------------------------------------------------------------------------------
+
+
+def check_list_items(req: m.StorageItemsListRequest) -> None:
+    if req.pivot and (error := storage_id_error(req.pivot)) is not None:
+        raise error
+    if req.limit < 0:
+        raise InvalidOption(f"limit is invalid; cannot be negative, but {req.limit} was requested")
+    # The reference has no maximum here; ours is queues.list's. A page also ends early at
+    # storage.LIST_PAGE_BYTES of payloads (docs/extensions.md, "Storage lists").
+    check_list_limit(req.limit)
+
+
+def check_import(req: m.StorageItemsImportRequest) -> None:
+    if not req.items:
+        raise InvalidOption("items is invalid; cannot be empty")
+    for item in req.items:
+        if item.attempts < 0:
+            raise InvalidOption(f"attempts is invalid; cannot be negative, but {item.attempts} was given")
+
+
+def check_delete(req: m.StorageItemsDeleteRequest) -> None:
+    if not req.ids:
+        raise InvalidOption("ids is invalid; cannot be empty")
+    for item_id in req.ids:
+        if (error := storage_id_error(item_id)) is not None:
+            raise error
+
+
+def check_queues_list(req: m.QueuesListRequest) -> str:
+    """The namespace listed."""
+    if req.limit < 0:
+        raise InvalidOption("limit is invalid; limit cannot be negative")
+    check_list_limit(req.limit)
+    if "~" in req.pivot:
+        raise InvalidOption(f"pivot is invalid; '{req.pivot}' cannot contain '~' character")
+    return namespace(req.namespace)
+
+
+# -- names, durations and queue settings -------------------------------------------------------------------
+
+
+def has_space(text: str) -> bool:
+    return any(c.isspace() for c in text)
+
+
+def _unprintable(text: str) -> str | None:
+    """The first control or invisible format character of ``text`` (Unicode Cc, Cf: NUL, escapes, bidi
+    overrides, zero-width spaces), as ``U+XXXX``: names reach logs, metrics labels and terminals, where
+    such characters hide or disguise what a name says."""
+    found = next((c for c in text if unicodedata.category(c) in ("Cc", "Cf")), None)
+    return None if found is None else f"U+{ord(found):04X}"
+
+
+def check_printable(what: str, name: str) -> None:
+    if (found := _unprintable(name)) is not None:
+        # The name is not quoted: it is what must not reach the logs.
+        raise InvalidOption(
+            f"{what} is invalid; cannot contain control or invisible characters, found {found}"
+        )
+
+
+def check_stored_name(name: str) -> None:
+    if not name.strip():
+        raise InvalidOption("queue name is invalid; queue name cannot be empty")
+    if "~" in name:
+        raise InvalidOption(f"queue name is invalid; '{name}' cannot contain '~' character")
+
+
+def check_new_name(name: str) -> None:
+    if len(name) > MAX_NAME:
+        raise InvalidOption(f"queue name is invalid; cannot be greater than '{MAX_NAME}' characters")
+    if not name.strip():
+        raise InvalidOption("queue name is invalid; queue name cannot be empty")
+    if has_space(name):
+        raise InvalidOption(f"queue name is invalid; '{name}' cannot contain whitespace")
+    if "~" in name:
+        raise InvalidOption(f"queue name is invalid; '{name}' cannot contain '~' character")
+
+
+def check_list_limit(limit: int) -> None:
+    """The largest page of a list, in the reference's text for queues.list (its tests compare it); each
+    list checks a negative limit first, in its own words."""
+    if limit > MAX_LIST_LIMIT:
+        raise InvalidOption(f"limit is invalid; cannot be greater than {MAX_LIST_LIMIT}")
+
+
+def check_ids(ids: list[str]) -> None:
+    """The ids of a complete or renew."""
+    if not ids:
+        raise InvalidOption("ids is invalid; list of ids cannot be empty")
+    if len(ids) > MAX_COMPLETE_BATCH:
+        raise InvalidOption(
+            f"ids is invalid; max_complete_batch_size is {MAX_COMPLETE_BATCH} but received {len(ids)}"
+        )
+
+
+def lease_too_long(lease_timeout: int, expire_timeout: int) -> InvalidOption:
+    return InvalidOption(
+        f"lease timeout is too long; {format_duration(lease_timeout * NANOS_PER_MICRO)} cannot be greater"
+        f" than the expire timeout {format_duration(expire_timeout * NANOS_PER_MICRO)}"
+    )
+
+
+def request_timeout(text: str, minimum_us: int = MIN_REQUEST_TIMEOUT_US) -> int:
+    """A request_timeout in microseconds, checked against the reference's bounds (10ms..15m inclusive)."""
+    if not text:
+        raise InvalidOption("request timeout is required; '5m' is recommended, 15m is the maximum")
+    try:
+        nanos = parse_duration(text)
+    except DurationError as e:
+        raise InvalidOption(f"request timeout is invalid; {e} - expected format: 900ms, 5m or 15m") from None
+    if nanos == 0:
+        raise InvalidOption("request timeout is required; '5m' is recommended, 15m is the maximum")
+    if nanos > MAX_REQUEST_TIMEOUT_US * NANOS_PER_MICRO:
+        raise InvalidOption(
+            "request timeout is invalid; maximum timeout is '15m' "
+            f"but '{format_duration(nanos)}' was requested"
+        )
+    if nanos < minimum_us * NANOS_PER_MICRO:
+        raise InvalidOption(
+            "request timeout is invalid; minimum timeout is '10ms' "
+            f"but '{format_duration(nanos)}' was requested"
+        )
+    return nanos // NANOS_PER_MICRO
+
+
+def timeouts(info: m.QueueInfo) -> tuple[int, int]:
+    """The lease and expire timeouts of a create or update, in microseconds (0 when absent)."""
+    if len(info.lease_timeout) > 15:
+        raise InvalidOption("lease timeout is invalid; cannot be greater than '15' characters")
+    if len(info.expire_timeout) > 15:
+        raise InvalidOption("expire timeout is invalid; cannot be greater than '15' characters")
+    expire = queue_duration(info.expire_timeout, "expire timeout", "60m, 2h or 24h")
+    lease = queue_duration(info.lease_timeout, "lease timeout", "8m, 15m or 1h")
+    return lease, expire
+
+
+def queue_duration(text: str, what: str, formats: str) -> int:
+    if not text:
+        return 0
+    try:
+        nanos = parse_duration(text)
+    except DurationError as e:
+        raise InvalidOption(f"{what} is invalid; {e} - expected format: {formats}") from None
+    if nanos < 0:
+        raise InvalidOption(f"{what} is invalid; cannot be negative but '{text}' was given")
+    # Zero reads as "not given": on create the store check answers "cannot be empty", on update the
+    # current value is kept (as the reference does for a zero duration).
+    return nanos // NANOS_PER_MICRO
+
+
+def dedup_window(text: str, unset: int) -> int:
+    """A queue's dedup_window in microseconds; ``unset`` when not given, 0 (``0s``) disables."""
+    if not text:
+        return unset
+    try:
+        nanos = parse_duration(text)
+    except DurationError as e:
+        raise InvalidOption(f"dedup window is invalid; {e} - expected format: 5m, 1h or 0s") from None
+    if nanos < 0:
+        raise InvalidOption(f"dedup window is invalid; cannot be negative but '{text}' was given")
+    if nanos > MAX_DEDUP_WINDOW_US * NANOS_PER_MICRO:
+        raise InvalidOption(
+            f"dedup window is invalid; maximum is '{format_duration(MAX_DEDUP_WINDOW_US * NANOS_PER_MICRO)}'"
+            f" but '{format_duration(nanos)}' was given"
+        )
+    return nanos // NANOS_PER_MICRO
+
+
+def namespace(namespace: str) -> str:
+    if not namespace:
+        return SYSTEM_NAMESPACE
+    if len(namespace) > 256:
+        raise InvalidOption("namespace name is invalid; cannot be greater than '256' characters")
+    if has_space(namespace):
+        raise InvalidOption(f"namespace name is invalid; '{namespace}' cannot contain whitespace")
+    if "~" in namespace:
+        raise InvalidOption(f"namespace name is invalid; '{namespace}' cannot contain '~' character")
+    if ":" in namespace:
+        raise InvalidOption(f"namespace name is invalid; '{namespace}' cannot contain ':' character")
+    return namespace
+
+
+def check_record(r: QueueRecord) -> None:
+    """The store checks, in the reference's order."""
+    if len(r.dead_queue) > 512:
+        raise InvalidOption("dead queue is invalid; cannot be greater than '512' characters")
+    if len(r.reference) > 2000:
+        raise InvalidOption("reference field is invalid; cannot be greater than '2000' characters")
+    if r.max_attempts > 65536:
+        raise InvalidOption("max attempts is invalid; cannot be greater than 65536")
+    if r.max_attempts < 0:
+        raise InvalidOption("max attempts is invalid; cannot be negative number")
+    if r.requested_partitions < 1:
+        raise InvalidOption("partitions is invalid; cannot be less than 1")
+    if r.requested_partitions > MAX_PARTITIONS:
+        raise InvalidOption(f"partitions is invalid; cannot be greater than {MAX_PARTITIONS}")
+    if not r.lease_timeout:
+        raise InvalidOption("lease timeout is invalid; cannot be empty")
+    if not r.expire_timeout:
+        raise InvalidOption("expire timeout is invalid; cannot be empty")
+    if r.lease_timeout > r.expire_timeout:
+        raise lease_too_long(r.lease_timeout, r.expire_timeout)
