@@ -13,7 +13,7 @@ import pytest
 
 from querator.clock import FakeClock
 from querator.engine.logical_queue import PARTITION_MOVED
-from querator.engine.queues_manager import QueuesManager
+from querator.engine.queues_manager import HandOff, QueuesManager
 from querator.errors import RetryRequest
 from querator.storage.base import Item, QueueRecord
 from querator.storage.memory import MemoryStore
@@ -91,7 +91,7 @@ async def test_a_hand_off_does_not_block_spawning_other_queues(manager: QueuesMa
 
     running = asyncio.create_task(queue.logical.call(last_batch))
     await started.wait()
-    manager.hand_off(queue)
+    manager.hand_off(queue, HandOff.RING)
     await asyncio.wait_for(spawned.wait(), 5)
     await running
     await manager.shutdown()
@@ -111,7 +111,7 @@ async def test_a_request_waits_for_a_starting_engine_no_longer_than_its_timeout(
 
     running = asyncio.create_task(queue.logical.call(slow_batch))
     await started.wait()
-    manager.hand_off(queue)
+    manager.hand_off(queue, HandOff.RING)
     with pytest.raises(RetryRequest, match="request timeout; queue 'q' is not served on this node yet"):
         await manager.get("q", within=0.05)
     release.set()

@@ -197,7 +197,8 @@ class LogicalQueue:
         on_stale: Callable[[], None] | None = None,
     ) -> None:
         """``claim``: take each partition over in storage before serving it (a node the ring just made
-        its owner). ``on_stale``: called when storage says another node has taken a partition over."""
+        its owner). ``on_stale``: called each time storage refuses a write because another node has taken
+        a partition over."""
         self._queue = queue
         self._clock = clock
         self._claim = claim
@@ -669,9 +670,9 @@ class LogicalQueue:
 
     def _fail(self, p: PartitionState, error: Exception) -> None:
         if isinstance(error, StaleOwnerError) and self._on_stale is not None:
-            # Another node owns the partition now: hand the queue back rather than retry in vain.
-            on_stale, self._on_stale = self._on_stale, None
-            on_stale()
+            # Another node owns the partition now: hand the queue back rather than retry in vain. Told
+            # of every refused write (each is counted), the hand-off itself happens once.
+            self._on_stale()
         p.failures += 1
         p.error = str(error) or type(error).__name__
         log.warning(

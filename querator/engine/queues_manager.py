@@ -5,13 +5,16 @@ costs nothing for queues nobody touches; their partitions' lifecycles start with
 cluster it runs over the partitions the ring gives this node (``Owned``), claimed in storage first; when
 the ring moves partitions, or storage says another node took one over, the engine is handed off: it
 finishes its batch, answers what waits with 454, and the next request spawns it over the new set.
+``ClusterCounters`` counts the hand-offs by reason and the writes storage refused (docs/cluster.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 
 from querator import _tasks
 from querator.clock import Clock
@@ -24,6 +27,26 @@ Owned = Callable[[str, int], Sequence[int]]
 """The partitions (of a queue with that many) this node serves now."""
 
 log = logging.getLogger(__name__)
+
+
+class HandOff(enum.Enum):
+    """Why an engine was handed off."""
+
+    RING = "ring"
+    """The ring moved partitions: this node owns another set of the queue's partitions now."""
+    LEASE = "lease"
+    """This node's cluster lease is uncertain: it stops writing before another node can be given them."""
+    FENCED = "fenced"
+    """Storage refused a write: another node claimed one of the partitions."""
+
+
+@dataclass(slots=True)
+class ClusterCounters:
+    """What the cluster did to this node's engines since it started (exported as Prometheus counters)."""
+
+    hand_offs: dict[HandOff, int] = field(default_factory=lambda: dict.fromkeys(HandOff, 0))
+    fenced_writes: int = 0
+    """Writes storage refused because another node claimed the partition (``StaleOwnerError``)."""
 
 
 class QueuesManager:
@@ -51,6 +74,7 @@ class QueuesManager:
         self._stopping: dict[str, asyncio.Task[None]] = {}
         self._spawning = asyncio.Lock()
         self._closing = False
+        self.counters = ClusterCounters()
 
     async def get(self, name: str, within: float | None = None) -> Queue:
         """The running queue; 400 when no such queue exists.
@@ -116,8 +140,9 @@ class QueuesManager:
         queue: Queue | None = None
 
         def stale() -> None:
+            self.counters.fenced_writes += 1
             if queue is not None:
-                self.hand_off(queue)
+                self.hand_off(queue, HandOff.FENCED)
 
         queue = Queue(
             record,
@@ -137,18 +162,19 @@ class QueuesManager:
         self._records.clear()  # read again: a queue may have changed while this node did not hear of it
         for queue in list(self._queues.values()):
             if tuple(self._owned(queue.name, queue.settings.requested_partitions)) != queue.owned:
-                self.hand_off(queue)
+                self.hand_off(queue, HandOff.RING)
 
     def hand_off_all(self) -> None:
         """Stops serving every partition (this node may lose them: its cluster lease is not certain)."""
         for queue in list(self._queues.values()):
-            self.hand_off(queue)
+            self.hand_off(queue, HandOff.LEASE)
 
-    def hand_off(self, queue: Queue) -> None:
+    def hand_off(self, queue: Queue, reason: HandOff) -> None:
         """Stops ``queue``'s engine (waiting requests get 454); the next request spawns one over the
-        partitions this node owns then."""
+        partitions this node owns then. Counted once per engine, under the first ``reason``."""
         if self._queues.get(queue.name) is queue:
-            log.info("queue %s: handing off partitions %s", queue.name, list(queue.owned))
+            log.info("queue %s: handing off partitions %s (%s)", queue.name, list(queue.owned), reason.value)
+            self.counters.hand_offs[reason] += 1
             self._stop(queue, moved=True)
 
     def find(self, name: str) -> Queue | None:

@@ -24,7 +24,7 @@ from querator.cluster.node import ClusterNode
 from querator.cluster.proxy import Proxy
 from querator.cluster.remote_queue import CALL_TIMEOUT_S, RemoteQueue
 from querator.cluster.router import HERE, Remote, Route, Router
-from querator.engine.queues_manager import QueuesManager
+from querator.engine.queues_manager import HandOff, QueuesManager
 from querator.engine.redrive import redrive
 from querator.errors import TRY_AGAIN, InvalidOption, LeaseTimedOut, RetryRequest, shutting_down, try_again
 from querator.metrics import Metrics
@@ -245,7 +245,7 @@ class Service:
             return RemoteQueue(self.proxy, route)
         queue = await self.manager.get(name, within_s)
         if not self.cluster.serving:  # lost while the engine spawned: it must not keep serving
-            self.manager.hand_off(queue)
+            self.manager.hand_off(queue, HandOff.LEASE)
             raise RetryRequest(NOT_SERVING)
         return LocalQueue(queue, self.clock)
 
