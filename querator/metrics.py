@@ -1,31 +1,42 @@
-"""Prometheus metrics (extensions.md): per-queue gauges and counters, per-route latency histograms.
+"""Prometheus metrics (extensions.md): per-queue gauges and counters, per-route latency histograms, and
+the node's place in the cluster (docs/cluster.md, "Metrics").
 
 A node exports what it runs: the queues whose engines are running here (every queue it was asked about
 since it started; in a cluster, the partitions it owns). Gauges are read from storage when scraped,
 through each queue's own logical queue, so they are exact rather than sampled; counters are the engine's
-``ItemCounters``. Labels are the queue name and, for latency, the route: both bounded by what the
-operator creates, never by item ids or clients.
+``ItemCounters`` and ``ClusterCounters``. Labels are the queue name, the route, a status code, a member
+state and a hand-off reason: all bounded by what the operator creates or the code names, never by item
+ids or clients.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections import Counter as Tally
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Histogram, ProcessCollector
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from querator.clock import MICROS, Clock
+from querator.cluster.node import ClusterNode
+from querator.cluster.proxy import CLIENT_GONE, NO_REPLY
 from querator.engine.logical_queue import ItemCounters
 from querator.engine.queue import Queue
+from querator.engine.queues_manager import ClusterCounters, HandOff, QueuesManager
 from querator.errors import QueratorError, RetryRequest
 from querator.storage.base import PartitionTx
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
 """Seconds; up to 15 minutes because a lease long-polls up to its request_timeout."""
+MEMBER_STATES = ("serving", "grace", "joining")
+"""The states of ``ClusterNode.members``, each exported even when no member is in it."""
+
+Ready = Callable[[], Awaitable[str]]
+"""Why the node should not get traffic now ("" when ready): what ``/ready`` answers."""
 
 
 @dataclass(slots=True)
@@ -42,7 +53,7 @@ class QueueGauges:
 class Metrics:
     """The node's private registry (no global state, so tests can run many servers in one process)."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, cluster: ClusterNode, manager: QueuesManager, ready: Ready) -> None:
         self.registry = CollectorRegistry()
         self.latency = Histogram(
             "querator_request_duration_seconds",
@@ -51,22 +62,48 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self._forwards = Counter(
+            "querator_cluster_forwards",
+            "Requests this node forwarded to the node owning what they need, by route and the owner's "
+            f"status code ({NO_REPLY}: no authentic reply came; {CLIENT_GONE}: the client went away first).",
+            ["route", "code"],
+            registry=self.registry,
+        )
+        self._forward_latency = Histogram(
+            "querator_cluster_forward_duration_seconds",
+            "Time from forwarding a request to the owner's reply (or the failure), by route.",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         ProcessCollector(registry=self.registry)
         self._queues = _QueueCollector(clock)
         self.registry.register(self._queues)
+        self._node = _NodeCollector(cluster, manager.counters)
+        self.registry.register(self._node)
+        self._manager = manager
+        self._ready = ready
         self._lock = asyncio.Lock()
 
-    async def render(self, queues: list[Queue], accept: str) -> tuple[bytes, str]:
+    def forwarded(self, route: str, code: str, seconds: float) -> None:
+        """Counts one forward to another node (a ``Proxy``'s ``Forwarded``)."""
+        self._forwards.labels(route, code).inc()
+        self._forward_latency.labels(route).observe(seconds)
+
+    async def render(self, accept: str) -> tuple[bytes, str]:
         """The exposition, with the gauges read now, and its content type: OpenMetrics when ``accept``
         asks for it (as Prometheus does), else the Prometheus text format."""
         encode, content_type = choose_encoder(accept)
         async with self._lock:  # one scrape at a time reads storage; the next reuses nothing stale
+            queues = self._manager.running()
             snapshot = []
             for q in queues:
                 gauges = await _gauges(q)
                 if gauges is not None:
                     snapshot.append((q.name, gauges, q.logical.counters))
             self._queues.snapshot = snapshot
+            self._node.ready = not await self._ready()
+            self._node.partitions_owned = sum(len(q.owned) for q in queues)
             try:
                 return encode(self.registry), content_type
             finally:
@@ -156,3 +193,49 @@ class _QueueCollector(Collector):
             counters["dead_lettered"].add_metric(labels, c.dead)
         yield from gauges.values()
         yield from counters.values()
+
+
+class _NodeCollector(Collector):
+    """The node's readiness and its place in the cluster (a node alone: a one-member ring owning every
+    partition)."""
+
+    def __init__(self, cluster: ClusterNode, counters: ClusterCounters) -> None:
+        self._cluster = cluster
+        self._counters = counters
+        self.ready = False
+        self.partitions_owned = 0
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "querator_ready", "1 when the node is ready for traffic (what /ready says), else 0.", self.ready
+        )
+        members = GaugeMetricFamily(
+            "querator_cluster_members",
+            "Members of the ring as this node sees them, by state: serving, grace (vanished, still "
+            "owning its partitions until its grace period ends), joining (this node, its lease uncertain).",
+            labels=["state"],
+        )
+        states = Tally(member.state for member in self._cluster.members())
+        for state in MEMBER_STATES:
+            members.add_metric([state], states[state])
+        yield members
+        yield GaugeMetricFamily(
+            "querator_cluster_partitions_owned",
+            "Partitions this node serves now: the ring's share of each queue whose engine runs here "
+            "(an engine starts with the queue's first request on this node).",
+            self.partitions_owned,
+        )
+        hand_offs = CounterMetricFamily(
+            "querator_cluster_hand_offs",
+            "Queue engines handed off: ring (the ring moved partitions), lease (this node's cluster lease "
+            "was uncertain), fenced (storage refused a write: another node claimed a partition).",
+            labels=["reason"],
+        )
+        for reason in HandOff:
+            hand_offs.add_metric([reason.value], self._counters.hand_offs[reason])
+        yield hand_offs
+        yield CounterMetricFamily(
+            "querator_cluster_fenced_writes",
+            "Writes storage refused because another node claimed the partition (a newer owner's epoch).",
+            self._counters.fenced_writes,
+        )

@@ -7,16 +7,24 @@ request spawns one over the new set, never while the old one can still write.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import pytest
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from querator.clock import FakeClock
+from querator.cluster.node import ClusterNode
 from querator.engine.logical_queue import PARTITION_MOVED
 from querator.engine.queues_manager import HandOff, QueuesManager
-from querator.errors import RetryRequest
-from querator.storage.base import Item, QueueRecord
+from querator.errors import RetryRequest, StaleOwnerError
+from querator.metrics import Metrics
+from querator.storage.base import Item, Partition, PartitionTx, QueueRecord
 from querator.storage.memory import MemoryStore
+
+from .conftest import eventually
+
+R = TypeVar("R")
 
 MINUTE = 60 * 1_000_000
 
@@ -35,9 +43,40 @@ async def nowhere(queue: str, items: list[Item]) -> None:
     raise AssertionError("nothing dies in these tests")
 
 
+async def ready() -> str:
+    """Readiness for ``Metrics``: always ready."""
+    return ""
+
+
+class FencedStore(MemoryStore):
+    """A memory store whose partitions refuse every transaction once ``fenced``, as Cassandra does
+    when another node has claimed them with a newer epoch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fenced = False
+
+    def partition(self, queue: str, number: int) -> Partition:
+        return _FencedPartition(self, super().partition(queue, number))
+
+
+class _FencedPartition:
+    def __init__(self, store: FencedStore, partition: Partition) -> None:
+        self._store = store
+        self._partition = partition
+
+    async def run(self, fn: Callable[[PartitionTx], R]) -> R:
+        if self._store.fenced:
+            raise StaleOwnerError("partition is owned by a newer epoch")
+        return await self._partition.run(fn)
+
+    async def claim(self) -> None:
+        await self._partition.claim()
+
+
 @pytest.fixture
 async def manager() -> QueuesManager:
-    store = MemoryStore()
+    store = FencedStore()
     await store.open()
     await store.add_queue(
         QueueRecord(name="q", lease_timeout=MINUTE, expire_timeout=60 * MINUTE, requested_partitions=4)
@@ -117,4 +156,39 @@ async def test_a_request_waits_for_a_starting_engine_no_longer_than_its_timeout(
     release.set()
     await running
     assert await manager.get("q", within=60) is not queue
+    await manager.shutdown()
+
+
+async def test_a_fenced_write_hands_off_and_both_are_counted(manager: QueuesManager) -> None:
+    """Storage refusing a write (another node claimed the partition) stops the engine at once; the
+    refused write and the hand-off show in the node's metrics, as does a ring move after it."""
+    store = manager.store
+    assert isinstance(store, FencedStore)
+    queue = await manager.get("q")
+    await queue.produce([Item(payload=b"a")], MINUTE)
+    store.fenced = True
+    with pytest.raises(RetryRequest):
+        await queue.produce([Item(payload=b"b")], MINUTE)
+
+    async def stopped() -> bool:
+        return queue.logical._task.done()
+
+    await eventually(stopped)
+    assert manager.find("q") is None, "handed off"
+    store.fenced = False
+    ring = manager._owned
+    assert isinstance(ring, Ring)
+    await manager.get("q")
+    ring.owned = [1]
+    manager.rebalance()
+    clock = FakeClock()
+    metrics = Metrics(clock, ClusterNode(None, clock, ""), manager, ready=ready)
+    body, _ = await metrics.render("application/openmetrics-text; version=1.0.0")
+    samples = {
+        (s.name, tuple(s.labels.values())): s.value
+        for f in text_string_to_metric_families(body.decode())
+        for s in f.samples
+    }
+    assert samples[("querator_cluster_fenced_writes_total", ())] == 1
+    assert [samples[("querator_cluster_hand_offs_total", (r.value,))] for r in HandOff] == [1, 0, 1]
     await manager.shutdown()

@@ -20,8 +20,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from querator.auth import ApiKeys, ClusterAuth, generate_key, key_hash, parse_hash, read_hashes, read_secret
 from querator.client import AsyncClient
 from querator.clock import FakeClock
+from querator.engine.queues_manager import HandOff
 from querator.errors import RetryRequest, StorageError, Unauthorized
 from querator.http import create_app
+from querator.metrics import MEMBER_STATES
 from querator.service import Service
 from querator.storage.memory import MemoryStore
 from querator.wire import messages as m
@@ -206,11 +208,23 @@ async def test_metrics_match_a_scripted_workload(api: Api, clock: FakeClock) -> 
     assert expiring["items"][0]["id"] not in {i["id"] for n in (0, 1) for i in await api.items("q", n)}
 
 
+CLUSTER_FAMILIES = {
+    "querator_ready": "gauge",
+    "querator_cluster_members": "gauge",
+    "querator_cluster_partitions_owned": "gauge",
+    "querator_cluster_forwards": "counter",
+    "querator_cluster_forward_duration_seconds": "histogram",
+    "querator_cluster_hand_offs": "counter",
+    "querator_cluster_fenced_writes": "counter",
+}
+
+
 async def test_metrics_parse_as_openmetrics_with_status_codes(api: Api) -> None:
     """Prometheus asks for OpenMetrics, whose strict parser refuses two families of one name (the
     gauge of leased items and the counter of deliveries once shared one); every request is counted
-    under its reply's status code."""
-    await api.create("q")
+    under its reply's status code. Every family parses in both formats, the node's own included (a
+    node alone: one serving member owning every partition of its running queues)."""
+    await api.create("q", requested_partitions=3)
     await api.produce_n("q", 1)
     await api.error("/v1/queue.produce", {"queue_name": "q", "items": []})
     async with api.session.get(
@@ -219,14 +233,33 @@ async def test_metrics_parse_as_openmetrics_with_status_codes(api: Api) -> None:
         assert resp.status == 200
         assert resp.headers["Content-Type"].startswith("application/openmetrics-text")
         text = await resp.text()
+    families = list(openmetrics_families(text))
     counts = {
         sample.labels["code"]: sample.value
-        for family in openmetrics_families(text)
+        for family in families
         for sample in family.samples
         if sample.name == "querator_request_duration_seconds_count"
         and sample.labels["route"] == "/v1/queue.produce"
     }
     assert counts == {"200": 1, "400": 1}
+    async with api.session.get(api.base + "/metrics") as resp:
+        plain = list(text_string_to_metric_families(await resp.text()))
+    for parsed in (families, plain):
+        assert CLUSTER_FAMILIES.items() <= {f.name: f.type for f in parsed}.items()
+        values = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in parsed for s in f.samples}
+        assert values[("querator_ready", ())] == 1
+        assert values[("querator_cluster_partitions_owned", ())] == 3
+        assert [values[("querator_cluster_members", (("state", state),))] for state in MEMBER_STATES] == [
+            1,
+            0,
+            0,
+        ]
+        assert [values[("querator_cluster_hand_offs_total", (("reason", r.value),))] for r in HandOff] == [
+            0,
+            0,
+            0,
+        ]
+        assert values[("querator_cluster_fenced_writes_total", ())] == 0
 
 
 async def test_the_grafana_dashboard_uses_only_exported_metrics(api: Api) -> None:

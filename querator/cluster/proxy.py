@@ -10,8 +10,10 @@ signature is never believed (``ClusterAuth``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
+from collections.abc import Callable
 from typing import TypeVar
 
 import aiohttp
@@ -39,15 +41,29 @@ LEASE_PATH = "/v1/queue.lease"
 POLL_CONNECTIONS = 4096
 """Pooled connections for forwarded leases, apart: long polls held for minutes must not starve the
 pool that completes, produces and dead-letters."""
+NO_REPLY = "none"
+"""The code ``Forwarded`` is told of a forward that got no authentic reply."""
+CLIENT_GONE = "499"
+"""The code ``Forwarded`` is told of a forward abandoned because its client went away."""
+
+Forwarded = Callable[[str, str, float], None]
+"""Told of each forward once it ended: its path, the owner's status code (or ``NO_REPLY``, or
+``CLIENT_GONE``) and the seconds it took (the metrics)."""
 
 
 class Proxy:
     """The HTTP session to the other nodes (opened lazily, closed by ``close``)."""
 
     def __init__(
-        self, node_id: str, auth: ClusterAuth | None = None, tls: ssl.SSLContext | None = None
+        self,
+        node_id: str,
+        auth: ClusterAuth | None = None,
+        tls: ssl.SSLContext | None = None,
+        forwarded: Forwarded | None = None,
     ) -> None:
-        """``tls``: forward over HTTPS, verifying the owners (and presenting a client certificate) with it."""
+        """``tls``: forward over HTTPS, verifying the owners (and presenting a client certificate) with it.
+        ``forwarded``: told of each forward once it ended."""
+        self._forwarded = forwarded
         # JSON both ways, with our extension fields: the service decodes every reply.
         self._headers = {
             FORWARDED_HEADER: node_id,
@@ -87,7 +103,31 @@ class Proxy:
             RetryRequest: the owner could not be reached or did not answer in time, or its reply is not
                 signed by it (454; ``outcome_unknown`` once the request may have reached it).
         """
-        body = encode_json(request)
+        status, reply = await self._timed(target, path, encode_json(request), timeout_s)
+        try:
+            if status != 200:
+                raise error_for(status, decode_json(reply, m.Reply).message)
+            return decode_json(reply, reply_type)
+        except DecodeError as e:
+            raise try_again(f"node {target.node_id} answered {status}") from e
+
+    async def _timed(self, target: Remote, path: str, body: bytes, timeout_s: float) -> tuple[int, bytes]:
+        if self._forwarded is None:
+            return await self._exchange(target, path, body, timeout_s)
+        loop = asyncio.get_running_loop()
+        started, code = loop.time(), NO_REPLY
+        try:
+            status, reply = await self._exchange(target, path, body, timeout_s)
+            code = str(status)
+            return status, reply
+        except asyncio.CancelledError:
+            code = CLIENT_GONE
+            raise
+        finally:
+            self._forwarded(path, code, loop.time() - started)
+
+    async def _exchange(self, target: Remote, path: str, body: bytes, timeout_s: float) -> tuple[int, bytes]:
+        """The owner's authentic status and reply body."""
         headers = self._headers
         signature = ""
         if self._auth is not None:
@@ -117,9 +157,4 @@ class Proxy:
                 "forwarding %s to %s: the reply is not signed by a node of this cluster", path, target.node_id
             )
             raise try_again(f"node {target.node_id} did not sign its reply", outcome_unknown=True)
-        try:
-            if status != 200:
-                raise error_for(status, decode_json(reply, m.Reply).message)
-            return decode_json(reply, reply_type)
-        except DecodeError as e:
-            raise try_again(f"node {target.node_id} answered {status}") from e
+        return status, reply

@@ -93,7 +93,6 @@ class Service:
         self.store = store
         self.cluster = cluster or ClusterNode(None, self.clock, "")
         self.router = Router(self.cluster)
-        self.proxy = Proxy(self.cluster.node_id, cluster_auth, cluster_tls)
         self.manager = QueuesManager(
             store,
             self.clock,
@@ -101,10 +100,11 @@ class Service:
             max_requests_per_queue,
             owned=self.router.owned if self.cluster.clustered else None,
         )
+        self.metrics = Metrics(self.clock, self.cluster, self.manager, self.ready)
+        self.proxy = Proxy(self.cluster.node_id, cluster_auth, cluster_tls, self.metrics.forwarded)
         self._closing = False
         self._started = False
         self._purger: asyncio.Task[None] | None = None
-        self.metrics = Metrics(self.clock)
 
     async def start(self) -> None:
         """Opens the storage backend and starts dropping expired de-duplication records."""
@@ -198,7 +198,7 @@ class Service:
 
     async def render_metrics(self, accept: str = "") -> tuple[bytes, str]:
         """The Prometheus exposition of this node, in the format ``accept`` asks for, and its type."""
-        return await self.metrics.render(self.manager.running(), accept)
+        return await self.metrics.render(accept)
 
     async def _purge_dedup(self) -> None:
         while True:
