@@ -273,6 +273,21 @@ async def test_the_grafana_dashboard_uses_only_exported_metrics(api: Api) -> Non
     assert used and used <= exported, used - exported
 
 
+async def test_every_exported_metric_is_documented(api: Api) -> None:
+    await api.create("q")
+    await api.produce_n("q", 1)
+    async with api.session.get(api.base + "/metrics") as resp:
+        families = list(text_string_to_metric_families(await resp.text()))
+    # The text format lists a family's creation time as a gauge of its own: part of the family.
+    exported = {
+        f.name + ("_total" if f.type == "counter" else "")
+        for f in families
+        if f.name.startswith("querator_") and not f.name.endswith("_created")
+    }
+    documented = set(re.findall(r"`(querator_[a-z_]+)`", (ROOT / "docs" / "extensions.md").read_text()))
+    assert exported <= documented, exported - documented
+
+
 SECRET = "s" * 40
 
 
