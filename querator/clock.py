@@ -128,6 +128,16 @@ class FakeClock:
             timer.callback()
 
 
+def seconds(micros: int) -> float:
+    """Microseconds as seconds (what asyncio and aiohttp take)."""
+    return micros / MICROS
+
+
+def micros(seconds: float) -> int:
+    """Seconds as whole microseconds (what the engine and storage keep)."""
+    return round(seconds * MICROS)
+
+
 def to_datetime(micros: int) -> datetime:
     """Microseconds since the epoch as an aware UTC datetime."""
     # Zero is "no time": Go's zero time, which the reference puts on the wire for unset deadlines.

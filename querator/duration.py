@@ -253,3 +253,8 @@ def format_duration(ns: int) -> str:
     if ns > _INT64_MAX:
         raise ValueError(f"duration {ns}ns is above the int64 range")
     return _format_magnitude(ns)
+
+
+def format_micros(us: int) -> str:
+    """Microseconds as Go renders a duration (``1m30s``)."""
+    return format_duration(us * MICROSECOND)

@@ -21,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
-from querator.clock import MICROS, Clock
+from querator.clock import Clock, seconds
 from querator.cluster.node import ClusterNode
 from querator.cluster.proxy import CLIENT_GONE, NO_REPLY
 from querator.engine.logical_queue import ItemCounters
@@ -181,7 +181,7 @@ class _QueueCollector(Collector):
             gauges["queued"].add_metric(labels, g.queued)
             gauges["leased"].add_metric(labels, g.leased)
             gauges["scheduled"].add_metric(labels, g.scheduled)
-            age = (now - g.oldest_created_at) / MICROS if g.oldest_created_at else 0.0
+            age = seconds(now - g.oldest_created_at) if g.oldest_created_at else 0.0
             gauges["age"].add_metric(labels, max(age, 0.0))
             gauges["failing"].add_metric(labels, g.failing_partitions)
             counters["produced"].add_metric(labels, c.produced)

@@ -30,7 +30,7 @@ import aiohttp
 import msgspec
 
 from querator import _tasks
-from querator.clock import MICROS, Clock, SystemClock, TimerHandle
+from querator.clock import Clock, SystemClock, TimerHandle, micros
 from querator.cluster.etcd import (
     EtcdClient,
     EtcdCompacted,
@@ -341,7 +341,7 @@ class Membership:
         # Measured on the monotonic clock, so a wall-clock step cannot stretch the deadline.
         delay = self._serving_deadline - self._clock.monotonic()
         self._serving_timer = self._clock.call_at(
-            self._clock.now() + max(0, round(delay * MICROS)), self._serving_timer_fired
+            self._clock.now() + max(0, micros(delay)), self._serving_timer_fired
         )
 
     def _serving_timer_fired(self) -> None:
@@ -446,7 +446,7 @@ class Membership:
             if not done.done():
                 done.set_result(None)
 
-        handle = self._clock.call_at(self._clock.now() + round(seconds * MICROS), wake)
+        handle = self._clock.call_at(self._clock.now() + micros(seconds), wake)
         try:
             await done
         finally:

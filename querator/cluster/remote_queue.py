@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import msgspec
 
-from querator.clock import MICROS
+from querator.clock import seconds
 from querator.cluster.proxy import Proxy
 from querator.cluster.router import Remote
 from querator.errors import LeaseTimedOut, QueratorError
@@ -50,7 +50,7 @@ class RemoteQueue:
         return self._owner.node_id
 
     async def produce(self, req: m.QueueProduceRequest, timeout_us: int) -> None:
-        await self._call("/v1/queue.produce", req, m.Reply, timeout_us / MICROS + WRITE_MARGIN_S)
+        await self._call("/v1/queue.produce", req, m.Reply, seconds(timeout_us) + WRITE_MARGIN_S)
 
     async def lease(self, req: m.QueueLeaseRequest, timeout_us: int) -> m.QueueLeaseResponse:
         """The owner's lease, waiting there up to the request's timeout.
@@ -58,7 +58,7 @@ class RemoteQueue:
         Raises:
             LeaseTimedOut: the owner had nothing to lease before the request's timeout.
         """
-        timeout_s = timeout_us / MICROS + REPLY_MARGIN_S
+        timeout_s = seconds(timeout_us) + REPLY_MARGIN_S
         return await self._call("/v1/queue.lease", req, m.QueueLeaseResponse, timeout_s)
 
     async def lease_now(self, req: m.QueueLeaseRequest, within_s: float) -> m.QueueLeaseResponse | None:

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 from uhashring import HashRing
 
-from querator.clock import MICROS, Clock
+from querator.clock import Clock, micros
 from querator.cluster.membership import MemberSet
 
 __all__ = ["Placement", "Ring"]
@@ -58,7 +58,7 @@ class Placement:
     def __init__(self, grace_period: float, clock: Clock) -> None:
         if grace_period < 0:
             raise ValueError("grace_period must not be negative")
-        self._grace = round(grace_period * MICROS)
+        self._grace = micros(grace_period)
         self._clock = clock
         self._live: frozenset[str] = frozenset()
         self._revision = 0

@@ -9,13 +9,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from querator.clock import from_datetime, to_datetime
-from querator.duration import format_duration
+from querator.duration import format_micros
 from querator.engine.logical_queue import LogicalStats
 from querator.storage.base import Item, PartitionStats, QueueRecord
 from querator.storage.operations import RetryEntry
 from querator.wire import messages as m
-
-NANOS_PER_MICRO = 1000
 
 
 def produced_items(req: m.QueueProduceRequest) -> list[Item]:
@@ -82,8 +80,8 @@ def logical_stats(
                 total=s.total,
                 total_leased=s.leased,
                 failures=failures[number],
-                average_age=format_duration(s.average_age * NANOS_PER_MICRO),
-                average_leased_age=format_duration(s.average_leased_age * NANOS_PER_MICRO),
+                average_age=format_micros(s.average_age),
+                average_leased_age=format_micros(s.average_leased_age),
                 scheduled=s.scheduled,
             )
             for number, s in partitions
@@ -99,13 +97,13 @@ def queue_info(r: QueueRecord) -> m.QueueInfo:
         updated_at=to_datetime(r.updated_at),
         dead_queue=r.dead_queue,
         reference=r.reference,
-        lease_timeout=format_duration(r.lease_timeout * NANOS_PER_MICRO),
-        expire_timeout=format_duration(r.expire_timeout * NANOS_PER_MICRO),
+        lease_timeout=format_micros(r.lease_timeout),
+        expire_timeout=format_micros(r.expire_timeout),
         max_attempts=r.max_attempts,
         requested_partitions=r.requested_partitions,
         namespace=r.namespace,
         # Left out of JSON replies to clients that did not ask for extensions (http._reference_view).
-        dedup_window=format_duration(r.dedup_window * NANOS_PER_MICRO),
+        dedup_window=format_micros(r.dedup_window),
     )
 
 

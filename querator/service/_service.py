@@ -19,7 +19,7 @@ import msgspec
 
 from querator import _tasks
 from querator.auth import ClusterAuth
-from querator.clock import MICROS, Clock, SystemClock, sleep_until
+from querator.clock import MICROS, Clock, SystemClock, seconds, sleep_until
 from querator.cluster.node import ClusterNode
 from querator.cluster.proxy import Proxy
 from querator.cluster.remote_queue import CALL_TIMEOUT_S, RemoteQueue
@@ -66,7 +66,7 @@ PROBE_TIMEOUT_S = 1.0
 """Seconds a lease probe of another owner may take, reply included."""
 PROBE_MIN_S = 0.05
 """Seconds a lease must have left to ask other owners at all."""
-LEASE_SLICE_US = 1_000_000
+LEASE_SLICE_US = MICROS
 """Microseconds a lease waits on this node's partitions before it looks at the other owners again: the
 longest an item produced at another owner waits while a consumer waits here."""
 NOT_SERVING = f"{TRY_AGAIN}; this node is not serving partitions now"
@@ -312,19 +312,19 @@ class Service:
     async def produce(self, req: m.QueueProduceRequest, forwarded_by: str = "") -> None:
         record = await self._record(req.queue_name, forwarded_by)
         timeout_us = check_produce(req)
-        target = await self._at_queue(record, forwarded_by, timeout_us / MICROS)
+        target = await self._at_queue(record, forwarded_by, seconds(timeout_us))
         await target.produce(req, timeout_us)
 
     async def lease(self, req: m.QueueLeaseRequest, forwarded_by: str = "") -> m.QueueLeaseResponse:
         record = await self._record(req.queue_name, forwarded_by)
         timeout_us = check_lease(req)
-        target = await self._at_queue(record, forwarded_by, timeout_us / MICROS)
+        target = await self._at_queue(record, forwarded_by, seconds(timeout_us))
         if isinstance(target, RemoteQueue):
             return await target.lease(req, timeout_us)
         until = self.clock.now() + timeout_us
         while True:
             # Asking the other owners takes at most half of what is left of the request's time.
-            budget_s = min(PROBE_TIMEOUT_S, (until - self.clock.now()) / MICROS / 2)
+            budget_s = min(PROBE_TIMEOUT_S, seconds(until - self.clock.now()) / 2)
             others = self.router.other_owners(record.name, record.requested_partitions, forwarded_by)
             if others and target.engine.un_leased() == 0 and budget_s > PROBE_MIN_S:
                 # Nothing to lease here now: items may wait at another owner.
@@ -365,7 +365,7 @@ class Service:
         record = await self._record(req.queue_name, forwarded_by)
         check_partition(record, req.partition)
         timeout_us = check_complete(req)
-        await (await self._at_partition(record, req.partition, forwarded_by, timeout_us / MICROS)).complete(
+        await (await self._at_partition(record, req.partition, forwarded_by, seconds(timeout_us))).complete(
             req
         )
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import unicodedata
 
-from querator.duration import DurationError, format_duration, parse_duration
+from querator.clock import MICROS
+from querator.duration import MICROSECOND, DurationError, format_duration, format_micros, parse_duration
 from querator.errors import InvalidOption
 from querator.storage.base import QueueRecord
 from querator.storage.operations import storage_id_error
@@ -17,17 +18,16 @@ from querator.wire import messages as m
 MAX_PRODUCE_BATCH = 1000
 MAX_LEASE_BATCH = 1000
 MAX_COMPLETE_BATCH = 1000
-MAX_REQUEST_TIMEOUT_US = 15 * 60 * 1_000_000
+MAX_REQUEST_TIMEOUT_US = 15 * 60 * MICROS
 MIN_REQUEST_TIMEOUT_US = 10_000
 MAX_LIST_LIMIT = 65536
 MAX_NAME = 512
 """Characters of a queue name (and of a dead queue's)."""
 MAX_PARTITIONS = 4096
 MAX_DEDUP_ID = 128
-MAX_DEDUP_WINDOW_US = 7 * 24 * 3600 * 1_000_000
+MAX_DEDUP_WINDOW_US = 7 * 24 * 3600 * MICROS
 DEFAULT_LIST_LIMIT = 1000
 SYSTEM_NAMESPACE = "_system"
-NANOS_PER_MICRO = 1000
 
 
 # -- the queue API -----------------------------------------------------------------------------------------
@@ -209,10 +209,10 @@ def check_ids(ids: list[str]) -> None:
         )
 
 
-def lease_too_long(lease_timeout: int, expire_timeout: int) -> InvalidOption:
+def lease_too_long(lease_timeout_us: int, expire_timeout_us: int) -> InvalidOption:
     return InvalidOption(
-        f"lease timeout is too long; {format_duration(lease_timeout * NANOS_PER_MICRO)} cannot be greater"
-        f" than the expire timeout {format_duration(expire_timeout * NANOS_PER_MICRO)}"
+        f"lease timeout is too long; {format_micros(lease_timeout_us)} cannot be greater"
+        f" than the expire timeout {format_micros(expire_timeout_us)}"
     )
 
 
@@ -221,22 +221,20 @@ def request_timeout(text: str, minimum_us: int = MIN_REQUEST_TIMEOUT_US) -> int:
     if not text:
         raise InvalidOption("request timeout is required; '5m' is recommended, 15m is the maximum")
     try:
-        nanos = parse_duration(text)
+        ns = parse_duration(text)
     except DurationError as e:
         raise InvalidOption(f"request timeout is invalid; {e} - expected format: 900ms, 5m or 15m") from None
-    if nanos == 0:
+    if ns == 0:
         raise InvalidOption("request timeout is required; '5m' is recommended, 15m is the maximum")
-    if nanos > MAX_REQUEST_TIMEOUT_US * NANOS_PER_MICRO:
+    if ns > MAX_REQUEST_TIMEOUT_US * MICROSECOND:
         raise InvalidOption(
-            "request timeout is invalid; maximum timeout is '15m' "
-            f"but '{format_duration(nanos)}' was requested"
+            f"request timeout is invalid; maximum timeout is '15m' but '{format_duration(ns)}' was requested"
         )
-    if nanos < minimum_us * NANOS_PER_MICRO:
+    if ns < minimum_us * MICROSECOND:
         raise InvalidOption(
-            "request timeout is invalid; minimum timeout is '10ms' "
-            f"but '{format_duration(nanos)}' was requested"
+            f"request timeout is invalid; minimum timeout is '10ms' but '{format_duration(ns)}' was requested"
         )
-    return nanos // NANOS_PER_MICRO
+    return ns // MICROSECOND
 
 
 def timeouts(info: m.QueueInfo) -> tuple[int, int]:
@@ -254,14 +252,14 @@ def queue_duration(text: str, what: str, formats: str) -> int:
     if not text:
         return 0
     try:
-        nanos = parse_duration(text)
+        ns = parse_duration(text)
     except DurationError as e:
         raise InvalidOption(f"{what} is invalid; {e} - expected format: {formats}") from None
-    if nanos < 0:
+    if ns < 0:
         raise InvalidOption(f"{what} is invalid; cannot be negative but '{text}' was given")
     # Zero reads as "not given": on create the store check answers "cannot be empty", on update the
     # current value is kept (as the reference does for a zero duration).
-    return nanos // NANOS_PER_MICRO
+    return ns // MICROSECOND
 
 
 def dedup_window(text: str, unset: int) -> int:
@@ -269,17 +267,17 @@ def dedup_window(text: str, unset: int) -> int:
     if not text:
         return unset
     try:
-        nanos = parse_duration(text)
+        ns = parse_duration(text)
     except DurationError as e:
         raise InvalidOption(f"dedup window is invalid; {e} - expected format: 5m, 1h or 0s") from None
-    if nanos < 0:
+    if ns < 0:
         raise InvalidOption(f"dedup window is invalid; cannot be negative but '{text}' was given")
-    if nanos > MAX_DEDUP_WINDOW_US * NANOS_PER_MICRO:
+    if ns > MAX_DEDUP_WINDOW_US * MICROSECOND:
         raise InvalidOption(
-            f"dedup window is invalid; maximum is '{format_duration(MAX_DEDUP_WINDOW_US * NANOS_PER_MICRO)}'"
-            f" but '{format_duration(nanos)}' was given"
+            f"dedup window is invalid; maximum is '{format_micros(MAX_DEDUP_WINDOW_US)}'"
+            f" but '{format_duration(ns)}' was given"
         )
-    return nanos // NANOS_PER_MICRO
+    return ns // MICROSECOND
 
 
 def namespace(namespace: str) -> str:
