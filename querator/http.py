@@ -1,8 +1,9 @@
 """The HTTP transport: the v1 routes on aiohttp, kept thin -- decode, call the Service, encode.
 
-Transport rules of spec §1.1: every RPC is a POST; bodies are JSON or binary protobuf by Content-Type and
-Accept; each route has a body limit that is enforced before the body is read whole; any other method is
-a 400, an unknown path a 501. Errors are mapped to replies in exactly one place (``_error_reply``).
+Transport rules (docs/semantics.md §1): every RPC is a POST; bodies are JSON or binary protobuf by
+Content-Type and Accept; each route has a body limit that is enforced before the body is read whole;
+any other method is a 400, an unknown path a 501. Errors are mapped to replies in exactly one place
+(``_error_reply``).
 """
 
 from __future__ import annotations
@@ -343,8 +344,8 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
     to be compressed (see ``protocol_factory``)."""
     encoding = request.headers.get("Content-Encoding", "")
     if encoding.strip().lower() not in ("", "identity"):
-        # 400 rather than HTTP's 415: clients know duh's codes only (spec §1.1), and for them, as for the
-        # reference, a body that cannot be read as it is is a bad request.
+        # 400 rather than HTTP's 415: clients know duh's codes only (docs/semantics.md §1.4), and for them,
+        # as for the reference, a body that cannot be read as it is is a bad request.
         raise InvalidOption(
             f"Content-Encoding header '{encoding}' is invalid; request bodies must not be compressed"
         )
@@ -485,9 +486,9 @@ def protocol_factory(server: web.Server, **settings: Any) -> Callable[[], web.Re
       its parser, on the event loop, before any handler could refuse them (even a request without an
       API key), counting compressed bytes against the body limit. Go's net/http does not inflate either,
       so a compressed body was never a valid request; ``_read_body`` refuses one unread;
-    - it answers a request it cannot parse with the error body of spec §1.2, not aiohttp's text/plain,
-      and logs it briefly (``_ProtocolErrors``), not at ERROR with a traceback quoting the raw bytes
-      (headers, API keys).
+    - it answers a request it cannot parse with the error body of docs/semantics.md §1.4, not
+      aiohttp's text/plain, and logs it briefly (``_ProtocolErrors``), not at ERROR with a traceback
+      quoting the raw bytes (headers, API keys).
     """
     loop = asyncio.get_running_loop()
     # access_log None: no access log (aiohttp takes None there; its annotation does not say so).
@@ -544,7 +545,7 @@ class _Protocol(web.RequestHandler):
             reply = _reply(m.Reply(code=500, code_text=CODE_TEXT[500], message="Internal Error"), JSON, 500)
         else:
             _protocol_errors.report(request.remote, exc)
-            # Any parse error is a plain 400: clients know duh's codes only (spec §1.1).
+            # Any parse error is a plain 400: clients know duh's codes only (docs/semantics.md §1.4).
             reply = _error_reply(InvalidOption("request is invalid; malformed HTTP request"), JSON)
         reply.force_close()
         return reply

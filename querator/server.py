@@ -1,7 +1,8 @@
 """Running a node: build the store and the service from a ServerConfig, serve HTTP, stop gracefully.
 
-Shutdown order follows ADR 0015 of the reference: the service stops first, so every waiting request is
-answered 453 "shutting down", then the HTTP server closes its connections, then storage closes.
+Shutdown order follows the reference's ADR 0015 (docs/semantics.md §8.5): the service stops first, so
+every waiting request is answered 453 "shutting down", then the HTTP server closes its connections, then
+storage closes.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Lease expiry, max_attempts, expire_timeout and dead-lettering on a frozen clock (spec §2.7)."""
+"""Lease expiry, max_attempts, expire_timeout and dead-lettering on a frozen clock (docs/semantics.md §5)."""
 
 from __future__ import annotations
 

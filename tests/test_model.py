@@ -1,4 +1,4 @@
-"""Model-based check of one partition against the reference's FIFO model (spec §5.3), with Hypothesis.
+"""Model-based check of one partition against the FIFO model (docs/semantics.md §9), with Hypothesis.
 
 The model: an ordered list of available items and the leased ones in lease order. Produce appends;
 lease takes exactly the head; complete removes leased items; retry and lease expiry append to the tail

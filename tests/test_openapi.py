@@ -299,8 +299,8 @@ async def test_undocumented_methods_and_the_get_routes(api: Api) -> None:
         other = "POST" if method == "get" else "GET"
         async with api.session.request(other, api.base + path) as resp:
             reply = msgspec.json.decode(await resp.read())
-        # The reference's rules (spec §1.1): a POST-only path answers another method with a 400, and a
-        # POST to a GET-only path is routed like any unknown POST (501).
+        # The reference's rules (docs/semantics.md §1.1): a POST-only path answers another method with a 400,
+        # and a POST to a GET-only path is routed like any unknown POST (501).
         if method == "get":
             assert resp.status == 501, path
             _assert_valid(_json_schema(DOC["components"]["responses"]["NotImplemented"]), reply, path)

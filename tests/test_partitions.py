@@ -1,4 +1,5 @@
-"""Opportunistic distribution across partitions (spec §3.2, partition_test.go)."""
+"""Opportunistic distribution across partitions (docs/semantics.md §8.3, the reference's
+partition_test.go)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""queue.produce / lease / complete / stats / clear / reload over real HTTP (spec §5.2, queue_test.go)."""
+"""queue.produce / lease / complete / stats / clear / reload over real HTTP (docs/semantics.md §4, the
+reference's queue_test.go)."""
 
 from __future__ import annotations
 
@@ -218,7 +219,7 @@ async def test_complete_errors(api: Api) -> None:
         },
     )
     assert "is not marked as leased" in e.message
-    # The first id was completed before the second failed: no rollback (spec §2.5).
+    # The first id was completed before the second failed: no rollback (docs/semantics.md §4.3).
     assert [i["id"] for i in await api.items("q")] == [ids[1]]
 
 

@@ -1,4 +1,5 @@
-"""queues.create / list / update / delete / info over real HTTP (spec §2.2, queues_test.go)."""
+"""queues.create / list / update / delete / info over real HTTP (docs/semantics.md §6, the reference's
+queues_test.go)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""queue.retry over real HTTP (spec §2.6, retry_test.go)."""
+"""queue.retry over real HTTP (docs/semantics.md §4.4, the reference's retry_test.go)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""storage/items.list, items.import, items.delete, scheduled.list (spec §2.11, storage_test.go)."""
+"""storage/items.list, items.import, items.delete, scheduled.list (docs/semantics.md §7, the reference's
+storage_test.go)."""
 
 from __future__ import annotations
 

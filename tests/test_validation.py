@@ -1,4 +1,4 @@
-"""Every validation error of the hot path with the reference's exact message (spec §1.6)."""
+"""Every validation error of the hot path with the reference's exact message (docs/semantics.md §2)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """etcd through its JSON gateway (``/v3/...``), with aiohttp: the few calls that membership needs.
 
-Why not etcd3-py, the client the design names: see docs/cluster.md ("The etcd client"). In short, its
-clients cannot be constructed while etcd is unreachable and block the event loop in their constructor,
-its asyncio watch is broken with aiohttp >= 3.10 and its asyncio keep-alive is not implemented; what is
-left (four unary calls) is a few lines of JSON over the aiohttp session we already have.
+Why not etcd3-py, the client the design names: see ADR 0008 and docs/cluster.md ("The etcd client"). In
+short, its clients cannot be constructed while etcd is unreachable and block the event loop in their
+constructor, its asyncio watch is broken with aiohttp >= 3.10 and its asyncio keep-alive is not
+implemented; what is left (four unary calls) is a few lines of JSON over the aiohttp session we already
+have.
 
 The gateway speaks protobuf-JSON: int64 fields travel as strings (the decoders run with
 ``strict=False`` so msgspec turns them into ints), bytes as base64 (msgspec's own encoding of

@@ -1,4 +1,4 @@
-"""Opportunistic distribution (spec §3.2): which partition a produce or a lease request goes to.
+"""Opportunistic distribution (docs/semantics.md §8.3): which partition a produce or a lease request goes to.
 
 Partitions are kept sorted by (failures, un-leased items), ascending, and re-sorted after every single
 assignment with a stable sort, so ties keep their previous order. A produce goes whole to the first
@@ -6,7 +6,7 @@ healthy partition (fewest un-leased items); a lease goes to the last healthy one
 Because ties keep their order, consecutive leases of one batch land on the same partition, which is what
 lets five waiting consumers share one ten-item produce two items each.
 
-One exception keeps a partition from starving (docs/compatibility.md): produce refills the partitions
+One exception keeps a partition from starving (ADR 0009): produce refills the partitions
 leases drain, so a partition left holding a few items may lose every count to them for as long as the
 load lasts (measured: p99 seconds with 8 partitions and two consumers). A lease goes to the partition
 whose oldest un-leased item has waited longest when that item has waited ``FAIRNESS`` longer than the

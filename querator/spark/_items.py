@@ -30,7 +30,7 @@ from querator.wire import messages as m
 __all__ = ["MAX_DEDUP_ID", "BadRowError", "ItemMapper", "MappedItem"]
 
 MAX_DEDUP_ID = 128
-"""The server's limit on a ``dedup_id`` (characters), from spec/extensions.md."""
+"""The server's limit on a ``dedup_id`` (characters), from docs/extensions.md."""
 _ITEM_OVERHEAD = 96
 """Estimated bytes of JSON keys, quotes and commas around one item's fields."""
 _JSON = "application/json"

@@ -1,7 +1,7 @@
 """What produce, lease, complete, retry, import and the lifecycle do to a partition, written once.
 
 Each function runs inside ``Partition.run`` on a backend's ``PartitionTx``, so every backend gets the
-same semantics (spec §2.3-§2.7 with the fixes of decisions.md) and the storage contract suite checks
+same semantics (docs/semantics.md §4 and §5) and the storage contract suite checks
 them against each backend. The functions are synchronous: a backend decides where its transaction runs
 (inline for memory, on the database thread for sqlite).
 """
@@ -205,7 +205,7 @@ def _lease(tx: PartitionTx, ops: list[LeaseOp], result: BatchResult) -> None:
         result.drained_at = result.queued_delta - len(available)
     if not available:
         return
-    # Deal one item at a time, in arrival order, to the requests that still want more (spec §2.4).
+    # Deal one item at a time, in arrival order, to the requests still wanting more (docs/semantics.md §4.2).
     wanting = list(ops)
     it = (item.copy() for item in available)
     while wanting:
@@ -365,7 +365,7 @@ def import_items(tx: PartitionTx, items: list[Item], now: int, new_id: NewId) ->
 def lifecycle(
     tx: PartitionTx, now: int, new_id: NewId, max_attempts: int, has_dead_queue: bool
 ) -> LifecycleResult:
-    """One lifecycle pass (spec §2.7 with decisions.md): expiry, lease expiry, scheduled items due.
+    """One lifecycle pass (docs/semantics.md §5): expiry, lease expiry, scheduled items due.
 
     An item past its expire_deadline dies whether or not it is leased. An expired lease dies when its
     attempts reached ``max_attempts`` (never earlier), otherwise it goes back to the tail with a new id.

@@ -1,6 +1,6 @@
-"""Connection-level limits of a real ``querator serve`` (querator.connections, spec §1.1): bodies over a
-route's limit refused before they are read, slow clients cut off, idle connections closed, and the number
-of connections bounded, seen through raw sockets and the server's /proc entries.
+"""Connection-level limits of a real ``querator serve`` (querator.connections, docs/semantics.md §1.3):
+bodies over a route's limit refused before they are read, slow clients cut off, idle connections closed,
+and the number of connections bounded, seen through raw sockets and the server's /proc entries.
 
 The server's timeouts are set short by flag so the tests run fast; every wait is a poll or a blocking
 read with a deadline. With ``-s`` the tests print the server's descriptors and memory they measured
@@ -179,7 +179,7 @@ def test_a_huge_content_length_is_refused_before_the_body_is_sent(servers: Serve
             sock.sendall(request_head("POST", path, {"Content-Length": str(10**12)}))
         for path, sock in socks.items():
             reply = read_response(sock)
-            # Spec §1.1: a body over the limit is a 400 (duh's error), not aiohttp's 413.
+            # docs/semantics.md §1.3: a body over the limit is a 400 (duh's error), not aiohttp's 413.
             assert reply.status == 400
             assert reply.json() == {"code": 400, "code_text": "Bad Request", "message": LIMITS[path]}
             assert reply.headers["connection"] == "close"

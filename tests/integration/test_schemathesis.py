@@ -49,7 +49,8 @@ response_schema_conformance.enabled = true
 protobuf_reply_conformance.enabled = true
 
 [phases.coverage]
-# Every method but POST on every path: POST to a GET-only path is a 501 (spec §1.1, as the reference).
+# Every method but POST on every path: POST to a GET-only path is a 501 (docs/semantics.md §1.1, as the
+# reference).
 unexpected-methods = ["get", "put", "delete", "options", "patch", "trace"]
 """
 QUEUES: dict[str, dict[str, Any]] = {

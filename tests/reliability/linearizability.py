@@ -1,7 +1,7 @@
 """A linearizability checker for one partition against the reference's FIFO model.
 
-The model (spec §2): produce appends its items to the tail, in order; a lease takes exactly the head
-(one or more items, the first ones); complete removes leased items; retry (now) moves leased items to
+The model (docs/semantics.md §9): produce appends its items to the tail, in order; a lease takes exactly the
+head (one or more items, the first ones); complete removes leased items; retry (now) moves leased items to
 the tail; a lease that found nothing saw an empty queue. A concurrent history is linearizable when its
 operations can be put in one order, each at a point between its call and its return, that the model
 accepts (Wing & Gong's search, with Lowe's memoisation of visited (linearized set, state) pairs, as

@@ -2,10 +2,10 @@
 process, Cassandra behind a server process), and the checker itself refusing histories that break the
 model.
 
-Leases ask for one item each: lease requests served in one batch are dealt items round-robin (spec
-§2.4, as the reference does), so two concurrent leases of several items may each get every other item
-of the head, which no single-operation model of "a lease takes the head" accepts. With one item per
-lease, dealing and taking the head are the same thing.
+Leases ask for one item each: lease requests served in one batch are dealt items round-robin
+(docs/semantics.md §4.2, as the reference does), so two concurrent leases of several items may each get
+every other item of the head, which no single-operation model of "a lease takes the head" accepts. With
+one item per lease, dealing and taking the head are the same thing.
 """
 
 from __future__ import annotations
