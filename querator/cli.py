@@ -1,7 +1,8 @@
 """The ``querator`` command: ``serve`` runs a node; the other commands are a client of a running node.
 
 Client commands talk to ``--endpoint`` (env ``QUERATOR_ENDPOINT``) with ``--api-key`` (env
-``QUERATOR_API_KEY``), print the server's reply as indented protojson on stdout (``{"code": 200}`` for
+``QUERATOR_API_KEY``), verifying an ``https://`` endpoint against ``--ca-file`` (env ``QUERATOR_CA_FILE``;
+default the system's CAs), print the server's reply as indented protojson on stdout (``{"code": 200}`` for
 calls without a payload), and report failures on stderr as ``querator: <code> <message>``. Exit status: 0
 success, 1 the server refused the call (or sent an unreadable reply), 2 a usage error, 3 no reply at all
 (connection failed or timed out; code 0).
@@ -13,6 +14,7 @@ import argparse
 import asyncio
 import os
 import secrets
+import ssl
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import fields
@@ -74,7 +76,7 @@ def _timestamp(text: str) -> datetime:
 
 
 def _global_options(with_defaults: bool) -> argparse.ArgumentParser:
-    """``--endpoint`` and ``--api-key``, accepted before or after the command.
+    """``--endpoint``, ``--api-key`` and ``--ca-file``, accepted before or after the command.
 
     Only the top-level parser has defaults; after the command they are SUPPRESSed so that an absent flag
     does not overwrite one given before it.
@@ -90,6 +92,12 @@ def _global_options(with_defaults: bool) -> argparse.ArgumentParser:
         "--api-key",
         default=os.environ.get("QUERATOR_API_KEY") if with_defaults else argparse.SUPPRESS,
         help="sent as 'Authorization: Bearer <key>' (env QUERATOR_API_KEY)",
+    )
+    p.add_argument(
+        "--ca-file",
+        default=os.environ.get("QUERATOR_CA_FILE") if with_defaults else argparse.SUPPRESS,
+        help="PEM file of the CAs that verify an https:// endpoint, for a private CA "
+        "(env QUERATOR_CA_FILE; default: the system's CAs)",
     )
     return p
 
@@ -425,8 +433,18 @@ def _print_json(msg: m.Message) -> None:
     sys.stdout.flush()
 
 
+def _tls(ca_file: str | None) -> ssl.SSLContext | None:
+    """The TLS context trusting ``ca_file``'s CAs; None: the system's CAs."""
+    if not ca_file:
+        return None
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as e:
+        raise UsageError(f"ca-file is invalid; cannot load '{ca_file}': {e.strerror or e}") from None
+
+
 async def _client_command(command: Command, args: argparse.Namespace) -> m.Message:
-    async with AsyncClient(args.endpoint, api_key=args.api_key) as client:
+    async with AsyncClient(args.endpoint, api_key=args.api_key, ssl=_tls(args.ca_file)) as client:
         result = await command(client, args)
     return m.OK_REPLY if result is None else result
 

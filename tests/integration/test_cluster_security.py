@@ -22,6 +22,8 @@ import contextlib
 import json
 import secrets
 import ssl
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -37,7 +39,7 @@ from querator.cluster.ring import Ring
 from querator.errors import QueratorError, RetryRequest
 
 from .certs import Authority, Issued
-from .conftest import ServerProcess, Servers, eventually, free_port
+from .conftest import ServerProcess, Servers, eventually, free_port, server_env
 from .etcd_server import EtcdServer, EtcdTls, etcd_binary
 
 pytestmark = pytest.mark.integration
@@ -483,3 +485,31 @@ async def test_nodes_use_etcd_over_tls_with_a_user(
     assert await asyncio.to_thread(refused.wait, DEADLINE) == 2, refused.describe()
     assert "cluster is unavailable; " in refused.stderr(), refused.stderr()
     assert "authentication failed" in refused.stderr(), refused.stderr()
+
+
+def test_the_cli_reaches_a_node_whose_certificate_a_private_ca_issued(
+    servers: Servers, tmp_path: Path
+) -> None:
+    ca = Authority(tmp_path / "ca", "private")
+    issued = ca.issue("node")
+    api, admin = free_port(), free_port()
+    servers.start(
+        "--tls-cert-file", str(issued.cert), "--tls-key-file", str(issued.key),
+        "--address", f"127.0.0.1:{api}", "--admin-address", f"127.0.0.1:{admin}",
+        address_flag=False, port=admin,
+    )  # fmt: skip
+    endpoint = f"https://127.0.0.1:{api}"
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "querator.cli", "--endpoint", endpoint, *args]
+        env = server_env()
+        return subprocess.run(command, check=False, capture_output=True, text=True, env=env, timeout=DEADLINE)
+
+    untrusted = cli("create", "q")
+    assert untrusted.returncode == 3, untrusted.stderr
+    assert "certificate verify failed" in untrusted.stderr
+    trusted = cli("--ca-file", str(ca.cert), "create", "q")
+    assert trusted.returncode == 0, trusted.stderr
+    unreadable = cli("--ca-file", str(tmp_path / "missing.pem"), "info", "q")
+    assert unreadable.returncode == 2
+    assert unreadable.stderr.startswith("querator: ca-file is invalid; cannot load"), unreadable.stderr
