@@ -29,8 +29,8 @@ from querator.client import DEFAULT_ENDPOINT, AsyncClient, ConnectionFailed, new
 from querator.config import ConfigError, ServerConfig, environment, load, option_name
 from querator.duration import DurationError, format_duration, parse_duration
 from querator.errors import QueratorError
+from querator.wire import encode_json
 from querator.wire import messages as m
-from querator.wire.codec import encode_json
 
 EXIT_SERVER_ERROR = 1
 EXIT_USAGE = 2

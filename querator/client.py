@@ -41,12 +41,11 @@ from typing import Any, Self, TypeVar
 import aiohttp
 import msgspec
 
-from querator import __version__
+from querator import __version__, wire
 from querator.auth import EXTENSIONS_HEADER
 from querator.clock import MICROS, SystemClock, from_datetime
 from querator.duration import SECOND, DurationError, format_duration, parse_duration
 from querator.errors import InvalidOption, QueratorError, RetryRequest, error_for, plain_error
-from querator.wire import codec
 from querator.wire import messages as m
 
 __all__ = [
@@ -152,7 +151,7 @@ class AsyncClient:
         self._limit = limit
         self._limit_per_host = limit_per_host
         self._ssl = ssl
-        media = codec.PROTOBUF if protobuf else codec.JSON
+        media = wire.PROTOBUF if protobuf else wire.JSON
         self._headers = {
             "Content-Type": media,
             "Accept": media,
@@ -162,7 +161,7 @@ class AsyncClient:
         }
         if api_key is not None:
             self._headers["Authorization"] = f"Bearer {api_key}"
-        self._encode = codec.encode_protobuf if protobuf else codec.encode_json
+        self._encode = wire.encode_protobuf if protobuf else wire.encode_json
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
         self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
@@ -702,10 +701,10 @@ def _connection_failed(url: str, error: BaseException) -> ConnectionFailed:
 def _decode(body: bytes, media: str, type_: type[R], status: int) -> R:
     """A reply body by its Content-Type; anything undecodable is a QueratorError carrying ``status``."""
     try:
-        if media == codec.JSON:
-            return codec.decode_json(body, type_)
-        if media == codec.PROTOBUF:
-            return codec.decode_protobuf(body, type_)
+        if media == wire.JSON:
+            return wire.decode_json(body, type_)
+        if media == wire.PROTOBUF:
+            return wire.decode_protobuf(body, type_)
     except (msgspec.DecodeError, msgspec.ValidationError, QueratorError, ValueError) as e:
         raise plain_error(
             status, f"undecodable reply; HTTP {status} {media or 'no content type'}: {e}"

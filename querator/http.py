@@ -41,8 +41,8 @@ from querator.errors import (
     try_again,
 )
 from querator.service import MAX_NAME, Service
+from querator.wire import JSON, decode, encode, negotiate_accept
 from querator.wire import messages as m
-from querator.wire.codec import JSON, decode, encode, negotiate_accept
 
 log = logging.getLogger(__name__)
 

@@ -24,6 +24,7 @@ import msgspec
 import pytest
 from aiohttp import web
 
+from querator import wire
 from querator.client import AsyncClient, Client, ConnectionFailed
 from querator.errors import (
     ClientContentError,
@@ -37,7 +38,6 @@ from querator.errors import (
 from querator.http import create_app
 from querator.service import Service
 from querator.storage.memory import MemoryStore
-from querator.wire import codec
 from querator.wire import messages as m
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -343,7 +343,7 @@ async def test_unknown_json_field_is_a_client_content_error(endpoint: str) -> No
 
 async def test_protobuf_mode_speaks_binary(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
     decoded: list[str] = []
-    real_pb, real_json = codec.decode_protobuf, codec.decode_json
+    real_pb, real_json = wire.decode_protobuf, wire.decode_json
 
     def spy_pb(body: bytes, type_: type[m.Message]) -> Any:
         decoded.append("protobuf")
@@ -353,8 +353,9 @@ async def test_protobuf_mode_speaks_binary(endpoint: str, monkeypatch: pytest.Mo
         decoded.append("json")
         return real_json(body, type_)
 
-    monkeypatch.setattr(codec, "decode_protobuf", spy_pb)
-    monkeypatch.setattr(codec, "decode_json", spy_json)
+    for module in (wire, wire._negotiation):  # the client's decoders, and the server's
+        monkeypatch.setattr(module, "decode_protobuf", spy_pb)
+        monkeypatch.setattr(module, "decode_json", spy_json)
     async with AsyncClient(endpoint, protobuf=True) as client:
         await client.create_queue("q")
         with pytest.raises(InvalidOption, match=r"^invalid queue; 'q' already exists$"):

@@ -1,4 +1,4 @@
-"""querator.wire.codec: protojson and binary protobuf against spec §1.1/§1.4, cross-checked with Google's
+"""querator.wire: protojson and binary protobuf against spec §1.1/§1.4, cross-checked with Google's
 protobuf library (querator/proto/querator.proto compiled at test time), and duh content negotiation."""
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from querator.errors import ClientContentError
-from querator.wire import messages as m
-from querator.wire.codec import (
+from querator.wire import (
     JSON,
     PROTOBUF,
     DecodeError,
@@ -32,6 +31,7 @@ from querator.wire.codec import (
     encode_protobuf,
     negotiate_accept,
 )
+from querator.wire import messages as m
 
 PROTO_DIR = Path(__file__).resolve().parent.parent / "querator" / "proto"
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1

@@ -1,8 +1,8 @@
-"""Fuzzing the decoders that read what a client sends: ``codec.decode`` for every request message (JSON and
+"""Fuzzing the decoders that read what a client sends: ``wire.decode`` for every request message (JSON and
 binary protobuf) and the Go-duration parser.
 
 A decoder may accept a body or refuse it, but only in the way the HTTP layer turns into a client error:
-``codec.decode`` raises ``ClientContentError`` (455), ``parse_duration`` raises ``DurationError`` (which
+``wire.decode`` raises ``ClientContentError`` (455), ``parse_duration`` raises ``DurationError`` (which
 every caller turns into a 400 naming the field). Anything else would escape ``http._rpc`` as a 500 with a
 logged traceback, so the property is "returns an instance of the asked type, or raises exactly that".
 Hanging is covered by construction: inputs are bounded and pytest's 120 s timeout stops a runaway loop.
@@ -39,8 +39,8 @@ from querator.duration import (
     parse_duration,
 )
 from querator.errors import ClientContentError
+from querator.wire import JSON, PROTOBUF, decode, encode_json, encode_protobuf
 from querator.wire import messages as m
-from querator.wire.codec import JSON, PROTOBUF, decode, encode_json, encode_protobuf
 from tests.test_codec import strategy_for
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1

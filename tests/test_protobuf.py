@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from querator.wire import decode_json, decode_protobuf, encode_protobuf
 from querator.wire import messages as m
-from querator.wire.codec import decode_json, decode_protobuf, encode_protobuf
 
 from .conftest import Api
 

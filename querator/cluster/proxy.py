@@ -27,8 +27,8 @@ from querator.auth import (
 )
 from querator.cluster.router import Remote
 from querator.errors import error_for, try_again
+from querator.wire import JSON, DecodeError, decode_json, encode_json
 from querator.wire import messages as m
-from querator.wire.codec import JSON, DecodeError, decode_json, encode_json
 
 log = logging.getLogger(__name__)
 

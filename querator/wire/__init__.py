@@ -1,1 +1,74 @@
-"""The v1 wire format: message types and their JSON and protobuf encodings."""
+"""The v1 wire format: the message classes (``messages``), their protojson and binary protobuf encodings,
+and the duh content negotiation of spec §1.1. Everything is derived generically from each class's msgspec
+fields and ``__pb__`` numbers, once per class, and cached.
+
+    from querator.wire import PROTOBUF, decode, encode, messages as m
+
+    request = decode(body, content_type, m.QueueLeaseRequest)  # ClientContentError (455) if it fails
+    reply_body, reply_type = encode(reply, accept)
+
+Modules: ``messages`` (public: one msgspec Struct per protobuf message), ``_fields`` (the field model
+both codecs derive from a class), ``_json`` (the msgspec fast path), ``_protojson`` (Go protojson's
+lenient rules and the error messages), ``_timestamps`` (RFC 3339 as Go reads it), ``_protobuf`` (binary
+bodies), ``_negotiation`` (Content-Type and Accept) and ``_errors``.
+
+JSON (``decode_json``/``encode_json``)
+    Decoding first tries msgspec's typed decoder (C speed), which takes the canonical protojson shape:
+    ``json_name`` keys, int32 as JSON integers, bytes as padded standard base64. A cheap check then covers
+    what msgspec does not: int32 range, and timestamps -- msgspec's RFC 3339 parser takes inputs Go rejects
+    (no offset, a space or lower-case ``t``), so when a message carries timestamps their strings are
+    re-read (a second msgspec pass over a struct holding only them) and parsed by Go's rules. Anything
+    msgspec refuses goes to the lenient path, which reproduces Go protojson's acceptance rules: keys may be
+    the ``json_name`` (``queue_name``) or the lowerCamelCase proto field name (``queueName``); int32 takes
+    a JSON number or a decimal string (Go's integer rules: ``1e2`` yes, ``1.0`` no); bytes take standard
+    or URL-safe base64, padding optional, CR/LF ignored; ``null`` means unset for every field; timestamps
+    must be RFC 3339 with ``Z`` or a numeric offset and at most nine fractional digits (kept to the
+    microsecond, truncated). Unknown keys, a field given in both spellings, a non-object
+    top level and invalid JSON are errors. Not reproduced: Go also rejects a key repeated verbatim
+    (msgspec keeps the last), and msgspec rejects lone surrogate escapes (``\\uD800``).
+    Decoded datetimes are always aware UTC.
+
+    Encoding is msgspec's: zero values omitted, ``json_name`` keys, padded standard base64, int32 as
+    numbers. Datetimes must be aware UTC to come out as Go writes them (``...Z``); msgspec prints 0 or 6
+    fractional digits where Go prints 0/3/6/9, which parse the same. Ints are written as given: keep them
+    in int32 range.
+
+Binary protobuf (``decode_protobuf``/``encode_protobuf``)
+    int -> int32 varint (negative values as 10-byte two's complement; decoded values and, on encode,
+    out-of-range ones are truncated to int32 as Go's conversion does), bool -> varint, str -> UTF-8 (invalid
+    UTF-8 is an error, as in Go's proto3), bytes, nested message, list[...] -> repeated (unpacked),
+    dict[str, str] -> map, ``datetime | None`` -> google.protobuf.Timestamp (decoded as aware UTC with
+    microsecond precision, sub-microsecond nanos truncated; a naive datetime is encoded as UTC). Encoding
+    omits proto3 zero values but always writes a datetime that is not None (even Go's zero time), fields in
+    number order, map entries with both key and value. Decoding skips unknown fields of wire types
+    0/1/2/5, treats a known field number with another wire type as unknown (as Go does), merges repeated
+    occurrences of a singular message field, and rejects groups, invalid field numbers and wire types,
+    over-long varints and truncated input.
+
+Negotiation (``decode``/``encode``/``negotiate_accept``)
+    A header is cut at the first ``;`` or ``,``, trimmed and lower-cased: empty/None, ``*/*``,
+    ``application/*``, ``application/json`` select JSON; ``application/protobuf`` selects binary; anything
+    else raises ``ClientContentError`` (455). As duh does, the Content-Type message quotes the header
+    exactly as given, and the Accept message quotes it cut at the first ``;``/``,`` but neither trimmed
+    nor lower-cased. A body that does not decode raises ``ClientContentError`` with the decoder's text.
+"""
+
+from querator.wire import messages
+from querator.wire._errors import DecodeError
+from querator.wire._json import decode_json, encode_json
+from querator.wire._negotiation import JSON, PROTOBUF, decode, encode, negotiate_accept
+from querator.wire._protobuf import decode_protobuf, encode_protobuf
+
+__all__ = [
+    "JSON",
+    "PROTOBUF",
+    "DecodeError",
+    "decode",
+    "decode_json",
+    "decode_protobuf",
+    "encode",
+    "encode_json",
+    "encode_protobuf",
+    "messages",
+    "negotiate_accept",
+]

@@ -1,9 +1,9 @@
 """The v1 wire messages: one msgspec Struct per protobuf message of the Querator API.
 
 Field names are the protojson ``json_name`` spellings; ``__pb__`` gives each field its protobuf number, so
-the same class serves JSON and binary protobuf (see ``codec.py``). Defaults are the protobuf zero values,
-which protojson omits on output. ``querator/proto/querator.proto`` is the same contract in protobuf's
-own language, and a test keeps the two in step.
+the same class serves JSON and binary protobuf (see the ``querator.wire`` package). Defaults are the
+protobuf zero values, which protojson omits on output. ``querator/proto/querator.proto`` is the same
+contract in protobuf's own language, and a test keeps the two in step.
 """
 
 from __future__ import annotations

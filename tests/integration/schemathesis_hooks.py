@@ -31,8 +31,8 @@ import schemathesis
 from hypothesis import strategies as st
 
 from querator.duration import DurationError, parse_duration
+from querator.wire import decode_protobuf, encode_json
 from querator.wire import messages as m
-from querator.wire.codec import decode_protobuf, encode_json
 
 QUEUES: dict[str, dict[str, Any]] = msgspec.json.decode(os.environ["SCHEMATHESIS_QUERATOR_QUEUES"])
 """The queues the test made (name: queues.create fields), in creation order."""

@@ -18,10 +18,10 @@ import msgspec
 import pytest
 import yaml
 
+from querator import wire
 from querator.auth import generate_key, key_hash
 from querator.client import Client
 from querator.errors import InvalidOption
-from querator.wire import codec
 from querator.wire import messages as m
 
 from .conftest import (
@@ -95,7 +95,7 @@ def write_yaml(path: Path, settings: dict[str, str]) -> Path:
 def produce_body(payload_size: int) -> bytes:
     """The JSON body ``Client.produce("limits", ["x" * payload_size])`` sends."""
     item = m.QueueProduceItem(utf8="x" * payload_size)
-    return codec.encode_json(m.QueueProduceRequest(queue_name="limits", request_timeout="1m", items=[item]))
+    return wire.encode_json(m.QueueProduceRequest(queue_name="limits", request_timeout="1m", items=[item]))
 
 
 def payload_for_body(size: int) -> str:
