@@ -1,6 +1,7 @@
 """The v1 wire format: the message classes (``messages``), their protojson and binary protobuf encodings,
-and the duh content negotiation of spec §1.1. Everything is derived generically from each class's msgspec
-fields and ``__pb__`` numbers, once per class, and cached.
+and the duh content negotiation of spec §1.1. The service sees only the msgspec Structs of ``messages``;
+JSON is derived from their fields, binary protobuf goes through the classes protoc generated from
+querator/proto/querator.proto, the one source of field numbers (docs/adr/0013).
 
     from querator.wire import PROTOBUF, decode, encode, messages as m
 
@@ -10,7 +11,8 @@ fields and ``__pb__`` numbers, once per class, and cached.
 Modules: ``messages`` (public: one msgspec Struct per protobuf message), ``_fields`` (the field model
 both codecs derive from a class), ``_json`` (the msgspec fast path), ``_protojson`` (Go protojson's
 lenient rules and the error messages), ``_timestamps`` (RFC 3339 as Go reads it), ``_protobuf`` (binary
-bodies), ``_negotiation`` (Content-Type and Accept) and ``_errors``.
+bodies, through the generated ``_pb`` package), ``_negotiation`` (Content-Type and Accept) and
+``_errors``.
 
 JSON (``decode_json``/``encode_json``)
     Decoding first tries msgspec's typed decoder (C speed), which takes the canonical protojson shape:
@@ -34,16 +36,17 @@ JSON (``decode_json``/``encode_json``)
     in int32 range.
 
 Binary protobuf (``decode_protobuf``/``encode_protobuf``)
-    int -> int32 varint (negative values as 10-byte two's complement; decoded values and, on encode,
-    out-of-range ones are truncated to int32 as Go's conversion does), bool -> varint, str -> UTF-8 (invalid
-    UTF-8 is an error, as in Go's proto3), bytes, nested message, list[...] -> repeated (unpacked),
-    dict[str, str] -> map, ``datetime | None`` -> google.protobuf.Timestamp (decoded as aware UTC with
-    microsecond precision, sub-microsecond nanos truncated; a naive datetime is encoded as UTC). Encoding
-    omits proto3 zero values but always writes a datetime that is not None (even Go's zero time), fields in
-    number order, map entries with both key and value. Decoding skips unknown fields of wire types
-    0/1/2/5, treats a known field number with another wire type as unknown (as Go does), merges repeated
-    occurrences of a singular message field, and rejects groups, invalid field numbers and wire types,
-    over-long varints and truncated input.
+    Google's upb runtime parses and writes the bodies; each Struct is converted from and to the generated
+    message of the same name, paired field by field on ``json_name``. The wire rules are protobuf's:
+    int32 as varints (negative values ten bytes long; on encode, values beyond int32 are truncated to it
+    as Go's conversion does), invalid UTF-8 in a string is an error (as in Go's proto3), unknown fields
+    (groups included) and known numbers with another wire type are skipped, repeated occurrences of a
+    singular field merge, the last scalar wins, and encoding omits zero values but always writes a
+    datetime that is not None (even Go's zero time). ``datetime | None`` is google.protobuf.Timestamp:
+    decoded as aware UTC, sub-microsecond nanos truncated and out-of-range nanos normalised as Go's
+    time.Unix does; a naive datetime is encoded as UTC. A body upb refuses, or a Timestamp beyond
+    ``datetime``'s range, raises ``DecodeError`` with upb's reason ("Wire format was corrupt", "String
+    field had bad UTF-8").
 
 Negotiation (``decode``/``encode``/``negotiate_accept``)
     A header is cut at the first ``;`` or ``,``, trimmed and lower-cased: empty/None, ``*/*``,

@@ -1,6 +1,6 @@
 """The field model both codecs derive from a message class: each field's kind (string, int32, repeated
-message, timestamp, ...), its JSON key and its proto name, from msgspec's resolved field types and the
-class's ``__pb__`` numbers, once per class and cached."""
+message, timestamp, ...), its JSON key and its proto name, from msgspec's resolved field types, once per
+class and cached."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import msgspec
 
 from querator.wire.messages import Message
 
-# Numbered so the decoder tests the common kinds first; the varint kinds are >= K_INT.
+# The kinds of field.
 K_STR: Final = 0
 K_BYTES: Final = 1
 K_LIST_MSG: Final = 2
@@ -26,19 +26,17 @@ K_BOOL: Final = 9
 
 INT32_MIN: Final = -(1 << 31)
 INT32_MAX: Final = (1 << 31) - 1
-MAX_FIELD_NUMBER: Final = (1 << 29) - 1
 
 
 class Field:
     """One field of a message class."""
 
-    __slots__ = ("attr", "camel", "key", "kind", "number", "sub")
+    __slots__ = ("attr", "camel", "key", "kind", "sub")
 
-    def __init__(self, attr: str, key: str, number: int, kind: int, sub: type[Message] | None) -> None:
+    def __init__(self, attr: str, key: str, kind: int, sub: type[Message] | None) -> None:
         self.attr = attr  # python attribute name (snake)
         self.key = key  # JSON key msgspec reads and writes (json_name)
         self.camel = _lower_camel(attr)  # the proto field name
-        self.number = number
         self.kind = kind
         self.sub = sub
 
@@ -92,24 +90,11 @@ _CACHE: dict[type[Message], tuple[Field, ...]] = {}
 
 
 def fields(cls: type[Message]) -> tuple[Field, ...]:
-    """The fields of ``cls`` in field-number order, checked against ``__pb__``."""
+    """The fields of ``cls``, in declaration order."""
     cached = _CACHE.get(cls)
-    if cached is not None:
-        return cached
-    numbers = cls.__pb__
-    infos = msgspec.structs.fields(cls)
-    names = {info.name for info in infos}
-    if set(numbers) != names:
-        raise TypeError(f"{cls.__name__}.__pb__ does not match its fields: {sorted(set(numbers) ^ names)}")
-    if len(set(numbers.values())) != len(numbers):
-        raise TypeError(f"{cls.__name__}.__pb__ reuses a field number")
-    out = []
-    for info in infos:
-        kind, sub = _classify(info.type, f"{cls.__name__}.{info.name}")
-        number = numbers[info.name]
-        if not 1 <= number <= MAX_FIELD_NUMBER:
-            raise TypeError(f"{cls.__name__}.{info.name}: invalid field number {number}")
-        out.append(Field(info.name, info.encode_name, number, kind, sub))
-    result = tuple(sorted(out, key=lambda f: f.number))
-    _CACHE[cls] = result
-    return result
+    if cached is None:
+        cached = _CACHE[cls] = tuple(
+            Field(info.name, info.encode_name, *_classify(info.type, f"{cls.__name__}.{info.name}"))
+            for info in msgspec.structs.fields(cls)
+        )
+    return cached

@@ -1,14 +1,27 @@
-"""Binary protobuf bodies, by a table-driven codec derived from each message class's fields and ``__pb__``
-numbers."""
+"""Binary protobuf bodies: parsed and written by Google's upb runtime through the classes protoc generated
+from querator/proto/querator.proto (``_pb/querator_pb2.py``, docs/adr/0013), and converted to and from
+the msgspec Structs of ``messages``, the one message type the rest of Querator sees.
+
+Each Struct class is paired with the generated class of the same name, field by field on the JSON key
+(a Struct field's encode name is the ``json_name`` of its .proto field), so field numbers exist only in
+the .proto. A field missing on either side, or of another type, is a TypeError the first time the class
+is used.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, TypeVar, cast
+
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import DecodeError as _PbDecodeError
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from querator.wire._errors import DecodeError
 from querator.wire._fields import (
     INT32_MAX,
+    INT32_MIN,
     K_BOOL,
     K_BYTES,
     K_INT,
@@ -16,387 +29,176 @@ from querator.wire._fields import (
     K_LIST_MSG,
     K_LIST_STR,
     K_MAP,
-    K_MSG,
     K_STR,
     K_TS,
-    MAX_FIELD_NUMBER,
+    Field,
     fields,
 )
+from querator.wire._pb import querator_pb2
 from querator.wire.messages import Message
 
 __all__ = ["decode_protobuf", "encode_protobuf"]
 
 T = TypeVar("T", bound=Message)
 
-_MASK32: Final = (1 << 32) - 1
-_MASK64: Final = (1 << 64) - 1
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MASK32: Final = (1 << 32) - 1
+
+_SCALARS: Final = {K_STR: "string", K_BYTES: "bytes", K_INT: "int32", K_BOOL: "bool"}
+_COPIED: Final = {K_LIST_STR: "list", K_LIST_BYTES: "list", K_MAP: "dict"}  # upb containers to plain values
+_PROTO_SCALARS: Final = {
+    FieldDescriptor.TYPE_STRING: "string",
+    FieldDescriptor.TYPE_BYTES: "bytes",
+    FieldDescriptor.TYPE_INT32: "int32",
+    FieldDescriptor.TYPE_BOOL: "bool",
+}
 
 
-def _ts_to_parts(value: datetime) -> tuple[int, int]:
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    delta = value - _EPOCH
-    return delta.days * 86400 + delta.seconds, delta.microseconds * 1000
+class _Codec:
+    """One Struct class's conversions from and to its generated class, compiled from generated source
+    (as ``dataclasses`` compiles ``__init__``): straight-line attribute reads and one constructor call
+    per message run several times faster than a loop over a field table."""
 
+    __slots__ = ("from_pb", "pb_cls", "source", "to_pb")
 
-class _PbTable:
-    """Per-class decode and encode tables."""
-
-    __slots__ = ("by_tag", "cls", "encode", "msg_fields")
-
-    def __init__(self, cls: type[Message]) -> None:
-        self.cls = cls
-        # decode: full tag varint (number << 3 | wire type) -> (kind, attr, sub table)
-        self.by_tag: dict[int, tuple[int, str, Any]] = {}
-        # singular nested messages: raw bytes are collected and parsed at the end (protobuf merge rule)
-        self.msg_fields: tuple[tuple[str, _PbTable], ...] = ()
-        # encode: (attr, kind, tag bytes, sub table) in field-number order
-        self.encode: tuple[tuple[str, int, bytes, Any], ...] = ()
-
-
-_PB_TABLES: dict[type[Message], _PbTable] = {}
-
-
-def _pb_table(cls: type[Message]) -> _PbTable:
-    table = _PB_TABLES.get(cls)
-    if table is None:
-        pending: dict[type[Message], _PbTable] = {}
-        table = _build_pb_table(cls, pending)
-        _PB_TABLES.update(pending)  # published only once complete
-    return table
-
-
-def _build_pb_table(cls: type[Message], pending: dict[type[Message], _PbTable]) -> _PbTable:
-    table = _PB_TABLES.get(cls) or pending.get(cls)
-    if table is not None:
-        return table
-    table = pending[cls] = _PbTable(cls)  # registered first, so a self-referencing type terminates
-    encode = []
-    msg_fields = []
-    for f in fields(cls):
-        sub = _build_pb_table(f.sub, pending) if f.sub is not None else None
-        wire = 0 if f.kind in (K_INT, K_BOOL) else 2
-        tag = f.number << 3 | wire
-        table.by_tag[tag] = (f.kind, f.attr, sub)
-        encode.append((f.attr, f.kind, _varint_bytes(tag), sub))
-        if f.kind == K_MSG:
-            assert sub is not None
-            msg_fields.append((f.attr, sub))
-    table.encode = tuple(encode)
-    table.msg_fields = tuple(msg_fields)
-    return table
-
-
-def _varint_bytes(value: int) -> bytes:
-    out = bytearray()
-    _put_varint(out, value)
-    return bytes(out)
-
-
-def _put_varint(out: bytearray, value: int) -> None:
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
-def _bad_wire(detail: str) -> DecodeError:
-    return DecodeError(f"proto: cannot parse invalid wire-format data ({detail})")
-
-
-def _truncated() -> DecodeError:
-    return _bad_wire("truncated message")
-
-
-def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
-    """Read a varint at ``pos``: (value as uint64, next position). Go's limits: at most 10 bytes, the
-    tenth being 0 or 1. Unrolled for up to five bytes (a non-negative int32, a timestamp's seconds until
-    the year 3000); reads may run past ``end`` (never past the buffer), the end is checked before
-    returning."""
-    try:
-        b = buf[pos]
-        if b < 0x80:
-            result = b
-            pos += 1
-        else:
-            result = b & 0x7F
-            b = buf[pos + 1]
-            if b < 0x80:
-                result |= b << 7
-                pos += 2
+    def __init__(self, cls: type[Message], pb_cls: Any, pairs: list[tuple[Field, FieldDescriptor]]) -> None:
+        self.pb_cls = pb_cls
+        env: dict[str, Any] = {
+            "cls": cls,
+            "_datetime": _datetime,
+            "_set_timestamp": _set_timestamp,
+            "_wrap_int32": _wrap_int32,
+        }
+        reads: list[str] = []  # keyword arguments of the Struct, read from ``pb``
+        writes: list[str] = []  # keyword arguments of the generated message, read from ``msg``
+        after: list[str] = []  # statements that fill ``out`` in place: timestamps, repeated messages
+        for i, (f, d) in enumerate(pairs):
+            attr, name = f.attr, d.name
+            if f.kind == K_TS:
+                reads.append(f"{attr}=_datetime(pb.{name}) if pb.HasField({name!r}) else None")
+                after.append(f"if msg.{attr} is not None: _set_timestamp(out.{name}, msg.{attr})")
+            elif f.kind == K_LIST_MSG:
+                assert f.sub is not None
+                sub = _codec(f.sub)
+                env[f"from_{i}"], env[f"to_{i}"] = sub.from_pb, sub.to_pb
+                reads.append(f"{attr}=[from_{i}(item) for item in pb.{name}]")
+                after.append(f"add = out.{name}.add\nfor item in msg.{attr}: to_{i}(item, add)")
+            elif f.kind in _COPIED:
+                reads.append(f"{attr}={_COPIED[f.kind]}(pb.{name})")
+                writes.append(f"{name}=msg.{attr}")
             else:
-                result |= (b & 0x7F) << 7
-                b = buf[pos + 2]
-                if b < 0x80:
-                    result |= b << 14
-                    pos += 3
+                reads.append(f"{attr}=pb.{name}")
+                if f.kind == K_INT:  # Go's int32 conversion keeps the low 32 bits of a larger value
+                    in_range = f"{INT32_MIN} <= (v := msg.{attr}) <= {INT32_MAX}"
+                    writes.append(f"{name}=v if {in_range} else _wrap_int32(v)")
                 else:
-                    result |= (b & 0x7F) << 14
-                    b = buf[pos + 3]
-                    if b < 0x80:
-                        result |= b << 21
-                        pos += 4
-                    else:
-                        result |= (b & 0x7F) << 21
-                        b = buf[pos + 4]
-                        if b < 0x80:
-                            result |= b << 28
-                            pos += 5
-                        else:
-                            result, pos = _varint_tail(buf, pos + 4, result | (b & 0x7F) << 28)
-    except IndexError:
-        raise _truncated() from None
-    if pos > end:
-        raise _truncated()
-    return result, pos
+                    writes.append(f"{name}=msg.{attr}")
+        body = "\n".join(after).replace("\n", "\n    ")
+        self.source = (
+            f"def from_pb(pb):\n    return cls({', '.join(reads)})\n\n"
+            f"def to_pb(msg, make):\n    out = make({', '.join(writes)})\n    {body}\n    return out\n"
+        )
+        exec(compile(self.source, f"<querator.wire protobuf codec of {cls.__name__}>", "exec"), env)
+        self.from_pb: Callable[[Any], Message] = env["from_pb"]
+        self.to_pb: Callable[[Message, Callable[..., Any]], Any] = env["to_pb"]
 
 
-def _varint_tail(buf: bytes, pos: int, result: int) -> tuple[int, int]:
-    """Bytes six to ten of a varint whose first five (at ``pos - 4`` .. ``pos``) had continuation bits."""
-    shift = 35
-    while True:
-        pos += 1
-        b = buf[pos]
-        if shift == 63:
-            if b > 1:
-                raise _bad_wire("variable length integer overflow")
-            return result | b << 63, pos + 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos + 1
-        shift += 7
+_CODECS: dict[type[Message], _Codec] = {}
 
 
-def _skip_field(buf: bytes, pos: int, end: int, tag: int) -> int:
-    number = tag >> 3
-    wire = tag & 7
-    if number < 1 or number > MAX_FIELD_NUMBER:
-        raise _bad_wire(f"invalid field number {number}")
-    if wire == 0:
-        _, pos = _varint(buf, pos, end)
-    elif wire == 2:
-        length, pos = _varint(buf, pos, end)
-        pos += length
-    elif wire == 1:
-        pos += 8
-    elif wire == 5:
-        pos += 4
-    elif wire in (3, 4):
-        raise _bad_wire(f"group in field {number} not supported")
-    else:
-        raise _bad_wire(f"invalid wire type {wire}")
-    if pos > end:
-        raise _truncated()
-    return pos
+def _codec(cls: type[Message]) -> _Codec:
+    codec = _CODECS.get(cls)
+    if codec is not None:
+        return codec
+    pb_cls = getattr(querator_pb2, cls.__name__, None)
+    if pb_cls is None:
+        raise TypeError(f"{cls.__name__} is not a message of querator/proto/querator.proto")
+    by_key = {d.json_name: d for d in pb_cls.DESCRIPTOR.fields}
+    ours = fields(cls)
+    missing = {f.key for f in ours} ^ set(by_key)
+    if missing:
+        raise TypeError(f"{cls.__name__} and its .proto message differ in fields {sorted(missing)}")
+    pairs = [(f, by_key[f.key]) for f in ours]
+    for f, d in pairs:
+        if _proto_type(d) != _struct_type(f):
+            raise TypeError(
+                f"{cls.__name__}.{f.attr} is {_struct_type(f)} but the .proto field {d.name} is "
+                f"{_proto_type(d)}"
+            )
+    codec = _CODECS[cls] = _Codec(cls, pb_cls, pairs)
+    return codec
 
 
-def _pb_timestamp(buf: bytes, pos: int, end: int, previous: datetime | None) -> datetime:
-    seconds, nanos = (0, 0) if previous is None else _ts_to_parts(previous)
-    while pos < end:
-        tag = buf[pos]
-        pos += 1
-        if tag == 0x08:
-            seconds, pos = _varint(buf, pos, end)
-            if seconds >= 1 << 63:
-                seconds -= 1 << 64
-        elif tag == 0x10:
-            nanos, pos = _varint(buf, pos, end)
-            nanos &= _MASK32
-            if nanos >= 1 << 31:
-                nanos -= 1 << 32
-        else:
-            if tag >= 0x80:
-                tag, pos = _varint(buf, pos - 1, end)
-            pos = _skip_field(buf, pos, end, tag)
-    try:
-        return _EPOCH + timedelta(0, seconds, nanos // 1000)
-    except OverflowError:
-        raise DecodeError(
-            f"proto: google.protobuf.Timestamp out of range (seconds={seconds}, nanos={nanos})"
-        ) from None
+def _struct_type(f: Field) -> str:
+    """A Struct field's type, spelled as in a .proto."""
+    if f.kind in _SCALARS:
+        return _SCALARS[f.kind]
+    if f.kind == K_TS:
+        return "google.protobuf.Timestamp"
+    if f.kind == K_LIST_STR:
+        return "repeated string"
+    if f.kind == K_LIST_BYTES:
+        return "repeated bytes"
+    if f.kind == K_MAP:
+        return "map<string, string>"
+    if f.kind == K_LIST_MSG:
+        assert f.sub is not None
+        return f"repeated querator.{f.sub.__name__}"
+    raise TypeError(f"{f.attr}: no message of the API has a singular message field but a Timestamp")
 
 
-def _pb_map_entry(buf: bytes, pos: int, end: int) -> tuple[str, str]:
-    key = value = ""
-    while pos < end:
-        tag = buf[pos]
-        pos += 1
-        if tag >= 0x80:
-            tag, pos = _varint(buf, pos - 1, end)
-        if tag in (0x0A, 0x12):
-            length, pos = _varint(buf, pos, end)
-            start = pos
-            pos += length
-            if pos > end:
-                raise _truncated()
-            if tag == 0x0A:
-                key = buf[start:pos].decode()
-            else:
-                value = buf[start:pos].decode()
-        else:
-            pos = _skip_field(buf, pos, end, tag)
-    return key, value
+def _proto_type(d: FieldDescriptor) -> str:
+    if d.message_type is not None and d.message_type.GetOptions().map_entry:
+        key, value = (_proto_type(entry) for entry in d.message_type.fields)
+        return f"map<{key}, {value}>"
+    name = d.message_type.full_name if d.message_type is not None else _PROTO_SCALARS.get(d.type, "other")
+    return f"repeated {name}" if d.is_repeated else name
 
 
-def _pb_decode(buf: bytes, pos: int, end: int, table: _PbTable) -> Any:
-    by_tag = table.by_tag
-    values: dict[str, Any] = {}
-    try:
-        while pos < end:
-            tag = buf[pos]
-            pos += 1
-            if tag >= 0x80:
-                tag, pos = _varint(buf, pos - 1, end)
-            try:
-                kind, name, sub = by_tag[tag]
-            except KeyError:  # unknown field, or a known number with an unexpected wire type (Go: unknown)
-                pos = _skip_field(buf, pos, end, tag)
-                continue
-            if pos >= end:
-                raise _truncated()
-            n = buf[pos]  # the length of a length-delimited field, or the value of a varint one
-            pos += 1
-            if n >= 0x80:
-                n, pos = _varint(buf, pos - 1, end)
-            if kind >= K_INT:
-                if kind == K_INT:
-                    n &= _MASK32
-                    values[name] = n - (1 << 32) if n > INT32_MAX else n
-                else:
-                    values[name] = n != 0
-                continue
-            start = pos
-            pos += n
-            if pos > end:
-                raise _truncated()
-            if kind == K_STR:
-                values[name] = buf[start:pos].decode()
-            elif kind == K_BYTES:
-                values[name] = buf[start:pos]
-            elif kind == K_LIST_MSG:
-                item = _pb_decode(buf, start, pos, sub)
-                items = values.get(name)
-                if items is None:
-                    values[name] = [item]
-                else:
-                    items.append(item)
-            elif kind == K_TS:
-                values[name] = _pb_timestamp(buf, start, pos, values.get(name))
-            elif kind in (K_LIST_STR, K_LIST_BYTES):
-                element = buf[start:pos].decode() if kind == K_LIST_STR else buf[start:pos]
-                items = values.get(name)
-                if items is None:
-                    values[name] = [element]
-                else:
-                    items.append(element)
-            elif kind == K_MAP:
-                key, value = _pb_map_entry(buf, start, pos)
-                mapping = values.get(name)
-                if mapping is None:
-                    values[name] = {key: value}
-                else:
-                    mapping[key] = value
-            else:  # K_MSG: merge every occurrence, parse once
-                raw = values.get(name)
-                values[name] = buf[start:pos] if raw is None else raw + buf[start:pos]
-    except UnicodeDecodeError as exc:
-        raise DecodeError(
-            f"proto: a string field of {table.cls.__name__} contains invalid UTF-8 ({exc})"
-        ) from None
-    for name, sub in table.msg_fields:
-        raw = values.get(name)
-        if raw is not None:
-            values[name] = _pb_decode(raw, 0, len(raw), sub)
-    return table.cls(**values)
+# --------------------------------------------------------------------------------------------------------
+# Decoding
 
 
 def decode_protobuf(body: bytes, type: type[T]) -> T:
     """Parse binary protobuf ``body`` as a ``type``; raises ``DecodeError``."""
-    table = _PB_TABLES.get(type) or _pb_table(type)
-    buf = body if isinstance(body, bytes) else bytes(body)
+    codec = _CODECS.get(type) or _codec(type)
     try:
-        return cast("T", _pb_decode(buf, 0, len(buf), table))
-    except IndexError:  # defensive: every read is bounds-checked
-        raise _truncated() from None
+        pb = codec.pb_cls.FromString(body)
+    except _PbDecodeError as exc:  # upb's text: "Error parsing message with type 'x': <reason>"
+        raise DecodeError(f"proto: cannot parse {type.__name__}: {str(exc).rpartition(': ')[2]}") from None
+    return cast("T", codec.from_pb(pb))
 
 
-def _put_int32(out: bytearray, value: int) -> None:
-    value &= _MASK32
-    if value > INT32_MAX:  # negative int32: sign-extended to 64 bits, ten bytes on the wire
-        value = (value - (1 << 32)) & _MASK64
-    _put_varint(out, value)
+def _datetime(stamp: Timestamp) -> datetime:
+    """An aware UTC datetime, sub-microsecond nanos truncated; out-of-range values (negative nanos
+    included) are normalised as Go's time.Unix does."""
+    try:
+        return _EPOCH + timedelta(0, stamp.seconds, stamp.nanos // 1000)
+    except OverflowError:
+        raise DecodeError(
+            f"proto: google.protobuf.Timestamp out of range (seconds={stamp.seconds}, nanos={stamp.nanos})"
+        ) from None
 
 
-def _pb_timestamp_bytes(value: datetime) -> bytes:
-    seconds, nanos = _ts_to_parts(value)
-    out = bytearray()
-    if seconds:
-        out.append(0x08)
-        _put_varint(out, seconds & _MASK64)
-    if nanos:
-        out.append(0x10)
-        _put_varint(out, nanos)
-    return bytes(out)
-
-
-def _put_delimited(out: bytearray, tag: bytes, data: bytes | bytearray) -> None:
-    out += tag
-    n = len(data)
-    if n < 0x80:
-        out.append(n)
-    else:
-        _put_varint(out, n)
-    out += data
-
-
-def _pb_encode(msg: Any, table: _PbTable) -> bytearray:
-    out = bytearray()
-    for name, kind, tag, sub in table.encode:
-        value = getattr(msg, name)
-        if kind <= K_BYTES:  # str or bytes, inlined: the bulk of every message
-            if value:
-                data = value.encode() if kind == K_STR else value
-                n = len(data)
-                out += tag
-                if n < 0x80:
-                    out.append(n)
-                else:
-                    _put_varint(out, n)
-                out += data
-        elif kind == K_INT:
-            if value:
-                out += tag
-                _put_int32(out, value)
-        elif kind == K_BOOL:
-            if value:
-                out += tag
-                out.append(1)
-        elif kind == K_TS:
-            if value is not None:
-                _put_delimited(out, tag, _pb_timestamp_bytes(value))
-        elif kind == K_LIST_MSG:
-            for item in value:
-                _put_delimited(out, tag, _pb_encode(item, sub))
-        elif kind == K_LIST_STR:
-            for item in value:
-                _put_delimited(out, tag, item.encode())
-        elif kind == K_LIST_BYTES:
-            for item in value:
-                _put_delimited(out, tag, item)
-        elif kind == K_MAP:
-            for key, item in value.items():
-                entry = bytearray()
-                _put_delimited(entry, b"\x0a", key.encode())
-                _put_delimited(entry, b"\x12", item.encode())
-                _put_delimited(out, tag, entry)
-        elif value is not None:  # K_MSG
-            _put_delimited(out, tag, _pb_encode(value, sub))
-    return out
+# --------------------------------------------------------------------------------------------------------
+# Encoding
 
 
 def encode_protobuf(msg: Message) -> bytes:
     """``msg`` as binary protobuf (proto3: zero values omitted, fields in number order)."""
-    cls = msg.__class__
-    table = _PB_TABLES.get(cls) or _pb_table(cls)
-    return bytes(_pb_encode(msg, table))
+    codec = _CODECS.get(msg.__class__) or _codec(msg.__class__)
+    return cast("bytes", codec.to_pb(msg, codec.pb_cls).SerializeToString())
+
+
+def _set_timestamp(stamp: Timestamp, value: datetime) -> None:
+    """Fill ``stamp`` (setting it even to the epoch marks it present); a naive ``value`` is taken as UTC."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    delta = value - _EPOCH
+    stamp.seconds = delta.days * 86400 + delta.seconds
+    stamp.nanos = delta.microseconds * 1000
+
+
+def _wrap_int32(value: int) -> int:
+    value &= _MASK32
+    return value - (1 << 32) if value > INT32_MAX else value
