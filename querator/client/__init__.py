@@ -1,0 +1,63 @@
+"""A Python client of the Querator v1 HTTP API: ``AsyncClient`` for asyncio code, ``Client`` for the rest.
+
+Both speak to any v1 server (this one or the Go reference) over one pooled aiohttp session. Every call is a
+``POST`` of a wire message (``querator.wire.messages``) encoded as protojson, or as binary protobuf when the
+client is built with ``protobuf=True`` (then replies are requested as protobuf too). Every call goes through
+``AsyncClient.call``::
+
+    from querator.client import AsyncClient
+
+    async with AsyncClient("http://localhost:2319") as client:
+        await client.produce("jobs", [b"hello"])
+        async with client.leased("jobs", batch_size=10, client_id="worker-1") as lease:
+            for item in lease.items:
+                print(item.bytes)
+
+Timeouts (the reference's ADR 0009; docs/semantics.md §4.10): a call that carries a ``request_timeout``
+lets the server wait that long (a lease long-polls), so the client abandons the HTTP exchange only after
+``request_timeout + timeout_margin`` seconds; calls without one use ``DEFAULT_TIMEOUT + timeout_margin``.
+
+Failures, all ``querator.errors.QueratorError`` with ``.code`` and ``.message``:
+
+- a non-200 reply raises the class of the body's ``code``: 400 ``InvalidOption``, 401 ``Unauthorized``,
+  453 ``RequestFailed``, 454 ``RetryRequest`` (e.g. a lease that found nothing before its timeout: lease
+  again), 455 ``ClientContentError``, 501 ``NotImplementedRoute``; any other code a plain ``QueratorError``
+  with that code (``error_for`` makes these). ``.message`` is the server's message
+  (``<stable prefix>; <details>``).
+- a reply whose body is neither JSON nor protobuf (a proxy's HTML page, say) raises a plain
+  ``QueratorError`` whose code is the HTTP status.
+- no reply at all -- connection refused or reset, DNS failure, or the HTTP timeout above elapsing -- raises
+  ``ConnectionFailed`` (code 0). Unless the connection was refused, the server may have applied the call.
+
+The synchronous ``Client`` runs an ``AsyncClient`` on a private event loop in a daemon thread, so its
+session (and its pooled connections) live as long as the client, and any number of threads may call it
+at once. ``asyncio.run`` per call was rejected: an aiohttp session is bound to the loop that made it, so it
+would have meant a new session, a new connection and a new TCP handshake on every call.
+
+Modules: ``_async`` (``AsyncClient``: the API as coroutines), ``_sync`` (``Client``: the same, blocking),
+``_transport`` (the session, encoding, decoding, timeouts), ``_renew`` (keeping a lease alive in
+``leased``), ``_arguments`` (bare payloads and ids, ``new_queue_info``) and ``_errors``
+(``ConnectionFailed``).
+"""
+
+from __future__ import annotations
+
+from querator.client._arguments import ProduceItem, RetryItem, new_queue_info
+from querator.client._async import DEFAULT_ENDPOINT, DEFAULT_TIMEOUT, AsyncClient
+from querator.client._errors import ConnectionFailed
+from querator.client._renew import MIN_RENEW_WAIT
+from querator.client._sync import Client
+from querator.errors import error_for
+
+__all__ = [
+    "DEFAULT_ENDPOINT",
+    "DEFAULT_TIMEOUT",
+    "MIN_RENEW_WAIT",
+    "AsyncClient",
+    "Client",
+    "ConnectionFailed",
+    "ProduceItem",
+    "RetryItem",
+    "error_for",
+    "new_queue_info",
+]

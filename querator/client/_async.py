@@ -1,0 +1,483 @@
+"""``AsyncClient``: the queue, administration and storage API of one server, as coroutines."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import AsyncIterator, Sequence
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import msgspec
+
+from querator.client._arguments import ProduceItem, RetryItem, new_queue_info, produce_item, retry_item
+from querator.client._errors import snippet
+from querator.client._renew import keep_renewed, stopped
+from querator.client._transport import Transport, http_timeout_s
+from querator.duration import parse_duration
+from querator.errors import QueratorError, plain_error
+from querator.wire import messages as m
+
+DEFAULT_ENDPOINT = "http://localhost:2319"
+DEFAULT_TIMEOUT = 30.0
+"""Seconds a call without a ``request_timeout`` may take (before ``timeout_margin`` is added)."""
+
+R = TypeVar("R", bound=m.Message)
+
+
+class AsyncClient:
+    """An asyncio client of one Querator server.
+
+    The aiohttp session is created on first use, in the running loop, and must be used from that loop only;
+    close it with ``await client.close()`` or by using the client as an ``async with`` context manager.
+    The connection pool holds at most ``limit`` connections (``limit_per_host`` per host, 0 = no extra
+    cap): each waiting lease holds one connection for its whole long poll, so size it for the number of
+    concurrent calls.
+
+    Args:
+        endpoint: base URL of the server, e.g. ``http://localhost:2319``.
+        api_key: sent as ``Authorization: Bearer <api_key>`` when given.
+        protobuf: send binary protobuf bodies and ask for protobuf replies instead of JSON.
+        timeout_margin: seconds to wait beyond a call's timeout before abandoning it (docs/semantics.md
+            §4.10).
+        limit: the pool's maximum number of connections.
+        limit_per_host: the pool's maximum number of connections per host (0: only ``limit`` applies).
+        ssl: the TLS context of an ``https://`` endpoint (None: the system's CAs verify the server).
+    """
+
+    def __init__(
+        self,
+        endpoint: str = DEFAULT_ENDPOINT,
+        api_key: str | None = None,
+        protobuf: bool = False,
+        timeout_margin: float = 1.0,
+        *,
+        limit: int = 100,
+        limit_per_host: int = 0,
+        ssl: ssl.SSLContext | None = None,
+    ) -> None:
+        if timeout_margin < 0:
+            raise ValueError("timeout_margin cannot be negative")
+        self.endpoint = endpoint.rstrip("/")
+        self.protobuf = protobuf
+        self.timeout_margin = timeout_margin
+        self._transport = Transport(
+            api_key, protobuf, limit=limit, limit_per_host=limit_per_host, ssl_context=ssl
+        )
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Closes the session and its pooled connections; later calls raise ``RuntimeError``. Idempotent."""
+        await self._transport.close()
+
+    def _timeout_s(self, seconds: float | None) -> float:
+        """Seconds to wait for the reply of a call the server may spend ``seconds`` on."""
+        return (DEFAULT_TIMEOUT if seconds is None else seconds) + self.timeout_margin
+
+    # -- the one way out ----------------------------------------------------------------------------------
+
+    async def call(
+        self, path: str, msg: m.Message, reply_type: type[R], *, seconds: float | None = None
+    ) -> R:
+        """POSTs ``msg`` to ``path`` (e.g. ``/v1/queue.stats``) and decodes the 200 reply as ``reply_type``.
+
+        Args:
+            path: the route, starting with ``/``.
+            msg: the request message.
+            reply_type: the message type of a successful reply (``m.Reply`` for routes without a payload).
+            seconds: how long the server may take; ``timeout_margin`` is added. None: ``DEFAULT_TIMEOUT``.
+
+        Returns:
+            The decoded reply.
+
+        Raises:
+            QueratorError: the typed error of a non-200 reply (see ``querator.client``), or a plain
+                ``QueratorError`` with the HTTP status as code when the reply cannot be decoded.
+            ConnectionFailed: no reply was received within the timeout.
+            RuntimeError: the client is closed.
+        """
+        return await self._transport.post(self.endpoint + path, msg, reply_type, self._timeout_s(seconds))
+
+    async def _reply_call(self, path: str, msg: m.Message, seconds: float | None = None) -> None:
+        await self.call(path, msg, m.Reply, seconds=seconds)
+
+    # -- the queue API ------------------------------------------------------------------------------------
+
+    async def produce(
+        self, queue_name: str, items: Sequence[ProduceItem], request_timeout: str = "1m"
+    ) -> None:
+        """Produces ``items`` to ``queue_name`` in one request: one partition, in the given order.
+
+        Args:
+            queue_name: the queue.
+            items: messages, or bare payloads (``bytes`` for the ``bytes`` field, ``str`` for ``utf8``).
+            request_timeout: Go duration the server may spend (10ms to 15m).
+
+        Raises:
+            InvalidOption: unknown queue, no items, too many items, bad timeout, body too large.
+            RetryRequest: the queue is overloaded or the write failed; nothing was stored.
+            RequestFailed: the queue or the service is shutting down.
+            ConnectionFailed: no reply; the items may or may not have been stored.
+        """
+        msg = m.QueueProduceRequest(
+            queue_name=queue_name, request_timeout=request_timeout, items=[produce_item(i) for i in items]
+        )
+        await self._reply_call("/v1/queue.produce", msg, http_timeout_s(request_timeout))
+
+    async def lease(
+        self, queue_name: str, batch_size: int, client_id: str, request_timeout: str = "1m"
+    ) -> m.QueueLeaseResponse:
+        """Leases up to ``batch_size`` items, long-polling until at least one is available.
+
+        Returns as soon as one or more items are leased, all from the one partition named in the reply;
+        complete or retry them there before their ``lease_deadline``. ``client_id`` must be unique among
+        the leases waiting on this queue.
+
+        Raises:
+            RetryRequest: nothing became available within ``request_timeout``: lease again.
+            InvalidOption: unknown queue, bad batch size, client id empty or already waiting, bad timeout.
+            RequestFailed: the queue or the service is shutting down.
+            ConnectionFailed: no reply; items leased by a lost reply come back when their lease expires.
+        """
+        msg = m.QueueLeaseRequest(
+            queue_name=queue_name, batch_size=batch_size, client_id=client_id, request_timeout=request_timeout
+        )
+        return await self.call(
+            "/v1/queue.lease", msg, m.QueueLeaseResponse, seconds=http_timeout_s(request_timeout)
+        )
+
+    async def complete(
+        self, queue_name: str, partition: int, ids: Sequence[str], request_timeout: str = "1m"
+    ) -> None:
+        """Marks leased items done (deletes them). Fails fast; never retried by the server.
+
+        Ids are processed in order; the first that fails stops the request, and the ids before it stay
+        completed.
+
+        Raises:
+            InvalidOption: unknown queue or partition, no ids, an id that does not exist or is not leased.
+            RetryRequest: a storage or partition failure; the ids after the failing one were not completed.
+            ConnectionFailed: no reply; some ids may have been completed.
+        """
+        msg = m.QueueCompleteRequest(
+            queue_name=queue_name, partition=partition, request_timeout=request_timeout, ids=list(ids)
+        )
+        await self._reply_call("/v1/queue.complete", msg, http_timeout_s(request_timeout))
+
+    async def retry(self, queue_name: str, partition: int, items: Sequence[RetryItem]) -> None:
+        """Gives leased items back: now (new id, queue tail), at ``retry_at`` (scheduled), or dead.
+
+        Args:
+            queue_name: the queue.
+            partition: the partition the items were leased from.
+            items: messages, or bare ids meaning "retry now".
+
+        Raises:
+            InvalidOption: unknown queue or partition, no items, an id that does not exist or is not leased.
+            RetryRequest: a storage or partition failure.
+            ConnectionFailed: no reply; some items may have been retried.
+        """
+        msg = m.QueueRetryRequest(
+            queue_name=queue_name,
+            partition=partition,
+            items=[retry_item(i) for i in items],
+        )
+        await self._reply_call("/v1/queue.retry", msg)
+
+    async def renew(
+        self,
+        queue_name: str,
+        partition: int,
+        ids: Sequence[str],
+        lease_timeout: str = "",
+        request_timeout: str = "1m",
+    ) -> m.QueueRenewResponse:
+        """Extends leases (a heartbeat): each leased id's deadline becomes now + ``lease_timeout``.
+
+        ``lease_timeout`` defaults to the queue's and may not exceed its expire timeout. Ids are processed
+        in order; the first that fails stops the request, and the ids before it stay renewed.
+
+        Raises:
+            InvalidOption: unknown queue or partition, no ids, an id that does not exist or is not leased
+                (its lease expired and it went back to the queue), a bad ``lease_timeout``.
+            RetryRequest: a storage or partition failure.
+            ConnectionFailed: no reply; some ids may have been renewed.
+        """
+        msg = m.QueueRenewRequest(
+            queue_name=queue_name,
+            partition=partition,
+            ids=list(ids),
+            lease_timeout=lease_timeout,
+            request_timeout=request_timeout,
+        )
+        return await self.call(
+            "/v1/queue.renew", msg, m.QueueRenewResponse, seconds=http_timeout_s(request_timeout)
+        )
+
+    @contextlib.asynccontextmanager
+    async def leased(
+        self,
+        queue_name: str,
+        batch_size: int,
+        client_id: str,
+        request_timeout: str = "1m",
+        lease_timeout: str = "",
+    ) -> AsyncIterator[m.QueueLeaseResponse]:
+        """Leases items for the body of an ``async with``, renewing the leases while it runs.
+
+        On a normal exit the items are completed; if the body raises, they are retried (now) and the
+        exception propagates. Renewal happens each time a third of the time left on the lease has passed
+        (measured against the server's ``lease_deadline``; with ``lease_timeout``, at least every third
+        of it), so the first renewal always comes before the queue's own lease timeout runs out. A
+        renewal that fails for a retryable reason (454, no answer) is tried again, sooner; one answered
+        400 means the lease was lost (it expired and the item went back to the queue), and renewal stops.
+
+        Example::
+
+            async with client.leased("orders", 10, "worker-1") as lease:
+                for item in lease.items:
+                    await handle(item.bytes)
+
+        Raises:
+            as ``lease`` when leasing (and ValueError for a ``lease_timeout`` that is not a duration);
+            as ``complete``/``retry`` on exit: completing items whose lease was lost answers
+            InvalidOption, as their ids no longer exist.
+        """
+        if lease_timeout:
+            parse_duration(lease_timeout)
+        lease = await self.lease(queue_name, batch_size, client_id, request_timeout)
+        ids = [i.id for i in lease.items]
+        renewing = asyncio.create_task(keep_renewed(self, lease, lease_timeout))
+        try:
+            yield lease
+        except BaseException:
+            await stopped(renewing)
+            with contextlib.suppress(QueratorError):
+                # Best effort: items not retried come back anyway when their lease expires.
+                await self.retry(queue_name, lease.partition, ids)
+            raise
+        await stopped(renewing)
+        await self.complete(queue_name, lease.partition, ids)
+
+    async def redrive(
+        self, queue_name: str, target_queue: str, limit: int = 0, request_timeout: str = "1m"
+    ) -> int:
+        """Moves items of a dead-letter queue into ``target_queue`` (FIFO; at most ``limit``, 0 = all).
+
+        Returns the number moved; fewer than asked when ``request_timeout`` ran out first (call again to
+        go on). An interrupted redrive neither loses nor duplicates items.
+
+        Raises:
+            InvalidOption: unknown queue or target, target equal to the queue, negative limit.
+            RetryRequest: a storage or partition failure; items moved so far stay moved.
+        """
+        msg = m.QueueRedriveRequest(
+            queue_name=queue_name, target_queue=target_queue, limit=limit, request_timeout=request_timeout
+        )
+        reply = await self.call(
+            "/v1/queue.redrive", msg, m.QueueRedriveResponse, seconds=http_timeout_s(request_timeout)
+        )
+        return reply.moved
+
+    async def cluster_info(self, queue_name: str = "", namespace: str = "") -> m.ClusterInfoResponse:
+        """The members of the cluster, the ring's revision and the owner of each partition (of
+        ``queue_name``, or of every queue of ``namespace``). A node alone is a one-member ring.
+
+        Raises:
+            InvalidOption: unknown queue.
+        """
+        msg = m.ClusterInfoRequest(queue_name=queue_name, namespace=namespace)
+        return await self.call("/v1/cluster.info", msg, m.ClusterInfoResponse)
+
+    async def stats(self, queue_name: str) -> m.QueueStatsResponse:
+        """Counts of waiting requests and, per partition, of items, leases, failures and ages.
+
+        Raises:
+            InvalidOption: unknown queue.
+        """
+        return await self.call(
+            "/v1/queue.stats", m.QueueStatsRequest(queue_name=queue_name), m.QueueStatsResponse
+        )
+
+    async def clear(
+        self, queue_name: str, queue: bool = False, scheduled: bool = False, destructive: bool = False
+    ) -> None:
+        """Deletes items of every partition: un-leased queued ones (``queue``; with ``destructive`` leased
+        ones too) and/or scheduled ones (``scheduled``).
+
+        Raises:
+            InvalidOption: unknown queue, or neither ``queue`` nor ``scheduled`` set.
+        """
+        msg = m.QueueClearRequest(
+            queue_name=queue_name, queue=queue, scheduled=scheduled, destructive=destructive
+        )
+        await self._reply_call("/v1/queue.clear", msg)
+
+    async def reload(self, queue_name: str) -> None:
+        """Re-reads the queue's counters from storage (after an ``import_items``, for instance).
+
+        Raises:
+            InvalidOption: unknown queue.
+        """
+        await self._reply_call("/v1/queue.reload", m.QueueReloadRequest(queue_name=queue_name))
+
+    # -- queue administration -----------------------------------------------------------------------------
+
+    async def create_queue(
+        self,
+        info: m.QueueInfo | str,
+        *,
+        lease_timeout: str | None = None,
+        expire_timeout: str | None = None,
+        max_attempts: int | None = None,
+        dead_queue: str | None = None,
+        reference: str | None = None,
+        partitions: int | None = None,
+        namespace: str | None = None,
+    ) -> None:
+        """Creates a queue from a full ``QueueInfo``, or from a name and keyword settings.
+
+        With a name, unset settings default to a lease timeout of ``1m``, an expire timeout of 60 times
+        the lease timeout, 1 partition, unlimited attempts, no dead queue and the ``_system`` namespace.
+        Keywords cannot be combined with a ``QueueInfo``.
+
+        Raises:
+            InvalidOption: the name is taken or invalid, a setting is invalid, the dead queue is missing.
+            TypeError: keywords were given together with a ``QueueInfo``.
+        """
+        options = {
+            "lease_timeout": lease_timeout,
+            "expire_timeout": expire_timeout,
+            "max_attempts": max_attempts,
+            "dead_queue": dead_queue,
+            "reference": reference,
+            "partitions": partitions,
+            "namespace": namespace,
+        }
+        if isinstance(info, m.QueueInfo):
+            given = [k for k, v in options.items() if v is not None]
+            if given:
+                raise TypeError(f"create_queue: {', '.join(given)} cannot be combined with a QueueInfo")
+        else:
+            info = new_queue_info(
+                info,
+                lease_timeout=lease_timeout or "1m",
+                expire_timeout=expire_timeout,
+                max_attempts=max_attempts or 0,
+                dead_queue=dead_queue or "",
+                reference=reference or "",
+                partitions=1 if partitions is None else partitions,
+                namespace=namespace or "",
+            )
+        await self._reply_call("/v1/queues.create", info)
+
+    async def update_queue(self, info: m.QueueInfo) -> None:
+        """Changes a queue's settings, with the server's "replace" semantics.
+
+        Empty ``lease_timeout``/``expire_timeout`` and a zero ``requested_partitions`` keep the current
+        values, but ``dead_queue``, ``max_attempts`` and ``reference`` are always replaced: to change one
+        setting, start from ``queue_info()`` and modify it (``msgspec.structs.replace``).
+
+        Raises:
+            InvalidOption: unknown queue, invalid setting, partitions decreased, lease > expire timeout.
+        """
+        await self._reply_call("/v1/queues.update", info)
+
+    async def delete_queue(self, name: str, force: bool = False) -> None:
+        """Deletes a queue and its items; its waiting requests get ``RequestFailed``.
+
+        Raises:
+            InvalidOption: invalid name or unknown queue.
+        """
+        await self._reply_call("/v1/queues.delete", m.QueuesDeleteRequest(queue_name=name, force=force))
+
+    async def queue_info(self, name: str) -> m.QueueInfo:
+        """The queue's current settings.
+
+        Raises:
+            InvalidOption: invalid name or unknown queue (``queue does not exist; ...``).
+        """
+        return await self.call("/v1/queues.info", m.QueuesInfoRequest(queue_name=name), m.QueueInfo)
+
+    async def list_queues(self, pivot: str = "", limit: int = 0, namespace: str = "") -> m.QueuesListResponse:
+        """Queues of ``namespace`` (empty: ``_system``) by name, from the first name >= ``pivot``.
+
+        ``limit`` 0 means the server's default (1000).
+
+        Raises:
+            InvalidOption: limit out of range or invalid pivot.
+        """
+        msg = m.QueuesListRequest(pivot=pivot, limit=limit, namespace=namespace)
+        return await self.call("/v1/queues.list", msg, m.QueuesListResponse)
+
+    # -- the storage API (operators and debugging) --------------------------------------------------------
+
+    async def list_items(
+        self, queue_name: str, partition: int, pivot: str = "", limit: int = 0
+    ) -> m.StorageItemsListResponse:
+        """Queued (not scheduled) items of one partition in FIFO order, from the first id >= ``pivot``.
+
+        Raises:
+            InvalidOption: unknown queue or partition, pivot not a valid id, negative limit.
+        """
+        return await self._list("/v1/storage/items.list", queue_name, partition, pivot, limit)
+
+    async def list_scheduled(
+        self, queue_name: str, partition: int, pivot: str = "", limit: int = 0
+    ) -> m.StorageItemsListResponse:
+        """Scheduled items of one partition, like ``list_items``."""
+        return await self._list("/v1/storage/scheduled.list", queue_name, partition, pivot, limit)
+
+    async def _list(
+        self, path: str, queue_name: str, partition: int, pivot: str, limit: int
+    ) -> m.StorageItemsListResponse:
+        msg = m.StorageItemsListRequest(queue_name=queue_name, partition=partition, pivot=pivot, limit=limit)
+        return await self.call(path, msg, m.StorageItemsListResponse)
+
+    async def import_items(
+        self, queue_name: str, partition: int, items: Sequence[m.StorageItem]
+    ) -> m.StorageItemsImportResponse:
+        """Writes items into a partition as they are (new ids); items whose ``source_id`` exists are skipped.
+
+        Call ``reload`` afterwards so that the queue's counters include them.
+
+        Raises:
+            InvalidOption: unknown queue or partition, no items.
+        """
+        msg = m.StorageItemsImportRequest(queue_name=queue_name, partition=partition, items=list(items))
+        return await self.call("/v1/storage/items.import", msg, m.StorageItemsImportResponse)
+
+    async def delete_items(self, queue_name: str, partition: int, ids: Sequence[str]) -> None:
+        """Deletes items by id from a partition; unknown ids are ignored.
+
+        Raises:
+            InvalidOption: unknown queue or partition, no ids, a malformed id.
+        """
+        msg = m.StorageItemsDeleteRequest(queue_name=queue_name, partition=partition, ids=list(ids))
+        await self._reply_call("/v1/storage/items.delete", msg)
+
+    async def health(self) -> dict[str, Any]:
+        """``GET /health``: the server's health+json body, for a passing (200) or failing (503) check.
+
+        Returns:
+            The body, e.g. ``{"status": "pass", "version": ..., "checks": {...}}``.
+
+        Raises:
+            QueratorError: any other status or a body that is not a JSON object (code = HTTP status).
+            ConnectionFailed: no reply.
+        """
+        status, body = await self._transport.get(self.endpoint + "/health", self._timeout_s(None))
+        if status not in (200, 503):
+            raise plain_error(status, f"health check failed; HTTP {status}: {snippet(body)}")
+        try:
+            return msgspec.json.decode(body, type=dict[str, Any])
+        except msgspec.DecodeError:
+            raise plain_error(status, f"unexpected health reply; {snippet(body)}") from None
