@@ -427,6 +427,22 @@ async def test_sync_leased_renews_then_completes_or_retries(endpoint: str) -> No
         await asyncio.to_thread(scenario)
 
 
+async def test_sync_leased_retries_on_an_interrupt_and_the_client_lives_on(endpoint: str) -> None:
+    # The body's exception is handed to the async manager on the client's loop: a KeyboardInterrupt
+    # there must retry the items, reach the caller, and leave the loop running.
+    def scenario() -> None:
+        with Client(endpoint) as c:
+            c.create_queue("q")
+            c.produce("q", ["a"])
+            with pytest.raises(KeyboardInterrupt), c.leased("q", 1, "worker", request_timeout="5s"):
+                raise KeyboardInterrupt
+            [item] = c.list_items("q", 0).items
+            assert (item.is_leased, item.attempts) == (False, 1)
+            assert c.health()["status"] == "pass"
+
+    await asyncio.to_thread(scenario)
+
+
 # -- transport behaviour against a fake server ---------------------------------------------------------------
 
 

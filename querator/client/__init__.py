@@ -32,7 +32,8 @@ Failures, all ``querator.errors.QueratorError`` with ``.code`` and ``.message``:
 The synchronous ``Client`` runs an ``AsyncClient`` on a private event loop in a daemon thread, so its
 session (and its pooled connections) live as long as the client, and any number of threads may call it
 at once. ``asyncio.run`` per call was rejected: an aiohttp session is bound to the loop that made it, so it
-would have meant a new session, a new connection and a new TCP handshake on every call.
+would have meant a new session, a new connection and a new TCP handshake on every call. Its methods are
+``AsyncClient``'s, made blocking in one place rather than written twice.
 
 Modules: ``_async`` (``AsyncClient``: the API as coroutines), ``_sync`` (``Client``: the same, blocking),
 ``_transport`` (the session, encoding, decoding, timeouts), ``_renew`` (keeping a lease alive in

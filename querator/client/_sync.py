@@ -1,25 +1,82 @@
-"""``Client``: the blocking client, an ``AsyncClient`` driven on a private event loop thread."""
+"""``Client``: the blocking client, each of its methods an ``AsyncClient`` method run on a private loop.
+
+The methods are not written twice: ``_blocking`` turns a coroutine method of ``AsyncClient`` into a
+blocking one (``_blocking_context`` does the same for an async context manager), keeping its name, its
+documentation and, through ``ParamSpec``, its signature for type checkers; ``inspect.signature`` and
+``help()`` follow ``__wrapped__`` to the ``AsyncClient`` method. A new ``AsyncClient`` method needs one
+line here (tests/test_client_sync.py fails until it has it).
+"""
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
+import functools
+import inspect
 import threading
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
-from querator.client._arguments import ProduceItem, RetryItem
 from querator.client._async import DEFAULT_ENDPOINT, AsyncClient
-from querator.client._renew import keep_renewed
-from querator.duration import parse_duration
-from querator.errors import QueratorError
-from querator.wire import messages as m
 
-R = TypeVar("R", bound=m.Message)
+P = ParamSpec("P")
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _blocking(
+    method: Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[Client, P], T]:
+    """The ``Client`` method that runs the coroutine method ``method`` and returns its result."""
+
+    @functools.wraps(method)
+    def run(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._run(method(self.aio, *args, **kwargs))
+
+    return _client_method(run)
+
+
+def _blocking_context(
+    method: Callable[Concatenate[AsyncClient, P], AbstractAsyncContextManager[T]],
+) -> Callable[Concatenate[Client, P], AbstractContextManager[T]]:
+    """The ``Client`` method that returns ``method``'s async context manager as a ``with`` one."""
+
+    @functools.wraps(method)
+    def run(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> AbstractContextManager[T]:
+        return _BlockingContext(self, method(self.aio, *args, **kwargs))
+
+    # The async manager's return annotation (an AsyncIterator) is not this method's. (typeshed does not
+    # declare __signature__, which inspect.signature reads before following __wrapped__.)
+    signature = inspect.signature(method).replace(return_annotation=inspect.Signature.empty)
+    run.__signature__ = signature  # type: ignore[attr-defined]
+    return _client_method(run)
+
+
+def _client_method(run: F) -> F:
+    """``run`` (a wrapper of an ``AsyncClient`` method) named and placed as a method of ``Client``, so that
+    its repr, ``help()`` and pickle find it there."""
+    run.__module__ = __name__
+    run.__qualname__ = f"Client.{run.__name__}"
+    return run
+
+
+class _BlockingContext(AbstractContextManager[T]):
+    """An async context manager entered and exited on a ``Client``'s loop; the body runs in the caller's
+    thread meanwhile, so tasks the manager started on entry (``leased``'s renewal) keep running."""
+
+    def __init__(self, client: Client, manager: AbstractAsyncContextManager[T]) -> None:
+        self._client = client
+        self._manager = manager
+
+    def __enter__(self) -> T:
+        return self._client._run(self._manager.__aenter__())
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        return self._client._run(self._manager.__aexit__(exc_type, exc, tb))
 
 
 class Client:
@@ -28,8 +85,9 @@ class Client:
     Thread-safe: calls from several threads run concurrently on the one loop and share the connection
     pool. Do not call it from the client's own callbacks (there are none) -- it would deadlock. Close it
     with ``close()`` or use it as a ``with`` context manager; a client left open keeps its thread (a daemon
-    thread, so it never blocks interpreter exit). Arguments, return values and errors are those of
-    ``AsyncClient``; its methods are documented there.
+    thread, so it never blocks interpreter exit). Each method takes, returns and raises what the
+    ``AsyncClient`` method of its name does, and has its documentation; ``leased`` is a ``with`` context
+    manager here.
     """
 
     def __init__(
@@ -84,154 +142,26 @@ class Client:
             self._thread.join()
             self._loop.close()
 
-    def call(self, path: str, msg: m.Message, reply_type: type[R], *, seconds: float | None = None) -> R:
-        """See ``AsyncClient.call``."""
-        return self._run(self.aio.call(path, msg, reply_type, seconds=seconds))
-
-    def produce(self, queue_name: str, items: Sequence[ProduceItem], request_timeout: str = "1m") -> None:
-        """See ``AsyncClient.produce``."""
-        self._run(self.aio.produce(queue_name, items, request_timeout))
-
-    def lease(
-        self, queue_name: str, batch_size: int, client_id: str, request_timeout: str = "1m"
-    ) -> m.QueueLeaseResponse:
-        """See ``AsyncClient.lease``."""
-        return self._run(self.aio.lease(queue_name, batch_size, client_id, request_timeout))
-
-    def complete(
-        self, queue_name: str, partition: int, ids: Sequence[str], request_timeout: str = "1m"
-    ) -> None:
-        """See ``AsyncClient.complete``."""
-        self._run(self.aio.complete(queue_name, partition, ids, request_timeout))
-
-    def retry(self, queue_name: str, partition: int, items: Sequence[RetryItem]) -> None:
-        """See ``AsyncClient.retry``."""
-        self._run(self.aio.retry(queue_name, partition, items))
-
-    def renew(
-        self,
-        queue_name: str,
-        partition: int,
-        ids: Sequence[str],
-        lease_timeout: str = "",
-        request_timeout: str = "1m",
-    ) -> m.QueueRenewResponse:
-        """See ``AsyncClient.renew``."""
-        return self._run(self.aio.renew(queue_name, partition, ids, lease_timeout, request_timeout))
-
-    @contextlib.contextmanager
-    def leased(
-        self,
-        queue_name: str,
-        batch_size: int,
-        client_id: str,
-        request_timeout: str = "1m",
-        lease_timeout: str = "",
-    ) -> Iterator[m.QueueLeaseResponse]:
-        """See ``AsyncClient.leased``; renewal runs on the client's own loop while the body works."""
-        if lease_timeout:
-            parse_duration(lease_timeout)
-        lease = self.lease(queue_name, batch_size, client_id, request_timeout)
-        ids = [i.id for i in lease.items]
-        renewing = asyncio.run_coroutine_threadsafe(keep_renewed(self.aio, lease, lease_timeout), self._loop)
-        try:
-            yield lease
-        except BaseException:
-            renewing.cancel()
-            with contextlib.suppress(QueratorError):
-                self.retry(queue_name, lease.partition, ids)
-            raise
-        renewing.cancel()
-        with contextlib.suppress(concurrent.futures.CancelledError):
-            renewing.result()
-        self.complete(queue_name, lease.partition, ids)
-
-    def redrive(self, queue_name: str, target_queue: str, limit: int = 0, request_timeout: str = "1m") -> int:
-        """See ``AsyncClient.redrive``."""
-        return self._run(self.aio.redrive(queue_name, target_queue, limit, request_timeout))
-
-    def cluster_info(self, queue_name: str = "", namespace: str = "") -> m.ClusterInfoResponse:
-        """See ``AsyncClient.cluster_info``."""
-        return self._run(self.aio.cluster_info(queue_name, namespace))
-
-    def stats(self, queue_name: str) -> m.QueueStatsResponse:
-        """See ``AsyncClient.stats``."""
-        return self._run(self.aio.stats(queue_name))
-
-    def clear(
-        self, queue_name: str, queue: bool = False, scheduled: bool = False, destructive: bool = False
-    ) -> None:
-        """See ``AsyncClient.clear``."""
-        self._run(self.aio.clear(queue_name, queue, scheduled, destructive))
-
-    def reload(self, queue_name: str) -> None:
-        """See ``AsyncClient.reload``."""
-        self._run(self.aio.reload(queue_name))
-
-    def create_queue(
-        self,
-        info: m.QueueInfo | str,
-        *,
-        lease_timeout: str | None = None,
-        expire_timeout: str | None = None,
-        max_attempts: int | None = None,
-        dead_queue: str | None = None,
-        reference: str | None = None,
-        partitions: int | None = None,
-        namespace: str | None = None,
-    ) -> None:
-        """See ``AsyncClient.create_queue``."""
-        self._run(
-            self.aio.create_queue(
-                info,
-                lease_timeout=lease_timeout,
-                expire_timeout=expire_timeout,
-                max_attempts=max_attempts,
-                dead_queue=dead_queue,
-                reference=reference,
-                partitions=partitions,
-                namespace=namespace,
-            )
-        )
-
-    def update_queue(self, info: m.QueueInfo) -> None:
-        """See ``AsyncClient.update_queue``."""
-        self._run(self.aio.update_queue(info))
-
-    def delete_queue(self, name: str, force: bool = False) -> None:
-        """See ``AsyncClient.delete_queue``."""
-        self._run(self.aio.delete_queue(name, force))
-
-    def queue_info(self, name: str) -> m.QueueInfo:
-        """See ``AsyncClient.queue_info``."""
-        return self._run(self.aio.queue_info(name))
-
-    def list_queues(self, pivot: str = "", limit: int = 0, namespace: str = "") -> m.QueuesListResponse:
-        """See ``AsyncClient.list_queues``."""
-        return self._run(self.aio.list_queues(pivot, limit, namespace))
-
-    def list_items(
-        self, queue_name: str, partition: int, pivot: str = "", limit: int = 0
-    ) -> m.StorageItemsListResponse:
-        """See ``AsyncClient.list_items``."""
-        return self._run(self.aio.list_items(queue_name, partition, pivot, limit))
-
-    def list_scheduled(
-        self, queue_name: str, partition: int, pivot: str = "", limit: int = 0
-    ) -> m.StorageItemsListResponse:
-        """See ``AsyncClient.list_scheduled``."""
-        return self._run(self.aio.list_scheduled(queue_name, partition, pivot, limit))
-
-    def import_items(
-        self, queue_name: str, partition: int, items: Sequence[m.StorageItem]
-    ) -> m.StorageItemsImportResponse:
-        """See ``AsyncClient.import_items``."""
-        return self._run(self.aio.import_items(queue_name, partition, items))
-
-    def delete_items(self, queue_name: str, partition: int, ids: Sequence[str]) -> None:
-        """See ``AsyncClient.delete_items``."""
-        self._run(self.aio.delete_items(queue_name, partition, ids))
-
-    def health(self) -> dict[str, Any]:
-        """See ``AsyncClient.health``."""
-        return self._run(self.aio.health())
+    # One line per AsyncClient method, in its order.
+    call = _blocking(AsyncClient.call)
+    produce = _blocking(AsyncClient.produce)
+    lease = _blocking(AsyncClient.lease)
+    complete = _blocking(AsyncClient.complete)
+    retry = _blocking(AsyncClient.retry)
+    renew = _blocking(AsyncClient.renew)
+    leased = _blocking_context(AsyncClient.leased)
+    redrive = _blocking(AsyncClient.redrive)
+    cluster_info = _blocking(AsyncClient.cluster_info)
+    stats = _blocking(AsyncClient.stats)
+    clear = _blocking(AsyncClient.clear)
+    reload = _blocking(AsyncClient.reload)
+    create_queue = _blocking(AsyncClient.create_queue)
+    update_queue = _blocking(AsyncClient.update_queue)
+    delete_queue = _blocking(AsyncClient.delete_queue)
+    queue_info = _blocking(AsyncClient.queue_info)
+    list_queues = _blocking(AsyncClient.list_queues)
+    list_items = _blocking(AsyncClient.list_items)
+    list_scheduled = _blocking(AsyncClient.list_scheduled)
+    import_items = _blocking(AsyncClient.import_items)
+    delete_items = _blocking(AsyncClient.delete_items)
+    health = _blocking(AsyncClient.health)
