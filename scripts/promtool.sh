@@ -21,6 +21,6 @@ if [ ! -x "$bin" ]; then
     # A rename is atomic: a concurrent run sees either no binary or the whole one.
     mv "$work/promtool" "$bin"
 fi
-# A stable name for the tests (tests/test_alerts.py) whatever the pin.
+# A stable name for the tests (tests/api/test_alerts.py) whatever the pin.
 ln -sfn "$version/promtool" "$dir/promtool"
 echo "$bin"

@@ -4,7 +4,7 @@ The methods are not written twice: ``_blocking`` turns a coroutine method of ``A
 blocking one (``_blocking_context`` does the same for an async context manager), keeping its name, its
 documentation and, through ``ParamSpec``, its signature for type checkers; ``inspect.signature`` and
 ``help()`` follow ``__wrapped__`` to the ``AsyncClient`` method. A new ``AsyncClient`` method needs one
-line here (tests/test_client_sync.py fails until it has it).
+line here (tests/unit/client/test_client_sync.py fails until it has it).
 """
 
 from __future__ import annotations

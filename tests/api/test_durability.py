@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from querator.clock import FakeClock
+from tests.conftest import ServerFactory, eventually
 
-from .conftest import ServerFactory, eventually
 from .test_queue import ts
 
 

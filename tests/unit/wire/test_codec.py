@@ -34,7 +34,7 @@ from querator.wire import (
 )
 from querator.wire import messages as m
 
-PROTO_DIR = Path(__file__).resolve().parent.parent / "querator" / "proto"
+PROTO_DIR = Path(__file__).resolve().parents[3] / "querator" / "proto"
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 GO_ZERO_TIME = datetime(1, 1, 1, tzinfo=UTC)
 

@@ -19,8 +19,7 @@ from querator.engine.logical_queue import LEASE_GRACE, LogicalQueue
 from querator.errors import QueratorError, RetryRequest, StorageError, outcome_unknown
 from querator.storage.base import Item, PartitionTx, QueueRecord
 from querator.storage.memory import MemoryPartition
-
-from .conftest import eventually
+from tests.conftest import eventually
 
 R = TypeVar("R")
 MINUTE = 60 * MICROS

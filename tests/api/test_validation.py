@@ -14,8 +14,7 @@ from querator.service import Service
 from querator.storage.base import QueueRecord
 from querator.storage.memory import MemoryStore
 from querator.wire import messages as m
-
-from .conftest import JSON, Api
+from tests.conftest import JSON, Api, eventually
 
 PRODUCE_ERRORS: list[tuple[dict[str, Any], str]] = [
     ({}, "queue name is invalid; queue name cannot be empty"),
@@ -131,10 +130,6 @@ async def test_request_timeout_bounds_are_inclusive(api: Api, timeout: str) -> N
 
 
 async def test_duplicate_waiting_client_id(live_api: Api) -> None:
-    import asyncio
-
-    from .conftest import eventually
-
     await live_api.create("q")
     first = asyncio.ensure_future(
         live_api.error(

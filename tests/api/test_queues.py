@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 
 from querator.clock import FakeClock
-
-from .conftest import Api, eventually
+from tests.conftest import Api, eventually
 
 
 def when(text: str) -> datetime:

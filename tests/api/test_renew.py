@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from querator.clock import FakeClock
+from tests.conftest import Api, eventually
 
-from .conftest import Api, eventually
 from .test_queue import parse_ts, ts
 
 MINUTE = 60

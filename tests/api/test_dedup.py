@@ -6,8 +6,7 @@ import asyncio
 from typing import Any
 
 from querator.clock import FakeClock
-
-from .conftest import Api
+from tests.conftest import Api
 
 EXTENSIONS = {"X-Querator-Extensions": "1"}
 

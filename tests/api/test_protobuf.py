@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from querator.wire import decode_json, decode_protobuf, encode_protobuf
 from querator.wire import messages as m
-
-from .conftest import Api
+from tests.conftest import Api
 
 PB = {"Content-Type": "application/protobuf"}
 

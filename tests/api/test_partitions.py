@@ -7,8 +7,7 @@ import asyncio
 
 from querator.clock import MICROS, FakeClock
 from querator.engine.distribution import FAIRNESS
-
-from .conftest import Api, eventually
+from tests.conftest import Api, eventually
 
 
 async def totals(api: Api, queue: str, key: str = "total") -> list[int]:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from querator.clock import FakeClock
+from tests.conftest import Api, eventually
 
-from .conftest import Api, eventually
 from .test_queue import ts
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from querator.clock import FakeClock
-
-from .conftest import Api, eventually
+from tests.conftest import Api, eventually
 
 
 async def wait_for_items(api: Api, queue: str, check: Any) -> list[dict[str, Any]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from .conftest import ApiError, ServerFactory
+from tests.conftest import ApiError, ServerFactory
 
 PRODUCERS = 4
 CONSUMERS = 4

@@ -27,11 +27,11 @@ from querator.metrics import MEMBER_STATES
 from querator.service import Service
 from querator.storage.memory import MemoryStore
 from querator.wire import messages as m
+from tests.conftest import Api, eventually
 
-from .conftest import Api, eventually
 from .test_queue import ts
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 KEY = generate_key("test")
 OTHER_KEY = generate_key("test")
 ROUTES = [

@@ -9,8 +9,7 @@ from typing import Any, TypeVar
 
 from querator.errors import StorageError
 from querator.storage.base import PartitionTx
-
-from .conftest import Api, eventually
+from tests.conftest import Api, eventually
 
 T = TypeVar("T")
 

@@ -21,8 +21,7 @@ from querator.errors import RetryRequest, StaleOwnerError
 from querator.metrics import Metrics
 from querator.storage.base import Item, Partition, PartitionTx, QueueRecord
 from querator.storage.memory import MemoryStore
-
-from .conftest import eventually
+from tests.conftest import eventually
 
 R = TypeVar("R")
 

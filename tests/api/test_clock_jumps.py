@@ -4,8 +4,8 @@ everything that is due at once, however much it is; a backward step never breaks
 from __future__ import annotations
 
 from querator.clock import FakeClock
+from tests.conftest import Api, eventually
 
-from .conftest import Api, eventually
 from .test_queue import parse_ts, ts
 
 DAY = 24 * 3600

@@ -40,8 +40,7 @@ from querator.http import (
 from querator.service import Service
 from querator.storage.memory import MemoryStore
 from querator.wire import messages as m
-
-from .conftest import Api
+from tests.conftest import Api
 
 DOCUMENT = Path(querator.__file__).with_name("openapi.yaml")
 DOC: dict[str, Any] = yaml.safe_load(DOCUMENT.read_text(encoding="utf-8"))

@@ -7,8 +7,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 from querator.clock import FakeClock, to_datetime
-
-from .conftest import Api, eventually
+from tests.conftest import Api, eventually
 
 
 def ts(clock: FakeClock, seconds: float = 0) -> str:

@@ -13,9 +13,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from .conftest import Api
+from tests.conftest import Api
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yaml"
 RULE_TESTS = ROOT / "deploy" / "prometheus" / "alerts-test.yaml"
 PROMTOOL_LINK = ROOT / ".cache" / "promtool" / "promtool"

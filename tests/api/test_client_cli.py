@@ -40,7 +40,7 @@ from querator.service import Service
 from querator.storage.memory import MemoryStore
 from querator.wire import messages as m
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:

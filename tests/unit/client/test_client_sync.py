@@ -2,7 +2,7 @@
 
 Its methods are generated from ``AsyncClient``'s, one line each (querator/client/_sync.py); these tests
 fail when an ``AsyncClient`` method has no blocking twin, or a twin no longer matches its original. How
-they behave against a server is tested in tests/test_client_cli.py.
+they behave against a server is tested in tests/api/test_client_cli.py.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ from querator.duration import (
 from querator.errors import ClientContentError
 from querator.wire import JSON, PROTOBUF, decode, encode_json, encode_protobuf
 from querator.wire import messages as m
-from tests.test_codec import strategy_for
+from tests.unit.wire.test_codec import strategy_for
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1

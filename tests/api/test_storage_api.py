@@ -9,8 +9,8 @@ import pytest
 
 from querator.clock import FakeClock
 from querator.ksuid import ksuid_prev
+from tests.conftest import Api
 
-from .conftest import Api
 from .test_queue import ts
 
 
