@@ -23,6 +23,7 @@ from typing import Any, Protocol, TypeVar
 
 from querator import _tasks
 from querator.clock import MICROS, Clock, TimerHandle
+from querator.engine._partition import PartitionState
 from querator.engine.backlog import Backlog
 from querator.engine.distribution import Distribution
 from querator.errors import (
@@ -60,8 +61,6 @@ LEASE_GRACE = 500_000
 """Microseconds a lease whose write is in flight at its deadline may still wait for it: long enough for
 any healthy write, well inside the second a client waits beyond its request_timeout (ADR 0009)."""
 PRODUCE_TIMED_OUT = "request timeout; the items could not be stored before request_timeout, try again"
-BACKOFF_MIN = 500_000
-BACKOFF_MAX = 5_000_000
 
 
 class Settings(Protocol):
@@ -75,38 +74,6 @@ DeadLetter = Callable[[str, list[Item]], Awaitable[None]]
 """Stores copies of dead items in the named dead queue; raises if it cannot."""
 
 PARTITION_MOVED = f"{TRY_AGAIN}; the partition moved to another node"
-
-
-@dataclass(eq=False)
-class PartitionState:
-    """The logical queue's view of one partition it owns."""
-
-    number: int
-    storage: Partition
-    ids: KsuidGenerator | None = None
-    un_leased: int = 0
-    estimate: int = 0
-    failures: int = 0
-    error: str = ""
-    """Why the partition is failing (its last failure), while ``failures``."""
-    deadlines: Deadlines = field(default_factory=Deadlines)
-    due: bool = False
-    timer: TimerHandle | None = None
-    timer_at: int = 0
-    claimed: bool = False
-    backlog: Backlog = field(default_factory=Backlog)
-
-    def recount(self, delta: int, at: int, left: int = 0) -> None:
-        """``delta`` more items a lease could take; ``left`` of the oldest ones left (leased, or dead
-        before any lease took them) and the rest of the change joined the tail, at monotonic ``at``."""
-        # Never below zero: a count a lost answer left too low must not subtract from the others'.
-        self.un_leased = max(0, self.un_leased + delta)
-        self.backlog.take(left)
-        self.backlog.sync(self.un_leased, at)
-
-    def new_id(self) -> str:
-        assert self.ids is not None, "partition used before it was loaded"
-        return self.ids.next()
 
 
 @dataclass(eq=False)
@@ -302,10 +269,10 @@ class LogicalQueue:
 
         async def cold() -> T:
             if p.failures or p.ids is None:
-                raise _unavailable(p)
+                raise p.unavailable()
             try:
                 result = await p.storage.run(fn)
-                p.deadlines = await p.storage.run(_deadlines_and_counts(p))
+                p.deadlines = await p.storage.run(p.read_deadlines)
             except StorageError as e:
                 self._fail(p, e)
                 raise try_again(outcome_unknown=e.maybe_applied) from e
@@ -322,7 +289,7 @@ class LogicalQueue:
         async def cold() -> None:
             await self._load(p)
             if p.failures:
-                raise _unavailable(p)
+                raise p.unavailable()
             self._serve_parked_soon()
 
         await self.call(cold)
@@ -476,7 +443,7 @@ class LogicalQueue:
             else:
                 assert req.partition is not None
                 if req.partition.failures or req.partition.ids is None:
-                    _fail_future(req.future, _unavailable(req.partition))
+                    _fail_future(req.future, req.partition.unavailable())
                 elif isinstance(req, _Complete):
                     batch_of(req.partition).complete.append(req.op)
                 elif isinstance(req, _Retry):
@@ -588,7 +555,7 @@ class LogicalQueue:
                 # from an owner that claimed it since (this engine is then stale, and handed off).
                 await p.storage.claim()
                 p.claimed = True
-            last_id, deadlines = await p.storage.run(lambda tx: (tx.last_id(), _deadlines_and_counts(p)(tx)))
+            last_id, deadlines = await p.storage.run(lambda tx: (tx.last_id(), p.read_deadlines(tx)))
         except Exception as e:
             self._fail(p, e)
             return
@@ -686,8 +653,7 @@ class LogicalQueue:
         self._retry_later(p)
 
     def _retry_later(self, p: PartitionState) -> None:
-        backoff = min(BACKOFF_MAX, int(BACKOFF_MIN * 1.5 ** max(0, p.failures - 1)))
-        self._arm_at(p, self._clock.now() + backoff)
+        self._arm_at(p, self._clock.now() + p.backoff())
 
     def _arm(self, p: PartitionState) -> None:
         d = p.deadlines
@@ -758,25 +724,10 @@ class LogicalQueue:
                 p.timer.cancel()
 
 
-def _deadlines_and_counts(p: PartitionState) -> Callable[[PartitionTx], Deadlines]:
-    """A storage function that refreshes the partition's un-leased count and returns its deadlines."""
-
-    def fn(tx: PartitionTx) -> Deadlines:
-        stats = tx.stats(0)
-        p.un_leased = stats.total - stats.leased
-        return tx.deadlines()
-
-    return fn
-
-
 def _sooner(d: Deadlines, name: str, when: int) -> None:
     current = getattr(d, name)
     if not current or when < current:
         setattr(d, name, when)
-
-
-def _unavailable(p: PartitionState) -> RetryRequest:
-    return RetryRequest(f"partition not available; partition '{p.number}' is failing, retry again")
 
 
 def _answer(
