@@ -18,12 +18,24 @@ import contextlib
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from querator import _tasks
-from querator.clock import MICROS, Clock, TimerHandle
+from querator.clock import MICROS, Clock
 from querator.engine._partition import PartitionState
+from querator.engine._requests import (
+    Cold,
+    Complete,
+    Lease,
+    Produce,
+    Release,
+    Renew,
+    Request,
+    Retry,
+    fail_future,
+    settle,
+)
 from querator.engine.backlog import Backlog
 from querator.engine.distribution import Distribution
 from querator.errors import (
@@ -74,53 +86,6 @@ DeadLetter = Callable[[str, list[Item]], Awaitable[None]]
 """Stores copies of dead items in the named dead queue; raises if it cannot."""
 
 PARTITION_MOVED = f"{TRY_AGAIN}; the partition moved to another node"
-
-
-@dataclass(eq=False)
-class _Request:
-    future: asyncio.Future[Any]
-    partition: PartitionState | None = None
-
-
-@dataclass(eq=False)
-class _Produce(_Request):
-    items: list[Item] = field(default_factory=list)
-    deadline: int = 0
-
-
-@dataclass(eq=False)
-class _Lease(_Request):
-    client_id: str = ""
-    batch_size: int = 1
-    deadline: int = 0
-    op: LeaseOp | None = None
-    writing: bool = False
-    timer: TimerHandle | None = None
-
-
-@dataclass(eq=False)
-class _Complete(_Request):
-    op: CompleteOp = field(default_factory=lambda: CompleteOp([]))
-
-
-@dataclass(eq=False)
-class _Retry(_Request):
-    op: RetryOp = field(default_factory=lambda: RetryOp([]))
-
-
-@dataclass(eq=False)
-class _Release(_Request):
-    op: ReleaseOp = field(default_factory=lambda: ReleaseOp([]))
-
-
-@dataclass(eq=False)
-class _Renew(_Request):
-    op: RenewOp = field(default_factory=lambda: RenewOp([], 0))
-
-
-@dataclass(eq=False)
-class _Cold(_Request):
-    fn: Callable[[], Awaitable[Any]] | None = None
 
 
 @dataclass(slots=True)
@@ -174,8 +139,8 @@ class LogicalQueue:
         self._dead_letter_to = dead_letter
         self._max_requests = max_requests
         self.partitions = {n: PartitionState(n, storage) for n, storage in partitions}
-        self._pending: deque[_Request] = deque()
-        self._leases: list[_Lease] = []
+        self._pending: deque[Request] = deque()
+        self._leases: list[Lease] = []
         self._clients: set[str] = set()
         self._in_flight = 0
         self._wake = asyncio.Event()
@@ -192,7 +157,7 @@ class LogicalQueue:
         stored. Once its write has started it is always waited for: "454 but stored" would make the
         client produce the items twice.
         """
-        request = _Produce(self._future(), items=items, deadline=self._clock.now() + request_timeout)
+        request = Produce(self._future(), items=items, deadline=self._clock.now() + request_timeout)
         timer = self._clock.call_at(
             request.deadline, lambda: self._expire_waiting(request, PRODUCE_TIMED_OUT)
         )
@@ -209,7 +174,7 @@ class LogicalQueue:
             )
         self._clients.add(client_id)
         deadline = self._clock.now() + request_timeout
-        request = _Lease(self._future(), client_id=client_id, batch_size=batch_size, deadline=deadline)
+        request = Lease(self._future(), client_id=client_id, batch_size=batch_size, deadline=deadline)
         request.timer = self._clock.call_at(request.deadline, lambda: self._lease_due(request))
         try:
             result: tuple[int, list[Item]] = await self._submit(request)
@@ -230,20 +195,20 @@ class LogicalQueue:
 
     async def complete(self, partition: int, ids: list[str]) -> None:
         """Completes leased items of one partition (spec §2.5)."""
-        await self._submit(_Complete(self._future(), self.partitions[partition], op=CompleteOp(ids)))
+        await self._submit(Complete(self._future(), self.partitions[partition], op=CompleteOp(ids)))
 
     async def retry(self, partition: int, entries: list[RetryEntry]) -> None:
         """Retries leased items of one partition (spec §2.6)."""
-        await self._submit(_Retry(self._future(), self.partitions[partition], op=RetryOp(entries)))
+        await self._submit(Retry(self._future(), self.partitions[partition], op=RetryOp(entries)))
 
     def release(self, partition: int, ids: list[str]) -> None:
         """Gives back leased items whose lease never reached its client, without counting the attempt
         (see ``ReleaseOp``). Does not wait: whoever calls it has nobody to answer."""
-        request = _Release(self._future(), self.partitions[partition], op=ReleaseOp(ids))
+        request = Release(self._future(), self.partitions[partition], op=ReleaseOp(ids))
         request.future.add_done_callback(_log_release_failure)
         if self._closing or self._task.done():
             # No batch will run: the items come back when their lease expires, attempt counted.
-            _fail_future(request.future, self._stop_error)
+            fail_future(request.future, self._stop_error)
             return
         self._pending.append(request)
         self._wake.set()
@@ -251,7 +216,7 @@ class LogicalQueue:
     async def renew(self, partition: int, ids: list[str], lease_deadline: int) -> list[Item]:
         """Moves the lease deadline of leased items of one partition; returns them as renewed."""
         op = RenewOp(ids, lease_deadline)
-        await self._submit(_Renew(self._future(), self.partitions[partition], op=op))
+        await self._submit(Renew(self._future(), self.partitions[partition], op=op))
         return op.renewed
 
     async def call(self, fn: Callable[[], Awaitable[T]], limited: bool = True) -> T:
@@ -260,7 +225,7 @@ class LogicalQueue:
         ``limited`` False lets the server's own reads (metrics) in when clients have filled the queue's
         request limit: they must neither be refused nor take a client's place.
         """
-        result: T = await self._submit(_Cold(self._future(), fn=fn), limited)
+        result: T = await self._submit(Cold(self._future(), fn=fn), limited)
         return result
 
     async def run_on(self, number: int, fn: Callable[[PartitionTx], T], limited: bool = True) -> T:
@@ -296,11 +261,11 @@ class LogicalQueue:
 
     def waiting(self) -> LogicalStats:
         """The counts of requests waiting on this logical queue."""
-        produce = sum(1 for r in self._pending if isinstance(r, _Produce))
-        complete = sum(1 for r in self._pending if isinstance(r, _Complete | _Retry | _Renew | _Release))
+        produce = sum(1 for r in self._pending if isinstance(r, Produce))
+        complete = sum(1 for r in self._pending if isinstance(r, Complete | Retry | Renew | Release))
         return LogicalStats(
             produce,
-            len(self._leases) + sum(isinstance(r, _Lease) for r in self._pending),
+            len(self._leases) + sum(isinstance(r, Lease) for r in self._pending),
             complete,
             self._in_flight,
         )
@@ -327,7 +292,7 @@ class LogicalQueue:
     def _future(self) -> asyncio.Future[Any]:
         return asyncio.get_running_loop().create_future()
 
-    async def _submit(self, request: _Request, limited: bool = True) -> Any:
+    async def _submit(self, request: Request, limited: bool = True) -> Any:
         if self._closing or self._task.done():
             raise self._stop_error
         if limited and len(self._pending) >= self._max_requests:
@@ -362,8 +327,8 @@ class LogicalQueue:
 
     async def _process_pending(self) -> None:
         while self._pending:
-            hot: list[_Request] = []
-            while self._pending and not isinstance(self._pending[0], _Cold):
+            hot: list[Request] = []
+            while self._pending and not isinstance(self._pending[0], Cold):
                 hot.append(self._pending.popleft())
             if hot:
                 try:
@@ -372,18 +337,18 @@ class LogicalQueue:
                     # A bug must cost the requests of this batch, never the loop that serves the queue.
                     log.exception("queue %s: batch failed", self._queue.settings.name)
                     for req in hot:
-                        _fail_future(req.future, e)
+                        fail_future(req.future, e)
             # Hot requests that arrived while the batch awaited storage go first, in the next batch.
-            if self._pending and isinstance(self._pending[0], _Cold):
+            if self._pending and isinstance(self._pending[0], Cold):
                 cold = self._pending.popleft()
-                assert isinstance(cold, _Cold) and cold.fn is not None
+                assert isinstance(cold, Cold) and cold.fn is not None
                 try:
-                    _settle(cold.future, await cold.fn())
+                    settle(cold.future, await cold.fn())
                 except QueratorError as e:
-                    _fail_future(cold.future, e)
+                    fail_future(cold.future, e)
                 except Exception as e:
                     log.exception("queue %s: request failed", self._queue.settings.name)
-                    _fail_future(cold.future, e)
+                    fail_future(cold.future, e)
 
     async def _serve_parked(self) -> None:
         # Parked leases get another chance whenever some partition may have items for them.
@@ -397,14 +362,14 @@ class LogicalQueue:
             except Exception as e:
                 log.exception("queue %s: serving parked leases failed", self._queue.settings.name)
                 for lease in self._leases:
-                    _fail_future(lease.future, e)
+                    fail_future(lease.future, e)
                 self._leases = []
 
     def _serve_parked_soon(self) -> None:
         if self._leases:
             self._wake.set()
 
-    async def _batch(self, hot: list[_Request]) -> int:
+    async def _batch(self, hot: list[Request]) -> int:
         """Processes one batch; returns how many items it leased."""
         now = self._clock.now()
         settings = self._queue.settings
@@ -422,10 +387,10 @@ class LogicalQueue:
             return b
 
         for req in hot:
-            if isinstance(req, _Produce):
+            if isinstance(req, Produce):
                 target = dist.produce(len(req.items))
                 if target is None:
-                    _fail_future(
+                    fail_future(
                         req.future,
                         RetryRequest(
                             "partition not available; every partition of "
@@ -438,19 +403,19 @@ class LogicalQueue:
                     item.expire_deadline = now + settings.expire_timeout
                     item.max_attempts = settings.max_attempts
                 batch_of(target).produce.extend(req.items)
-            elif isinstance(req, _Lease):
+            elif isinstance(req, Lease):
                 self._leases.append(req)
             else:
                 assert req.partition is not None
                 if req.partition.failures or req.partition.ids is None:
-                    _fail_future(req.future, req.partition.unavailable())
-                elif isinstance(req, _Complete):
+                    fail_future(req.future, req.partition.unavailable())
+                elif isinstance(req, Complete):
                     batch_of(req.partition).complete.append(req.op)
-                elif isinstance(req, _Retry):
+                elif isinstance(req, Retry):
                     batch_of(req.partition).retry.append(req.op)
-                elif isinstance(req, _Renew):
+                elif isinstance(req, Renew):
                     batch_of(req.partition).renew.append(req.op)
-                elif isinstance(req, _Release):
+                elif isinstance(req, Release):
                     batch_of(req.partition).release.append(req.op)
 
         lease_deadline = now + settings.lease_timeout
@@ -460,7 +425,7 @@ class LogicalQueue:
             if lease.future.done():
                 continue
             if lease.deadline <= now:  # its write ended after its deadline, empty-handed: not another one
-                _fail_future(lease.future, LeaseTimedOut())
+                fail_future(lease.future, LeaseTimedOut())
                 continue
             lease.partition = dist.lease(lease.batch_size)
             if lease.partition is not None:
@@ -468,9 +433,9 @@ class LogicalQueue:
                 batch_of(lease.partition).lease.append(lease.op)
                 lease.writing = True
 
-        waiting: dict[PartitionState, list[_Request]] = {p: [] for p in batches}
+        waiting: dict[PartitionState, list[Request]] = {p: [] for p in batches}
         for req in hot:  # hot leases are among self._leases already
-            if req.partition is not None and not req.future.done() and not isinstance(req, _Lease):
+            if req.partition is not None and not req.future.done() and not isinstance(req, Lease):
                 waiting[req.partition].append(req)
         for lease in self._leases:
             if lease.op is not None:
@@ -483,7 +448,7 @@ class LogicalQueue:
                 result = await self._apply(p, batch, now, has_dead_queue)
             finally:
                 for req in waiting[p]:
-                    if isinstance(req, _Lease):
+                    if isinstance(req, Lease):
                         req.writing = False
             leased, undelivered = _answer(p, waiting[p], result)
             if undelivered:
@@ -684,15 +649,15 @@ class LogicalQueue:
         now = self._clock.now()
         for lease in self._leases:
             if lease.deadline <= now:
-                _fail_future(lease.future, LeaseTimedOut())
+                fail_future(lease.future, LeaseTimedOut())
         self._leases = [lease for lease in self._leases if not lease.future.done()]
 
-    def _expire_waiting(self, request: _Request, message: str) -> None:
+    def _expire_waiting(self, request: Request, message: str) -> None:
         if request in self._pending:
             self._pending.remove(request)
-            _fail_future(request.future, RetryRequest(message))
+            fail_future(request.future, RetryRequest(message))
 
-    def _lease_due(self, lease: _Lease) -> None:
+    def _lease_due(self, lease: Lease) -> None:
         """Answers a lease at its deadline from the timer, not the loop, which may be stuck on storage
         (a load or a write waiting out Cassandra's timeouts) for longer than any client waits."""
         if not lease.writing:
@@ -707,16 +672,16 @@ class LogicalQueue:
             ),
         )
 
-    def _drop_lease(self, lease: _Lease, error: RetryRequest) -> None:
+    def _drop_lease(self, lease: Lease, error: RetryRequest) -> None:
         if lease in self._pending:
             self._pending.remove(lease)
         elif lease in self._leases:
             self._leases.remove(lease)
-        _fail_future(lease.future, error)
+        fail_future(lease.future, error)
 
     def _stop(self) -> None:
         for req in [*self._pending, *self._leases]:
-            _fail_future(req.future, self._stop_error)
+            fail_future(req.future, self._stop_error)
         self._pending.clear()
         self._leases.clear()
         for p in self.partitions.values():
@@ -731,7 +696,7 @@ def _sooner(d: Deadlines, name: str, when: int) -> None:
 
 
 def _answer(
-    p: PartitionState, requests: list[_Request], result: BatchResult | StorageError
+    p: PartitionState, requests: list[Request], result: BatchResult | StorageError
 ) -> tuple[int, list[str]]:
     """Answers the requests of one partition's transaction; returns how many items it leased, and the
     ids of those leased to requests already answered (timed out, or their caller gone) meanwhile."""
@@ -739,7 +704,7 @@ def _answer(
     leased = 0
     undelivered: list[str] = []
     for req in requests:
-        if isinstance(req, _Lease):
+        if isinstance(req, Lease):
             # Items of a transaction that failed were never leased: the request stays parked.
             if req.op is None or not req.op.items or failed:
                 continue
@@ -747,26 +712,16 @@ def _answer(
             if req.future.done():
                 undelivered.extend(i.id for i in req.op.items)
             else:
-                _settle(req.future, (p.number, req.op.items))
+                settle(req.future, (p.number, req.op.items))
         elif isinstance(result, StorageError):
-            _fail_future(req.future, try_again(outcome_unknown=result.maybe_applied))
-        elif isinstance(req, _Complete | _Retry | _Renew) and req.op.error is not None:
-            _fail_future(req.future, req.op.error)
+            fail_future(req.future, try_again(outcome_unknown=result.maybe_applied))
+        elif isinstance(req, Complete | Retry | Renew) and req.op.error is not None:
+            fail_future(req.future, req.op.error)
         else:
-            _settle(req.future, None)
+            settle(req.future, None)
     return leased, undelivered
 
 
 def _log_release_failure(future: asyncio.Future[Any]) -> None:
     if not future.cancelled() and (error := future.exception()) is not None:
         log.info("leased items could not be given back (they return when their lease expires): %s", error)
-
-
-def _settle(future: asyncio.Future[Any], value: Any) -> None:
-    if not future.done():
-        future.set_result(value)
-
-
-def _fail_future(future: asyncio.Future[Any], error: BaseException) -> None:
-    if not future.done():
-        future.set_exception(error)
