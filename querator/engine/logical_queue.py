@@ -23,6 +23,7 @@ from typing import Any, Protocol, TypeVar
 
 from querator import _tasks
 from querator.clock import MICROS, Clock
+from querator.engine._batch import BatchPlan, Transaction
 from querator.engine._partition import PartitionState
 from querator.engine._requests import (
     Cold,
@@ -54,7 +55,6 @@ from querator.storage.base import Deadlines, Item, Partition, PartitionTx, Queue
 from querator.storage.operations import (
     BatchResult,
     CompleteOp,
-    LeaseOp,
     LifecycleResult,
     PartitionBatch,
     ReleaseOp,
@@ -378,93 +378,35 @@ class LogicalQueue:
             p.estimate = p.un_leased
             p.backlog.sync(p.un_leased, at)  # counts set since by a load, an import, a stats read
         dist = Distribution((p for p in self.partitions.values() if p.ids is not None), at)
-        batches: dict[PartitionState, PartitionBatch] = {}
-
-        def batch_of(p: PartitionState) -> PartitionBatch:
-            b = batches.get(p)
-            if b is None:
-                b = batches[p] = PartitionBatch()
-            return b
-
-        for req in hot:
-            if isinstance(req, Produce):
-                target = dist.produce(len(req.items))
-                if target is None:
-                    fail_future(
-                        req.future,
-                        RetryRequest(
-                            "partition not available; every partition of "
-                            f"'{settings.name}' is failing, retry again"
-                        ),
-                    )
-                    continue
-                req.partition = target
-                for item in req.items:
-                    item.expire_deadline = now + settings.expire_timeout
-                    item.max_attempts = settings.max_attempts
-                batch_of(target).produce.extend(req.items)
-            elif isinstance(req, Lease):
-                self._leases.append(req)
-            else:
-                assert req.partition is not None
-                if req.partition.failures or req.partition.ids is None:
-                    fail_future(req.future, req.partition.unavailable())
-                elif isinstance(req, Complete):
-                    batch_of(req.partition).complete.append(req.op)
-                elif isinstance(req, Retry):
-                    batch_of(req.partition).retry.append(req.op)
-                elif isinstance(req, Renew):
-                    batch_of(req.partition).renew.append(req.op)
-                elif isinstance(req, Release):
-                    batch_of(req.partition).release.append(req.op)
-
-        lease_deadline = now + settings.lease_timeout
-        for lease in self._leases:
-            lease.op = None
-            lease.writing = False
-            if lease.future.done():
-                continue
-            if lease.deadline <= now:  # its write ended after its deadline, empty-handed: not another one
-                fail_future(lease.future, LeaseTimedOut())
-                continue
-            lease.partition = dist.lease(lease.batch_size)
-            if lease.partition is not None:
-                lease.op = LeaseOp(lease.batch_size, lease_deadline)
-                batch_of(lease.partition).lease.append(lease.op)
-                lease.writing = True
-
-        waiting: dict[PartitionState, list[Request]] = {p: [] for p in batches}
-        for req in hot:  # hot leases are among self._leases already
-            if req.partition is not None and not req.future.done() and not isinstance(req, Lease):
-                waiting[req.partition].append(req)
-        for lease in self._leases:
-            if lease.op is not None:
-                assert lease.partition is not None
-                waiting[lease.partition].append(lease)
+        plan = BatchPlan(dist, settings, now)
+        plan.place(hot, self._leases)
         has_dead_queue = bool(settings.dead_queue)
-
-        async def apply(p: PartitionState, batch: PartitionBatch) -> int:
-            try:
-                result = await self._apply(p, batch, now, has_dead_queue)
-            finally:
-                for req in waiting[p]:
-                    if isinstance(req, Lease):
-                        req.writing = False
-            leased, undelivered = _answer(p, waiting[p], result)
-            if undelivered:
-                self.release(p.number, undelivered)
-            return leased
-
         # One transaction per partition, all in flight together: a networked store (Cassandra) spends
         # most of a transaction waiting for a round trip, and sqlite commits waiting ones as a group.
         # Each partition's requests are answered as soon as its own transaction ends. Every transaction
         # ends before the batch does, even when one raised: none may outlive it into the next batch.
-        applied = await asyncio.gather(*(apply(p, b) for p, b in batches.items()), return_exceptions=True)
+        applied = await asyncio.gather(
+            *(self._transact(t, now, has_dead_queue) for t in plan.transactions.values()),
+            return_exceptions=True,
+        )
         self._leases = [lease for lease in self._leases if not lease.future.done()]
         for outcome in applied:
             if isinstance(outcome, BaseException):
                 raise outcome
         return sum(n for n in applied if isinstance(n, int))
+
+    async def _transact(self, transaction: Transaction, now: int, has_dead_queue: bool) -> int:
+        """Runs one partition's transaction of a batch and answers its requests; returns how many items
+        it leased."""
+        p = transaction.partition
+        try:
+            result = await self._apply(p, transaction.ops, now, has_dead_queue)
+        finally:
+            transaction.written()
+        leased, undelivered = transaction.answer(result)
+        if undelivered:
+            self.release(p.number, undelivered)
+        return leased
 
     async def _apply(
         self, p: PartitionState, batch: PartitionBatch, now: int, has_dead_queue: bool
@@ -693,33 +635,6 @@ def _sooner(d: Deadlines, name: str, when: int) -> None:
     current = getattr(d, name)
     if not current or when < current:
         setattr(d, name, when)
-
-
-def _answer(
-    p: PartitionState, requests: list[Request], result: BatchResult | StorageError
-) -> tuple[int, list[str]]:
-    """Answers the requests of one partition's transaction; returns how many items it leased, and the
-    ids of those leased to requests already answered (timed out, or their caller gone) meanwhile."""
-    failed = isinstance(result, StorageError)
-    leased = 0
-    undelivered: list[str] = []
-    for req in requests:
-        if isinstance(req, Lease):
-            # Items of a transaction that failed were never leased: the request stays parked.
-            if req.op is None or not req.op.items or failed:
-                continue
-            leased += len(req.op.items)
-            if req.future.done():
-                undelivered.extend(i.id for i in req.op.items)
-            else:
-                settle(req.future, (p.number, req.op.items))
-        elif isinstance(result, StorageError):
-            fail_future(req.future, try_again(outcome_unknown=result.maybe_applied))
-        elif isinstance(req, Complete | Retry | Renew) and req.op.error is not None:
-            fail_future(req.future, req.op.error)
-        else:
-            settle(req.future, None)
-    return leased, undelivered
 
 
 def _log_release_failure(future: asyncio.Future[Any]) -> None:
