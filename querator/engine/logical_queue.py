@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -182,7 +183,7 @@ class LogicalQueue:
         except asyncio.CancelledError:
             # The caller went away (its client disconnected) after the items were leased to it, before
             # it could take them: they are nobody's. (Cancelled earlier, the future is cancelled and the
-            # batch that leases to it gives them back: _answer.)
+            # batch that leases to it gives them back: Transaction.answer.)
             future = request.future
             if future.done() and not future.cancelled() and future.exception() is None:
                 partition, items = future.result()
@@ -230,34 +231,30 @@ class LogicalQueue:
 
     async def run_on(self, number: int, fn: Callable[[PartitionTx], T], limited: bool = True) -> T:
         """Runs a storage function on one partition inside the loop; a storage failure is a 454."""
-        p = self.partitions[number]
-
-        async def cold() -> T:
-            if p.failures or p.ids is None:
-                raise p.unavailable()
-            try:
-                result = await p.storage.run(fn)
-                p.deadlines = await p.storage.run(p.read_deadlines)
-            except StorageError as e:
-                self._fail(p, e)
-                raise try_again(outcome_unknown=e.maybe_applied) from e
-            self._arm(p)
-            self._serve_parked_soon()
-            return result
-
-        return await self.call(cold, limited)
+        return await self.call(functools.partial(self._run_on, self.partitions[number], fn), limited)
 
     async def reload(self, number: int) -> None:
         """Re-reads one partition's counts and deadlines from storage; also revives a failed partition."""
-        p = self.partitions[number]
+        await self.call(functools.partial(self._reload, self.partitions[number]))
 
-        async def cold() -> None:
-            await self._load(p)
-            if p.failures:
-                raise p.unavailable()
-            self._serve_parked_soon()
+    async def _run_on(self, p: PartitionState, fn: Callable[[PartitionTx], T]) -> T:
+        if p.failures or p.ids is None:
+            raise p.unavailable()
+        try:
+            result = await p.storage.run(fn)
+            p.deadlines = await p.storage.run(p.read_deadlines)
+        except StorageError as e:
+            self._fail(p, e)
+            raise try_again(outcome_unknown=e.maybe_applied) from e
+        self._arm(p)
+        self._serve_parked_soon()
+        return result
 
-        await self.call(cold)
+    async def _reload(self, p: PartitionState) -> None:
+        await self._load(p)
+        if p.failures:
+            raise p.unavailable()
+        self._serve_parked_soon()
 
     def waiting(self) -> LogicalStats:
         """The counts of requests waiting on this logical queue."""
@@ -574,14 +571,13 @@ class LogicalQueue:
             if p.timer_at <= when:
                 return
             p.timer.cancel()
-
-        def fire() -> None:
-            p.timer = None
-            p.due = True
-            self._wake.set()
-
-        p.timer = self._clock.call_at(when, fire)
+        p.timer = self._clock.call_at(when, functools.partial(self._timer_fired, p))
         p.timer_at = when
+
+    def _timer_fired(self, p: PartitionState) -> None:
+        p.timer = None
+        p.due = True
+        self._wake.set()
 
     # -- parked leases ------------------------------------------------------------------------------------
 
@@ -606,13 +602,13 @@ class LogicalQueue:
             self._drop_lease(lease, LeaseTimedOut())
             return
         # Its write may be leasing items to it right now: wait a little rather than make a round trip of
-        # them. If it still answers late, the batch gives them back (_answer).
+        # them. If it still answers late, the batch gives them back (Transaction.answer).
         lease.timer = self._clock.call_at(
-            lease.deadline + LEASE_GRACE,
-            lambda: self._drop_lease(
-                lease, RetryRequest(LEASE_NOT_STORED) if lease.writing else LeaseTimedOut()
-            ),
+            lease.deadline + LEASE_GRACE, functools.partial(self._lease_grace_over, lease)
         )
+
+    def _lease_grace_over(self, lease: Lease) -> None:
+        self._drop_lease(lease, RetryRequest(LEASE_NOT_STORED) if lease.writing else LeaseTimedOut())
 
     def _drop_lease(self, lease: Lease, error: RetryRequest) -> None:
         if lease in self._pending:
