@@ -13,8 +13,10 @@ from querator.errors import RetryRequest
 from querator.ksuid import KsuidGenerator
 from querator.storage.base import Deadlines, Partition, PartitionTx
 
-BACKOFF_MIN = 500_000
-BACKOFF_MAX = 5_000_000
+BACKOFF_MIN_US = 500_000
+"""The wait before a partition is tried again after its first failure; each further failure waits 1.5
+times as long, up to ``BACKOFF_MAX_US``."""
+BACKOFF_MAX_US = 5_000_000
 
 
 @dataclass(eq=False)
@@ -54,9 +56,9 @@ class PartitionState:
         self.un_leased = stats.total - stats.leased
         return tx.deadlines()
 
-    def backoff(self) -> int:
-        """How long to wait before trying the partition again after its ``failures``-th failure."""
-        return min(BACKOFF_MAX, int(BACKOFF_MIN * 1.5 ** max(0, self.failures - 1)))
+    def backoff_us(self) -> int:
+        """Microseconds to wait before trying the partition again after its ``failures``-th failure."""
+        return min(BACKOFF_MAX_US, int(BACKOFF_MIN_US * 1.5 ** max(0, self.failures - 1)))
 
     def unavailable(self) -> RetryRequest:
         """The answer to a request for the partition while it is failing (or not loaded yet)."""

@@ -9,7 +9,7 @@ lets five waiting consumers share one ten-item produce two items each.
 One exception keeps a partition from starving (ADR 0009): produce refills the partitions
 leases drain, so a partition left holding a few items may lose every count to them for as long as the
 load lasts (measured: p99 seconds with 8 partitions and two consumers). A lease goes to the partition
-whose oldest un-leased item has waited longest when that item has waited ``FAIRNESS`` longer than the
+whose oldest un-leased item has waited longest when that item has waited ``FAIRNESS_US`` longer than the
 oldest one of the partition the counts chose.
 """
 
@@ -20,7 +20,7 @@ from typing import Generic, Protocol, TypeVar
 
 from querator.engine.backlog import Backlog
 
-FAIRNESS = 100_000
+FAIRNESS_US = 100_000
 """Microseconds an item may have waited longer than the oldest one of the partition with the most
 un-leased items before its own partition goes first."""
 
@@ -51,7 +51,7 @@ class Distribution(Generic[P]):
         self._promised: dict[P, int] = {}
         # A bound on the fronts a lease may be sent to (produces come first and start new fronts at
         # ``now``; promises only make fronts newer): while the partition the counts choose is within
-        # FAIRNESS of it, no other can be chosen, and none is looked at.
+        # FAIRNESS_US of it, no other can be chosen, and none is looked at.
         self._oldest = min(
             (self._queued_at(p) for p in self._sorted if p.estimate > 0 and not p.failures), default=now
         )
@@ -70,7 +70,7 @@ class Distribution(Generic[P]):
         p = next((q for q in reversed(self._sorted) if not q.failures), None)
         if p is None:
             return None
-        if p.estimate > 0 and self._queued_at(p) - self._oldest > FAIRNESS:
+        if p.estimate > 0 and self._queued_at(p) - self._oldest > FAIRNESS_US:
             p = self._longest_waiting(p)
         taken = min(p.estimate, batch_size)
         p.estimate -= taken
@@ -79,9 +79,9 @@ class Distribution(Generic[P]):
         return p
 
     def _longest_waiting(self, chosen: P) -> P:
-        """The healthy partition holding the item that has waited longest, if it has waited FAIRNESS
+        """The healthy partition holding the item that has waited longest, if it has waited FAIRNESS_US
         longer than ``chosen``'s oldest; else ``chosen``."""
-        best, best_at = chosen, self._queued_at(chosen) - FAIRNESS
+        best, best_at = chosen, self._queued_at(chosen) - FAIRNESS_US
         oldest = self._now
         for q in self._sorted:
             if q.estimate > 0 and not q.failures:

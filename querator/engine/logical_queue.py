@@ -70,7 +70,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 LEASE_NOT_STORED = "request timeout; the lease could not be stored before request_timeout, try again"
-LEASE_GRACE = 500_000
+LEASE_GRACE_US = 500_000
 """Microseconds a lease whose write is in flight at its deadline may still wait for it: long enough for
 any healthy write, well inside the second a client waits beyond its request_timeout (ADR 0009)."""
 PRODUCE_TIMED_OUT = "request timeout; the items could not be stored before request_timeout, try again"
@@ -151,14 +151,14 @@ class LogicalQueue:
 
     # -- the API: each call validates nothing (the service did), queues a request and waits ------------
 
-    async def produce(self, items: list[Item], request_timeout: int) -> None:
+    async def produce(self, items: list[Item], request_timeout_us: int) -> None:
         """Stores the items in one partition; returns once they are committed.
 
-        A produce not yet taken into a batch when ``request_timeout`` passes is answered 454 and was not
+        A produce not yet taken into a batch when ``request_timeout_us`` passes is answered 454 and was not
         stored. Once its write has started it is always waited for: "454 but stored" would make the
         client produce the items twice.
         """
-        request = Produce(self._future(), items=items, deadline=self._clock.now() + request_timeout)
+        request = Produce(self._future(), items=items, deadline=self._clock.now() + request_timeout_us)
         timer = self._clock.call_at(
             request.deadline, lambda: self._expire_waiting(request, PRODUCE_TIMED_OUT)
         )
@@ -167,14 +167,14 @@ class LogicalQueue:
         finally:
             timer.cancel()
 
-    async def lease(self, client_id: str, batch_size: int, request_timeout: int) -> tuple[int, list[Item]]:
-        """Leases up to ``batch_size`` items from one partition, waiting up to ``request_timeout``."""
+    async def lease(self, client_id: str, batch_size: int, request_timeout_us: int) -> tuple[int, list[Item]]:
+        """Leases up to ``batch_size`` items from one partition, waiting up to ``request_timeout_us``."""
         if client_id in self._clients:
             raise InvalidOption(
                 "duplicate client id; a client cannot make multiple leased requests to the same queue"
             )
         self._clients.add(client_id)
-        deadline = self._clock.now() + request_timeout
+        deadline = self._clock.now() + request_timeout_us
         request = Lease(self._future(), client_id=client_id, batch_size=batch_size, deadline=deadline)
         request.timer = self._clock.call_at(request.deadline, lambda: self._lease_due(request))
         try:
@@ -557,7 +557,7 @@ class LogicalQueue:
         self._retry_later(p)
 
     def _retry_later(self, p: PartitionState) -> None:
-        self._arm_at(p, self._clock.now() + p.backoff())
+        self._arm_at(p, self._clock.now() + p.backoff_us())
 
     def _arm(self, p: PartitionState) -> None:
         d = p.deadlines
@@ -604,7 +604,7 @@ class LogicalQueue:
         # Its write may be leasing items to it right now: wait a little rather than make a round trip of
         # them. If it still answers late, the batch gives them back (Transaction.answer).
         lease.timer = self._clock.call_at(
-            lease.deadline + LEASE_GRACE, functools.partial(self._lease_grace_over, lease)
+            lease.deadline + LEASE_GRACE_US, functools.partial(self._lease_grace_over, lease)
         )
 
     def _lease_grace_over(self, lease: Lease) -> None:

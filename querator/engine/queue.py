@@ -56,15 +56,15 @@ class Queue:
         if partition < 0 or partition >= self.settings.requested_partitions:
             raise InvalidOption(f"partition is invalid; '{partition}' is not a valid partition")
 
-    async def produce(self, items: list[Item], request_timeout: int) -> None:
+    async def produce(self, items: list[Item], request_timeout_us: int) -> None:
         if not self.owned:
             raise RetryRequest(PARTITION_MOVED)
-        await self.logical.produce(items, request_timeout)
+        await self.logical.produce(items, request_timeout_us)
 
-    async def lease(self, client_id: str, batch_size: int, request_timeout: int) -> tuple[int, list[Item]]:
+    async def lease(self, client_id: str, batch_size: int, request_timeout_us: int) -> tuple[int, list[Item]]:
         if not self.owned:
             raise RetryRequest(PARTITION_MOVED)
-        return await self.logical.lease(client_id, batch_size, request_timeout)
+        return await self.logical.lease(client_id, batch_size, request_timeout_us)
 
     def failing(self) -> tuple[int, str] | None:
         """A partition of this node that is failing now, and why; None when none is."""

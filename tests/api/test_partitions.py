@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from querator.clock import MICROS, FakeClock
-from querator.engine.distribution import FAIRNESS
+from querator.engine.distribution import FAIRNESS_US
 from tests.conftest import Api, eventually
 
 
@@ -42,11 +42,11 @@ async def test_a_partition_left_behind_is_not_starved(api: Api, clock: FakeClock
     await api.produce_n("q", 3)
     partitions = []
     for n in range(2):
-        clock.advance(0.6 * FAIRNESS / MICROS)
+        clock.advance(0.6 * FAIRNESS_US / MICROS)
         await api.produce_n("q", 4)
         reply = await api.lease("q", batch_size=4, client_id=f"c{n}")
         partitions.append((reply.get("partition", 0), len(reply["items"])))
-    # Partition 0's items had waited 0.6 then 1.2 times FAIRNESS longer than partition 1's.
+    # Partition 0's items had waited 0.6 then 1.2 times FAIRNESS_US longer than partition 1's.
     assert partitions == [(1, 4), (0, 3)]
 
 

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import pytest
 
 from querator.clock import MICROS, FakeClock
-from querator.engine.logical_queue import LEASE_GRACE, LogicalQueue
+from querator.engine.logical_queue import LEASE_GRACE_US, LogicalQueue
 from querator.errors import QueratorError, RetryRequest, StorageError, outcome_unknown
 from querator.storage.base import Item, PartitionTx, QueueRecord
 from querator.storage.memory import MemoryPartition
@@ -429,7 +429,7 @@ async def lease_past_its_deadline_with_its_write_held() -> tuple[
 async def test_a_lease_whose_write_hangs_is_answered_after_a_grace_and_its_items_come_back() -> None:
     clock, p, lq, lease = await lease_past_its_deadline_with_its_write_held()
     assert not lease.done()  # its write may still lease the item
-    clock.advance(LEASE_GRACE / MICROS)
+    clock.advance(LEASE_GRACE_US / MICROS)
     with pytest.raises(RetryRequest, match="the lease could not be stored before request_timeout"):
         await asyncio.wait_for(lease, 5)
     await items_leased_to_nobody_come_back_at_once(p, lq)
