@@ -19,7 +19,6 @@ import functools
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from querator import _tasks
@@ -38,6 +37,7 @@ from querator.engine._requests import (
     fail_future,
     settle,
 )
+from querator.engine._stats import ItemCounters, LogicalStats
 from querator.engine.backlog import Backlog
 from querator.engine.distribution import Distribution
 from querator.errors import (
@@ -66,6 +66,16 @@ from querator.storage.operations import (
     lifecycle,
 )
 
+__all__ = [  # the logical queue and the counts it reports (defined in _stats)
+    "LEASE_GRACE_US",
+    "PARTITION_MOVED",
+    "DeadLetter",
+    "ItemCounters",
+    "LogicalQueue",
+    "LogicalStats",
+    "Settings",
+]
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -87,33 +97,6 @@ DeadLetter = Callable[[str, list[Item]], Awaitable[None]]
 """Stores copies of dead items in the named dead queue; raises if it cannot."""
 
 PARTITION_MOVED = f"{TRY_AGAIN}; the partition moved to another node"
-
-
-@dataclass(slots=True)
-class ItemCounters:
-    """What happened to items since the logical queue started (exported as Prometheus counters)."""
-
-    produced: int = 0
-    leased: int = 0
-    completed: int = 0
-    retried: int = 0
-    released: int = 0
-    """Leased items given back because their lease never reached its client."""
-    lease_expired: int = 0
-    """Expired leases whose items went back to the queue."""
-    dead: int = 0
-    """Items that died (max_attempts, expire_timeout, retry dead): dead-lettered, or dropped without a
-    dead queue."""
-
-
-@dataclass
-class LogicalStats:
-    """The waiting counts of queue.stats."""
-
-    produce_waiting: int
-    lease_waiting: int
-    complete_waiting: int
-    in_flight: int
 
 
 class LogicalQueue:
