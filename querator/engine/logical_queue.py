@@ -1,4 +1,5 @@
-"""LogicalQueue: the single writer of a set of partitions of one queue (spec §3.3, ADR 0003).
+"""LogicalQueue: the single writer of a set of partitions of one queue (docs/semantics.md §8.1; the
+reference's ADR 0003).
 
 Callers never touch a partition. They put a request on the logical queue's bounded request list and
 await its future; one asyncio task drains every waiting hot request (produce, lease, complete, retry)
@@ -82,7 +83,8 @@ T = TypeVar("T")
 LEASE_NOT_STORED = "request timeout; the lease could not be stored before request_timeout, try again"
 LEASE_GRACE_US = 500_000
 """Microseconds a lease whose write is in flight at its deadline may still wait for it: long enough for
-any healthy write, well inside the second a client waits beyond its request_timeout (ADR 0009)."""
+any healthy write, well inside the second a client waits beyond its request_timeout (the reference's ADR
+0009, docs/semantics.md §4.10)."""
 PRODUCE_TIMED_OUT = "request timeout; the items could not be stored before request_timeout, try again"
 
 
@@ -178,11 +180,11 @@ class LogicalQueue:
             self._clients.discard(client_id)
 
     async def complete(self, partition: int, ids: list[str]) -> None:
-        """Completes leased items of one partition (spec §2.5)."""
+        """Completes leased items of one partition (docs/semantics.md §4.3)."""
         await self._submit(Complete(self._future(), self.partitions[partition], op=CompleteOp(ids)))
 
     async def retry(self, partition: int, entries: list[RetryEntry]) -> None:
-        """Retries leased items of one partition (spec §2.6)."""
+        """Retries leased items of one partition (docs/semantics.md §4.4)."""
         await self._submit(Retry(self._future(), self.partitions[partition], op=RetryOp(entries)))
 
     def release(self, partition: int, ids: list[str]) -> None:

@@ -1,7 +1,7 @@
 """The v1 wire format: the message classes (``messages``), their protojson and binary protobuf encodings,
-and the duh content negotiation of spec §1.1. The service sees only the msgspec Structs of ``messages``;
-JSON is derived from their fields, binary protobuf goes through the classes protoc generated from
-querator/proto/querator.proto, the one source of field numbers (docs/adr/0013).
+and the duh content negotiation of docs/semantics.md §1.2. The service sees only the msgspec Structs of
+``messages``; JSON is derived from their fields, binary protobuf goes through the classes protoc
+generated from querator/proto/querator.proto, the one source of field numbers (docs/adr/0013).
 
     from querator.wire import PROTOBUF, decode, encode, messages as m
 

@@ -1,6 +1,6 @@
-"""querator.wire: protojson and binary protobuf against spec §1.1/§1.4, cross-checked with Google's
-protobuf library (the classes generated from querator/proto/querator.proto, checked to be current), and
-duh content negotiation."""
+"""querator.wire: protojson and binary protobuf against docs/semantics.md §1.2 and §1.5, cross-checked with
+Google's protobuf library (the classes generated from querator/proto/querator.proto, checked to be
+current), and duh content negotiation."""
 
 from __future__ import annotations
 
