@@ -55,6 +55,8 @@ class Result:
     items: int = 0
     seconds: float = 0.0
     latencies: list[float] = field(default_factory=list)
+    server_cpu: float | None = None
+    """Seconds of CPU the node used during the run (user + system), when the harness started it."""
 
     def line(self) -> str:
         lat = sorted(self.latencies)
@@ -63,7 +65,13 @@ class Result:
             return f"{lat[min(len(lat) - 1, int(p * len(lat)))] * 1000:.2f}" if lat else "-"
 
         rate = self.items / self.seconds if self.seconds else 0.0
-        return f"| {self.scenario} | {self.batch} | {self.clients} | {rate:,.0f} | {pct(0.5)} | {pct(0.99)} |"
+        # CPU per item is steadier than items/s on a shared machine: another process's load slows the
+        # node, but changes little of what each item costs it.
+        cpu = "-"
+        if self.server_cpu is not None and self.items:
+            cpu = f"{self.server_cpu * 1e6 / self.items:.1f}"
+        run = f"| {self.scenario} | {self.batch} | {self.clients} | {rate:,.0f}"
+        return f"{run} | {pct(0.5)} | {pct(0.99)} | {cpu} |"
 
 
 def free_port() -> int:
@@ -117,6 +125,11 @@ class Server:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
         return 0.0
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU the node has used so far (/proc/<pid>/stat)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -446,7 +459,10 @@ async def main() -> None:
         async with AsyncClient(endpoint, limit=args.clients * 4, protobuf=args.protobuf) as client:
             if server is not None:
                 await server.wait_ready(client)
-            print("| scenario | batch | clients | items/s | p50 ms | p99 ms |\n|---|---|---|---|---|---|")
+            print(
+                "| scenario | batch | clients | items/s | p50 ms | p99 ms | node CPU us/item |\n"
+                "|---|---|---|---|---|---|---|"
+            )
             for scenario in scenarios:
                 if scenario == "rss":
                     assert server is not None, "rss needs a server started by the harness"
@@ -469,7 +485,10 @@ async def main() -> None:
                 if args.warmup:
                     await run(client, batches[0], args.clients, args.warmup, args.partitions)
                 for batch in batches:
+                    used = server.cpu_seconds() if server is not None else 0.0
                     result = await run(client, batch, args.clients, args.duration, args.partitions)
+                    if server is not None:
+                        result.server_cpu = server.cpu_seconds() - used
                     print(result.line(), flush=True)
     finally:
         for store in OTHER_STORES:
