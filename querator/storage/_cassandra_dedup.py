@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 from cassandra import ConsistencyLevel
 
 from querator.errors import StorageError
+from querator.storage._cassandra_statements import Statement
 
 if TYPE_CHECKING:
     from querator.storage.cassandra import CassandraPartition, _Cql
@@ -49,30 +50,6 @@ the clocks' difference."""
 def max_ttl(now: int) -> int:
     """The longest TTL Cassandra accepts at ``now`` (microseconds): 20 years, ending before 2038-01-19."""
     return max(1, min(MAX_TTL, LAST_EXPIRY - now // 1_000_000))
-
-
-CQL_CLAIM_DEDUP: Final = (
-    "INSERT INTO {ks}.dedup (queue, dedup_id, partition, epoch, segment, claimed_at, expires_at) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS USING TTL ?"
-)
-CQL_TAKE_DEDUP: Final = (
-    "UPDATE {ks}.dedup USING TTL ? SET partition = ?, epoch = ?, segment = ?, claimed_at = ?, "
-    "expires_at = ? WHERE queue = ? AND dedup_id = ? IF partition = ? AND epoch = ? AND claimed_at = ?"
-)
-# Only the claim this very call took: its batch is not written, so no marker can prove it.
-CQL_RELEASE_DEDUP: Final = (
-    "DELETE FROM {ks}.dedup WHERE queue = ? AND dedup_id = ? "
-    "IF partition = ? AND epoch = ? AND claimed_at = ?"
-)
-CQL_PUT_MARKER: Final = (
-    "INSERT INTO {ks}.items (queue, partition, segment, record, id, expire_deadline) "
-    "VALUES (?, ?, ?, 2, ?, ?)"
-)
-CQL_FIND_MARKER: Final = (
-    "SELECT expire_deadline FROM {ks}.items "
-    "WHERE queue = ? AND partition = ? AND segment = ? AND record = 2 AND id = ?"
-)
-CQL_PARTITION_SEGMENTS: Final = "SELECT base, segments FROM {ks}.partitions WHERE queue = ? AND partition = ?"
 
 
 class DedupInFlight(StorageError):
@@ -104,7 +81,7 @@ class Dedup:
         part = self._partition
         mine = (part.number, part.epoch, segment, now, expires_at)
         ttl = ttl_seconds(expires_at - now, now)
-        claim = self._cql.stmt(CQL_CLAIM_DEDUP)
+        claim = self._cql.stmt(Statement.CLAIM_DEDUP)
         # Every id at once: the Paxos rounds of different ids do not contend.
         pending = [
             (d, self._cql.session.execute_async(claim.bind((part.queue, d, *mine, ttl)))) for d in dedup_ids
@@ -126,7 +103,7 @@ class Dedup:
                     f"cassandra storage error; dedup id '{dedup_id}' is being produced by partition "
                     f"{row['partition']} of '{part.queue}'; try again"
                 )
-        take = self._cql.stmt(CQL_TAKE_DEDUP)
+        take = self._cql.stmt(Statement.TAKE_DEDUP)
         for dedup_id, row in takeovers if in_flight is None else ():
             old = (row["partition"], row["epoch"], row["claimed_at"])
             applied, current = self._cql.applied_statement(
@@ -145,7 +122,7 @@ class Dedup:
         if in_flight is not None:
             # Give back what this run took: two producers sending the same ids in another order would
             # otherwise each hold some of the other's, and both answer 454 until the claims go stale.
-            release = self._cql.stmt(CQL_RELEASE_DEDUP)
+            release = self._cql.stmt(Statement.RELEASE_DEDUP)
             for dedup_id in taken:
                 self._cql.applied_statement(release.bind((part.queue, dedup_id, *mine[:2], now)))
             raise in_flight
@@ -154,10 +131,10 @@ class Dedup:
     def _stored(self, dedup_id: str, claim: dict[str, Any]) -> bool:
         """Whether the claimant's marker exists: its items were stored."""
         queue = self._partition.queue
-        rows = self._cql.rows(CQL_PARTITION_SEGMENTS, (queue, claim["partition"]))
+        rows = self._cql.rows(Statement.PARTITION_SEGMENTS, (queue, claim["partition"]))
         if not rows:
             return False
-        statement = self._cql.stmt(CQL_FIND_MARKER)
+        statement = self._cql.stmt(Statement.FIND_MARKER)
         for segment in sorted(n for n in rows[0]["segments"] or () if n >= claim["segment"]):
             bound = statement.bind((queue, claim["partition"], segment, dedup_id))
             # Serial: a fenced batch whose Paxos round is still in flight is completed (or dropped)
@@ -178,7 +155,7 @@ class Dedup:
             # this one's claim fenced out: its batch can no longer commit, and the serial read that
             # found no marker completed any round of it still in flight.
             return True
-        rows = self._cql.rows(CQL_PARTITION_SEGMENTS, (part.queue, claim["partition"]))
+        rows = self._cql.rows(Statement.PARTITION_SEGMENTS, (part.queue, claim["partition"]))
         if not rows or claim["segment"] < (rows[0]["base"] or 0):
             return True  # the partition was reset (queue deleted or cleared) since
         return bool(now - claim["claimed_at"] > CLAIM_TIMEOUT)

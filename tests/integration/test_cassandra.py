@@ -24,7 +24,8 @@ from cassandra.query import dict_factory
 from querator.client import AsyncClient
 from querator.clock import SystemClock
 from querator.errors import RetryRequest
-from querator.storage.cassandra import CQL_ITEMS_AFTER, CassandraPartition, CassandraSettings, CassandraStore
+from querator.storage._cassandra_statements import Statement
+from querator.storage.cassandra import CassandraPartition, CassandraSettings, CassandraStore
 from querator.wire import messages as m
 from tests.cassandra_node import CassandraNode
 from tests.storage.contract import Part, item
@@ -173,7 +174,7 @@ async def test_the_head_read_meets_no_tombstones_after_200k_items(
     # The read a lease does next, traced: it starts at the cursor, so it touches no dead row.
     session = tracing_session
     session.row_factory = dict_factory  # type: ignore[attr-defined]
-    statement = session.prepare(CQL_ITEMS_AFTER.replace("{ks}", keyspace))  # type: ignore[attr-defined]
+    statement = session.prepare(Statement.ITEMS_AFTER.cql(keyspace))  # type: ignore[attr-defined]
     result = session.execute(statement, ("deep", 0, segment, cursor, upto, 1000), trace=True)  # type: ignore[attr-defined]
     assert [row["payload"] for row in result] == [f"next-{k}".encode() for k in range(10)]
     events = [e.description for e in result.get_query_trace(max_wait_sec=10).events]

@@ -22,9 +22,9 @@ from querator.errors import StaleOwnerError, StorageError
 from querator.ksuid import KsuidGenerator
 from querator.storage import cassandra
 from querator.storage._cassandra_dedup import CLAIM_TIMEOUT, LAST_EXPIRY, MAX_TTL, DedupInFlight, max_ttl
+from querator.storage._cassandra_statements import Statement
 from querator.storage.base import PartitionTx, QueueRecord, Store
 from querator.storage.cassandra import (
-    CQL_GET_PARTITION,
     CassandraSettings,
     CassandraStorageError,
     CassandraStore,
@@ -65,7 +65,7 @@ class TestCassandraStore(StoreContract):
 
 async def segments(store: CassandraStore, queue: str = "queue", number: int = 0) -> list[int]:
     """The segment numbers the partition row lists."""
-    rows = await store._call(lambda cql: cql.rows(CQL_GET_PARTITION, (queue, number)))
+    rows = await store._call(lambda cql: cql.rows(Statement.GET_PARTITION, (queue, number)))
     return sorted(rows[0]["segments"])
 
 
@@ -345,8 +345,8 @@ async def test_two_takeovers_racing_do_not_share_an_epoch(
         applied = cassandra._Cql.applied
         raced: list[bool] = []
 
-        def a_writes_first(cql: Any, text: str, params: Any) -> tuple[bool, dict[str, Any]]:
-            if text == cassandra.CQL_CLAIM_PARTITION and cql is other._cql and not raced:
+        def a_writes_first(cql: Any, text: Statement, params: Any) -> tuple[bool, dict[str, Any]]:
+            if text == Statement.CLAIM_PARTITION and cql is other._cql and not raced:
                 raced.append(True)
                 a._claim(takeover=True)  # between B's read of the owner and B's write
             return applied(cql, text, params)
@@ -471,7 +471,7 @@ async def test_connections_send_without_nagle_delay(store: CassandraStore) -> No
 async def test_item_rows_serialize_as_the_driver_binds_them(store: CassandraStore) -> None:
     """Item rows skip the driver's ``bind``: their values and routing key must be the bytes it makes."""
     assert store._cql is not None
-    insert = store._cql.stmt(cassandra.CQL_INSERT_ITEM)
+    insert = store._cql.stmt(Statement.INSERT_ITEM)
     items = [item("p\u00e4yload", id="0001", reference="r\u00e9f", attempts=3), item("", id="0002")]
     key = ("qu\u00eaue", 70_000, -2)
     ours = list(cassandra._item_rows(insert, key, items))
@@ -525,10 +525,10 @@ async def test_a_queue_change_is_an_unknown_outcome_only_once_it_wrote(
 ) -> None:
     """Updating or deleting a queue reads its record first: a failure there sent no write."""
     await store.add_queue(QueueRecord(name="q", max_attempts=1))
-    failing = cassandra.CQL_GET_QUEUE if fails == "read" else cassandra.CQL_UNINDEX_QUEUE
+    failing = Statement.GET_QUEUE if fails == "read" else Statement.UNINDEX_QUEUE
     rows = cassandra._Cql.rows
 
-    def flaky(cql: cassandra._Cql, statement: str, params: Any) -> list[dict[str, Any]]:
+    def flaky(cql: cassandra._Cql, statement: Statement, params: Any) -> list[dict[str, Any]]:
         if statement == failing:  # as ``_Cql.result`` raises the driver's error
             error = WriteTimeout("no answer in time", write_type=WriteType.SIMPLE)
             raise cassandra._storage_error(error) from error
@@ -560,7 +560,7 @@ async def test_the_row_counter_matches_what_the_tail_stores(
         index = partition._index
         assert index is not None
         key = ("queue", 0, index.tail)
-        [stored] = await store._call(lambda cql: cql.rows(cassandra.CQL_SEGMENT_META, key))
+        [stored] = await store._call(lambda cql: cql.rows(Statement.SEGMENT_META, key))
         return index.meta.rows, stored["rows"]
 
     await part.produce(*(item(f"held{k}") for k in range(10)))

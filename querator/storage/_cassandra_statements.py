@@ -1,0 +1,124 @@
+"""Every CQL statement the Cassandra store prepares: the members of ``Statement`` are the registry.
+
+``{ks}`` in a statement's text stands for the keyspace, filled in when it is prepared.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+_PK = "queue = ? AND partition = ? AND segment = ?"
+
+_QUEUE_FIELDS = (
+    "name, namespace, lease_timeout, expire_timeout, dead_queue, max_attempts, reference, "
+    "requested_partitions, created_at, updated_at, extra, dedup_window"
+)
+_QUEUE_VALUES = ", ".join("?" * 12)
+
+
+class Statement(Enum):
+    """A statement, by what it does; its value is its CQL text."""
+
+    # -- items: item rows, state log rows, markers and the partition's statics ---------------------------
+    INSERT_ITEM = (
+        "INSERT INTO {ks}.items (queue, partition, segment, record, id, meta, payload) "
+        "VALUES (?, ?, ?, 0, ?, ?, ?)"
+    )
+    PUT_STATES = (
+        "INSERT INTO {ks}.items (queue, partition, segment, record, id, states) VALUES (?, ?, ?, 1, ?, ?)"
+    )
+    # The fence of every batch, which also stores the partition's counters in the tail's statics.
+    FENCED_META = (
+        "UPDATE {ks}.items SET opened = true, cursor = ?, last_id = ?, queued = ?, queued_created = ?, "
+        f"min_expire = ?, rows = ?, dedup_until = ? WHERE {_PK} IF epoch = ?"
+    )
+    FENCE = f"UPDATE {{ks}}.items SET epoch = ? WHERE {_PK} IF epoch = ?"
+    # A tail left behind with a run's commit maybe still in flight (its coordinator retries the Paxos
+    # round for a while): its epoch becomes the owner's, negated, unless a commit landed since it was
+    # loaded.
+    SEAL = f"UPDATE {{ks}}.items SET epoch = ? WHERE {_PK} IF epoch = ? AND rows = ?"
+    OPEN_SEGMENT = (
+        "INSERT INTO {ks}.items (queue, partition, segment, epoch) VALUES (?, ?, ?, ?) IF NOT EXISTS"
+    )
+    SEGMENT_META = (
+        "SELECT epoch, opened, cursor, last_id, queued, queued_created, min_expire, rows, dedup_until "
+        f"FROM {{ks}}.items "
+        f"WHERE {_PK} LIMIT 1"
+    )
+    STATES = f"SELECT states FROM {{ks}}.items WHERE {_PK} AND record = 1"
+    ITEMS_AFTER = (
+        f"SELECT id, meta, payload FROM {{ks}}.items WHERE {_PK} "
+        "AND record = 0 AND id > ? AND id <= ? LIMIT ?"
+    )
+    ITEM_META_AFTER = (
+        f"SELECT id, meta FROM {{ks}}.items WHERE {_PK} AND record = 0 AND id > ? AND id <= ? LIMIT ?"
+    )
+    ITEMS_BY_ID = f"SELECT id, meta, payload FROM {{ks}}.items WHERE {_PK} AND record = 0 AND id IN ?"
+    DROP_SEGMENT = f"DELETE FROM {{ks}}.items WHERE {_PK}"
+
+    # -- partitions --------------------------------------------------------------------------------------
+    GET_PARTITION = (
+        "SELECT epoch, base, tail, segments, expires, markers FROM {ks}.partitions "
+        "WHERE queue = ? AND partition = ?"
+    )
+    CREATE_PARTITION = (
+        "INSERT INTO {ks}.partitions (queue, partition, epoch, base, tail, segments, expires) "
+        "VALUES (?, ?, ?, 0, 0, {0: ''}, {}) IF NOT EXISTS"
+    )
+    CLAIM_PARTITION = "UPDATE {ks}.partitions SET epoch = ? WHERE queue = ? AND partition = ? IF epoch = ?"
+    ROLL = (
+        "UPDATE {ks}.partitions SET tail = ?, segments = ?, expires = ?, markers = ? "
+        "WHERE queue = ? AND partition = ? "
+        "IF epoch = ? AND tail = ?"
+    )
+    RESET_PARTITION = (
+        "UPDATE {ks}.partitions SET base = ?, tail = ?, segments = ?, expires = {}, markers = {} "
+        "WHERE queue = ? AND partition = ? IF EXISTS"
+    )
+
+    # -- import's dedup index ----------------------------------------------------------------------------
+    GET_SOURCES = "SELECT source_id, id FROM {ks}.sources WHERE queue = ? AND partition = ? AND source_id = ?"
+    PUT_SOURCE = "INSERT INTO {ks}.sources (queue, partition, source_id, id) VALUES (?, ?, ?, ?) USING TTL ?"
+
+    # -- produce de-duplication (_cassandra_dedup.py) ----------------------------------------------------
+    CLAIM_DEDUP = (
+        "INSERT INTO {ks}.dedup (queue, dedup_id, partition, epoch, segment, claimed_at, expires_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS USING TTL ?"
+    )
+    TAKE_DEDUP = (
+        "UPDATE {ks}.dedup USING TTL ? SET partition = ?, epoch = ?, segment = ?, claimed_at = ?, "
+        "expires_at = ? WHERE queue = ? AND dedup_id = ? IF partition = ? AND epoch = ? AND claimed_at = ?"
+    )
+    # Only the claim this very call took: its batch is not written, so no marker can prove it.
+    RELEASE_DEDUP = (
+        "DELETE FROM {ks}.dedup WHERE queue = ? AND dedup_id = ? "
+        "IF partition = ? AND epoch = ? AND claimed_at = ?"
+    )
+    PUT_MARKER = (
+        "INSERT INTO {ks}.items (queue, partition, segment, record, id, expire_deadline) "
+        "VALUES (?, ?, ?, 2, ?, ?)"
+    )
+    FIND_MARKER = (
+        "SELECT expire_deadline FROM {ks}.items "
+        "WHERE queue = ? AND partition = ? AND segment = ? AND record = 2 AND id = ?"
+    )
+    PARTITION_SEGMENTS = "SELECT base, segments FROM {ks}.partitions WHERE queue = ? AND partition = ?"
+
+    # -- queue records: written with lightweight transactions only, since mixing them with plain writes
+    # on the same row would order writes by two different clocks ------------------------------------------
+    GET_QUEUE = f"SELECT {_QUEUE_FIELDS} FROM {{ks}}.queues WHERE name = ?"
+    ADD_QUEUE = f"INSERT INTO {{ks}}.queues ({_QUEUE_FIELDS}) VALUES ({_QUEUE_VALUES}) IF NOT EXISTS"
+    UPDATE_QUEUE = (
+        "UPDATE {ks}.queues SET namespace = ?, lease_timeout = ?, expire_timeout = ?, dead_queue = ?, "
+        "max_attempts = ?, reference = ?, requested_partitions = ?, created_at = ?, updated_at = ?, "
+        "extra = ?, dedup_window = ? "
+        "WHERE name = ? IF EXISTS"
+    )
+    DELETE_QUEUE = "DELETE FROM {ks}.queues WHERE name = ? IF EXISTS"
+    INDEX_QUEUE = "INSERT INTO {ks}.queues_by_namespace (namespace, name) VALUES (?, ?)"
+    UNINDEX_QUEUE = "DELETE FROM {ks}.queues_by_namespace WHERE namespace = ? AND name = ?"
+    LIST_QUEUES = "SELECT name FROM {ks}.queues_by_namespace WHERE namespace = ? AND name >= ? LIMIT ?"
+
+    def cql(self, keyspace: str) -> str:
+        """The statement's text for ``keyspace``."""
+        return str(self.value).replace("{ks}", keyspace)
