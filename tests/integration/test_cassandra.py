@@ -24,8 +24,8 @@ from cassandra.query import dict_factory
 from querator.client import AsyncClient
 from querator.clock import SystemClock
 from querator.errors import RetryRequest
-from querator.storage._cassandra_statements import Statement
 from querator.storage.cassandra import CassandraPartition, CassandraSettings, CassandraStore
+from querator.storage.cassandra._statements import Statement
 from querator.wire import messages as m
 from tests.cassandra_node import CassandraNode
 from tests.storage.contract import Part, item

@@ -20,15 +20,19 @@ from cassandra.protocol import ErrorMessage, OverloadedErrorMessage, ServerError
 from querator.clock import SystemClock
 from querator.errors import StaleOwnerError, StorageError
 from querator.ksuid import KsuidGenerator
-from querator.storage import cassandra
-from querator.storage._cassandra_dedup import CLAIM_TIMEOUT, LAST_EXPIRY, MAX_TTL, DedupInFlight, max_ttl
-from querator.storage._cassandra_statements import Statement
 from querator.storage.base import PartitionTx, QueueRecord, Store
 from querator.storage.cassandra import (
     CassandraSettings,
     CassandraStorageError,
     CassandraStore,
+    _codec,
+    _errors,
+    _partition,
 )
+from querator.storage.cassandra._dedup import CLAIM_TIMEOUT, LAST_EXPIRY, MAX_TTL, DedupInFlight, max_ttl
+from querator.storage.cassandra._schema import SCHEMA_VERSION
+from querator.storage.cassandra._session import Cql
+from querator.storage.cassandra._statements import Statement
 from querator.storage.operations import RetryEntry
 from tests.storage.contract import NOW, SECOND, Part, StoreContract, ids, item, payloads
 
@@ -65,7 +69,7 @@ class TestCassandraStore(StoreContract):
 
 async def segments(store: CassandraStore, queue: str = "queue", number: int = 0) -> list[int]:
     """The segment numbers the partition row lists."""
-    rows = await store._call(lambda cql: cql.rows(Statement.GET_PARTITION, (queue, number)))
+    rows = await store._session.call(lambda cql: cql.rows(Statement.GET_PARTITION, (queue, number)))
     return sorted(rows[0]["segments"])
 
 
@@ -135,8 +139,8 @@ async def test_a_new_store_finds_everything(
 async def test_segments_roll_carry_state_and_drop_when_drained(
     store: CassandraStore, cassandra_settings: CassandraSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cassandra, "SEGMENT_ROWS", 50)
-    monkeypatch.setattr(cassandra, "CARRY_CHUNK", 7)
+    monkeypatch.setattr(_partition, "SEGMENT_ROWS", 50)
+    monkeypatch.setattr(_partition, "CARRY_CHUNK", 7)
     part = Part(store.partition("queue", 0))
     await part.produce(item("long-lease"), item("later", enqueue_at=NOW + 3600 * SECOND))
     [[long_lease]] = await part.lease(1, deadline=NOW + 3600 * SECOND)
@@ -290,7 +294,7 @@ async def test_markers_keep_their_segment_until_the_window_ends(
     store: CassandraStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A drained segment holding the marker of an open window is not dropped: the claim needs it."""
-    monkeypatch.setattr(cassandra, "SEGMENT_ROWS", 20)
+    monkeypatch.setattr(_partition, "SEGMENT_ROWS", 20)
     part = Part(store.partition("queue", 0))
     far = 10 * 365 * 86400 * SECOND  # segments are kept by the store's (real) clock: outlast it
     await part.produce(item("a", dedup_id="x"), dedup_window=far)
@@ -342,16 +346,16 @@ async def test_two_takeovers_racing_do_not_share_an_epoch(
     async with opened_store(cassandra_settings, 10**18) as ahead:
         (kept,) = await Part(ahead.partition("queue", 0)).produce(item("before"))
         a, b = store._partition("queue", 0), other._partition("queue", 0)
-        applied = cassandra._Cql.applied
+        applied = Cql.applied
         raced: list[bool] = []
 
         def a_writes_first(cql: Any, text: Statement, params: Any) -> tuple[bool, dict[str, Any]]:
-            if text == Statement.CLAIM_PARTITION and cql is other._cql and not raced:
+            if text == Statement.CLAIM_PARTITION and cql is other._session.cql and not raced:
                 raced.append(True)
                 a._claim(takeover=True)  # between B's read of the owner and B's write
             return applied(cql, text, params)
 
-        monkeypatch.setattr(cassandra._Cql, "applied", a_writes_first)
+        monkeypatch.setattr(Cql, "applied", a_writes_first)
         await b.claim()
         assert raced and a.epoch == 10**18 + 1 and b.epoch == 10**18 + 2
         monkeypatch.undo()
@@ -453,15 +457,15 @@ def answered(code: int) -> Exception:
 def test_a_failed_write_that_was_sent_may_have_been_applied(
     error: Exception, sent: bool, maybe_applied: bool
 ) -> None:
-    assert isinstance(error, cassandra._DRIVER_ERRORS)
-    assert cassandra._storage_error(error, sent=sent).maybe_applied is maybe_applied
+    assert isinstance(error, _errors.DRIVER_ERRORS)
+    assert _errors.storage_error(error, sent=sent).maybe_applied is maybe_applied
 
 
 async def test_connections_send_without_nagle_delay(store: CassandraStore) -> None:
     """Nagle's algorithm on a driver connection holds the end of a large batch back until its start is
     acknowledged (up to 40 ms on Linux): every connection to Cassandra must have it off."""
-    assert store._cql is not None
-    pools = store._cql.session.get_pools()
+    assert store._session.cql is not None
+    pools = store._session.cql.session.get_pools()
     assert pools
     for pool in pools:
         sock = pool._connection._socket
@@ -470,13 +474,13 @@ async def test_connections_send_without_nagle_delay(store: CassandraStore) -> No
 
 async def test_item_rows_serialize_as_the_driver_binds_them(store: CassandraStore) -> None:
     """Item rows skip the driver's ``bind``: their values and routing key must be the bytes it makes."""
-    assert store._cql is not None
-    insert = store._cql.stmt(Statement.INSERT_ITEM)
+    assert store._session.cql is not None
+    insert = store._session.cql.stmt(Statement.INSERT_ITEM)
     items = [item("p\u00e4yload", id="0001", reference="r\u00e9f", attempts=3), item("", id="0002")]
     key = ("qu\u00eaue", 70_000, -2)
-    ours = list(cassandra._item_rows(insert, key, items))
+    ours = list(_codec.item_rows(insert, key, items))
     for statement, it in zip(ours, items, strict=True):
-        driver = insert.bind((*key, it.id, cassandra._ENCODER.encode(cassandra._metadata(it)), it.payload))
+        driver = insert.bind((*key, it.id, _codec.ENCODER.encode(_codec.metadata(it)), it.payload))
         assert statement.values == driver.values
         assert statement.routing_key == driver.routing_key
         assert repr(statement) == repr(driver)
@@ -486,14 +490,14 @@ async def test_item_rows_serialize_as_the_driver_binds_them(store: CassandraStor
     ("version", "message"),
     [
         (1, r"has schema version 1, which this version does not read; use a new keyspace"),
-        (cassandra.SCHEMA_VERSION + 1, rf"schema version {cassandra.SCHEMA_VERSION + 1} .* is newer than"),
+        (SCHEMA_VERSION + 1, rf"schema version {SCHEMA_VERSION + 1} .* is newer than"),
     ],
 )
 async def test_a_keyspace_of_another_schema_version_is_refused(
     store: CassandraStore, cassandra_settings: CassandraSettings, version: int, message: str
 ) -> None:
     ks = cassandra_settings.keyspace
-    await store._call(
+    await store._session.call(
         lambda cql: cql.session.execute(
             f"INSERT INTO {ks}.schema_version (name, version) VALUES ('items', {version})"
         )
@@ -510,12 +514,12 @@ async def test_a_failed_queue_write_may_have_been_applied(store: CassandraStore,
     def times_out(cql: object) -> None:
         raise WriteTimeout("no answer in time", write_type=WriteType.CAS)
 
-    def refused(cql: cassandra._Cql) -> None:
+    def refused(cql: Cql) -> None:
         cql.rows_statement("UPDATE no_such_table SET x = 1 WHERE k = 1")
 
     for fn in (times_out, refused):
         with pytest.raises(StorageError) as failed:
-            await store._call(fn, writes=writes)
+            await store._session.call(fn, writes=writes)
         assert failed.value.maybe_applied is writes
 
 
@@ -526,15 +530,15 @@ async def test_a_queue_change_is_an_unknown_outcome_only_once_it_wrote(
     """Updating or deleting a queue reads its record first: a failure there sent no write."""
     await store.add_queue(QueueRecord(name="q", max_attempts=1))
     failing = Statement.GET_QUEUE if fails == "read" else Statement.UNINDEX_QUEUE
-    rows = cassandra._Cql.rows
+    rows = Cql.rows
 
-    def flaky(cql: cassandra._Cql, statement: Statement, params: Any) -> list[dict[str, Any]]:
+    def flaky(cql: Cql, statement: Statement, params: Any) -> list[dict[str, Any]]:
         if statement == failing:  # as ``_Cql.result`` raises the driver's error
             error = WriteTimeout("no answer in time", write_type=WriteType.SIMPLE)
-            raise cassandra._storage_error(error) from error
+            raise _errors.storage_error(error) from error
         return rows(cql, statement, params)
 
-    monkeypatch.setattr(cassandra._Cql, "rows", flaky)
+    monkeypatch.setattr(Cql, "rows", flaky)
     changes = [
         lambda: store.update_queue(QueueRecord(name="q", namespace="other")),
         lambda: store.delete_queue("q"),
@@ -551,8 +555,8 @@ async def test_the_row_counter_matches_what_the_tail_stores(
     """The tail's row counter keys the next state log row: after every run, rolls with carried states
     included, the owner's counter is the one Cassandra stored (a counter behind it would write a later
     state log row over an earlier one and forget the states it held)."""
-    monkeypatch.setattr(cassandra, "SEGMENT_ROWS", 30)
-    monkeypatch.setattr(cassandra, "CARRY_CHUNK", 4)
+    monkeypatch.setattr(_partition, "SEGMENT_ROWS", 30)
+    monkeypatch.setattr(_partition, "CARRY_CHUNK", 4)
     part = Part(store.partition("queue", 0))
     partition = store._partition("queue", 0)
 
@@ -560,7 +564,7 @@ async def test_the_row_counter_matches_what_the_tail_stores(
         index = partition._index
         assert index is not None
         key = ("queue", 0, index.tail)
-        [stored] = await store._call(lambda cql: cql.rows(Statement.SEGMENT_META, key))
+        [stored] = await store._session.call(lambda cql: cql.rows(Statement.SEGMENT_META, key))
         return index.meta.rows, stored["rows"]
 
     await part.produce(*(item(f"held{k}") for k in range(10)))

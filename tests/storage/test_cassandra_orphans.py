@@ -16,9 +16,8 @@ from cassandra.connection import ConnectionShutdown
 
 from querator.errors import StaleOwnerError, StorageError
 from querator.ksuid import KsuidGenerator
-from querator.storage import cassandra
 from querator.storage.base import ClearOptions, Item
-from querator.storage.cassandra import CassandraPartition, CassandraSettings, CassandraStore
+from querator.storage.cassandra import CassandraPartition, CassandraSettings, CassandraStore, _partition
 from querator.storage.operations import RetryEntry
 from tests.storage.contract import NOW, SECOND, Part, item, payloads
 from tests.storage.test_cassandra import EPOCH, opened_store, segments
@@ -98,7 +97,7 @@ def fill_tail(store: CassandraStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """Makes the tail of partition 0 full: its next run opens a new one."""
     index = store._partition("queue", 0)._index
     assert index is not None
-    monkeypatch.setattr(cassandra, "SEGMENT_ROWS", index.meta.rows - index.carried_count())
+    monkeypatch.setattr(_partition, "SEGMENT_ROWS", index.meta.rows - index.carried_count())
 
 
 @pytest.fixture
@@ -307,7 +306,7 @@ async def test_a_commit_that_lands_after_the_next_run_loaded_is_refused(
     the commit is refused and the retry stores the item."""
     part, cut = await commit_cut_off(store, monkeypatch)
     await part.produce(item("next"))
-    rows_ = await store._execute_async(asyncio.get_running_loop(), cut.late.statement)
+    rows_ = await store._session.execute_async(asyncio.get_running_loop(), cut.late.statement)
     assert not rows_[0]["[applied]"]
     await part.produce(item("a", dedup_id="x"), dedup_window=WINDOW)
     assert payloads(await part.list()) == ["before", "next", "a"]
@@ -370,8 +369,8 @@ async def test_clear_after_a_failed_run_then_lease(
 async def drained_behind_leases(store: CassandraStore, monkeypatch: pytest.MonkeyPatch) -> Part:
     """A partition whose next run opens a new tail, and drops a drained segment and carries two leases
     over (in two chunks) as it does."""
-    monkeypatch.setattr(cassandra, "SEGMENT_ROWS", 4)
-    monkeypatch.setattr(cassandra, "CARRY_CHUNK", 1)
+    monkeypatch.setattr(_partition, "SEGMENT_ROWS", 4)
+    monkeypatch.setattr(_partition, "CARRY_CHUNK", 1)
     part = Part(store.partition("queue", 0))
     await part.produce(item("held-1"), item("held-2"))
     await part.lease(2, deadline=NOW + HOUR)

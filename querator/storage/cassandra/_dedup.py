@@ -29,10 +29,11 @@ from typing import TYPE_CHECKING, Any, Final
 from cassandra import ConsistencyLevel
 
 from querator.errors import StorageError
-from querator.storage._cassandra_statements import Statement
+from querator.storage.cassandra._statements import Statement
 
 if TYPE_CHECKING:
-    from querator.storage.cassandra import CassandraPartition, _Cql
+    from querator.storage.cassandra._partition import CassandraPartition
+    from querator.storage.cassandra._session import Cql
 
 CLAIM_TIMEOUT: Final = 60 * 1_000_000
 """Microseconds after which a claim without a marker is stale: far longer than any produce's writes
@@ -66,7 +67,7 @@ def ttl_seconds(duration: int, now: int) -> int:
 class Dedup:
     """The dedup claims of one partition's runs (worker thread: every call here blocks)."""
 
-    def __init__(self, cql: _Cql, partition: CassandraPartition) -> None:
+    def __init__(self, cql: Cql, partition: CassandraPartition) -> None:
         self._cql = cql
         self._partition = partition
 

@@ -1,0 +1,190 @@
+"""The connection: the driver's session with the prepared statements, and the bridge of its futures
+into asyncio.
+
+The driver has no asyncio API. Blocking calls (``Cql``) run on the store's worker threads; a run's
+writes are awaited on the event loop through ``Connection.execute_async``, which settles an asyncio future
+from the driver's callbacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from cassandra.cluster import Cluster, Session
+from cassandra.query import PreparedStatement
+
+from querator.storage.cassandra._errors import DRIVER_ERRORS, CassandraStorageError, storage_error
+from querator.storage.cassandra._schema import create_schema
+from querator.storage.cassandra._settings import CassandraSettings
+from querator.storage.cassandra._statements import Statement
+
+T = TypeVar("T")
+
+
+class Connection:
+    """The connection to Cassandra of one store, shared with its partitions; opened and closed by the
+    store.
+
+    Args:
+        settings: How to connect and which keyspace to use.
+        threads: The worker threads blocking driver calls run on.
+    """
+
+    def __init__(self, settings: CassandraSettings, threads: ThreadPoolExecutor) -> None:
+        self._settings = settings
+        self._threads = threads
+        self._cluster: Cluster | None = None
+        self.cql: Cql | None = None
+        """The session and its statements while open."""
+
+    async def open(self) -> None:
+        """Connects, creates the keyspace and tables when missing, prepares every statement; idempotent.
+
+        Raises:
+            CassandraStorageError: Cassandra cannot be reached, or the schema is newer than ours.
+        """
+        if self.cql is not None:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            self.cql = await loop.run_in_executor(self._threads, self._connect)
+        except DRIVER_ERRORS as e:
+            raise storage_error(e) from e
+
+    def _connect(self) -> Cql:
+        cluster = Cluster(**self._settings.cluster_kwargs())
+        try:
+            session = cluster.connect()
+            create_schema(session, self._settings)
+            cql = Cql(session, self._settings.keyspace)
+            cql.prepare_all()
+        except BaseException:
+            cluster.shutdown()
+            raise
+        self._cluster = cluster
+        return cql
+
+    async def close(self) -> None:
+        """Closes the connections (the store waits for running transactions first)."""
+        cluster, self._cluster, self.cql = self._cluster, None, None
+        if cluster is not None:
+            await asyncio.get_running_loop().run_in_executor(self._threads, cluster.shutdown)
+
+    def opened(self) -> Cql:
+        """The open connection (blocking calls, worker threads only).
+
+        Raises:
+            CassandraStorageError: the store is not open.
+        """
+        if self.cql is None:
+            raise CassandraStorageError("cassandra storage error; the store is not open")
+        return self.cql
+
+    async def execute_async(self, loop: asyncio.AbstractEventLoop, statement: Any) -> list[dict[str, Any]]:
+        """Sends ``statement`` and waits for its rows on ``loop`` without blocking a thread."""
+        cql = self.opened()
+        response = cql.session.execute_async(statement)
+        settled = bridge(loop, response)
+        try:
+            return await settled
+        finally:
+            if settled.done() and not settled.cancelled():  # the driver answered: the request is over
+                finished(response)
+
+    async def call(self, fn: Callable[[Cql], T], writes: bool = False) -> T:
+        """Runs ``fn`` on a worker thread; if it ``writes``, a failure may leave its writes applied."""
+        cql = self.opened()
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._threads, fn, cql)
+        except DRIVER_ERRORS as e:
+            raise storage_error(e, sent=writes) from e
+        except CassandraStorageError as e:
+            # ``Cql`` classified the driver's error as a read's; a write's is decided here.
+            if writes and isinstance(e.__cause__, DRIVER_ERRORS):
+                raise storage_error(e.__cause__, sent=True) from e.__cause__
+            raise
+
+
+class Cql:
+    """The session and its prepared statements; every call here is blocking (worker threads only)."""
+
+    def __init__(self, session: Session, keyspace: str) -> None:
+        self.session = session
+        self.keyspace = keyspace
+        self.statements: dict[Statement, PreparedStatement] = {}
+
+    def prepare_all(self) -> None:
+        for statement in Statement:
+            self.statements[statement] = self.session.prepare(statement.cql(self.keyspace))
+
+    def stmt(self, cql: Statement) -> PreparedStatement:
+        return self.statements[cql]
+
+    def rows(self, cql: Statement, params: Sequence[Any]) -> list[dict[str, Any]]:
+        return self.rows_statement(self.statements[cql].bind(params))
+
+    def rows_statement(self, statement: Any) -> list[dict[str, Any]]:
+        # No driver error is raised before the request exists: "no host available" is the future's too.
+        return self.result(self.session.execute_async(statement))
+
+    def first(self, response: Any) -> dict[str, Any]:
+        """The first row of a driver ``ResponseFuture`` (waits for it): a conditional write's verdict."""
+        rows = self.result(response)
+        return rows[0] if rows else {"[applied]": False}
+
+    @staticmethod
+    def result(response: Any) -> list[dict[str, Any]]:
+        """The rows of a driver ``ResponseFuture`` (waits for it)."""
+        try:
+            return list(response.result())
+        except DRIVER_ERRORS as e:
+            raise storage_error(e) from e
+        finally:
+            finished(response)
+
+    def applied(self, cql: Statement, params: Sequence[Any]) -> tuple[bool, dict[str, Any]]:
+        return self.applied_statement(self.statements[cql].bind(params))
+
+    def applied_statement(self, statement: Any) -> tuple[bool, dict[str, Any]]:
+        row = self.first(self.session.execute_async(statement))
+        return bool(row["[applied]"]), row
+
+
+def finished(response: Any) -> None:
+    """Breaks the reference cycle the driver leaves in a request that is over (its ``ResponseFuture``
+    holds its timer, whose callback is the future's own method), so that the request, its statement and
+    every payload in it are freed at once rather than by the cyclic collector: under load, most of the
+    server's garbage collection time (docs/benchmarks.md). Never while the request runs: it needs its
+    timer."""
+    response._timer = None
+
+
+def bridge(loop: asyncio.AbstractEventLoop, response: Any) -> asyncio.Future[list[dict[str, Any]]]:
+    """An asyncio future settled (on ``loop``) by a driver ``ResponseFuture``."""
+    future: asyncio.Future[list[dict[str, Any]]] = loop.create_future()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+    def ok(rows: Any) -> None:
+        try:
+            loop.call_soon_threadsafe(settle, list(rows or ()), None)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
+
+    def failed(exc: BaseException) -> None:
+        try:
+            loop.call_soon_threadsafe(settle, None, exc)
+        except RuntimeError:
+            pass
+
+    response.add_callbacks(ok, failed)
+    return future
