@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 from cassandra.query import BatchStatement, BatchType
 
@@ -20,11 +21,8 @@ from querator.storage.cassandra._codec import decode_states, encode_states, item
 from querator.storage.cassandra._dedup import Dedup, max_ttl
 from querator.storage.cassandra._errors import DRIVER_ERRORS, CassandraStorageError, storage_error
 from querator.storage.cassandra._index import Index, Meta, StateRow, Writes
-from querator.storage.cassandra._session import Cql
+from querator.storage.cassandra._session import Connection, Cql
 from querator.storage.cassandra._statements import Statement
-
-if TYPE_CHECKING:
-    from querator.storage.cassandra._store import CassandraStore
 
 T = TypeVar("T")
 
@@ -128,13 +126,32 @@ class _Step:
 
 
 class CassandraPartition:
-    """One partition of a queue: its index (loaded on first use) and its owner epoch."""
+    """One partition of a queue: its index (loaded on first use) and its owner epoch.
 
-    def __init__(self, store: CassandraStore, queue: str, number: int) -> None:
-        self._store = store
+    Args:
+        connection: The store's connection, open before the first run.
+        threads: The worker threads runs execute on.
+        queue: The queue's name.
+        number: The partition's number in the queue.
+        epoch: The owner epoch it claims the partition with on first use (see ``CassandraStore``).
+        now: The clock's ``now`` (microseconds): TTLs of import's dedup index, live segments.
+    """
+
+    def __init__(
+        self,
+        connection: Connection,
+        threads: Executor,
+        queue: str,
+        number: int,
+        epoch: int,
+        now: Callable[[], int],
+    ) -> None:
+        self._connection = connection
+        self._threads = threads
+        self._now = now
         self.queue = queue
         self.number = number
-        self.epoch = store.epoch
+        self.epoch = epoch
         self._index: Index | None = None
         self._stale: StaleOwnerError | None = None
         self._own_tail: int | None = None
@@ -167,7 +184,7 @@ class CassandraPartition:
                 raise self._stale
             loop = asyncio.get_running_loop()
             try:
-                result, steps = await loop.run_in_executor(self._store._threads, self._execute, fn)
+                result, steps = await loop.run_in_executor(self._threads, self._execute, fn)
                 for step in steps:
                     try:
                         rows = await self._send(loop, step)
@@ -192,7 +209,7 @@ class CassandraPartition:
 
     async def _send(self, loop: asyncio.AbstractEventLoop, step: _Step) -> list[dict[str, Any]]:
         """Where every step of a run goes out (the fault tests break runs here)."""
-        return await self._store._session.execute_async(loop, step.statement)
+        return await self._connection.execute_async(loop, step.statement)
 
     def _refused(self, step: _Step, row: dict[str, Any]) -> None:
         """Raises what a fenced step refused by its condition means, ``row`` being what Cassandra found."""
@@ -233,8 +250,7 @@ class CassandraPartition:
     def _claim(self, takeover: bool = False) -> dict[str, Any]:
         """Makes ``self.epoch`` the owner of the partition row and of its tail segment; returns the row.
         With ``takeover``, an owner with a newer epoch is replaced too, by one newer still."""
-        cql = self._store._session.cql
-        assert cql is not None
+        cql = self._connection.opened()
         key = self._key
         applied, row = cql.applied(Statement.CREATE_PARTITION, (*key, self.epoch))
         while not applied:
@@ -263,8 +279,7 @@ class CassandraPartition:
     def _claim_segment(self, segment: int) -> int | None:
         """Makes ``self.epoch`` the segment's owner unless it is sealed; returns the owner it had (None:
         this opened it; negative: sealed, see ``_roll``)."""
-        cql = self._store._session.cql
-        assert cql is not None
+        cql = self._connection.opened()
         applied, current = cql.applied(Statement.OPEN_SEGMENT, (*self._key, segment, self.epoch))
         before: int | None = None if applied else current.get("epoch")
         while not applied and current.get("epoch") != self.epoch:
@@ -279,9 +294,7 @@ class CassandraPartition:
         return before
 
     def _load(self) -> Index:
-        cql = self._store._session.cql
-        if cql is None:
-            raise CassandraStorageError("cassandra storage error; the store is not open")
+        cql = self._connection.opened()
         row = self._claim()
         tail, base = row["tail"], row["base"]
         segments: dict[int, str] = dict(row["segments"] or {})
@@ -341,9 +354,8 @@ class CassandraPartition:
         return steps
 
     def _source_statements(self, writes: Writes) -> list[Any]:
-        cql = self._store._session.cql
-        assert cql is not None
-        now = self._store.clock_now()
+        cql = self._connection.opened()
+        now = self._now()
         statements = []
         longest = max_ttl(now)
         for item in writes.sources:
@@ -358,8 +370,7 @@ class CassandraPartition:
     ) -> list[_Step]:
         """The item rows as a plain batch, then the fenced batch that commits them with the rest. Never
         together: in the Paxos round, Cassandra writes every byte of the batch twice (ADR 0004)."""
-        cql = self._store._session.cql
-        assert cql is not None
+        cql = self._connection.opened()
         key = (*self._key, segment)
         steps = []
         if items:
@@ -372,8 +383,7 @@ class CassandraPartition:
 
     def _batch(self, index: Index, segment: int, items: int, states: Collection[StateRow]) -> Any:
         """The commit: the fence with the partition's counters, the state log row and the markers."""
-        cql = self._store._session.cql
-        assert cql is not None
+        cql = self._connection.opened()
         key = (*self._key, segment)
         meta = index.meta
         batch = BatchStatement(batch_type=BatchType.UNLOGGED)
@@ -407,12 +417,11 @@ class CassandraPartition:
         """Opens a new tail segment: drop drained segments, move the tail pointer (fenced), claim the new
         segment, carry the states of non-queued items over. The last chunk of them goes into the run's
         commit, which also marks the new tail opened; until then a loader ignores it."""
-        cql = self._store._session.cql
-        assert cql is not None
+        cql = self._connection.opened()
         old_tail = index.tail if index.abandoned is None else index.abandoned
         new = old_tail + 1
         after = index.committed_last_id
-        live = index.live_segments(self._store.clock_now())
+        live = index.live_segments(self._now())
         steps = []
         if self._own_tail != old_tail and self._tail_rows != -1:
             # A run that failed before this owner's load may still commit there (a coordinator retries
@@ -463,15 +472,13 @@ class CassandraPartition:
     def dedup(self, index: Index, dedup_ids: Collection[str], now: int, expires_at: int) -> set[str]:
         """Claims the dedup ids for this run (see ``_dedup``); the run's batch writes the
         markers of the ones its items carry."""
-        cql = self._store._session.cql
-        assert cql is not None
+        cql = self._connection.opened()
         seen = Dedup(cql, self).claim(dedup_ids, index.tail, now, expires_at)
         index.claimed.update(dict.fromkeys(set(dedup_ids) - seen, expires_at))
         return seen
 
     def existing_source_ids(self, index: Index, source_ids: Collection[str]) -> set[str]:
-        cql = self._store._session.cql
-        assert cql is not None
+        cql = self._connection.opened()
         found = {}
         for source_id in source_ids:
             for row in cql.rows(Statement.GET_SOURCES, (*self._key, source_id)):
@@ -485,12 +492,12 @@ class CassandraPartition:
         from whoever owns it, with an epoch newer than theirs (an owner newly chosen by the ring)."""
         async with self._lock:
             takeover = epoch is None
-            self.epoch = max(self.epoch, self._store.clock_now()) if epoch is None else epoch
+            self.epoch = max(self.epoch, self._now()) if epoch is None else epoch
             self._stale = None
             self._index = None
             loop = asyncio.get_running_loop()
             try:
-                await loop.run_in_executor(self._store._threads, self._claim, takeover)
+                await loop.run_in_executor(self._threads, self._claim, takeover)
             except StaleOwnerError as e:
                 self._stale = e
                 raise

@@ -58,7 +58,9 @@ class CassandraStore:
         key = (queue, number)
         part = self._partitions.get(key)
         if part is None:
-            part = self._partitions[key] = CassandraPartition(self, queue, number)
+            part = self._partitions[key] = CassandraPartition(
+                self._session, self._threads, queue, number, self.epoch, self.clock_now
+            )
         return part
 
     async def claim(self, queue: str, number: int, epoch: int) -> None:
