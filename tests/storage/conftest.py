@@ -7,11 +7,18 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from querator.storage.cassandra import CassandraSettings, CassandraStore
+from querator.storage.cassandra import CassandraSettings, CassandraStore, Segments
 from tests.storage.test_cassandra import opened_store
 
 
 @pytest.fixture
-async def store(cassandra_settings: CassandraSettings) -> AsyncIterator[CassandraStore]:
-    async with opened_store(cassandra_settings) as store:
+def sizes() -> Segments:
+    """The segment sizes of the test's stores: a test makes them small, or lowers ``rows`` between runs
+    to make the next run open a new tail."""
+    return Segments()
+
+
+@pytest.fixture
+async def store(cassandra_settings: CassandraSettings, sizes: Segments) -> AsyncIterator[CassandraStore]:
+    async with opened_store(cassandra_settings, segments=sizes) as store:
         yield store

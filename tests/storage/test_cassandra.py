@@ -25,9 +25,9 @@ from querator.storage.cassandra import (
     CassandraSettings,
     CassandraStorageError,
     CassandraStore,
+    Segments,
     _codec,
     _errors,
-    _partition,
 )
 from querator.storage.cassandra._dedup import CLAIM_TIMEOUT, LAST_EXPIRY, MAX_TTL, DedupInFlight, max_ttl
 from querator.storage.cassandra._schema import SCHEMA_VERSION
@@ -39,14 +39,17 @@ from tests.storage.contract import NOW, SECOND, Part, StoreContract, ids, item, 
 EPOCH = 1
 
 
-def new_store(settings: CassandraSettings, epoch: int = EPOCH) -> CassandraStore:
-    return CassandraStore(settings, epoch, SystemClock().now)
+def new_store(settings: CassandraSettings, epoch: int = EPOCH, **hooks: Any) -> CassandraStore:
+    """A store on the real clock; ``hooks`` are ``CassandraStore``'s test parameters."""
+    return CassandraStore(settings, epoch, SystemClock().now, **hooks)
 
 
 @contextlib.asynccontextmanager
-async def opened_store(settings: CassandraSettings, epoch: int = EPOCH) -> AsyncIterator[CassandraStore]:
+async def opened_store(
+    settings: CassandraSettings, epoch: int = EPOCH, **hooks: Any
+) -> AsyncIterator[CassandraStore]:
     """A store (as another node's) open for the block."""
-    store = new_store(settings, epoch)
+    store = new_store(settings, epoch, **hooks)
     await store.open()
     try:
         yield store
@@ -137,10 +140,9 @@ async def test_a_new_store_finds_everything(
 
 
 async def test_segments_roll_carry_state_and_drop_when_drained(
-    store: CassandraStore, cassandra_settings: CassandraSettings, monkeypatch: pytest.MonkeyPatch
+    store: CassandraStore, cassandra_settings: CassandraSettings, sizes: Segments
 ) -> None:
-    monkeypatch.setattr(_partition, "SEGMENT_ROWS", 50)
-    monkeypatch.setattr(_partition, "CARRY_CHUNK", 7)
+    sizes.rows, sizes.carry_chunk = 50, 7
     part = Part(store.partition("queue", 0))
     await part.produce(item("long-lease"), item("later", enqueue_at=NOW + 3600 * SECOND))
     [[long_lease]] = await part.lease(1, deadline=NOW + 3600 * SECOND)
@@ -159,7 +161,7 @@ async def test_segments_roll_carry_state_and_drop_when_drained(
     assert left[0] == "long-lease"
     assert left[1:] == [f"n{n}" for n in range(12 * 15, produced)]
 
-    again = new_store(cassandra_settings, epoch=EPOCH + 1)
+    again = new_store(cassandra_settings, epoch=EPOCH + 1, segments=sizes)
     await again.open()
     try:
         reloaded = Part(again.partition("queue", 0))
@@ -291,10 +293,10 @@ async def test_a_run_that_meets_a_claim_in_flight_gives_back_its_own_claims(
 
 
 async def test_markers_keep_their_segment_until_the_window_ends(
-    store: CassandraStore, monkeypatch: pytest.MonkeyPatch
+    store: CassandraStore, sizes: Segments
 ) -> None:
     """A drained segment holding the marker of an open window is not dropped: the claim needs it."""
-    monkeypatch.setattr(_partition, "SEGMENT_ROWS", 20)
+    sizes.rows = 20
     part = Part(store.partition("queue", 0))
     far = 10 * 365 * 86400 * SECOND  # segments are kept by the store's (real) clock: outlast it
     await part.produce(item("a", dedup_id="x"), dedup_window=far)
@@ -335,30 +337,27 @@ async def test_a_takeover_claims_with_an_epoch_above_the_owner(
 
 
 async def test_two_takeovers_racing_do_not_share_an_epoch(
-    store: CassandraStore,
-    other: CassandraStore,
-    cassandra_settings: CassandraSettings,
-    monkeypatch: pytest.MonkeyPatch,
+    store: CassandraStore, cassandra_settings: CassandraSettings
 ) -> None:
     """Two nodes take over a partition whose owner's epoch is ahead of both clocks (skew): each chooses
     the owner's epoch + 1. B read the owner before A wrote; were B to accept the epoch it finds as its
     own, both would pass the fence."""
-    async with opened_store(cassandra_settings, 10**18) as ahead:
+    a = store._partition("queue", 0)
+    raced: list[bool] = []
+
+    def a_writes_first(statement: Statement) -> None:
+        if statement is Statement.CLAIM_PARTITION and not raced:
+            raced.append(True)
+            a._claim(takeover=True)  # between B's read of the owner and B's write
+
+    async with (
+        opened_store(cassandra_settings, 10**18) as ahead,
+        opened_store(cassandra_settings, EPOCH + 7, before_request=a_writes_first) as other,
+    ):
         (kept,) = await Part(ahead.partition("queue", 0)).produce(item("before"))
-        a, b = store._partition("queue", 0), other._partition("queue", 0)
-        applied = Cql.applied
-        raced: list[bool] = []
-
-        def a_writes_first(cql: Any, text: Statement, params: Any) -> tuple[bool, dict[str, Any]]:
-            if text == Statement.CLAIM_PARTITION and cql is other._session.cql and not raced:
-                raced.append(True)
-                a._claim(takeover=True)  # between B's read of the owner and B's write
-            return applied(cql, text, params)
-
-        monkeypatch.setattr(Cql, "applied", a_writes_first)
+        b = other._partition("queue", 0)
         await b.claim()
         assert raced and a.epoch == 10**18 + 1 and b.epoch == 10**18 + 2
-        monkeypatch.undo()
         with pytest.raises(StaleOwnerError):
             await Part(a).produce(item("from a"))
         owner = Part(b)
@@ -525,38 +524,33 @@ async def test_a_failed_queue_write_may_have_been_applied(store: CassandraStore,
 
 @pytest.mark.parametrize("fails", ["read", "write"])
 async def test_a_queue_change_is_an_unknown_outcome_only_once_it_wrote(
-    store: CassandraStore, monkeypatch: pytest.MonkeyPatch, fails: str
+    cassandra_settings: CassandraSettings, fails: str
 ) -> None:
     """Updating or deleting a queue reads its record first: a failure there sent no write."""
-    await store.add_queue(QueueRecord(name="q", max_attempts=1))
     failing = Statement.GET_QUEUE if fails == "read" else Statement.UNINDEX_QUEUE
-    rows = Cql.rows
 
-    def flaky(cql: Cql, statement: Statement, params: Any) -> list[dict[str, Any]]:
-        if statement == failing:  # as ``_Cql.result`` raises the driver's error
+    def flaky(statement: Statement) -> None:
+        if statement is failing:  # as ``Cql.result`` raises the driver's error
             error = WriteTimeout("no answer in time", write_type=WriteType.SIMPLE)
             raise _errors.storage_error(error) from error
-        return rows(cql, statement, params)
 
-    monkeypatch.setattr(Cql, "rows", flaky)
-    changes = [
-        lambda: store.update_queue(QueueRecord(name="q", namespace="other")),
-        lambda: store.delete_queue("q"),
-    ]
-    for change in changes:
-        with pytest.raises(StorageError) as failed:
-            await change()
-        assert failed.value.maybe_applied is (fails == "write")
+    async with opened_store(cassandra_settings, before_request=flaky) as store:
+        await store.add_queue(QueueRecord(name="q", max_attempts=1))
+        changes = [
+            lambda: store.update_queue(QueueRecord(name="q", namespace="other")),
+            lambda: store.delete_queue("q"),
+        ]
+        for change in changes:
+            with pytest.raises(StorageError) as failed:
+                await change()
+            assert failed.value.maybe_applied is (fails == "write")
 
 
-async def test_the_row_counter_matches_what_the_tail_stores(
-    store: CassandraStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_the_row_counter_matches_what_the_tail_stores(store: CassandraStore, sizes: Segments) -> None:
     """The tail's row counter keys the next state log row: after every run, rolls with carried states
     included, the owner's counter is the one Cassandra stored (a counter behind it would write a later
     state log row over an earlier one and forget the states it held)."""
-    monkeypatch.setattr(_partition, "SEGMENT_ROWS", 30)
-    monkeypatch.setattr(_partition, "CARRY_CHUNK", 4)
+    sizes.rows, sizes.carry_chunk = 30, 4
     part = Part(store.partition("queue", 0))
     partition = store._partition("queue", 0)
 

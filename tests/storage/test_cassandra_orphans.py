@@ -17,7 +17,8 @@ from cassandra.connection import ConnectionShutdown
 from querator.errors import StaleOwnerError, StorageError
 from querator.ksuid import KsuidGenerator
 from querator.storage.base import ClearOptions, Item
-from querator.storage.cassandra import CassandraPartition, CassandraSettings, CassandraStore, _partition
+from querator.storage.cassandra import CassandraPartition, CassandraSettings, CassandraStore, Segments, Step
+from querator.storage.cassandra._partition import Rows, Send
 from querator.storage.operations import RetryEntry
 from tests.storage.contract import NOW, SECOND, Part, item, payloads
 from tests.storage.test_cassandra import EPOCH, opened_store, segments
@@ -27,7 +28,7 @@ HOUR = 3600 * SECOND
 
 @dataclass
 class Fault:
-    """Breaks the next run of a partition at one of its steps (``at``: a ``_Step.kind``), one of these
+    """Breaks the next run of a partition at one of its steps (``at``: a ``Step.kind``), one of these
     ways (``how``): ``refused`` (a newer owner claims the partition just before it), ``unavailable``,
     ``lost`` (timed out, not applied), ``answered late`` (applied, the answer lost), ``retried``
     (applied, then sent again as the driver's retry on the next host does, which its condition refuses),
@@ -44,20 +45,20 @@ class Fault:
     armed: bool = True
     late: Any = None
 
-    async def send(self, partition: CassandraPartition, send: Any, loop: Any, step: Any) -> Any:
+    async def send(self, partition: CassandraPartition, step: Step, send: Send) -> Rows:
         if not self.armed:
-            return await send(partition, loop, step)
+            return await send(step)
         self.seen.append(step.kind)
         if step.kind == "items":
             assert partition._index is not None
             self.orphans = [i.copy() for i in partition._index.writes.items]
         if step.kind != self.at:
-            return await send(partition, loop, step)
+            return await send(step)
         self.armed = False
         if self.how == "refused":
             assert self.claimer is not None
             await self.claimer.claim(partition.queue, partition.number, EPOCH + 1)
-            return await send(partition, loop, step)
+            return await send(step)
         if self.how == "unavailable":
             raise Unavailable("too few replicas alive")
         if self.how == "lost":
@@ -66,13 +67,13 @@ class Fault:
             self.late = step
             raise ConnectionShutdown("connection cut; the coordinator goes on")
         if self.how == "lands first":
-            await send(partition, loop, self.late)
-            return await send(partition, loop, step)
+            await send(self.late)
+            return await send(step)
         if self.how == "retried":
-            await send(partition, loop, step)
-            return await send(partition, loop, step)
+            await send(step)
+            return await send(step)
         assert self.how == "answered late"
-        await send(partition, loop, step)
+        await send(step)
         raise WriteTimeout("applied, the answer lost", write_type=WriteType.CAS)
 
     @property
@@ -93,27 +94,47 @@ FAULTS = [
 ]
 
 
-def fill_tail(store: CassandraStore, monkeypatch: pytest.MonkeyPatch) -> None:
+def fill_tail(store: CassandraStore, sizes: Segments) -> None:
     """Makes the tail of partition 0 full: its next run opens a new one."""
     index = store._partition("queue", 0)._index
     assert index is not None
-    monkeypatch.setattr(_partition, "SEGMENT_ROWS", index.meta.rows - index.carried_count())
+    sizes.rows = index.meta.rows - index.carried_count()
+
+
+class Faults:
+    """The store's send hook: hands every step to the fault injected last."""
+
+    def __init__(self) -> None:
+        self.fault: Fault | None = None
+
+    async def send(self, partition: CassandraPartition, step: Step, send: Send) -> Rows:
+        if self.fault is None:
+            return await send(step)
+        return await self.fault.send(partition, step, send)
 
 
 @pytest.fixture
-async def claimer(cassandra_settings: CassandraSettings) -> AsyncIterator[CassandraStore]:
-    """A newer owner that takes the partition over in the middle of a run."""
-    async with opened_store(cassandra_settings, EPOCH + 1) as store:
+def faults() -> Faults:
+    return Faults()
+
+
+@pytest.fixture
+async def store(
+    cassandra_settings: CassandraSettings, sizes: Segments, faults: Faults
+) -> AsyncIterator[CassandraStore]:
+    async with opened_store(cassandra_settings, segments=sizes, send=faults.send) as store:
         yield store
 
 
-def inject(monkeypatch: pytest.MonkeyPatch, fault: Fault) -> None:
-    send = CassandraPartition._send
+@pytest.fixture
+async def claimer(cassandra_settings: CassandraSettings, sizes: Segments) -> AsyncIterator[CassandraStore]:
+    """A newer owner that takes the partition over in the middle of a run."""
+    async with opened_store(cassandra_settings, EPOCH + 1, segments=sizes) as store:
+        yield store
 
-    async def faulty(self: CassandraPartition, loop: Any, step: Any) -> Any:
-        return await fault.send(self, send, loop, step)
 
-    monkeypatch.setattr(CassandraPartition, "_send", faulty)
+def inject(faults: Faults, fault: Fault) -> None:
+    faults.fault = fault
 
 
 Writer = Callable[[Part, Item], Awaitable[object]]
@@ -169,12 +190,17 @@ def rows(items: Iterable[Item]) -> set[tuple[str, bytes]]:
 
 
 async def check(
-    settings: CassandraSettings, epoch: int, expected: list[str], orphans: list[Item], applied: bool
+    settings: CassandraSettings,
+    sizes: Segments,
+    epoch: int,
+    expected: list[str],
+    orphans: list[Item],
+    applied: bool,
 ) -> None:
     """A new owner finds each expected item once, no orphan, and consistent stats and leases. (An
     orphan's id may be taken again by a newer owner, in another segment: rows are told apart by their
     payloads, which are all different.)"""
-    async with opened_store(settings, epoch) as store:
+    async with opened_store(settings, epoch, segments=sizes) as store:
         await store.partition("queue", 0).claim()
         part = Part(store.partition("queue", 0))
         found, scheduled = await everything(store)
@@ -198,7 +224,8 @@ async def test_a_failed_commit_leaves_no_orphan(
     store: CassandraStore,
     claimer: CassandraStore,
     cassandra_settings: CassandraSettings,
-    monkeypatch: pytest.MonkeyPatch,
+    sizes: Segments,
+    faults: Faults,
     how: str,
     at: str,
     writer: str,
@@ -212,9 +239,9 @@ async def test_a_failed_commit_leaves_no_orphan(
     last_id = await part.last_id()
     if rolls:
         # The tail is full: the failing run opens the next segment, and so does every run after it.
-        fill_tail(store, monkeypatch)
+        fill_tail(store, sizes)
     fault = Fault(how, at, claimer)
-    inject(monkeypatch, fault)
+    inject(faults, fault)
 
     with pytest.raises(StorageError) as failed:
         await write(part, held)
@@ -237,11 +264,11 @@ async def test_a_failed_commit_leaves_no_orphan(
     found, scheduled = await everything(claimer if how == "refused" else store)
     assert sorted(payloads(found + scheduled)) == sorted(expected)
 
-    await check(cassandra_settings, EPOCH + 10, expected, fault.orphans, fault.applied)
+    await check(cassandra_settings, sizes, EPOCH + 10, expected, fault.orphans, fault.applied)
 
 
 async def test_an_orphan_above_the_next_segments_committed_ids_hides_none_of_them(
-    store: CassandraStore, claimer: CassandraStore, cassandra_settings: CassandraSettings
+    store: CassandraStore, claimer: CassandraStore, cassandra_settings: CassandraSettings, sizes: Segments
 ) -> None:
     """A stale owner's rows land in the segment it still thinks is the tail, above the ids the new owner
     began the next segment with, and below the ones it wrote later: no read of the old segment returns
@@ -264,18 +291,18 @@ async def test_an_orphan_above_the_next_segments_committed_ids_hides_none_of_the
     await new.produce(*(item(f"new-{n}") for n in range(3, 6)))
     assert await segments(claimer) == [0, 1]
     expected = ["first", *(f"new-{n}" for n in range(6))]
-    await check(cassandra_settings, EPOCH + 10, expected, stale, applied=False)
+    await check(cassandra_settings, sizes, EPOCH + 10, expected, stale, applied=False)
 
 
 @pytest.mark.parametrize("how", ["lost", "answered late"])
 async def test_a_produce_retried_with_its_dedup_ids_is_stored_once(
-    store: CassandraStore, monkeypatch: pytest.MonkeyPatch, how: str
+    store: CassandraStore, faults: Faults, how: str
 ) -> None:
     """A 454 after the item rows were written: the client's retry with the same dedup ids stores the
     items once, whether the commit was applied or not."""
     window = 300 * SECOND
     part = Part(store.partition("queue", 0))
-    inject(monkeypatch, Fault(how))
+    inject(faults, Fault(how))
     with pytest.raises(StorageError):
         await part.produce(item("a", dedup_id="x"), item("b", dedup_id="y"), dedup_window=window)
     await part.produce(item("a", dedup_id="x"), item("b", dedup_id="y"), dedup_window=window)
@@ -285,79 +312,77 @@ async def test_a_produce_retried_with_its_dedup_ids_is_stored_once(
 WINDOW = 300 * SECOND
 
 
-async def commit_cut_off(store: CassandraStore, monkeypatch: pytest.MonkeyPatch) -> tuple[Part, Fault]:
+async def commit_cut_off(store: CassandraStore, faults: Faults) -> tuple[Part, Fault]:
     """Partition 0 holds "before"; the produce of "a" (dedup id "x") then lost its connection at the
     commit, which is kept in the fault's ``late`` while its coordinator "goes on"."""
     part = Part(store.partition("queue", 0))
     await part.produce(item("before"))
     cut = Fault("late")
-    inject(monkeypatch, cut)
+    inject(faults, cut)
     with pytest.raises(StorageError):
         await part.produce(item("a", dedup_id="x"), dedup_window=WINDOW)
     return part, cut
 
 
 async def test_a_commit_that_lands_after_the_next_run_loaded_is_refused(
-    store: CassandraStore, cassandra_settings: CassandraSettings, monkeypatch: pytest.MonkeyPatch
+    store: CassandraStore, cassandra_settings: CassandraSettings, sizes: Segments, faults: Faults
 ) -> None:
     """A produce's commit fails on the client's side while its coordinator goes on; the next run loads
     the partition and opens a new tail. Landing on the old tail then, the commit would leave its items
     unread and its dedup marker answering "duplicate" to the client's retry: the old tail is sealed, so
     the commit is refused and the retry stores the item."""
-    part, cut = await commit_cut_off(store, monkeypatch)
+    part, cut = await commit_cut_off(store, faults)
     await part.produce(item("next"))
     rows_ = await store._session.execute_async(asyncio.get_running_loop(), cut.late.statement)
     assert not rows_[0]["[applied]"]
     await part.produce(item("a", dedup_id="x"), dedup_window=WINDOW)
     assert payloads(await part.list()) == ["before", "next", "a"]
-    await check(cassandra_settings, EPOCH + 10, ["before", "next", "a"], cut.orphans, applied=False)
+    await check(cassandra_settings, sizes, EPOCH + 10, ["before", "next", "a"], cut.orphans, applied=False)
 
 
 async def test_a_commit_that_lands_before_the_seal_is_loaded(
-    store: CassandraStore, cassandra_settings: CassandraSettings, monkeypatch: pytest.MonkeyPatch
+    store: CassandraStore, cassandra_settings: CassandraSettings, sizes: Segments, faults: Faults
 ) -> None:
     """The same commit landing after the load but before the seal: the seal fails (the tail's rows
     changed), and the next run loads the commit's items, which its dedup marker rightly answers for."""
-    part, cut = await commit_cut_off(store, monkeypatch)
+    part, cut = await commit_cut_off(store, faults)
     lands = Fault("lands first", "seal", late=cut.late)
-    inject(monkeypatch, lands)
+    inject(faults, lands)
     with pytest.raises(StorageError) as failed:
         await part.produce(item("next"))
     assert lands.seen[-1] == "seal" and not isinstance(failed.value, StaleOwnerError)
     await part.produce(item("next"))
     await part.produce(item("a again", dedup_id="x"), dedup_window=WINDOW)
     assert payloads(await part.list()) == ["before", "a", "next"]
-    await check(cassandra_settings, EPOCH + 10, ["before", "a", "next"], [], applied=True)
+    await check(cassandra_settings, sizes, EPOCH + 10, ["before", "a", "next"], [], applied=True)
 
 
 @pytest.mark.parametrize("how", ["lost", "answered late", "retried"])
 async def test_a_failed_seal_applies_nothing_of_its_run(
-    store: CassandraStore, cassandra_settings: CassandraSettings, monkeypatch: pytest.MonkeyPatch, how: str
+    store: CassandraStore, cassandra_settings: CassandraSettings, sizes: Segments, faults: Faults, how: str
 ) -> None:
     """The seal fails, applied or not: the run fails as a storage error, and the next one goes on (a
     sealed tail is left sealed, an unsealed one sealed again)."""
     part = Part(store.partition("queue", 0))
     await part.produce(item("before"))
-    inject(monkeypatch, Fault("lost"))
+    inject(faults, Fault("lost"))
     with pytest.raises(StorageError):
         await part.produce(item("lost"))
     seal = Fault(how, "seal")
-    inject(monkeypatch, seal)
+    inject(faults, seal)
     with pytest.raises(StorageError) as failed:
         await part.produce(item("lost too"))
     assert seal.seen == ["seal"] and not isinstance(failed.value, StaleOwnerError)
     assert not failed.value.maybe_applied
     await part.produce(item("after"))
-    await check(cassandra_settings, EPOCH + 10, ["before", "after"], [], applied=False)
+    await check(cassandra_settings, sizes, EPOCH + 10, ["before", "after"], [], applied=False)
 
 
-async def test_clear_after_a_failed_run_then_lease(
-    store: CassandraStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_clear_after_a_failed_run_then_lease(store: CassandraStore, faults: Faults) -> None:
     """Clearing puts the cursor at the committed last id, under the orphans: they stay unseen."""
     part = Part(store.partition("queue", 0))
     await part.produce(item("cleared"))
-    inject(monkeypatch, Fault("lost"))
+    inject(faults, Fault("lost"))
     with pytest.raises(StorageError):
         await part.produce(item("orphan"))
     await part.run(lambda tx: tx.clear(ClearOptions(queue=True)))
@@ -366,11 +391,10 @@ async def test_clear_after_a_failed_run_then_lease(
     assert payloads(leased) == ["after"]
 
 
-async def drained_behind_leases(store: CassandraStore, monkeypatch: pytest.MonkeyPatch) -> Part:
+async def drained_behind_leases(store: CassandraStore, sizes: Segments) -> Part:
     """A partition whose next run opens a new tail, and drops a drained segment and carries two leases
     over (in two chunks) as it does."""
-    monkeypatch.setattr(_partition, "SEGMENT_ROWS", 4)
-    monkeypatch.setattr(_partition, "CARRY_CHUNK", 1)
+    sizes.rows, sizes.carry_chunk = 4, 1
     part = Part(store.partition("queue", 0))
     await part.produce(item("held-1"), item("held-2"))
     await part.lease(2, deadline=NOW + HOUR)
@@ -379,17 +403,17 @@ async def drained_behind_leases(store: CassandraStore, monkeypatch: pytest.Monke
         [got] = await part.lease(2)
         assert await part.complete(*(i.id for i in got)) is None
     await part.produce(item("kept"))
-    fill_tail(store, monkeypatch)
+    fill_tail(store, sizes)
     return part
 
 
 async def test_a_roll_drops_a_drained_segment_and_carries_leases(
-    store: CassandraStore, monkeypatch: pytest.MonkeyPatch
+    store: CassandraStore, sizes: Segments, faults: Faults
 ) -> None:
     """What the roll-fault test below relies on: its failing run's roll has every kind of step."""
-    part = await drained_behind_leases(store, monkeypatch)
+    part = await drained_behind_leases(store, sizes)
     fault = Fault("lost", "none")
-    inject(monkeypatch, fault)
+    inject(faults, fault)
     await part.produce(item("more"))
     assert fault.seen == ["drop", "roll", "open", "carry", "items", "commit"]
 
@@ -399,54 +423,59 @@ async def test_a_roll_drops_a_drained_segment_and_carries_leases(
 async def test_a_failed_roll_applies_nothing_of_its_run(
     store: CassandraStore,
     cassandra_settings: CassandraSettings,
-    monkeypatch: pytest.MonkeyPatch,
+    sizes: Segments,
+    faults: Faults,
     how: str,
     at: str,
 ) -> None:
     """A run that must open a new tail first and fails in the middle of that: nothing of the run is
     applied, nothing committed is lost, and the next run opens a tail again."""
-    part = await drained_behind_leases(store, monkeypatch)
+    part = await drained_behind_leases(store, sizes)
     fault = Fault(how, at)
-    inject(monkeypatch, fault)
+    inject(faults, fault)
     with pytest.raises(StorageError) as failed:
         await part.produce(item("lost"))
     assert not fault.armed and fault.seen[-1] == at and "items" not in fault.seen
     assert not failed.value.maybe_applied
     await part.produce(item("after"))
-    await check(cassandra_settings, EPOCH + 10, ["held-1", "held-2", "kept", "after"], [], applied=False)
+    await check(
+        cassandra_settings, sizes, EPOCH + 10, ["held-1", "held-2", "kept", "after"], [], applied=False
+    )
 
 
 @pytest.mark.parametrize("at", ["roll", "open"])
 async def test_a_roll_step_refused_on_the_drivers_retry_is_not_a_newer_owner(
-    store: CassandraStore, cassandra_settings: CassandraSettings, monkeypatch: pytest.MonkeyPatch, at: str
+    store: CassandraStore, cassandra_settings: CassandraSettings, sizes: Segments, faults: Faults, at: str
 ) -> None:
     """A roll or open applied, then refused when the driver sent it again (its tail moved, its segment
     exists), answers this owner's own epoch: the run fails and the next one goes on, where a stale owner
     would refuse every run until the partition is claimed again (on a single node: never)."""
-    part = await drained_behind_leases(store, monkeypatch)
+    part = await drained_behind_leases(store, sizes)
     fault = Fault("retried", at)
-    inject(monkeypatch, fault)
+    inject(faults, fault)
     with pytest.raises(StorageError) as failed:
         await part.produce(item("lost"))
     assert not fault.armed and fault.seen[-1] == at
     assert not isinstance(failed.value, StaleOwnerError) and not failed.value.maybe_applied
     await part.produce(item("after"))
-    await check(cassandra_settings, EPOCH + 10, ["held-1", "held-2", "kept", "after"], [], applied=False)
+    await check(
+        cassandra_settings, sizes, EPOCH + 10, ["held-1", "held-2", "kept", "after"], [], applied=False
+    )
 
 
 @pytest.mark.parametrize("at", ["seal", "roll", "open", "carry"])
 async def test_a_roll_step_refused_by_a_newer_owner_is_a_stale_owner(
-    store: CassandraStore, claimer: CassandraStore, monkeypatch: pytest.MonkeyPatch, at: str
+    store: CassandraStore, claimer: CassandraStore, sizes: Segments, faults: Faults, at: str
 ) -> None:
     """Only this owner's own epoch makes a refused step a storage error (above): a newer owner's is
     stale, whatever the step."""
-    part = await drained_behind_leases(store, monkeypatch)
+    part = await drained_behind_leases(store, sizes)
     if at == "seal":  # the next roll seals the old tail after a failed run
-        inject(monkeypatch, Fault("lost", "roll"))
+        inject(faults, Fault("lost", "roll"))
         with pytest.raises(StorageError):
             await part.produce(item("lost"))
     fault = Fault("refused", at, claimer)
-    inject(monkeypatch, fault)
+    inject(faults, fault)
     with pytest.raises(StaleOwnerError):
         await part.produce(item("refused"))
     assert not fault.armed and fault.seen[-1] == at
@@ -454,26 +483,28 @@ async def test_a_roll_step_refused_by_a_newer_owner_is_a_stale_owner(
 
 @pytest.mark.parametrize("how", ["lost", "answered late"])
 async def test_a_read_that_opens_a_tail_and_fails_at_its_commit(
-    store: CassandraStore, cassandra_settings: CassandraSettings, monkeypatch: pytest.MonkeyPatch, how: str
+    store: CassandraStore, cassandra_settings: CassandraSettings, sizes: Segments, faults: Faults, how: str
 ) -> None:
     """Any run opens the new tail when one is due, a read too; its commit failing loses nothing."""
-    part = await drained_behind_leases(store, monkeypatch)
+    part = await drained_behind_leases(store, sizes)
     fault = Fault(how, "commit")
-    inject(monkeypatch, fault)
+    inject(faults, fault)
     with pytest.raises(StorageError):
         await part.list()
     assert fault.seen == ["drop", "roll", "open", "carry", "commit"]
     await part.produce(item("after"))
-    await check(cassandra_settings, EPOCH + 10, ["held-1", "held-2", "kept", "after"], [], applied=False)
+    await check(
+        cassandra_settings, sizes, EPOCH + 10, ["held-1", "held-2", "kept", "after"], [], applied=False
+    )
 
 
 async def test_a_run_that_raises_after_its_roll_was_planned_sends_nothing(
-    store: CassandraStore, monkeypatch: pytest.MonkeyPatch
+    store: CassandraStore, sizes: Segments, faults: Faults
 ) -> None:
-    part = await drained_behind_leases(store, monkeypatch)
+    part = await drained_behind_leases(store, sizes)
     tail = (await segments(store))[-1]
     fault = Fault("lost", "none")
-    inject(monkeypatch, fault)
+    inject(faults, fault)
 
     def fail(tx: object) -> None:
         raise RuntimeError("a bug in the run")
@@ -489,7 +520,7 @@ async def test_a_run_that_raises_after_its_roll_was_planned_sends_nothing(
 
 
 async def test_a_failed_run_that_would_drain_a_segment_keeps_it(
-    store: CassandraStore, cassandra_settings: CassandraSettings, monkeypatch: pytest.MonkeyPatch
+    store: CassandraStore, cassandra_settings: CassandraSettings, sizes: Segments, faults: Faults
 ) -> None:
     """A run completes the last leases of a segment and opens a new tail, and its commit fails: the
     roll was made from the committed state, which still needs that segment (a roll made from the run's
@@ -497,15 +528,15 @@ async def test_a_failed_run_that_would_drain_a_segment_keeps_it(
     part = Part(store.partition("queue", 0))
     leased = await part.produce(item("a1"), item("a2"))
     await part.lease(2, deadline=NOW + HOUR)
-    fill_tail(store, monkeypatch)
+    fill_tail(store, sizes)
     await part.produce(item("b1"))  # opens segment 1; segment 0 now holds only the two leases
-    fill_tail(store, monkeypatch)
+    fill_tail(store, sizes)
     fault = Fault("lost")
-    inject(monkeypatch, fault)
+    inject(faults, fault)
     with pytest.raises(StorageError):
         await part.complete(*(i.id for i in leased))
     assert "roll" in fault.seen
-    async with opened_store(cassandra_settings, EPOCH + 10) as again:
+    async with opened_store(cassandra_settings, EPOCH + 10, segments=sizes) as again:
         reloaded = Part(again.partition("queue", 0))
         got = await reloaded.get(*(i.id for i in leased))
         assert payloads(got.values()) == ["a1", "a2"]
@@ -526,14 +557,14 @@ async def test_the_tail_a_claim_opened_takes_items_without_a_roll(store: Cassand
 
 
 async def test_a_source_id_whose_orphan_id_was_given_again_is_imported(
-    store: CassandraStore, claimer: CassandraStore, monkeypatch: pytest.MonkeyPatch
+    store: CassandraStore, claimer: CassandraStore, faults: Faults
 ) -> None:
     """Import's dedup index is written before the items: an entry for an orphan may point at an id that
     the new owner then gives to another item. That item does not make the source id a duplicate."""
     old = Part(store.partition("queue", 0))
     (first,) = await old.produce(item("first"))
     fault = Fault("refused", claimer=claimer)
-    inject(monkeypatch, fault)
+    inject(faults, fault)
     # No expire deadline: the dedup index's entry lives as long as its item may (these stores' clocks
     # are real, the items' deadlines are in the contract's past).
     with pytest.raises(StaleOwnerError):
@@ -549,13 +580,13 @@ async def test_a_source_id_whose_orphan_id_was_given_again_is_imported(
 
 
 async def test_items_of_the_run_that_opens_a_tail_expire_on_time(
-    store: CassandraStore, monkeypatch: pytest.MonkeyPatch
+    store: CassandraStore, sizes: Segments
 ) -> None:
     """The expire bound of a new tail covers the items of the run that opened it (a roll made after
     the run credited them to the closed segment, and nothing found them until a later insert)."""
     part = Part(store.partition("queue", 0))
     await part.produce(item("first"))
-    fill_tail(store, monkeypatch)
+    fill_tail(store, sizes)
     await part.produce(item("short", expire_deadline=NOW + SECOND))
     assert await segments(store) == [0, 1]
     result = await part.lifecycle(NOW + 2 * SECOND)

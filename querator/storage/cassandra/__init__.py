@@ -8,7 +8,7 @@
   bytes were written twice). Rows of a run that then failed are orphans: they lie above the committed
   ``last_id`` of their segment, which bounds every read, and they stay there because the owner opens a
   new tail before writing item rows into a segment it did not open itself in this life.
-- Items live in segments (Cassandra partitions of about ``SEGMENT_ROWS`` rows); a new tail is opened when
+- Items live in segments (Cassandra partitions of about ``Segments.rows`` rows); a new tail is opened when
   the old one is full (or not the owner's own), before the run, from the committed state, carrying over
   the few rows that describe non-queued items, and drained segments
   are dropped whole (one partition tombstone, never read). Nothing deletes an item row on the hot path:
@@ -28,8 +28,16 @@ primitives), ``_dedup`` (produce de-duplication claims), ``_partition`` (runs, f
 from __future__ import annotations
 
 from querator.storage.cassandra._errors import CassandraStorageError
-from querator.storage.cassandra._partition import CassandraPartition
+from querator.storage.cassandra._partition import CassandraPartition, Segments, SendHook, Step
 from querator.storage.cassandra._settings import CassandraSettings
 from querator.storage.cassandra._store import CassandraStore
 
-__all__ = ["CassandraPartition", "CassandraSettings", "CassandraStorageError", "CassandraStore"]
+__all__ = [
+    "CassandraPartition",
+    "CassandraSettings",
+    "CassandraStorageError",
+    "CassandraStore",
+    "Segments",
+    "SendHook",
+    "Step",
+]

@@ -1,14 +1,14 @@
 r"""One partition of a queue on Cassandra: its owner epoch, its index, and the runs that write it.
 
 A run (``CassandraPartition.run``) executes the engine's function against the index on a worker thread,
-which plans the writes as ``_Step``\s; the steps then go out in order from the event loop: a new tail
+which plans the writes as ``Step``\s; the steps then go out in order from the event loop: a new tail
 first when one is due, then the run's item rows, then the fenced batch that commits them.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar
@@ -26,11 +26,18 @@ from querator.storage.cassandra._statements import Statement
 
 T = TypeVar("T")
 
-SEGMENT_ROWS: Final = 20_000
-"""Items, states and markers a tail segment takes before the next run opens a new one (about 20 MB of
-1 KiB items; the run that fills it may go past)."""
-CARRY_CHUNK: Final = 2000
-"""State rows per batch when a new segment is opened (keeps each mutation far below its size limit)."""
+
+@dataclass
+class Segments:
+    """How far a tail segment grows, shared by a store's partitions. Tests make segments small, and
+    may lower ``rows`` between runs to make the next run open a new tail."""
+
+    rows: int = 20_000
+    """Items, states and markers a tail segment takes before the next run opens a new one (about 20 MB
+    of 1 KiB items; the run that fills it may go past)."""
+    carry_chunk: int = 2000
+    """State rows per batch when a new segment is opened (keeps each mutation far below its size
+    limit)."""
 
 
 class _Reader:
@@ -110,7 +117,7 @@ _FENCED: Final = frozenset({"seal", "roll", "open", "carry", "commit"})
 
 
 @dataclass(frozen=True, slots=True)
-class _Step:
+class Step:
     """One write of a run, in the order it is sent: ``seal`` (the old tail, see ``_roll``), ``drop`` (a
     drained segment), ``roll`` (the tail pointer), ``open`` (the new tail's epoch), ``carry`` (states the
     new tail starts with), ``sources`` (import's dedup index), ``items`` (the run's item rows),
@@ -125,6 +132,13 @@ class _Step:
         return self.kind in _FENCED
 
 
+Rows = list[dict[str, Any]]
+Send = Callable[[Step], Awaitable[Rows]]
+SendHook = Callable[["CassandraPartition", Step, Send], Awaitable[Rows]]
+"""Wraps every step a run sends, given the partition, the step and what sends it (the fault tests break
+runs there)."""
+
+
 class CassandraPartition:
     """One partition of a queue: its index (loaded on first use) and its owner epoch.
 
@@ -135,6 +149,8 @@ class CassandraPartition:
         number: The partition's number in the queue.
         epoch: The owner epoch it claims the partition with on first use (see ``CassandraStore``).
         now: The clock's ``now`` (microseconds): TTLs of import's dedup index, live segments.
+        segments: How far tail segments grow.
+        send: Wraps every step a run sends (tests); None sends it as it is.
     """
 
     def __init__(
@@ -145,8 +161,12 @@ class CassandraPartition:
         number: int,
         epoch: int,
         now: Callable[[], int],
+        segments: Segments,
+        send: SendHook | None = None,
     ) -> None:
         self._connection = connection
+        self._segments = segments
+        self._send_hook = send
         self._threads = threads
         self._now = now
         self.queue = queue
@@ -207,11 +227,13 @@ class CassandraPartition:
             self._index.end()
             return result
 
-    async def _send(self, loop: asyncio.AbstractEventLoop, step: _Step) -> list[dict[str, Any]]:
-        """Where every step of a run goes out (the fault tests break runs here)."""
-        return await self._connection.execute_async(loop, step.statement)
+    async def _send(self, loop: asyncio.AbstractEventLoop, step: Step) -> list[dict[str, Any]]:
+        """Where every step of a run goes out."""
+        if self._send_hook is None:
+            return await self._connection.execute_async(loop, step.statement)
+        return await self._send_hook(self, step, lambda s: self._connection.execute_async(loop, s.statement))
 
-    def _refused(self, step: _Step, row: dict[str, Any]) -> None:
+    def _refused(self, step: Step, row: dict[str, Any]) -> None:
         """Raises what a fenced step refused by its condition means, ``row`` being what Cassandra found."""
         if row.get("epoch") not in (self.epoch, -self.epoch):
             raise self._stale_error(row)
@@ -232,7 +254,7 @@ class CassandraPartition:
             f"not {self.epoch}"
         )
 
-    def _execute(self, fn: Callable[[PartitionTx], T]) -> tuple[T, list[_Step]]:
+    def _execute(self, fn: Callable[[PartitionTx], T]) -> tuple[T, list[Step]]:
         """Worker thread: loads the index if needed, opens a new tail if it must, runs ``fn``, plans
         the writes."""
         index = self._index or self._load()
@@ -338,18 +360,18 @@ class CassandraPartition:
 
     def _must_roll(self, index: Index) -> bool:
         """Whether the run opens a new tail first: the tail is full, its opening did not finish, or it
-        is not this owner's own (it may hold orphans, ADR 0004). Full means ``SEGMENT_ROWS`` rows more
+        is not this owner's own (it may hold orphans, ADR 0004). Full means ``Segments.rows`` rows more
         than a new tail would start with: with more leased and scheduled items than that, a bare count
         would make every run open a tail."""
-        full = index.meta.rows >= SEGMENT_ROWS + index.carried_count()
+        full = index.meta.rows >= self._segments.rows + index.carried_count()
         return full or index.needs_roll or self._own_tail != index.tail
 
-    def _plan(self, index: Index) -> list[_Step]:
+    def _plan(self, index: Index) -> list[Step]:
         """The statements that make the run durable: the item rows, then the commit."""
         writes = index.writes
         if not writes:
             return []
-        steps = [_Step("sources", s) for s in self._source_statements(writes)]
+        steps = [Step("sources", s) for s in self._source_statements(writes)]
         steps.extend(self._commit(index, index.tail, writes.items, writes.states.values()))
         return steps
 
@@ -367,7 +389,7 @@ class CassandraPartition:
 
     def _commit(
         self, index: Index, segment: int, items: Sequence[Item], states: Collection[StateRow]
-    ) -> list[_Step]:
+    ) -> list[Step]:
         """The item rows as a plain batch, then the fenced batch that commits them with the rest. Never
         together: in the Paxos round, Cassandra writes every byte of the batch twice (ADR 0004)."""
         cql = self._connection.opened()
@@ -377,8 +399,8 @@ class CassandraPartition:
             batch = BatchStatement(batch_type=BatchType.UNLOGGED)
             for statement in item_rows(cql.stmt(Statement.INSERT_ITEM), key, items):
                 batch.add(statement)
-            steps.append(_Step("items", batch))
-        steps.append(_Step("commit", self._batch(index, segment, len(items), states)))
+            steps.append(Step("items", batch))
+        steps.append(Step("commit", self._batch(index, segment, len(items), states)))
         return steps
 
     def _batch(self, index: Index, segment: int, items: int, states: Collection[StateRow]) -> Any:
@@ -413,7 +435,7 @@ class CassandraPartition:
             batch.add(put_marker, (*key, dedup_id, expires_at))
         return batch
 
-    def _roll(self, index: Index) -> list[_Step]:
+    def _roll(self, index: Index) -> list[Step]:
         """Opens a new tail segment: drop drained segments, move the tail pointer (fenced), claim the new
         segment, carry the states of non-queued items over. The last chunk of them goes into the run's
         commit, which also marks the new tail opened; until then a loader ignores it."""
@@ -430,39 +452,40 @@ class CassandraPartition:
             # the old tail refuses it; a commit that landed since the load makes the seal fail instead,
             # and the next run loads it.
             seal = (-self.epoch, *self._key, old_tail, self.epoch, self._tail_rows)
-            steps.append(_Step("seal", cql.stmt(Statement.SEAL).bind(seal)))
+            steps.append(Step("seal", cql.stmt(Statement.SEAL).bind(seal)))
         steps.extend(
-            _Step("drop", cql.stmt(Statement.DROP_SEGMENT).bind((*self._key, n)))
+            Step("drop", cql.stmt(Statement.DROP_SEGMENT).bind((*self._key, n)))
             for n in index.segment_numbers
             if n not in live
         )
         if index.abandoned is not None:
-            steps.append(_Step("drop", cql.stmt(Statement.DROP_SEGMENT).bind((*self._key, index.abandoned))))
+            steps.append(Step("drop", cql.stmt(Statement.DROP_SEGMENT).bind((*self._key, index.abandoned))))
         index.drop_segments(live)
         index.add_segment(new, after)
         index.needs_roll, index.abandoned = False, None
         segments = dict(zip(index.segment_numbers, index.segment_after, strict=True))
         steps.append(
-            _Step(
+            Step(
                 "roll",
                 cql.stmt(Statement.ROLL).bind(
                     (new, segments, index.expires, index.markers, *self._key, self.epoch, old_tail)
                 ),
             )
         )
-        steps.append(_Step("open", cql.stmt(Statement.OPEN_SEGMENT).bind((*self._key, new, self.epoch))))
+        steps.append(Step("open", cql.stmt(Statement.OPEN_SEGMENT).bind((*self._key, new, self.epoch))))
         # Once opened by this owner, the new tail takes item rows (if the run fails, it is not its own).
         self._own_tail = new
         states = index.carried()
-        while len(states) > CARRY_CHUNK:
-            chunk, states = states[:CARRY_CHUNK], states[CARRY_CHUNK:]
+        size = self._segments.carry_chunk
+        while len(states) > size:
+            chunk, states = states[:size], states[size:]
             batch = BatchStatement(batch_type=BatchType.UNLOGGED)
             batch.add(cql.stmt(Statement.FENCE), (self.epoch, *self._key, new, self.epoch))
             batch.add(
                 cql.stmt(Statement.PUT_STATES),
                 (*self._key, new, log_key(index.meta.rows), encode_states(chunk)),
             )
-            steps.append(_Step("carry", batch))
+            steps.append(Step("carry", batch))
             index.meta.rows += len(chunk)
         # The run's own states, recorded after these, win over the carried ones of the same items.
         index.writes.states.update((row.item.id, row) for row in states)

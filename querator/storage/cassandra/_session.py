@@ -31,11 +31,19 @@ class Connection:
     Args:
         settings: How to connect and which keyspace to use.
         threads: The worker threads blocking driver calls run on.
+        before_request: Called with each statement ``Cql.rows`` and ``Cql.applied`` send, before they
+            send it (tests); it may raise, as a failed request does.
     """
 
-    def __init__(self, settings: CassandraSettings, threads: ThreadPoolExecutor) -> None:
+    def __init__(
+        self,
+        settings: CassandraSettings,
+        threads: ThreadPoolExecutor,
+        before_request: Callable[[Statement], None] | None = None,
+    ) -> None:
         self._settings = settings
         self._threads = threads
+        self._before_request = before_request
         self._cluster: Cluster | None = None
         self.cql: Cql | None = None
         """The session and its statements while open."""
@@ -59,7 +67,7 @@ class Connection:
         try:
             session = cluster.connect()
             create_schema(session, self._settings)
-            cql = Cql(session, self._settings.keyspace)
+            cql = Cql(session, self._settings.keyspace, self._before_request)
             cql.prepare_all()
         except BaseException:
             cluster.shutdown()
@@ -111,9 +119,12 @@ class Connection:
 class Cql:
     """The session and its prepared statements; every call here is blocking (worker threads only)."""
 
-    def __init__(self, session: Session, keyspace: str) -> None:
+    def __init__(
+        self, session: Session, keyspace: str, before_request: Callable[[Statement], None] | None = None
+    ) -> None:
         self.session = session
         self.keyspace = keyspace
+        self._before_request = before_request
         self.statements: dict[Statement, PreparedStatement] = {}
 
     def prepare_all(self) -> None:
@@ -124,6 +135,8 @@ class Cql:
         return self.statements[cql]
 
     def rows(self, cql: Statement, params: Sequence[Any]) -> list[dict[str, Any]]:
+        if self._before_request is not None:
+            self._before_request(cql)
         return self.rows_statement(self.statements[cql].bind(params))
 
     def rows_statement(self, statement: Any) -> list[dict[str, Any]]:
@@ -146,6 +159,8 @@ class Cql:
             finished(response)
 
     def applied(self, cql: Statement, params: Sequence[Any]) -> tuple[bool, dict[str, Any]]:
+        if self._before_request is not None:
+            self._before_request(cql)
         return self.applied_statement(self.statements[cql].bind(params))
 
     def applied_statement(self, statement: Any) -> tuple[bool, dict[str, Any]]:

@@ -8,7 +8,7 @@ from typing import Final
 
 from querator.storage.base import Partition, QueueRecord
 from querator.storage.cassandra._codec import queue_record, queue_row
-from querator.storage.cassandra._partition import CassandraPartition
+from querator.storage.cassandra._partition import CassandraPartition, Segments, SendHook
 from querator.storage.cassandra._session import Connection, Cql
 from querator.storage.cassandra._settings import CassandraSettings
 from querator.storage.cassandra._statements import Statement
@@ -26,14 +26,28 @@ class CassandraStore:
             value that grows across restarts (the start time in microseconds); the cluster passes the
             epoch it got for a partition from etcd through ``claim``.
         now: The clock's ``now`` (microseconds), for the TTL of dedup entries.
+        segments: How far the partitions' tail segments grow (tests make them small).
+        send: Wraps every step a partition's run sends (tests break runs there).
+        before_request: Called before each blocking statement is sent (tests); see ``Connection``.
     """
 
-    def __init__(self, settings: CassandraSettings, epoch: int, now: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        settings: CassandraSettings,
+        epoch: int,
+        now: Callable[[], int],
+        *,
+        segments: Segments | None = None,
+        send: SendHook | None = None,
+        before_request: Callable[[Statement], None] | None = None,
+    ) -> None:
         self.settings = settings
         self.epoch = epoch
         self.clock_now = now
+        self._segments = segments or Segments()
+        self._send = send
         self._threads = ThreadPoolExecutor(THREADS, thread_name_prefix="querator-cassandra")
-        self._session = Connection(settings, self._threads)
+        self._session = Connection(settings, self._threads, before_request)
         self._partitions: dict[tuple[str, int], CassandraPartition] = {}
 
     async def open(self) -> None:
@@ -59,7 +73,14 @@ class CassandraStore:
         part = self._partitions.get(key)
         if part is None:
             part = self._partitions[key] = CassandraPartition(
-                self._session, self._threads, queue, number, self.epoch, self.clock_now
+                self._session,
+                self._threads,
+                queue,
+                number,
+                self.epoch,
+                self.clock_now,
+                self._segments,
+                self._send,
             )
         return part
 
