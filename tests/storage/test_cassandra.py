@@ -29,7 +29,15 @@ from querator.storage.cassandra import (
     _codec,
     _errors,
 )
-from querator.storage.cassandra._dedup import CLAIM_TIMEOUT, LAST_EXPIRY, MAX_TTL, DedupInFlight, max_ttl
+from querator.storage.cassandra._dedup import (
+    CLAIM_TIMEOUT,
+    LAST_EXPIRY,
+    MAX_TTL,
+    Claimant,
+    DedupInFlight,
+    claim,
+    max_ttl,
+)
 from querator.storage.cassandra._schema import SCHEMA_VERSION
 from querator.storage.cassandra._session import Cql
 from querator.storage.cassandra._statements import Statement
@@ -401,6 +409,30 @@ def test_ttls_end_before_2038() -> None:
     assert max_ttl(in_2026) == LAST_EXPIRY - in_2026 // SECOND < MAX_TTL
     assert max_ttl(in_2000) == MAX_TTL
     assert max_ttl(LAST_EXPIRY * SECOND) == 1
+
+
+def test_a_claim_is_planned_without_io() -> None:
+    """``claim`` only plans requests: every id's claim goes out at once, and the answers alone decide
+    (here: "x" taken, "y" held by another partition's fresh claim whose marker is missing, so the run
+    gives "x" back and asks the client to retry)."""
+    me = Claimant("queue", 0, EPOCH)
+    exchange = claim(me, ["x", "y"], 3, NOW, NOW + WINDOW)
+    sent = next(exchange)
+    assert [(r.statement, r.params[1]) for r in sent] == [
+        (Statement.CLAIM_DEDUP, "x"),
+        (Statement.CLAIM_DEDUP, "y"),
+    ]
+    theirs = {"[applied]": False, "partition": 1, "epoch": EPOCH, "segment": 0, "claimed_at": NOW}
+    [segments_read] = exchange.send([[{"[applied]": True}], [{**theirs, "expires_at": NOW + WINDOW}]])
+    assert segments_read.statement is Statement.PARTITION_SEGMENTS
+    [marker] = exchange.send([[{"base": 0, "segments": {0: ""}}]])
+    assert (marker.statement, marker.serial) == (Statement.FIND_MARKER, True)
+    [stale] = exchange.send([[]])  # no marker: is the claim stale?
+    assert stale.statement is Statement.PARTITION_SEGMENTS
+    [release] = exchange.send([[{"base": 0, "segments": {0: ""}}]])  # not stale: in flight
+    assert (release.statement, release.params[:2]) == (Statement.RELEASE_DEDUP, ("queue", "x"))
+    with pytest.raises(DedupInFlight, match="dedup id 'y' is being produced by partition 1"):
+        exchange.send([[{"[applied]": True}]])
 
 
 async def test_a_finished_request_is_freed_without_the_cyclic_collector(store: CassandraStore) -> None:

@@ -19,21 +19,20 @@ still be writing it, and the run fails with a storage error (454: the client ret
 marker, or a stale claim), giving back the claims it took itself, so that two producers of the same ids
 in another order do not hold each other up.
 Segments holding markers of an open window are not dropped, so a marker outlives its claim.
+
+``claim`` does no I/O: it is an ``Exchange`` that yields the requests it needs sent and gets their rows
+back; the partition whose run claims the ids sends them (``Cql.exchange``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any, Final
-
-from cassandra import ConsistencyLevel
+from dataclasses import dataclass
+from typing import Any, Final
 
 from querator.errors import StorageError
+from querator.storage.cassandra._session import Exchange, Request, Rows
 from querator.storage.cassandra._statements import Statement
-
-if TYPE_CHECKING:
-    from querator.storage.cassandra._partition import CassandraPartition
-    from querator.storage.cassandra._session import Cql
 
 CLAIM_TIMEOUT: Final = 60 * 1_000_000
 """Microseconds after which a claim without a marker is stale: far longer than any produce's writes
@@ -64,99 +63,100 @@ def ttl_seconds(duration: int, now: int) -> int:
     return min(max_ttl(now), -(-duration // 1_000_000) + CLAIM_TIMEOUT // 1_000_000)
 
 
-class Dedup:
-    """The dedup claims of one partition's runs (worker thread: every call here blocks)."""
+@dataclass(frozen=True, slots=True)
+class Claimant:
+    """The partition, and its owner's epoch, that claims dedup ids for its run."""
 
-    def __init__(self, cql: Cql, partition: CassandraPartition) -> None:
-        self._cql = cql
-        self._partition = partition
+    queue: str
+    partition: int
+    epoch: int
 
-    def claim(self, dedup_ids: Collection[str], segment: int, now: int, expires_at: int) -> set[str]:
-        """Claims each id for this partition until ``expires_at``; returns the ids already stored
-        within their window by anyone (the duplicates).
 
-        Raises:
-            DedupInFlight: another producer's fresh claim has no marker yet.
-            CassandraStorageError: Cassandra failed, or a racing producer took a stale claim first.
-        """
-        part = self._partition
-        mine = (part.number, part.epoch, segment, now, expires_at)
-        ttl = ttl_seconds(expires_at - now, now)
-        claim = self._cql.stmt(Statement.CLAIM_DEDUP)
-        # Every id at once: the Paxos rounds of different ids do not contend.
-        pending = [
-            (d, self._cql.session.execute_async(claim.bind((part.queue, d, *mine, ttl)))) for d in dedup_ids
-        ]
-        seen: set[str] = set()
-        taken: list[str] = []
-        takeovers = []
-        in_flight: DedupInFlight | None = None
-        for dedup_id, response in pending:
-            row = self._cql.first(response)
-            if row["[applied]"]:
-                taken.append(dedup_id)
-            elif row["expires_at"] > now and self._stored(dedup_id, row):
-                seen.add(dedup_id)
-            elif self._stale(row, now):
-                takeovers.append((dedup_id, row))
-            elif in_flight is None:
-                in_flight = DedupInFlight(
-                    f"cassandra storage error; dedup id '{dedup_id}' is being produced by partition "
-                    f"{row['partition']} of '{part.queue}'; try again"
-                )
-        take = self._cql.stmt(Statement.TAKE_DEDUP)
-        for dedup_id, row in takeovers if in_flight is None else ():
-            old = (row["partition"], row["epoch"], row["claimed_at"])
-            applied, current = self._cql.applied_statement(
-                take.bind((ttl, *mine, part.queue, dedup_id, *old))
-            )
-            if not applied and "partition" not in current:
-                # The stale claim's TTL ran out meanwhile: claim the id afresh.
-                applied, current = self._cql.applied_statement(claim.bind((part.queue, dedup_id, *mine, ttl)))
-            if not applied:
-                in_flight = DedupInFlight(
-                    f"cassandra storage error; dedup id '{dedup_id}' was claimed by another producer; "
-                    "try again"
-                )
-                break
+def claim(
+    me: Claimant, dedup_ids: Collection[str], segment: int, now: int, expires_at: int
+) -> Exchange[set[str]]:
+    """Claims each id for ``me`` until ``expires_at``; returns the ids already stored within their
+    window by anyone (the duplicates).
+
+    Raises:
+        DedupInFlight: another producer's fresh claim has no marker yet.
+        CassandraStorageError: Cassandra failed, or a racing producer took a stale claim first.
+    """
+    mine = (me.partition, me.epoch, segment, now, expires_at)
+    ttl = ttl_seconds(expires_at - now, now)
+    ids = list(dedup_ids)
+    # Every id at once: the Paxos rounds of different ids do not contend.
+    answers = yield [Request(Statement.CLAIM_DEDUP, (me.queue, d, *mine, ttl)) for d in ids]
+    seen: set[str] = set()
+    taken: list[str] = []
+    takeovers = []
+    in_flight: DedupInFlight | None = None
+    for dedup_id, rows in zip(ids, answers, strict=True):
+        row = _verdict(rows)
+        if row["[applied]"]:
             taken.append(dedup_id)
-        if in_flight is not None:
-            # Give back what this run took: two producers sending the same ids in another order would
-            # otherwise each hold some of the other's, and both answer 454 until the claims go stale.
-            release = self._cql.stmt(Statement.RELEASE_DEDUP)
-            for dedup_id in taken:
-                self._cql.applied_statement(release.bind((part.queue, dedup_id, *mine[:2], now)))
-            raise in_flight
-        return seen
+        elif row["expires_at"] > now and (yield from _stored(me.queue, dedup_id, row)):
+            seen.add(dedup_id)
+        elif (yield from _stale(me, row, now)):
+            takeovers.append((dedup_id, row))
+        elif in_flight is None:
+            in_flight = DedupInFlight(
+                f"cassandra storage error; dedup id '{dedup_id}' is being produced by partition "
+                f"{row['partition']} of '{me.queue}'; try again"
+            )
+    for dedup_id, row in takeovers if in_flight is None else ():
+        old = (row["partition"], row["epoch"], row["claimed_at"])
+        [rows] = yield [Request(Statement.TAKE_DEDUP, (ttl, *mine, me.queue, dedup_id, *old))]
+        current = _verdict(rows)
+        if not current["[applied]"] and "partition" not in current:
+            # The stale claim's TTL ran out meanwhile: claim the id afresh.
+            [rows] = yield [Request(Statement.CLAIM_DEDUP, (me.queue, dedup_id, *mine, ttl))]
+            current = _verdict(rows)
+        if not current["[applied]"]:
+            in_flight = DedupInFlight(
+                f"cassandra storage error; dedup id '{dedup_id}' was claimed by another producer; try again"
+            )
+            break
+        taken.append(dedup_id)
+    if in_flight is not None:
+        # Give back what this run took: two producers sending the same ids in another order would
+        # otherwise each hold some of the other's, and both answer 454 until the claims go stale.
+        for dedup_id in taken:
+            yield [Request(Statement.RELEASE_DEDUP, (me.queue, dedup_id, me.partition, me.epoch, now))]
+        raise in_flight
+    return seen
 
-    def _stored(self, dedup_id: str, claim: dict[str, Any]) -> bool:
-        """Whether the claimant's marker exists: its items were stored."""
-        queue = self._partition.queue
-        rows = self._cql.rows(Statement.PARTITION_SEGMENTS, (queue, claim["partition"]))
-        if not rows:
-            return False
-        statement = self._cql.stmt(Statement.FIND_MARKER)
-        for segment in sorted(n for n in rows[0]["segments"] or () if n >= claim["segment"]):
-            bound = statement.bind((queue, claim["partition"], segment, dedup_id))
-            # Serial: a fenced batch whose Paxos round is still in flight is completed (or dropped)
-            # before the marker is looked for, so "not found" is final for a claimant that gave up.
-            bound.consistency_level = ConsistencyLevel.LOCAL_SERIAL
-            for row in self._cql.rows_statement(bound):
-                if row["expire_deadline"] == claim["expires_at"]:
-                    return True
+
+def _verdict(rows: Rows) -> dict[str, Any]:
+    """A conditional write's answer: ``[applied]``, and the row it found when not applied."""
+    return rows[0] if rows else {"[applied]": False}
+
+
+def _stored(queue: str, dedup_id: str, claim: dict[str, Any]) -> Exchange[bool]:
+    """Whether the claimant's marker exists: its items were stored."""
+    [rows] = yield [Request(Statement.PARTITION_SEGMENTS, (queue, claim["partition"]))]
+    if not rows:
         return False
+    for segment in sorted(n for n in rows[0]["segments"] or () if n >= claim["segment"]):
+        # Serial: a fenced batch whose Paxos round is still in flight is completed (or dropped) before
+        # the marker is looked for, so "not found" is final for a claimant that gave up.
+        find = Request(Statement.FIND_MARKER, (queue, claim["partition"], segment, dedup_id), serial=True)
+        [markers] = yield [find]
+        if any(row["expire_deadline"] == claim["expires_at"] for row in markers):
+            return True
+    return False
 
-    def _stale(self, claim: dict[str, Any], now: int) -> bool:
-        """Whether nobody can still be storing the items of a claim whose marker is missing."""
-        part = self._partition
-        if claim["expires_at"] <= now:
-            return True
-        if claim["partition"] == part.number and claim["epoch"] <= part.epoch:
-            # An earlier run of this very owner (runs are sequential, so it failed), or of an owner
-            # this one's claim fenced out: its batch can no longer commit, and the serial read that
-            # found no marker completed any round of it still in flight.
-            return True
-        rows = self._cql.rows(Statement.PARTITION_SEGMENTS, (part.queue, claim["partition"]))
-        if not rows or claim["segment"] < (rows[0]["base"] or 0):
-            return True  # the partition was reset (queue deleted or cleared) since
-        return bool(now - claim["claimed_at"] > CLAIM_TIMEOUT)
+
+def _stale(me: Claimant, claim: dict[str, Any], now: int) -> Exchange[bool]:
+    """Whether nobody can still be storing the items of a claim whose marker is missing."""
+    if claim["expires_at"] <= now:
+        return True
+    if claim["partition"] == me.partition and claim["epoch"] <= me.epoch:
+        # An earlier run of this very owner (runs are sequential, so it failed), or of an owner this
+        # one's claim fenced out: its batch can no longer commit, and the serial read that found no
+        # marker completed any round of it still in flight.
+        return True
+    [rows] = yield [Request(Statement.PARTITION_SEGMENTS, (me.queue, claim["partition"]))]
+    if not rows or claim["segment"] < (rows[0]["base"] or 0):
+        return True  # the partition was reset (queue deleted or cleared) since
+    return bool(now - claim["claimed_at"] > CLAIM_TIMEOUT)

@@ -2,7 +2,9 @@ r"""One partition of a queue on Cassandra: its owner epoch, its index, and the r
 
 A run (``CassandraPartition.run``) executes the engine's function against the index on a worker thread,
 which plans the writes as ``Step``\s; the steps then go out in order from the event loop: a new tail
-first when one is due, then the run's item rows, then the fenced batch that commits them.
+first when one is due, then the run's item rows, then the fenced batch that commits them. Dedup claims
+are answered within the transaction, which needs the duplicates before it inserts: ``_dedup.claim``
+plans them and the worker thread sends them (``Cql.exchange``).
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ from cassandra.query import BatchStatement, BatchType
 from querator.errors import StaleOwnerError
 from querator.storage.base import ClearOptions, Deadlines, Item, PartitionStats, PartitionTx
 from querator.storage.cassandra._codec import decode_states, encode_states, item_from_row, item_rows, log_key
-from querator.storage.cassandra._dedup import Dedup, max_ttl
+from querator.storage.cassandra._dedup import Claimant, claim, max_ttl
 from querator.storage.cassandra._errors import DRIVER_ERRORS, CassandraStorageError, storage_error
 from querator.storage.cassandra._index import Index, Meta, StateRow, Writes
-from querator.storage.cassandra._session import Connection, Cql
+from querator.storage.cassandra._session import Connection, Cql, Rows
 from querator.storage.cassandra._statements import Statement
 
 T = TypeVar("T")
@@ -132,7 +134,6 @@ class Step:
         return self.kind in _FENCED
 
 
-Rows = list[dict[str, Any]]
 Send = Callable[[Step], Awaitable[Rows]]
 SendHook = Callable[["CassandraPartition", Step, Send], Awaitable[Rows]]
 """Wraps every step a run sends, given the partition, the step and what sends it (the fault tests break
@@ -493,10 +494,10 @@ class CassandraPartition:
         return steps
 
     def dedup(self, index: Index, dedup_ids: Collection[str], now: int, expires_at: int) -> set[str]:
-        """Claims the dedup ids for this run (see ``_dedup``); the run's batch writes the
-        markers of the ones its items carry."""
-        cql = self._connection.opened()
-        seen = Dedup(cql, self).claim(dedup_ids, index.tail, now, expires_at)
+        """Claims the dedup ids for this run (see ``_dedup``); the run's batch writes the markers of the
+        ones its items carry."""
+        claimant = Claimant(self.queue, self.number, self.epoch)
+        seen = self._connection.opened().exchange(claim(claimant, dedup_ids, index.tail, now, expires_at))
         index.claimed.update(dict.fromkeys(set(dedup_ids) - seen, expires_at))
         return seen
 

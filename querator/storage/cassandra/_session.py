@@ -9,10 +9,12 @@ from the driver's callbacks.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from cassandra import ConsistencyLevel
 from cassandra.cluster import Cluster, Session
 from cassandra.query import PreparedStatement
 
@@ -22,6 +24,22 @@ from querator.storage.cassandra._settings import CassandraSettings
 from querator.storage.cassandra._statements import Statement
 
 T = TypeVar("T")
+
+Rows = list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A statement to send and its values; ``serial`` reads at ``LOCAL_SERIAL``."""
+
+    statement: Statement
+    params: tuple[Any, ...]
+    serial: bool = False
+
+
+Exchange = Generator[list[Request], list[Rows], T]
+"""A conversation with Cassandra without I/O of its own: each ``yield`` hands over requests to send at
+once and gets back their rows, in order; what it returns is its result (see ``Cql.exchange``)."""
 
 
 class Connection:
@@ -166,6 +184,23 @@ class Cql:
     def applied_statement(self, statement: Any) -> tuple[bool, dict[str, Any]]:
         row = self.first(self.session.execute_async(statement))
         return bool(row["[applied]"]), row
+
+    def exchange(self, exchange: Exchange[T]) -> T:
+        """Runs ``exchange``: sends each batch of its requests at once, waits for their rows and hands
+        them back, until it returns."""
+        try:
+            requests = next(exchange)
+            while True:
+                responses = [self.session.execute_async(self._bound(r)) for r in requests]
+                requests = exchange.send([self.result(r) for r in responses])
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    def _bound(self, request: Request) -> Any:
+        bound = self.statements[request.statement].bind(request.params)
+        if request.serial:
+            bound.consistency_level = ConsistencyLevel.LOCAL_SERIAL
+        return bound
 
 
 def finished(response: Any) -> None:

@@ -80,7 +80,7 @@ class Statement(Enum):
     GET_SOURCES = "SELECT source_id, id FROM {ks}.sources WHERE queue = ? AND partition = ? AND source_id = ?"
     PUT_SOURCE = "INSERT INTO {ks}.sources (queue, partition, source_id, id) VALUES (?, ?, ?, ?) USING TTL ?"
 
-    # -- produce de-duplication (_cassandra_dedup.py) ----------------------------------------------------
+    # -- produce de-duplication (_dedup.py) -------------------------------------------------------------
     CLAIM_DEDUP = (
         "INSERT INTO {ks}.dedup (queue, dedup_id, partition, epoch, segment, claimed_at, expires_at) "
         "VALUES (?, ?, ?, ?, ?, ?, ?) IF NOT EXISTS USING TTL ?"
