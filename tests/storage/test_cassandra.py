@@ -80,7 +80,7 @@ class TestCassandraStore(StoreContract):
 
 async def segments(store: CassandraStore, queue: str = "queue", number: int = 0) -> list[int]:
     """The segment numbers the partition row lists."""
-    rows = await store._session.call(lambda cql: cql.rows(Statement.GET_PARTITION, (queue, number)))
+    rows = await store._connection.call(lambda cql: cql.rows(Statement.GET_PARTITION, (queue, number)))
     return sorted(rows[0]["segments"])
 
 
@@ -495,8 +495,8 @@ def test_a_failed_write_that_was_sent_may_have_been_applied(
 async def test_connections_send_without_nagle_delay(store: CassandraStore) -> None:
     """Nagle's algorithm on a driver connection holds the end of a large batch back until its start is
     acknowledged (up to 40 ms on Linux): every connection to Cassandra must have it off."""
-    assert store._session.cql is not None
-    pools = store._session.cql.session.get_pools()
+    assert store._connection.cql is not None
+    pools = store._connection.cql.session.get_pools()
     assert pools
     for pool in pools:
         sock = pool._connection._socket
@@ -505,8 +505,8 @@ async def test_connections_send_without_nagle_delay(store: CassandraStore) -> No
 
 async def test_item_rows_serialize_as_the_driver_binds_them(store: CassandraStore) -> None:
     """Item rows skip the driver's ``bind``: their values and routing key must be the bytes it makes."""
-    assert store._session.cql is not None
-    insert = store._session.cql.stmt(Statement.INSERT_ITEM)
+    assert store._connection.cql is not None
+    insert = store._connection.cql.stmt(Statement.INSERT_ITEM)
     items = [item("p\u00e4yload", id="0001", reference="r\u00e9f", attempts=3), item("", id="0002")]
     key = ("qu\u00eaue", 70_000, -2)
     ours = list(_codec.item_rows(insert, key, items))
@@ -528,7 +528,7 @@ async def test_a_keyspace_of_another_schema_version_is_refused(
     store: CassandraStore, cassandra_settings: CassandraSettings, version: int, message: str
 ) -> None:
     ks = cassandra_settings.keyspace
-    await store._session.call(
+    await store._connection.call(
         lambda cql: cql.session.execute(
             f"INSERT INTO {ks}.schema_version (name, version) VALUES ('items', {version})"
         )
@@ -550,7 +550,7 @@ async def test_a_failed_queue_write_may_have_been_applied(store: CassandraStore,
 
     for fn in (times_out, refused):
         with pytest.raises(StorageError) as failed:
-            await store._session.call(fn, writes=writes)
+            await store._connection.call(fn, writes=writes)
         assert failed.value.maybe_applied is writes
 
 
@@ -590,7 +590,7 @@ async def test_the_row_counter_matches_what_the_tail_stores(store: CassandraStor
         index = partition._index
         assert index is not None
         key = ("queue", 0, index.tail)
-        [stored] = await store._session.call(lambda cql: cql.rows(Statement.SEGMENT_META, key))
+        [stored] = await store._connection.call(lambda cql: cql.rows(Statement.SEGMENT_META, key))
         return index.meta.rows, stored["rows"]
 
     await part.produce(*(item(f"held{k}") for k in range(10)))

@@ -333,7 +333,7 @@ async def test_a_commit_that_lands_after_the_next_run_loaded_is_refused(
     the commit is refused and the retry stores the item."""
     part, cut = await commit_cut_off(store, faults)
     await part.produce(item("next"))
-    rows_ = await store._session.execute_async(asyncio.get_running_loop(), cut.late.statement)
+    rows_ = await store._connection.execute_async(asyncio.get_running_loop(), cut.late.statement)
     assert not rows_[0]["[applied]"]
     await part.produce(item("a", dedup_id="x"), dedup_window=WINDOW)
     assert payloads(await part.list()) == ["before", "next", "a"]

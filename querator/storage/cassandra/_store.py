@@ -47,7 +47,7 @@ class CassandraStore:
         self._segments = segments or Segments()
         self._send = send
         self._threads = ThreadPoolExecutor(THREADS, thread_name_prefix="querator-cassandra")
-        self._session = Connection(settings, self._threads, before_request)
+        self._connection = Connection(settings, self._threads, before_request)
         self._partitions: dict[tuple[str, int], CassandraPartition] = {}
 
     async def open(self) -> None:
@@ -56,14 +56,14 @@ class CassandraStore:
         Raises:
             CassandraStorageError: Cassandra cannot be reached, or the schema is newer than ours.
         """
-        await self._session.open()
+        await self._connection.open()
 
     async def close(self) -> None:
         """Waits for running transactions, then closes the connections."""
         for partition in self._partitions.values():
             async with partition._lock:
                 pass
-        await self._session.close()
+        await self._connection.close()
 
     def partition(self, queue: str, number: int) -> Partition:
         return self._partition(queue, number)
@@ -73,7 +73,7 @@ class CassandraStore:
         part = self._partitions.get(key)
         if part is None:
             part = self._partitions[key] = CassandraPartition(
-                self._session,
+                self._connection,
                 self._threads,
                 queue,
                 number,
@@ -116,7 +116,7 @@ class CassandraStore:
             if part is not None:
                 async with part._lock:
                     part.forget()
-        await self._session.call(reset, writes=True)
+        await self._connection.call(reset, writes=True)
 
     async def purge_dedup(self, now: int) -> int:
         """Nothing to do: dedup claims expire by their TTL."""
@@ -127,7 +127,7 @@ class CassandraStore:
         fails writes, which mark their partitions failing."""
 
     async def get_queue(self, name: str) -> QueueRecord | None:
-        rows = await self._session.call(lambda cql: cql.rows(Statement.GET_QUEUE, (name,)))
+        rows = await self._connection.call(lambda cql: cql.rows(Statement.GET_QUEUE, (name,)))
         return queue_record(rows[0]) if rows else None
 
     async def add_queue(self, record: QueueRecord) -> bool:
@@ -137,7 +137,7 @@ class CassandraStore:
                 cql.rows(Statement.INDEX_QUEUE, (record.namespace, record.name))
             return applied
 
-        return await self._session.call(add, writes=True)
+        return await self._connection.call(add, writes=True)
 
     async def update_queue(self, record: QueueRecord) -> None:
         # Read in a call of its own: its failure sent no write, so the outcome is known.
@@ -152,7 +152,7 @@ class CassandraStore:
                 cql.rows(Statement.UNINDEX_QUEUE, (before.namespace, record.name))
             cql.rows(Statement.INDEX_QUEUE, (record.namespace, record.name))
 
-        await self._session.call(update, writes=True)
+        await self._connection.call(update, writes=True)
 
     async def delete_queue(self, name: str) -> None:
         before = await self.get_queue(name)
@@ -163,7 +163,7 @@ class CassandraStore:
             cql.applied(Statement.DELETE_QUEUE, (name,))
             cql.rows(Statement.UNINDEX_QUEUE, (before.namespace, name))
 
-        await self._session.call(delete, writes=True)
+        await self._connection.call(delete, writes=True)
 
     async def list_queues(self, pivot: str, limit: int, namespace: str) -> list[QueueRecord]:
         def list_(cql: Cql) -> list[QueueRecord]:
@@ -175,4 +175,4 @@ class CassandraStore:
                     records.append(queue_record(rows[0]))
             return records
 
-        return await self._session.call(list_)
+        return await self._connection.call(list_)
