@@ -381,7 +381,8 @@ async def pick_endpoint(nodes: list[Server], via: str, partitions: int) -> str:
     return nodes[wanted[0]].endpoint
 
 
-async def main() -> None:
+# Long on purpose: one flat script of options and scenarios: read top to bottom, like the CLI.
+async def main() -> None:  # noqa: C901, PLR0912, PLR0915
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -142,7 +142,8 @@ def _queue_options(p: argparse.ArgumentParser, create: bool) -> None:
     )
 
 
-def _client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+# Long on purpose: a table of subcommands and their flags, one statement each.
+def _client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:  # noqa: PLR0915
     common = [_global_options(with_defaults=False)]
 
     def add(name: str, help_text: str, description: str = "") -> argparse.ArgumentParser:
@@ -482,7 +483,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+# Long on purpose: one exit status per outcome (module docstring).
+def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0911
     args = _parse(argv)
     if args.command == "version":
         print(f"querator {__version__}")

@@ -135,7 +135,8 @@ def parse_duration(text: str) -> int:
     return value
 
 
-def _scan(text: str) -> int:
+# Long on purpose: Go's time.ParseDuration, step for step, so both accept exactly the same text.
+def _scan(text: str) -> int:  # noqa: C901, PLR0912, PLR0915
     n = len(text)
     i = 0
     neg = False
@@ -218,7 +219,8 @@ def _fraction(remainder: int, width: int) -> str:
     return "." + f"{remainder:0{width}d}".rstrip("0")
 
 
-def _format_magnitude(u: int) -> str:
+# Long on purpose: Go's Duration.String: one return per magnitude.
+def _format_magnitude(u: int) -> str:  # noqa: PLR0911
     if u < SECOND:
         if u == 0:
             return "0s"

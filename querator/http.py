@@ -272,7 +272,8 @@ def _handler(
     """The handler of one route. ``undelivered`` is told of a reply that could not be written (the
     client went away); ``shield`` lets the call run to its end when the client disconnects."""
 
-    async def handler(request: web.Request) -> web.StreamResponse:
+    # Long on purpose: each failure is mapped to its reply here, in one place.
+    async def handler(request: web.Request) -> web.StreamResponse:  # noqa: PLR0911
         if request.method != "POST":
             return _method_not_allowed(request)
         try:

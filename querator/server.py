@@ -97,7 +97,10 @@ def setup_logging(level: str, fmt: str) -> None:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
-async def serve(config: ServerConfig, stop: asyncio.Event | None = None) -> None:
+# Long on purpose: the start and stop sequence of a node, in order: each step undoes on failure.
+async def serve(  # noqa: C901, PLR0912, PLR0915
+    config: ServerConfig, stop: asyncio.Event | None = None
+) -> None:
     """Serves until SIGINT/SIGTERM (or ``stop`` is set), then shuts down gracefully."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -390,7 +390,8 @@ class LogicalQueue:
             self.release(p.number, undelivered)
         return leased
 
-    async def _apply(
+    # Long on purpose: one batch's write and everything it changes on this node, in the order it happens.
+    async def _apply(  # noqa: C901
         self, p: PartitionState, batch: PartitionBatch, now: int, has_dead_queue: bool
     ) -> BatchResult | StorageError:
         settings = self._queue.settings

@@ -130,7 +130,8 @@ class Service:
         await self.proxy.close()
         await self.store.close()
 
-    async def ready(self) -> str:
+    # Long on purpose: one reason per check, in the order a probe should read them.
+    async def ready(self) -> str:  # noqa: PLR0911
         """Why this node should not get traffic now, or "" when it is ready (storage answers)."""
         if not self._started:
             return "starting"

@@ -230,7 +230,9 @@ def _lease(tx: PartitionTx, ops: list[LeaseOp], result: BatchResult) -> None:
     result.leased_delta += len(taken)
 
 
-def _settle_leases(
+# Long on purpose: the lease rule in one place (docs/semantics.md §4.2); split, its order is harder
+# to follow.
+def _settle_leases(  # noqa: C901, PLR0912, PLR0915
     tx: PartitionTx,
     batch: PartitionBatch,
     now: int,

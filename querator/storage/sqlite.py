@@ -519,7 +519,8 @@ class _Writer:
             return
         _deliver([(_Job(_noop, self.ready, self.loop), None, failure)])
 
-    def _connect(self) -> sqlite3.Connection:
+    # Long on purpose: opening a database file: each refusal (damage, a foreign file) is its own branch.
+    def _connect(self) -> sqlite3.Connection:  # noqa: C901, PLR0912
         on_disk = self._path != ":memory:"
         marker = self._path + INITIALISED_SUFFIX
         existing = on_disk and os.path.exists(self._path) and os.path.getsize(self._path) > 0

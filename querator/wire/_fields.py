@@ -50,7 +50,8 @@ def _is_message(tp: Any) -> bool:
     return isinstance(tp, type) and issubclass(tp, Message)
 
 
-def _classify(tp: Any, where: str) -> tuple[int, type[Message] | None]:
+# Long on purpose: one branch per kind of field type a message may declare.
+def _classify(tp: Any, where: str) -> tuple[int, type[Message] | None]:  # noqa: C901, PLR0911, PLR0912
     origin = get_origin(tp)
     if origin is Union or origin is UnionType:
         args = get_args(tp)

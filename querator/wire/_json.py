@@ -109,7 +109,8 @@ def _json_check(cls: type[Message], outer: tuple[type[Message], ...] = ()) -> _C
     return check
 
 
-def _json_clean(msg: Any, check: _Check, ignore_timestamps: bool) -> bool:
+# Long on purpose: the slow path's checks of Go's rules, one per kind of field, in one walk.
+def _json_clean(msg: Any, check: _Check, ignore_timestamps: bool) -> bool:  # noqa: C901, PLR0911, PLR0912
     """True when every int32 is in range and (unless ignored) no timestamp is set."""
     ints, stamps, subs, lists = check
     for name in ints:

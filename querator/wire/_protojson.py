@@ -61,7 +61,8 @@ def _json_keys(cls: type[Message]) -> dict[str, Field]:
     return keys
 
 
-def _json_type(value: Any) -> str:
+# Long on purpose: one name per JSON type, as Go's errors spell them.
+def _json_type(value: Any) -> str:  # noqa: PLR0911
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -111,7 +112,10 @@ def _json_message(data: dict[str, Any], cls: type[Message], path: str) -> Messag
     return cls(**values)
 
 
-def _json_value(value: Any, kind: int, sub: type[Message] | None, path: str) -> Any:
+# Long on purpose: protojson's rules, one branch per kind of field.
+def _json_value(  # noqa: C901, PLR0911, PLR0912
+    value: Any, kind: int, sub: type[Message] | None, path: str
+) -> Any:
     if kind == K_STR:
         if isinstance(value, str):
             return value
@@ -174,7 +178,8 @@ def _json_int32(value: Any, path: str) -> int:
     return result
 
 
-def _integral(text: str) -> int | None:
+# Long on purpose: each way Go refuses a number as an integer.
+def _integral(text: str) -> int | None:  # noqa: PLR0911
     """The integer a JSON number literal denotes, or None when Go would not take it as one (``1.0``)."""
     m = _JSON_NUMBER_RE.fullmatch(text)
     if m is None:

@@ -126,7 +126,8 @@ def _examples(node: dict[str, Any]) -> list[Any]:
     return list(node.get("examples", [])) or [e for p in node.get("allOf", []) for e in _examples(p)]
 
 
-def _check_type(tp: Any, node: dict[str, Any], where: str) -> None:
+# Long on purpose: one branch per kind of Python type a message field has.
+def _check_type(tp: Any, node: dict[str, Any], where: str) -> None:  # noqa: C901
     """``node`` (a property's schema) describes a field of Python type ``tp`` as the codec writes it."""
     base = _base(node)
     origin = get_origin(tp)

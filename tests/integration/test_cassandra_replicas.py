@@ -46,7 +46,8 @@ def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Cassandr
             node.stop()
 
 
-async def test_replica_faults_lose_no_acknowledged_item(
+# Long on purpose: one scenario of faults, step by step, whose order is the test.
+async def test_replica_faults_lose_no_acknowledged_item(  # noqa: C901, PLR0915
     servers: Servers, replicas: list[CassandraNode], keyspace: str
 ) -> None:
     first, second, third = replicas
