@@ -25,7 +25,7 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
-from querator.storage import sqlite as backend
+from querator.storage.sqlite import _codec, _schema, _statements
 
 T = TypeVar("T")
 PAYLOAD = os.urandom(1024)
@@ -44,13 +44,13 @@ SPLIT_DELETE = "DELETE FROM payloads WHERE part = ? AND id IN (SELECT value FROM
 
 def connect(path: Path, layout: str) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute(f"PRAGMA page_size = {backend.PAGE_SIZE}")
+    conn.execute(f"PRAGMA page_size = {_schema.PAGE_SIZE}")
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = FULL")
-    conn.execute(f"PRAGMA cache_size = -{backend.CACHE_SIZE_KIB}")
-    conn.execute(f"PRAGMA mmap_size = {backend.MMAP_SIZE}")
-    conn.execute(f"PRAGMA journal_size_limit = {backend.JOURNAL_SIZE_LIMIT}")
-    for statement in backend.SCHEMA + (SPLIT_SCHEMA if layout == "split" else ()):
+    conn.execute(f"PRAGMA cache_size = -{_schema.CACHE_SIZE_KIB}")
+    conn.execute(f"PRAGMA mmap_size = {_schema.MMAP_SIZE}")
+    conn.execute(f"PRAGMA journal_size_limit = {_schema.JOURNAL_SIZE_LIMIT}")
+    for statement in _schema.SCHEMA + (SPLIT_SCHEMA if layout == "split" else ()):
         conn.execute(statement)
     return conn
 
@@ -74,19 +74,19 @@ def run(layout: str, batch: int, backlog: int, seconds: float) -> float:
             ids = [f"{next(counter):020d}" for _ in range(count)]
             payload = b"" if split else PAYLOAD
             rows = [(PART, i, "", 0, 0, 10**15, 0, 1, 0, 0, "", "", "", payload) for i in ids]
-            conn.executemany(backend.SQL_INSERT_ITEM, rows)
+            conn.executemany(_statements.SQL_INSERT_ITEM, rows)
             if split:
                 conn.executemany(SPLIT_INSERT, [(PART, i, PAYLOAD) for i in ids])
 
         def lease() -> list[str]:
-            head = conn.execute(SPLIT_HEAD if split else backend.SQL_HEAD, (PART, batch)).fetchall()
+            head = conn.execute(SPLIT_HEAD if split else _statements.SQL_HEAD, (PART, batch)).fetchall()
             ids = [row[0] for row in head]
-            conn.executemany(backend.SQL_UPDATE_ITEM, [(1, 5, 1, 0, PART, i) for i in ids])
+            conn.executemany(_statements.SQL_UPDATE_ITEM, [(1, 5, 1, 0, PART, i) for i in ids])
             return ids
 
         def complete(ids: list[str]) -> None:
-            encoded = backend._IDS_ENCODER.encode(ids)
-            conn.execute(backend.SQL_DELETE_ITEMS, (PART, encoded))
+            encoded = _codec.IDS_ENCODER.encode(ids)
+            conn.execute(_statements.SQL_DELETE_ITEMS, (PART, encoded))
             if split:
                 conn.execute(SPLIT_DELETE, (PART, encoded))
 

@@ -1,0 +1,93 @@
+"""The database's tables, the version of their layout, and the pragmas a connection is opened with."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from querator.storage.base import DEFAULT_DEDUP_WINDOW
+
+SCHEMA_VERSION: Final = 2
+"""``PRAGMA user_version`` of the schema below; a database written by a newer version is refused."""
+
+PAGE_SIZE: Final = 8192
+"""Page size of a new database. Items are rows of a ``WITHOUT ROWID`` b-tree, which keeps up to about a
+quarter of a page inline: 8 KiB pages hold a 1-2 KiB item without an overflow page (4 KiB pages would
+spend a whole overflow page on the last few bytes of a 1 KiB item)."""
+CACHE_SIZE_KIB: Final = 32 * 1024
+MMAP_SIZE: Final = 256 * 1024 * 1024
+JOURNAL_SIZE_LIMIT: Final = 64 * 1024 * 1024
+"""Bytes the WAL file is truncated back to after a checkpoint."""
+MIN_SQLITE: Final = (3, 35, 0)
+"""The oldest sqlite library this backend runs on: the dedup upsert needs ``RETURNING``."""
+BUSY_TIMEOUT_MS: Final = 5000
+"""How long a transaction waits for a lock held by another process (none is expected)."""
+
+SCHEMA: Final = (
+    """CREATE TABLE IF NOT EXISTS queues (
+        name TEXT NOT NULL PRIMARY KEY,
+        namespace TEXT NOT NULL,
+        lease_timeout INTEGER NOT NULL,
+        expire_timeout INTEGER NOT NULL,
+        dead_queue TEXT NOT NULL,
+        max_attempts INTEGER NOT NULL,
+        reference TEXT NOT NULL,
+        requested_partitions INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        extra TEXT NOT NULL
+    ) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS queues_by_namespace ON queues (namespace, name)",
+    """CREATE TABLE IF NOT EXISTS partitions (
+        key INTEGER PRIMARY KEY AUTOINCREMENT,
+        queue TEXT NOT NULL,
+        number INTEGER NOT NULL,
+        last_id TEXT NOT NULL DEFAULT '',
+        UNIQUE (queue, number)
+    )""",
+    """CREATE TABLE IF NOT EXISTS items (
+        part INTEGER NOT NULL,
+        id TEXT NOT NULL,
+        source_id TEXT NOT NULL,
+        is_leased INTEGER NOT NULL,
+        lease_deadline INTEGER NOT NULL,
+        expire_deadline INTEGER NOT NULL,
+        enqueue_at INTEGER NOT NULL,
+        created_at INTEGER NOT NULL,
+        attempts INTEGER NOT NULL,
+        max_attempts INTEGER NOT NULL,
+        reference TEXT NOT NULL,
+        encoding TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        payload BLOB NOT NULL,
+        PRIMARY KEY (part, id)
+    ) WITHOUT ROWID""",
+    # The queries below repeat each index's WHERE terms literally: sqlite only uses a partial index when
+    # the query's WHERE clause contains the same terms.
+    "CREATE INDEX IF NOT EXISTS items_queued ON items (part, id) WHERE is_leased = 0 AND enqueue_at = 0",
+    """CREATE INDEX IF NOT EXISTS items_leased ON items (part, lease_deadline)
+        WHERE is_leased = 1 AND enqueue_at = 0""",
+    """CREATE INDEX IF NOT EXISTS items_expiring ON items (part, expire_deadline)
+        WHERE enqueue_at = 0 AND expire_deadline > 0""",
+    "CREATE INDEX IF NOT EXISTS items_scheduled_at ON items (part, enqueue_at) WHERE enqueue_at > 0",
+    "CREATE INDEX IF NOT EXISTS items_scheduled ON items (part, id) WHERE enqueue_at > 0",
+    "CREATE INDEX IF NOT EXISTS items_source ON items (part, source_id) WHERE source_id <> ''",
+    # One row the readiness check rewrites after a write found the disk full, to see whether there is room
+    # again. Created by every version since (IF NOT EXISTS), so it needs no migration: a database that has
+    # it still opens in a version that does not.
+    "CREATE TABLE IF NOT EXISTS probe (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)",
+)
+
+MIGRATIONS: Final = {
+    # Version 2: produce de-duplication (extensions.md).
+    2: (
+        f"ALTER TABLE queues ADD COLUMN dedup_window INTEGER NOT NULL DEFAULT {DEFAULT_DEDUP_WINDOW}",
+        """CREATE TABLE dedup (
+            queue TEXT NOT NULL,
+            id TEXT NOT NULL,
+            expires_at INTEGER NOT NULL,
+            PRIMARY KEY (queue, id)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX dedup_expiry ON dedup (expires_at)",
+    ),
+}
+"""Statements that bring a database from the previous version to each version; ``SCHEMA`` is version 1."""
