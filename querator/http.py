@@ -324,11 +324,18 @@ async def _deliver(request: web.Request, response: web.Response, undelivered: Ca
 def _reference_view(msg: m.Message) -> m.Message:
     """``msg`` without our extension fields, for a JSON client that did not ask for them: the reference's
     Go client rejects fields it does not know. (Binary protobuf decoders skip unknown fields.)"""
-    if isinstance(msg, m.QueueInfo) and msg.dedup_window:
-        return msgspec.structs.replace(msg, dedup_window="")
-    if isinstance(msg, m.QueuesListResponse) and any(i.dedup_window for i in msg.items):
+    if isinstance(msg, m.QueueLeaseResponse):
+        # One queue's items: all carry a lease token, or none does.
+        if msg.items and msg.items[0].lease_token:
+            return msgspec.structs.replace(
+                msg, items=[msgspec.structs.replace(i, lease_token="") for i in msg.items]
+            )
+        return msg
+    if isinstance(msg, m.QueueInfo) and (msg.dedup_window or msg.lease_token):
+        return msgspec.structs.replace(msg, dedup_window="", lease_token="")
+    if isinstance(msg, m.QueuesListResponse) and any(i.dedup_window or i.lease_token for i in msg.items):
         return msgspec.structs.replace(
-            msg, items=[msgspec.structs.replace(i, dedup_window="") for i in msg.items]
+            msg, items=[msgspec.structs.replace(i, dedup_window="", lease_token="") for i in msg.items]
         )
     return msg
 

@@ -155,12 +155,18 @@ class AsyncClient:
         )
 
     async def complete(
-        self, queue_name: str, partition: int, ids: Sequence[str], request_timeout: str = "1m"
+        self,
+        queue_name: str,
+        partition: int,
+        ids: Sequence[str],
+        request_timeout: str = "1m",
+        lease_tokens: Sequence[str] = (),
     ) -> None:
         """Marks leased items done (deletes them). Fails fast; never retried by the server.
 
         Ids are processed in order; the first that fails stops the request, and the ids before it stay
-        completed.
+        completed. ``lease_tokens``: each id's ``lease_token`` from its lease, which a queue that requires
+        lease tokens asks for (docs/extensions.md, "Lease tokens").
 
         Raises:
             InvalidOption: unknown queue or partition, no ids, an id that does not exist or is not leased.
@@ -168,7 +174,11 @@ class AsyncClient:
             ConnectionFailed: no reply; some ids may have been completed.
         """
         msg = m.QueueCompleteRequest(
-            queue_name=queue_name, partition=partition, request_timeout=request_timeout, ids=list(ids)
+            queue_name=queue_name,
+            partition=partition,
+            request_timeout=request_timeout,
+            ids=list(ids),
+            lease_tokens=list(lease_tokens),
         )
         await self._reply_call("/v1/queue.complete", msg, http_timeout_s(request_timeout))
 
@@ -199,11 +209,13 @@ class AsyncClient:
         ids: Sequence[str],
         lease_timeout: str = "",
         request_timeout: str = "1m",
+        lease_tokens: Sequence[str] = (),
     ) -> m.QueueRenewResponse:
         """Extends leases (a heartbeat): each leased id's deadline becomes now + ``lease_timeout``.
 
         ``lease_timeout`` defaults to the queue's and may not exceed its expire timeout. Ids are processed
         in order; the first that fails stops the request, and the ids before it stay renewed.
+        ``lease_tokens``: as for ``complete``.
 
         Raises:
             InvalidOption: unknown queue or partition, no ids, an id that does not exist or is not leased
@@ -217,6 +229,7 @@ class AsyncClient:
             ids=list(ids),
             lease_timeout=lease_timeout,
             request_timeout=request_timeout,
+            lease_tokens=list(lease_tokens),
         )
         return await self.call(
             "/v1/queue.renew", msg, m.QueueRenewResponse, seconds=http_timeout_s(request_timeout)
@@ -255,6 +268,8 @@ class AsyncClient:
             parse_duration(lease_timeout)
         lease = await self.lease(queue_name, batch_size, client_id, request_timeout)
         ids = [i.id for i in lease.items]
+        # Each item's proof of this lease, for a queue that requires lease tokens (else all empty).
+        tokens = [i.lease_token for i in lease.items if i.lease_token]
         renewing = asyncio.create_task(keep_renewed(self, lease, lease_timeout))
         try:
             yield lease
@@ -262,10 +277,11 @@ class AsyncClient:
             await stopped(renewing)
             with contextlib.suppress(QueratorError):
                 # Best effort: items not retried come back anyway when their lease expires.
-                await self.retry(queue_name, lease.partition, ids)
+                retried = [m.QueueRetryItem(id=i.id, lease_token=i.lease_token) for i in lease.items]
+                await self.retry(queue_name, lease.partition, retried)
             raise
         await stopped(renewing)
-        await self.complete(queue_name, lease.partition, ids)
+        await self.complete(queue_name, lease.partition, ids, lease_tokens=tokens)
 
     async def redrive(
         self, queue_name: str, target_queue: str, limit: int = 0, request_timeout: str = "1m"

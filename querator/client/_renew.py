@@ -28,6 +28,7 @@ async def keep_renewed(client: AsyncClient, lease: m.QueueLeaseResponse, lease_t
     if not lease.items:
         return
     ids = [i.id for i in lease.items]
+    tokens = [i.lease_token for i in lease.items if i.lease_token]
     clock = SystemClock()
     first = lease.items[0].lease_deadline
     deadline = from_datetime(first) if first is not None else clock.now() + MICROS
@@ -36,7 +37,9 @@ async def keep_renewed(client: AsyncClient, lease: m.QueueLeaseResponse, lease_t
         third_s = (deadline - clock.now()) / MICROS / 3
         await asyncio.sleep(max(third_s if period_s is None else min(period_s, third_s), MIN_RENEW_WAIT))
         try:
-            reply = await client.renew(lease.queue_name, lease.partition, ids, lease_timeout)
+            reply = await client.renew(
+                lease.queue_name, lease.partition, ids, lease_timeout, lease_tokens=tokens
+            )
         except InvalidOption:
             return  # lost; completing on exit will say so
         except (RetryRequest, ConnectionFailed):

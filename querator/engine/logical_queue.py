@@ -64,6 +64,7 @@ from querator.storage.operations import (
     RetryEntry,
     RetryOp,
     apply_batch,
+    lease_token_key,
     lifecycle,
 )
 
@@ -179,9 +180,11 @@ class LogicalQueue:
             request.timer.cancel()
             self._clients.discard(client_id)
 
-    async def complete(self, partition: int, ids: list[str]) -> None:
-        """Completes leased items of one partition (docs/semantics.md §4.3)."""
-        await self._submit(Complete(self._future(), self.partitions[partition], op=CompleteOp(ids)))
+    async def complete(self, partition: int, ids: list[str], tokens: list[str] | None = None) -> None:
+        """Completes leased items of one partition (docs/semantics.md §4.3); ``tokens``: their lease
+        tokens, if given (``operations.lease_token``)."""
+        op = CompleteOp(ids, tokens or [])
+        await self._submit(Complete(self._future(), self.partitions[partition], op=op))
 
     async def retry(self, partition: int, entries: list[RetryEntry]) -> None:
         """Retries leased items of one partition (docs/semantics.md §4.4)."""
@@ -199,9 +202,11 @@ class LogicalQueue:
         self._pending.append(request)
         self._wake.set()
 
-    async def renew(self, partition: int, ids: list[str], lease_deadline: int) -> list[Item]:
+    async def renew(
+        self, partition: int, ids: list[str], lease_deadline: int, tokens: list[str] | None = None
+    ) -> list[Item]:
         """Moves the lease deadline of leased items of one partition; returns them as renewed."""
-        op = RenewOp(ids, lease_deadline)
+        op = RenewOp(ids, lease_deadline, tokens or [])
         await self._submit(Renew(self._future(), self.partitions[partition], op=op))
         return op.renewed
 
@@ -398,7 +403,14 @@ class LogicalQueue:
         try:
             result = await p.storage.run(
                 lambda tx: apply_batch(
-                    tx, batch, now, p.new_id, has_dead_queue, settings.dedup_window, settings.max_attempts
+                    tx,
+                    batch,
+                    now,
+                    p.new_id,
+                    has_dead_queue,
+                    settings.dedup_window,
+                    settings.max_attempts,
+                    lease_token_key(settings),
                 )
             )
         except StorageError as e:

@@ -78,8 +78,8 @@ class Queue:
         """Items this node's partitions hold that a lease could take now (the engine's estimate)."""
         return sum(p.un_leased for p in self.logical.partitions.values() if not p.failures)
 
-    async def complete(self, partition: int, ids: list[str]) -> None:
-        await self.owner(partition).complete(partition, ids)
+    async def complete(self, partition: int, ids: list[str], tokens: list[str] | None = None) -> None:
+        await self.owner(partition).complete(partition, ids, tokens)
 
     async def retry(self, partition: int, entries: list[RetryEntry]) -> None:
         await self.owner(partition).retry(partition, entries)
@@ -89,8 +89,10 @@ class Queue:
         if partition in self.logical.partitions:
             self.logical.release(partition, ids)
 
-    async def renew(self, partition: int, ids: list[str], lease_deadline: int) -> list[Item]:
-        return await self.owner(partition).renew(partition, ids, lease_deadline)
+    async def renew(
+        self, partition: int, ids: list[str], lease_deadline: int, tokens: list[str] | None = None
+    ) -> list[Item]:
+        return await self.owner(partition).renew(partition, ids, lease_deadline, tokens)
 
     async def stats(self) -> list[tuple[LogicalStats, list[tuple[int, PartitionStats]]]]:
         """Per logical queue: its waiting counts and each of its partitions' storage stats."""

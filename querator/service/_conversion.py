@@ -12,7 +12,7 @@ from querator.clock import from_datetime, to_datetime
 from querator.duration import format_micros
 from querator.engine.logical_queue import LogicalStats
 from querator.storage.base import Item, PartitionStats, QueueRecord
-from querator.storage.operations import RetryEntry
+from querator.storage.operations import LEASE_TOKEN_KEY, RetryEntry, lease_token
 from querator.wire import messages as m
 
 
@@ -31,7 +31,10 @@ def produced_items(req: m.QueueProduceRequest) -> list[Item]:
     ]
 
 
-def lease_reply(queue_name: str, partition: int, items: list[Item]) -> m.QueueLeaseResponse:
+def lease_reply(
+    queue_name: str, partition: int, items: list[Item], token_key: bytes = b""
+) -> m.QueueLeaseResponse:
+    """``token_key``: the queue's lease token secret; each item then carries its lease's token."""
     # Every item of one lease shares its deadline: convert it once.
     deadline = to_datetime(items[0].lease_deadline) if items else None
     return m.QueueLeaseResponse(
@@ -46,6 +49,7 @@ def lease_reply(queue_name: str, partition: int, items: list[Item]) -> m.QueueLe
                 encoding=i.encoding,
                 kind=i.kind,
                 reference=i.reference,
+                lease_token=lease_token(token_key, i) if token_key else "",
             )
             for i in items
         ],
@@ -54,7 +58,7 @@ def lease_reply(queue_name: str, partition: int, items: list[Item]) -> m.QueueLe
 
 def retry_entries(req: m.QueueRetryRequest) -> list[RetryEntry]:
     return [
-        RetryEntry(i.id, from_datetime(i.retry_at) if i.retry_at is not None else 0, i.dead)
+        RetryEntry(i.id, from_datetime(i.retry_at) if i.retry_at is not None else 0, i.dead, i.lease_token)
         for i in req.items
     ]
 
@@ -104,6 +108,7 @@ def queue_info(r: QueueRecord) -> m.QueueInfo:
         namespace=r.namespace,
         # Left out of JSON replies to clients that did not ask for extensions (http._reference_view).
         dedup_window=format_micros(r.dedup_window),
+        lease_token="required" if LEASE_TOKEN_KEY in r.extra else "",
     )
 
 

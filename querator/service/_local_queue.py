@@ -18,6 +18,7 @@ from querator.service._conversion import (
     stored_item,
 )
 from querator.storage.base import ClearOptions
+from querator.storage.operations import lease_token_key
 from querator.wire import messages as m
 
 
@@ -36,10 +37,10 @@ class LocalQueue:
     async def lease(self, req: m.QueueLeaseRequest, timeout_us: int) -> m.QueueLeaseResponse:
         """Raises ``LeaseTimedOut`` when nothing came to lease within ``timeout_us``."""
         partition, items = await self.engine.lease(req.client_id, req.batch_size, timeout_us)
-        return lease_reply(req.queue_name, partition, items)
+        return lease_reply(req.queue_name, partition, items, lease_token_key(self.engine.settings))
 
     async def complete(self, req: m.QueueCompleteRequest) -> None:
-        await self.engine.complete(req.partition, list(req.ids))
+        await self.engine.complete(req.partition, list(req.ids), list(req.lease_tokens))
 
     async def retry(self, req: m.QueueRetryRequest) -> None:
         await self.engine.retry(req.partition, retry_entries(req))
@@ -47,7 +48,8 @@ class LocalQueue:
     async def renew(self, req: m.QueueRenewRequest, lease_timeout_us: int) -> m.QueueRenewResponse:
         """``lease_timeout_us`` 0: the queue's lease timeout."""
         deadline = self._clock.now() + (lease_timeout_us or self.engine.settings.lease_timeout)
-        return renew_reply(await self.engine.renew(req.partition, list(req.ids), deadline))
+        renewed = await self.engine.renew(req.partition, list(req.ids), deadline, list(req.lease_tokens))
+        return renew_reply(renewed)
 
     async def stats(self, req: m.QueueStatsRequest) -> list[m.QueueLogicalStats]:
         del req  # the whole queue on this node

@@ -39,6 +39,7 @@ from querator.service._validation import (
     check_delete,
     check_import,
     check_lease,
+    check_lease_token_setting,
     check_list_items,
     check_new_name,
     check_partition,
@@ -57,7 +58,7 @@ from querator.service._validation import (
     timeouts,
 )
 from querator.storage.base import DEFAULT_DEDUP_WINDOW, Item, QueueRecord, Store
-from querator.storage.operations import moved_copies
+from querator.storage.operations import LEASE_TOKEN_KEY, moved_copies, new_lease_token_key
 from querator.wire import messages as m
 
 DEDUP_PURGE_INTERVAL_US = 60 * MICROS
@@ -440,6 +441,7 @@ class Service:
         lease_timeout, expire_timeout = timeouts(info)
         owner = namespace(info.namespace)
         check_printable("namespace name", owner)
+        check_lease_token_setting(info.lease_token)
         if self._closing:
             raise shutting_down("service")
         if await self.manager.record(info.queue_name) is not None:
@@ -457,6 +459,7 @@ class Service:
             requested_partitions=info.requested_partitions,
             created_at=now,
             updated_at=now,
+            extra=_with_lease_tokens({}, info.lease_token),
             dedup_window=dedup_window(info.dedup_window, DEFAULT_DEDUP_WINDOW),
         )
         check_record(record)
@@ -465,6 +468,7 @@ class Service:
     async def update_queue(self, info: m.QueueInfo) -> None:
         check_new_name(info.queue_name)
         lease_timeout, expire_timeout = timeouts(info)
+        check_lease_token_setting(info.lease_token)
         current = await self.manager.record(info.queue_name)
         if current is None:
             raise InvalidOption(f"queue does not exist; no such queue named '{info.queue_name}'")
@@ -481,7 +485,7 @@ class Service:
             requested_partitions=info.requested_partitions or current.requested_partitions,
             created_at=current.created_at,
             updated_at=max(self.clock.now(), current.updated_at + 1),
-            extra=current.extra,
+            extra=_with_lease_tokens(current.extra, info.lease_token),
             dedup_window=dedup_window(info.dedup_window, current.dedup_window),
         )
         check_record(record)
@@ -564,3 +568,14 @@ class Service:
         check_partition(record, req.partition)
         check_delete(req)
         await (await self._at_partition(record, req.partition, forwarded_by)).delete_items(req)
+
+
+def _with_lease_tokens(extra: dict[str, str], setting: str) -> dict[str, str]:
+    """A queue's settings beyond the reference's, after a create or update set ``lease_token`` to
+    ``setting`` ("" keeps what there is). Turning tokens on keeps an existing secret, so tokens already
+    handed out stay good; turning them off forgets it."""
+    if setting == "required" and LEASE_TOKEN_KEY not in extra:
+        return {**extra, LEASE_TOKEN_KEY: new_lease_token_key()}
+    if setting == "off" and LEASE_TOKEN_KEY in extra:
+        return {k: v for k, v in extra.items() if k != LEASE_TOKEN_KEY}
+    return extra

@@ -70,7 +70,22 @@ def check_partition(record: QueueRecord, partition: int) -> None:
 def check_complete(req: m.QueueCompleteRequest) -> int:
     """The complete's request_timeout in microseconds."""
     check_ids(req.ids)
+    check_lease_tokens(req.lease_tokens, req.ids)
     return request_timeout(req.request_timeout, minimum_us=0)
+
+
+def check_lease_tokens(tokens: list[str], ids: list[str]) -> None:
+    """Lease tokens, when given, come one per id (docs/extensions.md, "Lease tokens")."""
+    if tokens and len(tokens) != len(ids):
+        raise InvalidOption(f"lease tokens is invalid; {len(tokens)} given for {len(ids)} ids")
+
+
+LEASE_TOKEN_SETTINGS = ("required", "off")
+
+
+def check_lease_token_setting(value: str) -> None:
+    if value and value not in LEASE_TOKEN_SETTINGS:
+        raise InvalidOption(f"lease token is invalid; '{value}' must be 'required' or 'off'")
 
 
 def check_retry(req: m.QueueRetryRequest) -> None:
@@ -85,6 +100,7 @@ def check_retry(req: m.QueueRetryRequest) -> None:
 def check_renew(req: m.QueueRenewRequest, record: QueueRecord) -> int:
     """The lease timeout the renewed leases get, in microseconds (0: the queue's)."""
     check_ids(req.ids)
+    check_lease_tokens(req.lease_tokens, req.ids)
     lease_timeout_us = queue_duration(req.lease_timeout, "lease timeout", "8m, 15m or 1h")
     if lease_timeout_us > record.expire_timeout:
         raise lease_too_long(lease_timeout_us, record.expire_timeout)

@@ -8,12 +8,16 @@ them against each backend. The functions are synchronous: a backend decides wher
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from querator.errors import InvalidOption, QueratorError
 from querator.ksuid import KsuidError, parse_ksuid
-from querator.storage.base import Deadlines, Item, PartitionTx
+from querator.storage.base import Deadlines, Item, PartitionTx, QueueRecord
 
 NEAR_NOW = 100_000
 """An enqueue_at or retry_at closer than this (microseconds) to now means "now" (reference: 100 ms)."""
@@ -24,7 +28,29 @@ MAX_ATTEMPTS_COUNT = (1 << 31) - 1
 """Attempts travel as int32: a lease counts up to this and no further (an imported item may start
 there)."""
 
+LEASE_TOKEN_KEY = "lease_token_key"
+"""The queue setting (``QueueRecord.extra``) holding the secret its lease tokens are made with; a queue
+that has one requires a lease's token on complete, retry and renew (docs/extensions.md, "Lease tokens")."""
+
 NewId = Callable[[], str]
+
+
+def new_lease_token_key() -> str:
+    return base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
+
+
+def lease_token_key(record: QueueRecord) -> bytes:
+    """The secret of the queue's lease tokens; empty when the queue does not require them."""
+    key = record.extra.get(LEASE_TOKEN_KEY)
+    return base64.urlsafe_b64decode(key) if key else b""
+
+
+def lease_token(key: bytes, item: Item) -> str:
+    """The proof that a caller holds this lease of ``item``: a MAC of its id and attempt, which no two
+    leases share (an expired or given-back lease's item returns under a new id; another lease of the same
+    id counts another attempt). Anyone without the queue's secret cannot make it from ids they guessed."""
+    mac = hmac.digest(key, f"{item.id}\0{item.attempts}".encode(), hashlib.sha256)
+    return base64.urlsafe_b64encode(mac[:16]).rstrip(b"=").decode()
 
 
 @dataclass(slots=True)
@@ -41,6 +67,8 @@ class CompleteOp:
     """One complete request; ``error`` is set by the first id that fails (earlier ids stay completed)."""
 
     ids: list[str]
+    tokens: list[str] = field(default_factory=list)
+    """The lease token of each id (``lease_token``), when the caller gave them."""
     error: QueratorError | None = None
 
 
@@ -51,6 +79,7 @@ class RetryEntry:
     id: str
     retry_at: int = 0
     dead: bool = False
+    lease_token: str = ""
 
 
 @dataclass(slots=True)
@@ -76,6 +105,7 @@ class RenewOp:
 
     ids: list[str]
     lease_deadline: int
+    tokens: list[str] = field(default_factory=list)
     renewed: list[Item] = field(default_factory=list)
     error: QueratorError | None = None
 
@@ -150,12 +180,14 @@ def apply_batch(
     has_dead_queue: bool,
     dedup_window: int = 0,
     max_attempts: int = 0,
+    token_key: bytes = b"",
 ) -> BatchResult:
     """Applies a batch: produce, lease, renew, complete, retry, release, in that order.
 
     Renew goes before complete so that a consumer's heartbeat racing its own completion in one batch
     does not fail. ``max_attempts`` (0: unlimited) bounds retries as it bounds expired leases: an item
-    retried after its last attempt dies instead (docs/compatibility.md).
+    retried after its last attempt dies instead (docs/compatibility.md). With a ``token_key`` (the
+    queue's ``lease_token_key``) renew, complete and retry need each item's lease token.
     """
     result = BatchResult()
     if batch.produce:
@@ -166,7 +198,7 @@ def apply_batch(
     if batch.lease:
         _lease(tx, batch.lease, result)
     if batch.renew or batch.complete or batch.retry or batch.release:
-        _settle_leases(tx, batch, now, new_id, has_dead_queue, max_attempts, result)
+        _settle_leases(tx, batch, now, new_id, has_dead_queue, max_attempts, token_key, result)
     return result
 
 
@@ -239,6 +271,7 @@ def _settle_leases(  # noqa: C901, PLR0912, PLR0915
     new_id: NewId,
     has_dead_queue: bool,
     max_attempts: int,
+    token_key: bytes,
     result: BatchResult,
 ) -> None:
     """Renew, complete, retry and release: each acts on items that must be leased, and checks them the same
@@ -252,7 +285,8 @@ def _settle_leases(  # noqa: C901, PLR0912, PLR0915
     requeued: list[Item] = []
     updated: dict[str, Item] = {}
 
-    def leased(item_id: str, verb: str) -> Item | InvalidOption:
+    def leased(item_id: str, verb: str, token: str | None = None) -> Item | InvalidOption:
+        """The leased item, or why it cannot be acted on; ``token`` None: no proof asked (a release)."""
         item = found.get(item_id)
         if item is None or item_id in deleted:
             return storage_id_error(item_id) or InvalidOption(
@@ -260,11 +294,13 @@ def _settle_leases(  # noqa: C901, PLR0912, PLR0915
             )
         if not item.is_leased:
             return InvalidOption(f"item(s) cannot be {verb}; '{item_id}' is not marked as leased")
+        if token_key and token is not None and not hmac.compare_digest(token, lease_token(token_key, item)):
+            return InvalidOption(f"item(s) cannot be {verb}; '{item_id}' needs its lease token")
         return item
 
     for nop in batch.renew:
-        for item_id in nop.ids:
-            got = leased(item_id, "renewed")
+        for n, item_id in enumerate(nop.ids):
+            got = leased(item_id, "renewed", _token(nop.tokens, n))
             if not isinstance(got, InvalidOption) and got.lease_deadline < now:
                 # Expired, though the lifecycle has not returned it yet: too late to renew.
                 got = InvalidOption(f"item(s) cannot be renewed; '{item_id}' is not marked as leased")
@@ -277,8 +313,8 @@ def _settle_leases(  # noqa: C901, PLR0912, PLR0915
             nop.renewed.append(got)
 
     for op in batch.complete:
-        for item_id in op.ids:
-            got = leased(item_id, "completed")
+        for n, item_id in enumerate(op.ids):
+            got = leased(item_id, "completed", _token(op.tokens, n))
             if isinstance(got, InvalidOption):
                 op.error = got
                 break
@@ -289,7 +325,7 @@ def _settle_leases(  # noqa: C901, PLR0912, PLR0915
 
     for rop in batch.retry:
         for entry in rop.items:
-            got = leased(entry.id, "retried")
+            got = leased(entry.id, "retried", entry.lease_token)
             if isinstance(got, InvalidOption):
                 rop.error = got
                 break
@@ -339,6 +375,11 @@ def _settle_leases(  # noqa: C901, PLR0912, PLR0915
         tx.update(list(updated.values()))
     if requeued:
         tx.insert(requeued)
+
+
+def _token(tokens: list[str], n: int) -> str:
+    """The ``n``-th lease token a request gave ("" when it gave none: refused where one is needed)."""
+    return tokens[n] if n < len(tokens) else ""
 
 
 def import_items(tx: PartitionTx, items: list[Item], now: int, new_id: NewId) -> list[Item]:

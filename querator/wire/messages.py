@@ -68,6 +68,7 @@ class QueueLeaseItem(Message):
     attempts: int = 0
     lease_deadline: datetime | None = None
     bytes: builtins.bytes = b""
+    lease_token: str = ""
 
 
 class QueueLeaseResponse(Message):
@@ -81,12 +82,14 @@ class QueueCompleteRequest(Message):
     partition: int = 0
     request_timeout: str = ""
     ids: list[str] = []
+    lease_tokens: list[str] = []
 
 
 class QueueRetryItem(Message):
     id: str = ""
     retry_at: datetime | None = None
     dead: bool = False
+    lease_token: str = ""
 
 
 class QueueRetryRequest(Message):
@@ -150,6 +153,7 @@ class QueueInfo(Message):
     partitions: list[PartitionInfo] = []
     namespace: str = ""
     dedup_window: str = ""
+    lease_token: str = ""
 
 
 class QueuesListRequest(Message):
@@ -225,6 +229,7 @@ class QueueRenewRequest(Message):
     ids: list[str] = []
     lease_timeout: str = ""
     request_timeout: str = ""
+    lease_tokens: list[str] = []
 
 
 class QueueRenewItem(Message):

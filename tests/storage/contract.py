@@ -41,6 +41,7 @@ from querator.storage.operations import (
     RetryOp,
     apply_batch,
     import_items,
+    lease_token,
     lifecycle,
 )
 
@@ -89,9 +90,12 @@ class Part:
         dead_queue: bool = False,
         dedup_window: int = 0,
         max_attempts: int = 0,
+        token_key: bytes = b"",
     ) -> BatchResult:
         return await self.run(
-            lambda tx: apply_batch(tx, batch, now, self.new_id, dead_queue, dedup_window, max_attempts)
+            lambda tx: apply_batch(
+                tx, batch, now, self.new_id, dead_queue, dedup_window, max_attempts, token_key
+            )
         )
 
     async def produce(self, *items: Item, now: int = NOW, dedup_window: int = 0) -> list[Item]:
@@ -309,6 +313,35 @@ class StoreContract:
         assert error is not None
         assert error.message == f"invalid storage id; '{a.id}' does not exist"
         assert await part.list() == []
+
+    async def test_a_queue_with_a_token_key_needs_each_leases_token(self, part: Part) -> None:
+        key = b"k" * 32
+        a, b, c, d = await part.produce(item("a"), item("b"), item("c"), item("d"))
+        [leased_items] = await part.lease(4)
+        token = {i.id: lease_token(key, i) for i in leased_items}
+        # A token made with another key, another item's token, or none at all: refused, item untouched.
+        forged = lease_token(b"x" * 32, leased_items[0])
+        for given in ([forged], [token[b.id]], []):
+            op = CompleteOp([a.id], given)
+            await part.batch(PartitionBatch(complete=[op]), token_key=key)
+            assert op.error is not None
+            assert op.error.message == f"item(s) cannot be completed; '{a.id}' needs its lease token"
+            assert (await part.get(a.id))[a.id].is_leased
+        complete = CompleteOp([a.id], [token[a.id]])
+        renew = RenewOp([b.id], NOW + 600 * SECOND, [token[b.id]])
+        retry = RetryOp([RetryEntry(c.id, lease_token=token[c.id])])
+        stranger = RetryOp([RetryEntry(d.id)])
+        batch = PartitionBatch(complete=[complete], renew=[renew], retry=[retry, stranger])
+        await part.batch(batch, token_key=key)
+        assert (complete.error, renew.error, retry.error) == (None, None, None)
+        assert stranger.error is not None
+        assert stranger.error.message == f"item(s) cannot be retried; '{d.id}' needs its lease token"
+        # The next lease of a retried item is another attempt, with another token.
+        [[again]] = await part.lease(1)
+        assert again.attempts == 2
+        assert lease_token(key, again) != token[c.id]
+        # Without a key (tokens off) no token is asked for.
+        assert await part.complete(b.id) is None
 
     # --- renew --------------------------------------------------------------------------------------------
 
