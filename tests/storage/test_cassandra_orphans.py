@@ -33,7 +33,8 @@ class Fault:
     ``lost`` (timed out, not applied), ``answered late`` (applied, the answer lost), ``retried``
     (applied, then sent again as the driver's retry on the next host does, which its condition refuses),
     ``late`` (the connection cut before the answer while the coordinator goes on: kept in ``late`` to be
-    sent later), ``lands first`` (``late`` is sent just before the step)."""
+    sent later), ``lands first`` (``late`` is sent just before the step), ``found nothing`` (refused by
+    a condition on a row that is not there, as Cassandra answers one: ``[applied]`` alone)."""
 
     how: str
     at: str = "commit"
@@ -45,7 +46,8 @@ class Fault:
     armed: bool = True
     late: Any = None
 
-    async def send(self, partition: CassandraPartition, step: Step, send: Send) -> Rows:
+    # Long on purpose: one branch per way a step fails, in the order the docstring lists them.
+    async def send(self, partition: CassandraPartition, step: Step, send: Send) -> Rows:  # noqa: C901
         if not self.armed:
             return await send(step)
         self.seen.append(step.kind)
@@ -59,6 +61,8 @@ class Fault:
             assert self.claimer is not None
             await self.claimer.claim(partition.queue, partition.number, EPOCH + 1)
             return await send(step)
+        if self.how == "found nothing":
+            return [{"[applied]": False}]
         if self.how == "unavailable":
             raise Unavailable("too few replicas alive")
         if self.how == "lost":
@@ -457,6 +461,27 @@ async def test_a_roll_step_refused_on_the_drivers_retry_is_not_a_newer_owner(
         await part.produce(item("lost"))
     assert not fault.armed and fault.seen[-1] == at
     assert not isinstance(failed.value, StaleOwnerError) and not failed.value.maybe_applied
+    await part.produce(item("after"))
+    await check(
+        cassandra_settings, sizes, EPOCH + 10, ["held-1", "held-2", "kept", "after"], [], applied=False
+    )
+
+
+@pytest.mark.parametrize("at", ["roll", "open", "commit"])
+async def test_a_step_refused_by_a_row_that_is_not_there_is_not_a_newer_owner(
+    store: CassandraStore, cassandra_settings: CassandraSettings, sizes: Segments, faults: Faults, at: str
+) -> None:
+    """A refusal that found no row names no owner (replica faults left it: a CI run saw a node alone
+    refuse every run after one, 'owned by epoch None'): the run fails, and the next one reloads, claims
+    the partition row again and goes on."""
+    part = await drained_behind_leases(store, sizes)
+    fault = Fault("found nothing", at)
+    inject(faults, fault)
+    with pytest.raises(StorageError) as failed:
+        await part.produce(item("refused"))
+    assert not fault.armed and fault.seen[-1] == at
+    assert not isinstance(failed.value, StaleOwnerError) and not failed.value.maybe_applied
+    assert "found no row" in failed.value.message
     await part.produce(item("after"))
     await check(
         cassandra_settings, sizes, EPOCH + 10, ["held-1", "held-2", "kept", "after"], [], applied=False

@@ -236,16 +236,21 @@ class CassandraPartition:
 
     def _refused(self, step: Step, row: dict[str, Any]) -> None:
         """Raises what a fenced step refused by its condition means, ``row`` being what Cassandra found."""
-        if row.get("epoch") not in (self.epoch, -self.epoch):
+        found = row.get("epoch")
+        if found is not None and found not in (self.epoch, -self.epoch):
             raise self._stale_error(row)
-        # This owner's own write, not a newer owner's. The driver sends a failed request again to the
-        # next host, and a step whose first attempt was applied is refused the second time (a roll finds
-        # its tail moved, an open its segment made, a seal its tail sealed); a seal is also refused by a
-        # commit that landed on the old tail since the load. The next run reloads and goes on, where a
-        # stale owner would refuse every run until it claims the partition again (on a single node: never).
+        # Not a newer owner's write. Either this owner's own: the driver sends a failed request again to
+        # the next host, and a step whose first attempt was applied is refused the second time (a roll
+        # finds its tail moved, an open its segment made, a seal its tail sealed); a seal is also refused
+        # by a commit that landed on the old tail since the load. Or no row at all, which only replica
+        # faults leave (a segment whose opening timed out, seen by one read and not by the next): no
+        # owner is in it, and the partition row, which the reload claims again, is the fence that says
+        # whether a newer owner exists (ADR 0015). The next run reloads and goes on, where a stale owner
+        # would refuse every run until it claims the partition again (on a single node: never).
+        what = "no row" if found is None else "this owner's own write since the load"
         raise CassandraStorageError(
-            f"cassandra storage error; the {step.kind} step found this owner's own write since the load",
-            maybe_applied=step.kind == "commit",
+            f"cassandra storage error; the {step.kind} step found {what}",
+            maybe_applied=step.kind == "commit" and found is not None,
         )
 
     def _stale_error(self, row: dict[str, Any]) -> StaleOwnerError:
