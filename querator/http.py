@@ -24,6 +24,7 @@ from prometheus_client import Histogram
 from querator import __version__
 from querator.auth import (
     EXTENSIONS_HEADER,
+    EXTENSIONS_LEVEL,
     FORWARDED_HEADER,
     REPLY_SIGNATURE_HEADER,
     ApiKeys,
@@ -298,8 +299,8 @@ def _handler(
             return _reply(m.Reply(code=500, code_text=CODE_TEXT[500], message="Internal Error"), accept, 500)
         if result is None:
             return _reply(m.OK_REPLY, accept, 200)
-        reference = accept == JSON and EXTENSIONS_HEADER not in request.headers
-        response = _reply(_reference_view(result) if reference else result, accept, 200)
+        level = EXTENSIONS_LEVEL if accept != JSON else _extensions_level(request)
+        response = _reply(_reference_view(result, level) if level < EXTENSIONS_LEVEL else result, accept, 200)
         if undelivered is not None:
             await _deliver(request, response, lambda: undelivered(result))
         return response
@@ -321,9 +322,25 @@ async def _deliver(request: web.Request, response: web.Response, undelivered: Ca
         raise
 
 
-def _reference_view(msg: m.Message) -> m.Message:
-    """``msg`` without our extension fields, for a JSON client that did not ask for them: the reference's
-    Go client rejects fields it does not know. (Binary protobuf decoders skip unknown fields.)"""
+def _extensions_level(request: web.Request) -> int:
+    """The level of extension fields a JSON client knows (``EXTENSIONS_LEVEL``): 0 without the header;
+    a value that is not a number counts as 1, the level of the clients that sent "1" before levels."""
+    value = request.headers.get(EXTENSIONS_HEADER)
+    if value is None:
+        return 0
+    try:
+        return max(int(value), 1)
+    except ValueError:
+        return 1
+
+
+def _reference_view(msg: m.Message, level: int) -> m.Message:
+    """``msg`` with only the extension fields a JSON client of extensions ``level`` knows: the reference's
+    Go client (level 0) rejects fields it does not know, and so does our client of level 1 in a produce's
+    reply and a lease's items. (Binary protobuf decoders skip unknown fields.) Level 1 knows
+    ``dedup_window``; level 2 the produce reply's ``ids`` and lease tokens."""
+    if isinstance(msg, m.QueueProduceResponse):
+        return m.OK_REPLY
     if isinstance(msg, m.QueueLeaseResponse):
         # One queue's items: all carry a lease token, or none does.
         if msg.items and msg.items[0].lease_token:
@@ -331,13 +348,21 @@ def _reference_view(msg: m.Message) -> m.Message:
                 msg, items=[msgspec.structs.replace(i, lease_token="") for i in msg.items]
             )
         return msg
-    if isinstance(msg, m.QueueInfo) and (msg.dedup_window or msg.lease_token):
-        return msgspec.structs.replace(msg, dedup_window="", lease_token="")
-    if isinstance(msg, m.QueuesListResponse) and any(i.dedup_window or i.lease_token for i in msg.items):
-        return msgspec.structs.replace(
-            msg, items=[msgspec.structs.replace(i, dedup_window="", lease_token="") for i in msg.items]
-        )
+    if isinstance(msg, m.QueueInfo):
+        return _info_view(msg, level)
+    if isinstance(msg, m.QueuesListResponse):
+        items = [_info_view(i, level) for i in msg.items]
+        if any(view is not i for view, i in zip(items, msg.items, strict=True)):
+            return msgspec.structs.replace(msg, items=items)
     return msg
+
+
+def _info_view(info: m.QueueInfo, level: int) -> m.QueueInfo:
+    """A queue's settings for a JSON client of extensions ``level`` below ``EXTENSIONS_LEVEL``."""
+    dedup_window = info.dedup_window if level >= 1 else ""
+    if dedup_window == info.dedup_window and not info.lease_token:
+        return info
+    return msgspec.structs.replace(info, dedup_window=dedup_window, lease_token="")
 
 
 def _accept_or_json(request: web.Request) -> str:

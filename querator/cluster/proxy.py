@@ -20,6 +20,7 @@ import aiohttp
 
 from querator.auth import (
     EXTENSIONS_HEADER,
+    EXTENSIONS_LEVEL,
     FORWARDED_HEADER,
     REPLY_SIGNATURE_HEADER,
     SIGNATURE_HEADER,
@@ -69,7 +70,7 @@ class Proxy:
             FORWARDED_HEADER: node_id,
             "Content-Type": JSON,
             "Accept": JSON,
-            EXTENSIONS_HEADER: "1",
+            EXTENSIONS_HEADER: str(EXTENSIONS_LEVEL),
         }
         self._auth = auth
         self._tls = tls

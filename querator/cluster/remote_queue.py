@@ -49,8 +49,9 @@ class RemoteQueue:
     def node_id(self) -> str:
         return self._owner.node_id
 
-    async def produce(self, req: m.QueueProduceRequest, timeout_us: int) -> None:
-        await self._call("/v1/queue.produce", req, m.Reply, seconds(timeout_us) + WRITE_MARGIN_S)
+    async def produce(self, req: m.QueueProduceRequest, timeout_us: int) -> m.QueueProduceResponse:
+        timeout_s = seconds(timeout_us) + WRITE_MARGIN_S
+        return await self._call("/v1/queue.produce", req, m.QueueProduceResponse, timeout_s)
 
     async def lease(self, req: m.QueueLeaseRequest, timeout_us: int) -> m.QueueLeaseResponse:
         """The owner's lease, waiting there up to the request's timeout.

@@ -63,6 +63,10 @@ class Transaction:
                 fail_future(req.future, try_again(outcome_unknown=result.maybe_applied))
             elif isinstance(req, Complete | Retry | Renew) and req.op.error is not None:
                 fail_future(req.future, req.op.error)
+            elif isinstance(req, Produce):
+                # Read now, in the batch's own step: the produce rule gave each stored item its id
+                # (a duplicate by dedup_id keeps ""), and nothing may change them before this.
+                settle(req.future, [item.id for item in req.items])
             else:
                 settle(req.future, None)
         return leased, undelivered

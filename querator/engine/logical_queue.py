@@ -137,8 +137,9 @@ class LogicalQueue:
 
     # -- the API: each call validates nothing (the service did), queues a request and waits ------------
 
-    async def produce(self, items: list[Item], request_timeout_us: int) -> None:
-        """Stores the items in one partition; returns once they are committed.
+    async def produce(self, items: list[Item], request_timeout_us: int) -> list[str]:
+        """Stores the items in one partition; returns once they are committed, with the id of each item
+        in order ("" for one not stored because its dedup_id was seen within the queue's window).
 
         A produce not yet taken into a batch when ``request_timeout_us`` passes is answered 454 and was not
         stored. Once its write has started it is always waited for: "454 but stored" would make the
@@ -149,7 +150,8 @@ class LogicalQueue:
             request.deadline, lambda: self._expire_waiting(request, PRODUCE_TIMED_OUT)
         )
         try:
-            await self._submit(request)
+            ids: list[str] = await self._submit(request)
+            return ids
         finally:
             timer.cancel()
 

@@ -56,10 +56,11 @@ class Queue:
         if partition < 0 or partition >= self.settings.requested_partitions:
             raise InvalidOption(f"partition is invalid; '{partition}' is not a valid partition")
 
-    async def produce(self, items: list[Item], request_timeout_us: int) -> None:
+    async def produce(self, items: list[Item], request_timeout_us: int) -> list[str]:
+        """The ids of the items stored, in order ("" for a duplicate by dedup_id)."""
         if not self.owned:
             raise RetryRequest(PARTITION_MOVED)
-        await self.logical.produce(items, request_timeout_us)
+        return await self.logical.produce(items, request_timeout_us)
 
     async def lease(self, client_id: str, batch_size: int, request_timeout_us: int) -> tuple[int, list[Item]]:
         if not self.owned:

@@ -31,8 +31,9 @@ class LocalQueue:
         self.engine = engine
         self._clock = clock
 
-    async def produce(self, req: m.QueueProduceRequest, timeout_us: int) -> None:
-        await self.engine.produce(produced_items(req), timeout_us)
+    async def produce(self, req: m.QueueProduceRequest, timeout_us: int) -> m.QueueProduceResponse:
+        ids = await self.engine.produce(produced_items(req), timeout_us)
+        return m.QueueProduceResponse(code=200, ids=ids)
 
     async def lease(self, req: m.QueueLeaseRequest, timeout_us: int) -> m.QueueLeaseResponse:
         """Raises ``LeaseTimedOut`` when nothing came to lease within ``timeout_us``."""

@@ -311,11 +311,12 @@ class Service:
 
     # -- the queue API --------------------------------------------------------------------------------------
 
-    async def produce(self, req: m.QueueProduceRequest, forwarded_by: str = "") -> None:
+    async def produce(self, req: m.QueueProduceRequest, forwarded_by: str = "") -> m.QueueProduceResponse:
+        """Stores the request's items; the reply names each one's id (docs/extensions.md)."""
         record = await self._record(req.queue_name, forwarded_by)
         timeout_us = check_produce(req)
         target = await self._at_queue(record, forwarded_by, seconds(timeout_us))
-        await target.produce(req, timeout_us)
+        return await target.produce(req, timeout_us)
 
     async def lease(self, req: m.QueueLeaseRequest, forwarded_by: str = "") -> m.QueueLeaseResponse:
         record = await self._record(req.queue_name, forwarded_by)

@@ -217,6 +217,8 @@ def _not_seen(tx: PartitionTx, items: list[Item], now: int, dedup_window: int) -
 
 
 def _produce(tx: PartitionTx, items: list[Item], now: int, new_id: NewId, result: BatchResult) -> None:
+    """Stores ``items``, giving each its id in place: the produce's answer reports them
+    (``engine._batch.Transaction.answer``), on every backend."""
     for item in items:
         item.id = new_id()
         item.created_at = now

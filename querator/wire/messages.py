@@ -53,6 +53,17 @@ class QueueProduceRequest(Message):
     items: list[QueueProduceItem] = []
 
 
+class QueueProduceResponse(Message):
+    """A produce's answer: ``Reply``'s fields (the reference's clients decode it as one) and, as an
+    extension, each item's id in order ("" for an item not enqueued because its dedup_id was seen)."""
+
+    code: int = 0
+    code_text: str = ""
+    message: str = ""
+    details: dict[str, str] = {}
+    ids: list[str] = []
+
+
 class QueueLeaseRequest(Message):
     queue_name: str = ""
     batch_size: int = 0

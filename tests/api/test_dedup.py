@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from querator import wire
 from querator.clock import FakeClock
+from querator.wire import messages as m
 from tests.conftest import Api
 
 EXTENSIONS = {"X-Querator-Extensions": "1"}
+LEVEL_2 = {"X-Querator-Extensions": "2"}
 
 
 async def info(api: Api, queue: str) -> dict[str, Any]:
@@ -127,3 +130,32 @@ async def test_validation(api: Api) -> None:
     ]:
         e = await api.error("/v1/queues.create", {**base, "dedup_window": window})
         assert e.status == 400 and e.message.startswith(message), e.message
+
+
+async def test_produce_replies_name_each_items_id_to_extension_clients(api: Api) -> None:
+    """docs/extensions.md, "Produced ids": "" for a duplicate; clients below extensions level 2 (and the
+    reference's) see {"code":200}."""
+    await api.create("q")
+    body = {
+        "queue_name": "q",
+        "request_timeout": "1m",
+        "items": [{"utf8": "a", "dedup_id": "x"}, {"utf8": "b"}, {"utf8": "a again", "dedup_id": "x"}],
+    }
+    reply = await api.post("/v1/queue.produce", body, LEVEL_2)
+    assert reply["code"] == 200 and len(reply["ids"]) == 3 and reply["ids"][2] == ""
+    leased = (await api.lease("q", batch_size=10))["items"]
+    assert [i["id"] for i in leased] == reply["ids"][:2]
+    # Without the header: the reference's exact reply (its Go client rejects unknown JSON fields); and
+    # clients of level 1 decoded a produce's reply as a Reply, which rejects them too.
+    one = {**body, "items": [{"utf8": "c"}]}
+    assert await api.post("/v1/queue.produce", one) == {"code": 200}
+    assert await api.post("/v1/queue.produce", one, EXTENSIONS) == {"code": 200}
+    # Protobuf decoders skip unknown fields: the ids are always there.
+    protobuf = {"Content-Type": wire.PROTOBUF, "Accept": wire.PROTOBUF}
+    items = [m.QueueProduceItem(utf8="d")]
+    request = m.QueueProduceRequest(queue_name="q", request_timeout="1m", items=items)
+    url = api.base + "/v1/queue.produce"
+    async with api.session.post(url, data=wire.encode_protobuf(request), headers=protobuf) as resp:
+        assert resp.status == 200
+        produced = wire.decode_protobuf(await resp.read(), m.QueueProduceResponse)
+    assert produced.code == 200 and len(produced.ids) == 1 and produced.ids[0]
