@@ -28,7 +28,7 @@ from querator.auth import generate_key, key_hash
 from querator.client import DEFAULT_ENDPOINT, AsyncClient, ConnectionFailed, new_queue_info
 from querator.config import ConfigError, ServerConfig, environment, load, option_name
 from querator.duration import DurationError, format_duration, parse_duration
-from querator.errors import QueratorError
+from querator.errors import LeaseTimedOut, QueratorError
 from querator.wire import encode_json
 from querator.wire import messages as m
 
@@ -378,7 +378,12 @@ async def _produce(client: AsyncClient, args: argparse.Namespace) -> None:
 
 async def _lease(client: AsyncClient, args: argparse.Namespace) -> m.Message:
     client_id = args.client_id or "id-" + secrets.token_hex(5)
-    return await client.lease(args.queue, args.batch_size, client_id, request_timeout=args.timeout)
+    reply = await client.lease(args.queue, args.batch_size, client_id, request_timeout=args.timeout)
+    if not reply.items:
+        # The client reads the server's 454 as "no items"; the command reports it as the server said it,
+        # with exit status 1, as it always has: scripts tell the two apart by it.
+        raise LeaseTimedOut()
+    return reply
 
 
 async def _complete(client: AsyncClient, args: argparse.Namespace) -> None:

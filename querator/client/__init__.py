@@ -8,10 +8,13 @@ client is built with ``protobuf=True`` (then replies are requested as protobuf t
     from querator.client import AsyncClient
 
     async with AsyncClient("http://localhost:2319") as client:
-        await client.produce("jobs", [b"hello"])
-        async with client.leased("jobs", batch_size=10, client_id="worker-1") as lease:
+        ids = await client.produce("jobs", [b"hello"], delay=timedelta(seconds=5), dedup_id="hello-1")
+        async with client.leased("jobs", batch_size=10) as lease:
             for item in lease.items:
-                print(item.bytes)
+                print(item.bytes)           # completed when the block ends (lease.retry(item) to retry)
+
+Durations are Go strings (``"1m30s"``), ``timedelta``s or seconds. For running tasks from a queue, see
+``querator.worker``, which is built on this client.
 
 Timeouts (the reference's ADR 0009; docs/semantics.md §4.10): a call that carries a ``request_timeout``
 lets the server wait that long (a lease long-polls), so the client abandons the HTTP exchange only after
@@ -20,14 +23,18 @@ lets the server wait that long (a lease long-polls), so the client abandons the 
 Failures, all ``querator.errors.QueratorError`` with ``.code`` and ``.message``:
 
 - a non-200 reply raises the class of the body's ``code``: 400 ``InvalidOption``, 401 ``Unauthorized``,
-  453 ``RequestFailed``, 454 ``RetryRequest`` (e.g. a lease that found nothing before its timeout: lease
-  again), 455 ``ClientContentError``, 501 ``NotImplementedRoute``; any other code a plain ``QueratorError``
-  with that code (``error_for`` makes these). ``.message`` is the server's message
-  (``<stable prefix>; <details>``).
+  453 ``RequestFailed``, 454 ``RetryRequest`` (overloaded, storage failing: back off and try again),
+  455 ``ClientContentError``, 501 ``NotImplementedRoute``; any other code a plain ``QueratorError`` with
+  that code (``error_for`` makes these). ``.message`` is the server's message (``<stable prefix>;
+  <details>``). A lease that found nothing before its timeout is not a failure: it returns no items.
 - a reply whose body is neither JSON nor protobuf (a proxy's HTML page, say) raises a plain
   ``QueratorError`` whose code is the HTTP status.
 - no reply at all -- connection refused or reset, DNS failure, or the HTTP timeout above elapsing -- raises
-  ``ConnectionFailed`` (code 0). Unless the connection was refused, the server may have applied the call.
+  ``ConnectionFailed`` (code 0, a ``ConnectionError`` too). Unless the connection was refused
+  (``.sent`` False), the server may have applied the call.
+
+Before raising, transient failures (454, no reply) are tried again with back-off where that cannot do a
+call's work twice (``Retries``; ``retries=None`` turns it off): ``_retries`` lists which calls.
 
 The synchronous ``Client`` runs an ``AsyncClient`` on a private event loop in a daemon thread, so its
 session (and its pooled connections) live as long as the client, and any number of threads may call it
@@ -36,29 +43,38 @@ would have meant a new session, a new connection and a new TCP handshake on ever
 ``AsyncClient``'s, made blocking in one place rather than written twice.
 
 Modules: ``_async`` (``AsyncClient``: the API as coroutines), ``_sync`` (``Client``: the same, blocking),
-``_transport`` (the session, encoding, decoding, timeouts), ``_renew`` (keeping a lease alive in
-``leased``), ``_arguments`` (bare payloads and ids, ``new_queue_info``) and ``_errors``
+``_transport`` (the session, encoding, decoding, timeouts), ``_retries`` (which calls are tried again,
+and how), ``_lease`` (``Lease``, what ``leased`` hands its body), ``_renew`` (keeping a lease alive in
+``leased``), ``_arguments`` (bare payloads and ids, durations, ``new_queue_info``) and ``_errors``
 (``ConnectionFailed``).
 """
 
 from __future__ import annotations
 
-from querator.client._arguments import ProduceItem, RetryItem, new_queue_info
+from querator.client._arguments import Duration, ProduceItem, RetryItem, When, new_client_id, new_queue_info
 from querator.client._async import DEFAULT_ENDPOINT, DEFAULT_TIMEOUT, AsyncClient
 from querator.client._errors import ConnectionFailed
+from querator.client._lease import Lease
 from querator.client._renew import MIN_RENEW_WAIT
+from querator.client._retries import DEFAULT_RETRIES, Retries
 from querator.client._sync import Client
 from querator.errors import error_for
 
 __all__ = [
     "DEFAULT_ENDPOINT",
+    "DEFAULT_RETRIES",
     "DEFAULT_TIMEOUT",
     "MIN_RENEW_WAIT",
     "AsyncClient",
     "Client",
     "ConnectionFailed",
+    "Duration",
+    "Lease",
     "ProduceItem",
+    "Retries",
     "RetryItem",
+    "When",
     "error_for",
+    "new_client_id",
     "new_queue_info",
 ]

@@ -6,17 +6,29 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 import msgspec
 
-from querator.client._arguments import ProduceItem, RetryItem, new_queue_info, produce_item, retry_item
+from querator.client._arguments import (
+    Duration,
+    ProduceItem,
+    RetryItem,
+    go_duration,
+    new_client_id,
+    new_queue_info,
+    produce_items,
+    retry_item,
+)
 from querator.client._errors import snippet
+from querator.client._lease import Lease
 from querator.client._renew import keep_renewed, stopped
+from querator.client._retries import DEFAULT_RETRIES, Retries, with_retries
 from querator.client._transport import Transport, http_timeout_s
 from querator.duration import parse_duration
-from querator.errors import QueratorError, plain_error
+from querator.errors import LeaseTimedOut, QueratorError, plain_error
 from querator.wire import messages as m
 
 DEFAULT_ENDPOINT = "http://localhost:2319"
@@ -44,6 +56,9 @@ class AsyncClient:
         limit: the pool's maximum number of connections.
         limit_per_host: the pool's maximum number of connections per host (0: only ``limit`` applies).
         ssl: the TLS context of an ``https://`` endpoint (None: the system's CAs verify the server).
+        retries: how calls are tried again after transient failures (``querator.client.Retries``; None:
+            never). Which calls, and after which failures, is in the ``querator.client._retries``
+            docstring: a call is never repeated where that could do its work twice.
     """
 
     def __init__(
@@ -56,12 +71,14 @@ class AsyncClient:
         limit: int = 100,
         limit_per_host: int = 0,
         ssl: ssl.SSLContext | None = None,
+        retries: Retries | None = DEFAULT_RETRIES,
     ) -> None:
         if timeout_margin < 0:
             raise ValueError("timeout_margin cannot be negative")
         self.endpoint = endpoint.rstrip("/")
         self.protobuf = protobuf
         self.timeout_margin = timeout_margin
+        self.retries = retries
         self._transport = Transport(
             api_key, protobuf, limit=limit, limit_per_host=limit_per_host, ssl_context=ssl
         )
@@ -85,15 +102,25 @@ class AsyncClient:
     # -- the one way out ----------------------------------------------------------------------------------
 
     async def call(
-        self, path: str, msg: m.Message, reply_type: type[R], *, seconds: float | None = None
+        self,
+        path: str,
+        msg: m.Message,
+        reply_type: type[R],
+        *,
+        seconds: float | None = None,
+        idempotent: bool = False,
     ) -> R:
         """POSTs ``msg`` to ``path`` (e.g. ``/v1/queue.stats``) and decodes the 200 reply as ``reply_type``.
+
+        Transient failures are tried again under ``retries``: those that say nothing was done, and with
+        ``idempotent`` those after which the request may have been carried out too.
 
         Args:
             path: the route, starting with ``/``.
             msg: the request message.
             reply_type: the message type of a successful reply (``m.Reply`` for routes without a payload).
             seconds: how long the server may take; ``timeout_margin`` is added. None: ``DEFAULT_TIMEOUT``.
+            idempotent: carrying the request out twice does what carrying it out once does.
 
         Returns:
             The decoded reply.
@@ -104,62 +131,122 @@ class AsyncClient:
             ConnectionFailed: no reply was received within the timeout.
             RuntimeError: the client is closed.
         """
-        return await self._transport.post(self.endpoint + path, msg, reply_type, self._timeout_s(seconds))
+        url, timeout_s = self.endpoint + path, self._timeout_s(seconds)
+        return await with_retries(
+            self.retries, idempotent, lambda: self._transport.post(url, msg, reply_type, timeout_s)
+        )
 
-    async def _reply_call(self, path: str, msg: m.Message, seconds: float | None = None) -> None:
-        await self.call(path, msg, m.Reply, seconds=seconds)
+    async def _reply_call(
+        self, path: str, msg: m.Message, seconds: float | None = None, idempotent: bool = False
+    ) -> None:
+        await self.call(path, msg, m.Reply, seconds=seconds, idempotent=idempotent)
 
     # -- the queue API ------------------------------------------------------------------------------------
 
     async def produce(
-        self, queue_name: str, items: Sequence[ProduceItem], request_timeout: str = "1m"
-    ) -> None:
+        self,
+        queue_name: str,
+        items: Sequence[ProduceItem],
+        request_timeout: Duration = "1m",
+        *,
+        enqueue_at: datetime | None = None,
+        delay: Duration | None = None,
+        dedup_id: str | Sequence[str] | None = None,
+        kind: str = "",
+        reference: str = "",
+        encoding: str = "",
+    ) -> list[str]:
         """Produces ``items`` to ``queue_name`` in one request: one partition, in the given order.
+
+        The keywords fill the fields each item leaves empty. Tried again after transient failures when
+        every item has a dedup id (the server then stores it once), otherwise only after those that say
+        nothing was stored.
 
         Args:
             queue_name: the queue.
             items: messages, or bare payloads (``bytes`` for the ``bytes`` field, ``str`` for ``utf8``).
-            request_timeout: Go duration the server may spend (10ms to 15m).
+            request_timeout: how long the server may spend (10ms to 15m): Go duration, timedelta or seconds.
+            enqueue_at: schedule the items: they join the queue at this (aware) time.
+            delay: schedule the items this long from now (not with ``enqueue_at``).
+            dedup_id: one per item (a str for one item): an item whose id was seen within the queue's
+                dedup window is accepted but not stored again.
+            kind, reference, encoding: free-form strings the consumer gets with each item.
+
+        Returns:
+            Each item's id, in order: "" for one not stored because its dedup id was seen, and for every
+            item when the server is one that does not report ids (the reference, or before this version).
 
         Raises:
+            ValueError: ``enqueue_at`` with ``delay``; dedup ids not one per item.
             InvalidOption: unknown queue, no items, too many items, bad timeout, body too large.
-            RetryRequest: the queue is overloaded or the write failed; nothing was stored.
+            RetryRequest: the queue is overloaded or the write failed (nothing was stored unless its
+                ``outcome_unknown``).
             RequestFailed: the queue or the service is shutting down.
             ConnectionFailed: no reply; the items may or may not have been stored.
         """
-        msg = m.QueueProduceRequest(
-            queue_name=queue_name, request_timeout=request_timeout, items=[produce_item(i) for i in items]
+        timeout = go_duration(request_timeout)
+        messages = produce_items(
+            items,
+            enqueue_at=enqueue_at,
+            delay=delay,
+            dedup_id=dedup_id,
+            kind=kind,
+            reference=reference,
+            encoding=encoding,
         )
-        await self._reply_call("/v1/queue.produce", msg, http_timeout_s(request_timeout))
+        msg = m.QueueProduceRequest(queue_name=queue_name, request_timeout=timeout, items=messages)
+        once = all(i.dedup_id for i in messages)
+        reply = await self.call(
+            "/v1/queue.produce", msg, m.QueueProduceResponse, seconds=http_timeout_s(timeout), idempotent=once
+        )
+        return list(reply.ids) if reply.ids else [""] * len(messages)
 
     async def lease(
-        self, queue_name: str, batch_size: int, client_id: str, request_timeout: str = "1m"
+        self,
+        queue_name: str,
+        batch_size: int = 1,
+        client_id: str | None = None,
+        request_timeout: Duration = "1m",
     ) -> m.QueueLeaseResponse:
         """Leases up to ``batch_size`` items, long-polling until at least one is available.
 
         Returns as soon as one or more items are leased, all from the one partition named in the reply;
-        complete or retry them there before their ``lease_deadline``. ``client_id`` must be unique among
-        the leases waiting on this queue.
+        complete or retry them there before their ``lease_deadline``. When nothing became available
+        within ``request_timeout`` the reply has no items (the server's 454 ``request timeout; no items
+        are in the queue, try again``): lease again. ``client_id`` must be unique among the leases
+        waiting on this queue; None makes a new one for this call (host, process and random bits).
 
         Raises:
-            RetryRequest: nothing became available within ``request_timeout``: lease again.
             InvalidOption: unknown queue, bad batch size, client id empty or already waiting, bad timeout.
+            RetryRequest: the queue is overloaded, or a storage or partition failure: back off, then lease
+                again (tried again under ``retries`` first).
             RequestFailed: the queue or the service is shutting down.
             ConnectionFailed: no reply; items leased by a lost reply come back when their lease expires.
         """
+        timeout = go_duration(request_timeout)
         msg = m.QueueLeaseRequest(
-            queue_name=queue_name, batch_size=batch_size, client_id=client_id, request_timeout=request_timeout
+            queue_name=queue_name,
+            batch_size=batch_size,
+            client_id=new_client_id() if client_id is None else client_id,
+            request_timeout=timeout,
         )
-        return await self.call(
-            "/v1/queue.lease", msg, m.QueueLeaseResponse, seconds=http_timeout_s(request_timeout)
-        )
+        try:
+            return await self.call(
+                "/v1/queue.lease",
+                msg,
+                m.QueueLeaseResponse,
+                seconds=http_timeout_s(timeout),
+                idempotent=True,
+            )
+        except LeaseTimedOut:
+            return m.QueueLeaseResponse(queue_name=queue_name)
 
     async def complete(
         self,
         queue_name: str,
         partition: int,
         ids: Sequence[str],
-        request_timeout: str = "1m",
+        request_timeout: Duration = "1m",
         lease_tokens: Sequence[str] = (),
     ) -> None:
         """Marks leased items done (deletes them). Fails fast; never retried by the server.
@@ -173,14 +260,15 @@ class AsyncClient:
             RetryRequest: a storage or partition failure; the ids after the failing one were not completed.
             ConnectionFailed: no reply; some ids may have been completed.
         """
+        timeout = go_duration(request_timeout)
         msg = m.QueueCompleteRequest(
             queue_name=queue_name,
             partition=partition,
-            request_timeout=request_timeout,
+            request_timeout=timeout,
             ids=list(ids),
             lease_tokens=list(lease_tokens),
         )
-        await self._reply_call("/v1/queue.complete", msg, http_timeout_s(request_timeout))
+        await self._reply_call("/v1/queue.complete", msg, http_timeout_s(timeout))
 
     async def retry(self, queue_name: str, partition: int, items: Sequence[RetryItem]) -> None:
         """Gives leased items back: now (new id, queue tail), at ``retry_at`` (scheduled), or dead.
@@ -207,8 +295,8 @@ class AsyncClient:
         queue_name: str,
         partition: int,
         ids: Sequence[str],
-        lease_timeout: str = "",
-        request_timeout: str = "1m",
+        lease_timeout: Duration = "",
+        request_timeout: Duration = "1m",
         lease_tokens: Sequence[str] = (),
     ) -> m.QueueRenewResponse:
         """Extends leases (a heartbeat): each leased id's deadline becomes now + ``lease_timeout``.
@@ -223,68 +311,72 @@ class AsyncClient:
             RetryRequest: a storage or partition failure.
             ConnectionFailed: no reply; some ids may have been renewed.
         """
+        timeout = go_duration(request_timeout)
         msg = m.QueueRenewRequest(
             queue_name=queue_name,
             partition=partition,
             ids=list(ids),
-            lease_timeout=lease_timeout,
-            request_timeout=request_timeout,
+            lease_timeout=go_duration(lease_timeout),
+            request_timeout=timeout,
             lease_tokens=list(lease_tokens),
         )
         return await self.call(
-            "/v1/queue.renew", msg, m.QueueRenewResponse, seconds=http_timeout_s(request_timeout)
+            "/v1/queue.renew", msg, m.QueueRenewResponse, seconds=http_timeout_s(timeout), idempotent=True
         )
 
     @contextlib.asynccontextmanager
     async def leased(
         self,
         queue_name: str,
-        batch_size: int,
-        client_id: str,
-        request_timeout: str = "1m",
-        lease_timeout: str = "",
-    ) -> AsyncIterator[m.QueueLeaseResponse]:
+        batch_size: int = 1,
+        client_id: str | None = None,
+        request_timeout: Duration = "1m",
+        lease_timeout: Duration = "",
+    ) -> AsyncIterator[Lease]:
         """Leases items for the body of an ``async with``, renewing the leases while it runs.
 
-        On a normal exit the items are completed; if the body raises, they are retried (now) and the
-        exception propagates. Renewal happens each time a third of the time left on the lease has passed
-        (measured against the server's ``lease_deadline``; with ``lease_timeout``, at least every third
-        of it), so the first renewal always comes before the queue's own lease timeout runs out. A
-        renewal that fails for a retryable reason (454, no answer) is tried again, sooner; one answered
-        400 means the lease was lost (it expired and the item went back to the queue), and renewal stops.
+        The body gets a ``Lease`` (``.items``, ``.partition``) and may mark each item ``complete``,
+        ``retry`` (now or later) or ``dead``; when the body ends, marked items get their outcome and the
+        rest are completed, or retried now if the body raised (the exception propagates). A lease that
+        found nothing has no items and settles nothing. Renewal happens each time a third of the time
+        left on the lease has passed (measured against the server's ``lease_deadline``; with
+        ``lease_timeout``, at least every third of it), so the first renewal always comes before the
+        queue's own lease timeout runs out. A renewal that fails for a retryable reason (454, no answer)
+        is tried again, sooner; one answered 400 means the lease was lost (it expired and the item went
+        back to the queue), and renewal stops.
 
         Example::
 
-            async with client.leased("orders", 10, "worker-1") as lease:
+            async with client.leased("orders", 10) as lease:
                 for item in lease.items:
-                    await handle(item.bytes)
+                    try:
+                        await handle(item.bytes)
+                    except Temporary:
+                        lease.retry(item, at=timedelta(seconds=30))
 
         Raises:
             as ``lease`` when leasing (and ValueError for a ``lease_timeout`` that is not a duration);
-            as ``complete``/``retry`` on exit: completing items whose lease was lost answers
-            InvalidOption, as their ids no longer exist.
+            as ``complete``/``retry`` on exit: settling items whose lease was lost answers InvalidOption,
+            as their ids no longer exist.
         """
-        if lease_timeout:
-            parse_duration(lease_timeout)
-        lease = await self.lease(queue_name, batch_size, client_id, request_timeout)
-        ids = [i.id for i in lease.items]
-        # Each item's proof of this lease, for a queue that requires lease tokens (else all empty).
-        tokens = [i.lease_token for i in lease.items if i.lease_token]
-        renewing = asyncio.create_task(keep_renewed(self, lease, lease_timeout))
+        renewal = go_duration(lease_timeout)
+        if renewal:
+            parse_duration(renewal)
+        lease = Lease(await self.lease(queue_name, batch_size, client_id, request_timeout))
+        renewing = asyncio.create_task(keep_renewed(self, lease, renewal))
         try:
             yield lease
         except BaseException:
             await stopped(renewing)
             with contextlib.suppress(QueratorError):
                 # Best effort: items not retried come back anyway when their lease expires.
-                retried = [m.QueueRetryItem(id=i.id, lease_token=i.lease_token) for i in lease.items]
-                await self.retry(queue_name, lease.partition, retried)
+                await lease.settle(self, failed=True)
             raise
         await stopped(renewing)
-        await self.complete(queue_name, lease.partition, ids, lease_tokens=tokens)
+        await lease.settle(self, failed=False)
 
     async def redrive(
-        self, queue_name: str, target_queue: str, limit: int = 0, request_timeout: str = "1m"
+        self, queue_name: str, target_queue: str, limit: int = 0, request_timeout: Duration = "1m"
     ) -> int:
         """Moves items of a dead-letter queue into ``target_queue`` (FIFO; at most ``limit``, 0 = all).
 
@@ -295,11 +387,12 @@ class AsyncClient:
             InvalidOption: unknown queue or target, target equal to the queue, negative limit.
             RetryRequest: a storage or partition failure; items moved so far stay moved.
         """
+        timeout = go_duration(request_timeout)
         msg = m.QueueRedriveRequest(
-            queue_name=queue_name, target_queue=target_queue, limit=limit, request_timeout=request_timeout
+            queue_name=queue_name, target_queue=target_queue, limit=limit, request_timeout=timeout
         )
         reply = await self.call(
-            "/v1/queue.redrive", msg, m.QueueRedriveResponse, seconds=http_timeout_s(request_timeout)
+            "/v1/queue.redrive", msg, m.QueueRedriveResponse, seconds=http_timeout_s(timeout)
         )
         return reply.moved
 
@@ -311,7 +404,7 @@ class AsyncClient:
             InvalidOption: unknown queue.
         """
         msg = m.ClusterInfoRequest(queue_name=queue_name, namespace=namespace)
-        return await self.call("/v1/cluster.info", msg, m.ClusterInfoResponse)
+        return await self.call("/v1/cluster.info", msg, m.ClusterInfoResponse, idempotent=True)
 
     async def stats(self, queue_name: str) -> m.QueueStatsResponse:
         """Counts of waiting requests and, per partition, of items, leases, failures and ages.
@@ -319,9 +412,8 @@ class AsyncClient:
         Raises:
             InvalidOption: unknown queue.
         """
-        return await self.call(
-            "/v1/queue.stats", m.QueueStatsRequest(queue_name=queue_name), m.QueueStatsResponse
-        )
+        request = m.QueueStatsRequest(queue_name=queue_name)
+        return await self.call("/v1/queue.stats", request, m.QueueStatsResponse, idempotent=True)
 
     async def clear(
         self, queue_name: str, queue: bool = False, scheduled: bool = False, destructive: bool = False
@@ -343,7 +435,9 @@ class AsyncClient:
         Raises:
             InvalidOption: unknown queue.
         """
-        await self._reply_call("/v1/queue.reload", m.QueueReloadRequest(queue_name=queue_name))
+        await self._reply_call(
+            "/v1/queue.reload", m.QueueReloadRequest(queue_name=queue_name), idempotent=True
+        )
 
     # -- queue administration -----------------------------------------------------------------------------
 
@@ -351,8 +445,8 @@ class AsyncClient:
         self,
         info: m.QueueInfo | str,
         *,
-        lease_timeout: str | None = None,
-        expire_timeout: str | None = None,
+        lease_timeout: Duration | None = None,
+        expire_timeout: Duration | None = None,
         max_attempts: int | None = None,
         dead_queue: str | None = None,
         reference: str | None = None,
@@ -421,7 +515,8 @@ class AsyncClient:
         Raises:
             InvalidOption: invalid name or unknown queue (``queue does not exist; ...``).
         """
-        return await self.call("/v1/queues.info", m.QueuesInfoRequest(queue_name=name), m.QueueInfo)
+        request = m.QueuesInfoRequest(queue_name=name)
+        return await self.call("/v1/queues.info", request, m.QueueInfo, idempotent=True)
 
     async def list_queues(self, pivot: str = "", limit: int = 0, namespace: str = "") -> m.QueuesListResponse:
         """Queues of ``namespace`` (empty: ``_system``) by name, from the first name >= ``pivot``.
@@ -432,7 +527,7 @@ class AsyncClient:
             InvalidOption: limit out of range or invalid pivot.
         """
         msg = m.QueuesListRequest(pivot=pivot, limit=limit, namespace=namespace)
-        return await self.call("/v1/queues.list", msg, m.QueuesListResponse)
+        return await self.call("/v1/queues.list", msg, m.QueuesListResponse, idempotent=True)
 
     # -- the storage API (operators and debugging) --------------------------------------------------------
 
@@ -456,7 +551,7 @@ class AsyncClient:
         self, path: str, queue_name: str, partition: int, pivot: str, limit: int
     ) -> m.StorageItemsListResponse:
         msg = m.StorageItemsListRequest(queue_name=queue_name, partition=partition, pivot=pivot, limit=limit)
-        return await self.call(path, msg, m.StorageItemsListResponse)
+        return await self.call(path, msg, m.StorageItemsListResponse, idempotent=True)
 
     async def import_items(
         self, queue_name: str, partition: int, items: Sequence[m.StorageItem]
@@ -478,7 +573,7 @@ class AsyncClient:
             InvalidOption: unknown queue or partition, no ids, a malformed id.
         """
         msg = m.StorageItemsDeleteRequest(queue_name=queue_name, partition=partition, ids=list(ids))
-        await self._reply_call("/v1/storage/items.delete", msg)
+        await self._reply_call("/v1/storage/items.delete", msg, idempotent=True)
 
     async def health(self) -> dict[str, Any]:
         """``GET /health``: the server's health+json body, for a passing (200) or failing (503) check.
@@ -490,7 +585,8 @@ class AsyncClient:
             QueratorError: any other status or a body that is not a JSON object (code = HTTP status).
             ConnectionFailed: no reply.
         """
-        status, body = await self._transport.get(self.endpoint + "/health", self._timeout_s(None))
+        url, timeout_s = self.endpoint + "/health", self._timeout_s(None)
+        status, body = await with_retries(self.retries, True, lambda: self._transport.get(url, timeout_s))
         if status not in (200, 503):
             raise plain_error(status, f"health check failed; HTTP {status}: {snippet(body)}")
         try:

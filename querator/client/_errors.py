@@ -2,27 +2,37 @@
 
 from __future__ import annotations
 
+import aiohttp
+
 from querator.errors import QueratorError
 
 _SNIPPET = 200
 """Characters of an unexpected body quoted in an error message."""
 
 
-class ConnectionFailed(QueratorError):
+class ConnectionFailed(QueratorError, ConnectionError):
     """No reply was received: the connection failed, broke, or the call's HTTP timeout elapsed.
 
-    ``code`` is 0 (no HTTP status exists). Retrying is the caller's choice: unless the connection was
-    refused outright the server may have received and applied the request.
+    ``code`` is 0 (no HTTP status exists). A ``ConnectionError`` too, so code that handles network
+    failures of any library handles this one. ``sent``: False when no connection was made (refused, DNS
+    failure), so the server never saw the request; True otherwise, when it may have received and applied
+    it.
     """
 
     code = 0
+
+    def __init__(self, message: str, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent
 
 
 def connection_failed(url: str, error: BaseException) -> ConnectionFailed:
     """The ``ConnectionFailed`` of an aiohttp error or of the HTTP timeout elapsing."""
     if isinstance(error, TimeoutError):
         return ConnectionFailed(f"request timed out; no reply from {url}")
-    return ConnectionFailed(f"connection failed; {url}: {error or type(error).__name__}")
+    # A connector error is raised before a byte of the request was written.
+    sent = not isinstance(error, aiohttp.ClientConnectorError)
+    return ConnectionFailed(f"connection failed; {url}: {error or type(error).__name__}", sent)
 
 
 def snippet(body: bytes) -> str:

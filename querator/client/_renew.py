@@ -10,16 +10,16 @@ from querator.client._errors import ConnectionFailed
 from querator.clock import MICROS, SystemClock, from_datetime
 from querator.duration import SECOND, parse_duration
 from querator.errors import InvalidOption, RetryRequest
-from querator.wire import messages as m
 
 if TYPE_CHECKING:
     from querator.client._async import AsyncClient
+    from querator.client._lease import Lease
 
 MIN_RENEW_WAIT = 0.01
 """Seconds: the shortest wait between two renewals of a lease about to run out."""
 
 
-async def keep_renewed(client: AsyncClient, lease: m.QueueLeaseResponse, lease_timeout: str) -> None:
+async def keep_renewed(client: AsyncClient, lease: Lease, lease_timeout: str) -> None:
     """Renews ``lease``'s items until cancelled, or until a renewal says the lease is lost.
 
     A renewal comes each time a third of the time left on the lease has passed (measured against the

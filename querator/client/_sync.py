@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
 from querator.client._async import DEFAULT_ENDPOINT, AsyncClient
+from querator.client._retries import DEFAULT_RETRIES, Retries
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -99,9 +100,16 @@ class Client:
         *,
         limit: int = 100,
         limit_per_host: int = 0,
+        retries: Retries | None = DEFAULT_RETRIES,
     ) -> None:
         self.aio = AsyncClient(
-            endpoint, api_key, protobuf, timeout_margin, limit=limit, limit_per_host=limit_per_host
+            endpoint,
+            api_key,
+            protobuf,
+            timeout_margin,
+            limit=limit,
+            limit_per_host=limit_per_host,
+            retries=retries,
         )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="querator-client", daemon=True)

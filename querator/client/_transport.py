@@ -9,7 +9,7 @@ import aiohttp
 import msgspec
 
 from querator import __version__, wire
-from querator.auth import EXTENSIONS_HEADER
+from querator.auth import EXTENSIONS_HEADER, EXTENSIONS_LEVEL
 from querator.client._errors import connection_failed, snippet
 from querator.duration import SECOND, DurationError, parse_duration
 from querator.errors import QueratorError, error_for, plain_error
@@ -52,7 +52,7 @@ class Transport:
             "Accept": media,
             "User-Agent": f"querator-python/{__version__}",
             # This client knows the extension fields: the server may put them in JSON replies.
-            EXTENSIONS_HEADER: "1",
+            EXTENSIONS_HEADER: str(EXTENSIONS_LEVEL),
         }
         if api_key is not None:
             self._headers["Authorization"] = f"Bearer {api_key}"

@@ -151,6 +151,8 @@ async def drain(
                 reply = await leaser.lease(queue, batch_size=100, client_id="drain", request_timeout="1s")
             except RetryRequest:
                 return False
+            if not reply.items:
+                return False
             await retried(lambda: completer.complete(queue, reply.partition, [i.id for i in reply.items]))
             delivered[reply.partition].extend(i.bytes.decode() for i in reply.items)
             return sum(map(len, delivered.values())) >= expected
@@ -209,6 +211,8 @@ async def test_twelve_consumers_over_three_nodes_are_all_served(
                     reply = await client.lease("jobs", batch_size=10, client_id=name, request_timeout="1s")
                 except RetryRequest:
                     continue
+                if not reply.items:
+                    continue
                 ids = [i.id for i in reply.items]
                 await retried(lambda p=reply.partition, i=ids: client.complete("jobs", p, i))
                 by_consumer[name].extend(i.bytes.decode() for i in reply.items)
@@ -250,6 +254,8 @@ async def test_dead_letters_redrive_and_dedup_across_nodes(
             try:
                 reply = await leaser.lease("work", batch_size=100, client_id="k", request_timeout="1s")
             except RetryRequest:
+                return False
+            if not reply.items:
                 return False
             dead = [m.QueueRetryItem(id=i.id, dead=True) for i in reply.items]
             await retried(lambda: retrier.retry("work", reply.partition, dead))
@@ -389,6 +395,8 @@ async def test_an_etcd_outage_fails_safe_and_recovers(
                 try:
                     reply = await leaser.lease("jobs", batch_size=50, client_id="c", request_timeout="500ms")
                 except RetryRequest:
+                    continue
+                if not reply.items:
                     continue
                 ids = [i.id for i in reply.items]
                 await retried(lambda p=reply.partition, i=ids: completer.complete("jobs", p, i))

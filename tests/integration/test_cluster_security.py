@@ -36,7 +36,8 @@ from querator.auth import FORWARDED_HEADER, generate_key, key_hash
 from querator.client import AsyncClient
 from querator.cluster.etcd import EtcdClient
 from querator.cluster.ring import Ring
-from querator.errors import QueratorError, RetryRequest
+from querator.errors import LeaseTimedOut, QueratorError, RetryRequest
+from querator.wire import messages as m
 
 from .certs import Authority, Issued
 from .conftest import ServerProcess, Servers, eventually, free_port, server_env
@@ -249,11 +250,21 @@ async def test_queues_created_through_forwards_reach_every_node(
         other = nodes[1] if owner == "node-0" else nodes[0]
         async with AsyncClient(other.url, api_key=KEY) as client:
             await _retried(lambda c=client, q=queue: c.produce(q, ["forwarded"]))
-            reply = await _retried(
-                lambda c=client, q=queue: c.lease(q, batch_size=1, client_id="c", request_timeout="1s")
-            )
+            reply = await _lease_some(client, queue)
             assert [i.bytes for i in reply.items] == [b"forwarded"]
             await client.complete(queue, reply.partition, [i.id for i in reply.items])
+
+
+async def _lease_some(client: AsyncClient, queue: str) -> m.QueueLeaseResponse:
+    """A lease of at least one item, leasing again (until ``DEADLINE``) while there is none yet."""
+
+    async def some() -> m.QueueLeaseResponse:
+        reply = await client.lease(queue, batch_size=1, client_id="c", request_timeout="1s")
+        if not reply.items:
+            raise LeaseTimedOut()
+        return reply
+
+    return await _retried(some)
 
 
 async def _retried(call: Callable[[], Awaitable[T]]) -> T:
@@ -347,7 +358,7 @@ async def test_nodes_talk_tls_and_verify_each_other(
     # Through node-0, which owns nothing of the queue: every call is forwarded to node-1 over TLS.
     async with AsyncClient(urls["node-0"], api_key=KEY, ssl=trusted) as client:
         await _retried(lambda: client.produce(queue, ["over tls"]))
-        reply = await _retried(lambda: client.lease(queue, batch_size=1, client_id="c", request_timeout="1s"))
+        reply = await _lease_some(client, queue)
         assert [i.bytes for i in reply.items] == [b"over tls"]
         await client.complete(queue, reply.partition, [i.id for i in reply.items])
 

@@ -23,7 +23,7 @@ from functools import partial
 from typing import Literal
 
 from querator.client import AsyncClient, ConnectionFailed
-from querator.errors import QueratorError, RetryRequest, outcome_unknown
+from querator.errors import LeaseTimedOut, QueratorError, RetryRequest, outcome_unknown
 from tests.integration.conftest import Held, held
 
 Outcome = Literal["ok", "fail", "unknown"]
@@ -109,8 +109,9 @@ class Workload:
 
     async def run(self) -> None:
         async with contextlib.AsyncExitStack() as stack:
+            # retries=None: the history records each call's own outcome, not that of the client's retries.
             clients = [
-                await stack.enter_async_context(AsyncClient(endpoint, timeout_margin=2.0))
+                await stack.enter_async_context(AsyncClient(endpoint, timeout_margin=2.0, retries=None))
                 for endpoint in self.endpoints
             ]
             tasks = [self._producer(clients[n % len(clients)], n) for n in range(self.producers)]
@@ -147,6 +148,8 @@ class Workload:
 
             async def lease(op: Op = op) -> None:
                 reply = await client.lease(self.queue, self.lease_batch, name, "1s")
+                if not reply.items:
+                    raise LeaseTimedOut()  # recorded as the server's answer: a 454
                 op.partition = reply.partition
                 op.ids = tuple(i.id for i in reply.items)
                 op.payloads = tuple(i.bytes.decode() for i in reply.items)
@@ -188,7 +191,7 @@ class Workload:
 async def drain(endpoint: str, queue: str, history: History, deadline: float = DRAIN_DEADLINE) -> int:
     """Leases and completes until the queue is empty; returns what the server still holds after. A
     partition still failing then fails the test: what it holds is unknown."""
-    async with AsyncClient(endpoint) as client:
+    async with AsyncClient(endpoint, retries=None) as client:
         loop = asyncio.get_running_loop()
         give_up = loop.time() + deadline
         while loop.time() < give_up:
@@ -198,6 +201,8 @@ async def drain(endpoint: str, queue: str, history: History, deadline: float = D
 
             async def take(op: Op = lease) -> None:
                 reply = await client.lease(queue, 100, "drain", "2s")
+                if not reply.items:
+                    raise LeaseTimedOut()
                 op.partition = reply.partition
                 op.ids = tuple(i.id for i in reply.items)
                 op.payloads = tuple(i.bytes.decode() for i in reply.items)

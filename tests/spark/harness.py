@@ -52,7 +52,9 @@ async def _drain(url: str, queue: str) -> Delivered:
                     raise AssertionError(f"draining {queue!r}: not empty after {DRAIN_DEADLINE}s")
                 try:
                     reply = await client.lease(queue, LEASE_BATCH, f"drain-{n}", request_timeout="300ms")
-                except RetryRequest:  # nothing to lease right now: done once nothing is left at all
+                except RetryRequest:
+                    continue
+                if not reply.items:  # nothing to lease right now: done once nothing is left at all
                     if await empty():
                         return
                     continue
