@@ -1,4 +1,5 @@
-"""The ``querator`` command: ``serve`` runs a node; the other commands are a client of a running node.
+"""The ``querator`` command: ``serve`` runs a node, ``worker`` runs tasks (``querator.worker``); the other
+commands are a client of a running node.
 
 Client commands talk to ``--endpoint`` (env ``QUERATOR_ENDPOINT``) with ``--api-key`` (env
 ``QUERATOR_API_KEY``), verifying an ``https://`` endpoint against ``--ca-file`` (env ``QUERATOR_CA_FILE``;
@@ -31,6 +32,7 @@ from querator.duration import DurationError, format_duration, parse_duration
 from querator.errors import LeaseTimedOut, QueratorError
 from querator.wire import encode_json
 from querator.wire import messages as m
+from querator.worker import _cli as worker_cli
 
 EXIT_SERVER_ERROR = 1
 EXIT_USAGE = 2
@@ -269,6 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--tag", default="live", help="lowercase letters or digits shown in the key (default live)"
     )
     _client_parsers(sub)
+    worker_cli.add_parser(sub)
     return parser
 
 
@@ -502,6 +505,8 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0911
             return EXIT_USAGE
         print(f"key:  {key}\nhash: {key_hash(key)}")
         return 0
+    if args.command == "worker":
+        return worker_cli.run(args)
     if args.command == "serve":
         try:
             config = load(None, environment(), vars(args))

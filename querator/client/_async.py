@@ -363,7 +363,12 @@ class AsyncClient:
         if renewal:
             parse_duration(renewal)
         lease = Lease(await self.lease(queue_name, batch_size, client_id, request_timeout))
-        renewing = asyncio.create_task(keep_renewed(self, lease, renewal))
+        ids = [i.id for i in lease.items]
+        deadline = lease.items[0].lease_deadline if ids else None
+        tokens = {i.id: i.lease_token for i in lease.items if i.lease_token}
+        renewing = asyncio.create_task(
+            keep_renewed(self, queue_name, lease.partition, ids, deadline, renewal, tokens=tokens)
+        )
         try:
             yield lease
         except BaseException:

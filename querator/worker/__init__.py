@@ -1,0 +1,48 @@
+"""Background tasks on Querator queues: declare a task, enqueue calls of it, run workers.
+
+::
+
+    from querator.worker import Worker, backoff
+
+    worker = Worker("http://localhost:2319", concurrency=16)
+
+    @worker.task(queue="emails", max_attempts=5, retry=backoff.exponential(first="1s", cap="10m"),
+                 lease_timeout="30s", create_queue=True)
+    async def send_email(to: str, subject: str) -> None: ...
+
+    await send_email.enqueue("a@example.com", subject="hi")      # the item's id
+
+and ``querator worker myapp.tasks:worker --concurrency 16`` runs it. Sync functions run in a thread
+pool, async ones on the loop; arguments travel as JSON (or the worker's ``Serializer``) and arrive typed
+by the function's annotations; leases are renewed while a task runs; a task that raises is retried at
+``retry_at`` from its back-off, and dead-lettered after ``max_attempts`` or at once on ``Permanent``;
+SIGTERM stops a worker warmly. docs/worker.md has all of it, docs/adr/0014 why it is built so.
+
+Modules: ``backoff`` (retry policies, public), ``_worker`` (``Worker``: tasks, ``run``, shutdown),
+``_task`` (``Task``, enqueue), ``_runner`` (a queue's lease loop and each run), ``_settle`` (batched
+completes and retries), ``_serializer`` (JSON, typed arguments), ``_envelope`` (the payload),
+``_trace`` (W3C trace context), ``_observe`` (run logs, metrics) and ``_cli`` (``querator worker``).
+"""
+
+from __future__ import annotations
+
+from querator.worker import backoff
+from querator.worker._envelope import EnvelopeError
+from querator.worker._observe import JsonFormatter
+from querator.worker._serializer import JsonSerializer, Serializer
+from querator.worker._task import Permanent, Task
+from querator.worker._trace import current_traceparent, use_traceparent
+from querator.worker._worker import Worker
+
+__all__ = [
+    "EnvelopeError",
+    "JsonFormatter",
+    "JsonSerializer",
+    "Permanent",
+    "Serializer",
+    "Task",
+    "Worker",
+    "backoff",
+    "current_traceparent",
+    "use_traceparent",
+]

@@ -1,0 +1,269 @@
+"""Running one queue's tasks: the lease loop, each item's run, and its outcome.
+
+The lease loop asks for as many items as the process has free slots (``Reservations``), so one queue
+never leases more than the worker can run; with several queues, each asks for what is free when it
+leases, and items that arrive while the slots filled wait for one, renewed meanwhile. What runs at once
+is bounded by semaphores, whatever was leased: the task's own ``concurrency``, then the process's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import functools
+import logging
+import random
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+from msgspec.structs import replace
+
+from querator.client import AsyncClient, new_client_id
+from querator.client._arguments import absolute
+from querator.client._renew import keep_renewed
+from querator.errors import QueratorError
+from querator.wire import messages as m
+from querator.worker._envelope import EnvelopeError, unpack
+from querator.worker._observe import Metrics, log_run
+from querator.worker._settle import Settler
+from querator.worker._task import MAX_BATCH, Permanent, Task
+from querator.worker._trace import continued, current_traceparent
+
+log = logging.getLogger("querator.worker")
+
+LEASE_POLL = "30s"
+"""How long one lease waits for items; a stopping worker cancels it (the server gives back at once what
+a cancelled lease would have taken: docs/adr/0005)."""
+LEASE_FAILED_WAIT_S = (0.1, 10.0)
+"""Seconds a lease loop waits after a failed lease: the first, and the most after repeated failures."""
+UNKNOWN_KIND_WAIT_S = 60.0
+"""Seconds before an item whose kind names no task of this worker is offered again (another worker, or
+this one after a deploy, may know it)."""
+
+
+class Reservations:
+    """Items leased and not settled yet, against the worker's concurrency: the lease loops lease only what
+    is free."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self._freed = asyncio.Event()
+
+    def free(self) -> int:
+        return self.capacity - self.used
+
+    async def wait_free(self) -> None:
+        while self.used >= self.capacity:
+            self._freed.clear()
+            await self._freed.wait()
+
+    def take(self, n: int) -> None:
+        self.used += n
+
+    def give(self) -> None:
+        self.used -= 1
+        self._freed.set()
+
+
+@dataclass(slots=True)
+class Runtime:
+    """What every queue's runner of one ``Worker.run`` shares."""
+
+    client: AsyncClient
+    settler: Settler
+    metrics: Metrics
+    reservations: Reservations
+    running: asyncio.Semaphore
+    pool: ThreadPoolExecutor
+    runs: set[asyncio.Task[None]] = field(default_factory=set)
+    renewals: set[asyncio.Task[None]] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class _Failure:
+    reason: str
+    """error, timeout, permanent or undecodable (the metric's label)."""
+    error: BaseException
+
+
+class QueueRunner:
+    """Leases the items of ``queue`` and runs each with the task its ``kind`` names (or the queue's only
+    task, for an item without a kind)."""
+
+    def __init__(self, runtime: Runtime, queue: str, tasks: list[Task[..., Any]]) -> None:
+        self._rt = runtime
+        self.queue = queue
+        self._by_kind = {t.name: t for t in tasks}
+        self._only = tasks[0] if len(tasks) == 1 else None
+        self._limits = {
+            t.name: asyncio.Semaphore(t.options.concurrency) for t in tasks if t.options.concurrency
+        }
+        self._lease_timeout = next((t.options.lease_timeout for t in tasks if t.options.lease_timeout), "")
+
+    async def lease_loop(self) -> None:
+        """Leases and starts items until cancelled."""
+        rt, client_id, failures = self._rt, new_client_id(), 0
+        while True:
+            await rt.reservations.wait_free()
+            wanted = min(rt.reservations.free(), MAX_BATCH)
+            try:
+                reply = await rt.client.lease(self.queue, wanted, client_id, LEASE_POLL)
+            except QueratorError as e:
+                failures += 1
+                first_s, most_s = LEASE_FAILED_WAIT_S
+                wait_s = random.uniform(0, min(most_s, first_s * 2**failures))
+                log.warning("leasing from %s failed, again in %.1fs: %s", self.queue, wait_s, e)
+                await asyncio.sleep(wait_s)
+                continue
+            failures = 0
+            if reply.items:
+                self._start(reply)
+
+    def _start(self, reply: m.QueueLeaseResponse) -> None:
+        rt = self._rt
+        rt.reservations.take(len(reply.items))
+        rt.metrics.in_flight.inc(len(reply.items))
+        live = {i.id for i in reply.items}
+
+        def lost(item_id: str) -> None:
+            live.discard(item_id)
+            log.warning("lease of %s on %s lost while it ran: it will run again", item_id, self.queue)
+
+        renewal = asyncio.create_task(
+            keep_renewed(
+                rt.client,
+                self.queue,
+                reply.partition,
+                live,
+                reply.items[0].lease_deadline,
+                self._lease_timeout,
+                lost,
+                {i.id: i.lease_token for i in reply.items if i.lease_token},
+            )
+        )
+        rt.renewals.add(renewal)
+        renewal.add_done_callback(rt.renewals.discard)
+        for item in reply.items:
+            run = asyncio.create_task(self._run(reply.partition, item, live))
+            rt.runs.add(run)
+            run.add_done_callback(rt.runs.discard)
+
+    async def _run(self, partition: int, item: m.QueueLeaseItem, live: set[str]) -> None:
+        rt = self._rt
+        task = self._by_kind.get(item.kind) or (self._only if not item.kind else None)
+        fields: dict[str, Any] = {
+            "task": task.name if task is not None else item.kind,
+            "queue": self.queue,
+            "item_id": item.id,
+            "attempt": item.attempts,
+        }
+        try:
+            if task is None:
+                log.error(
+                    "no task named %r on queue %s in this worker: offered again later", item.kind, self.queue
+                )
+                retry = m.QueueRetryItem(id=item.id, retry_at=absolute(UNKNOWN_KIND_WAIT_S))
+                await self._settle(partition, item, fields, None, "retried", retry)
+                return
+            failure = await self._execute(task, item, fields)
+            if failure is None:
+                await self._settle(partition, item, fields, None, "completed", None)
+                return
+            rt.metrics.failures.labels(task.name, failure.reason).inc()
+            fields["error"] = f"{type(failure.error).__name__}: {failure.error}"
+            limit = task.options.max_attempts
+            if failure.reason in ("permanent", "undecodable") or (limit and item.attempts >= limit):
+                await self._settle(
+                    partition, item, fields, failure, "dead_lettered", m.QueueRetryItem(id=item.id, dead=True)
+                )
+                return
+            wait_s = task.options.retry(item.attempts)
+            at = absolute(wait_s) if wait_s > 0 else None
+            fields["retry_in_s"] = round(wait_s, 3)
+            await self._settle(
+                partition, item, fields, failure, "retried", m.QueueRetryItem(id=item.id, retry_at=at)
+            )
+        finally:
+            live.discard(item.id)
+            rt.reservations.give()
+            rt.metrics.in_flight.dec()
+
+    async def _execute(
+        self, task: Task[..., Any], item: m.QueueLeaseItem, fields: dict[str, Any]
+    ) -> _Failure | None:
+        """Runs the task function on the item's arguments within the limits; the failure, if it failed."""
+        try:
+            args, kwargs, trace = unpack(task.serializer, item.bytes)
+            call = task.signature.convert(args, kwargs)
+        except (EnvelopeError, TypeError, ValueError, msgspec.ValidationError) as e:
+            return _Failure("undecodable", e)
+        loop = asyncio.get_running_loop()
+        attributes = {"messaging.system": "querator", "messaging.destination.name": self.queue}
+        async with self._limit(task), self._rt.running:
+            with continued(trace, f"{task.name} process", attributes):
+                fields["traceparent"] = current_traceparent()
+                started_s = loop.time()
+                try:
+                    await self._call(task, call.args, call.kwargs)
+                except TimeoutError as e:
+                    return _Failure("timeout", e)
+                except Exception as e:
+                    permanent = isinstance(e, (Permanent, *task.options.permanent))
+                    return _Failure("permanent" if permanent else "error", e)
+                finally:
+                    duration_s = loop.time() - started_s
+                    fields["duration_s"] = round(duration_s, 6)
+                    self._rt.metrics.duration.labels(task.name).observe(duration_s)
+        return None
+
+    @contextlib.asynccontextmanager
+    async def _limit(self, task: Task[..., Any]) -> Any:
+        limit = self._limits.get(task.name)
+        if limit is None:
+            yield
+            return
+        async with limit:
+            yield
+
+    async def _call(self, task: Task[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The function's result: a coroutine awaited here, a plain function in the thread pool (with this
+        context, so the trace goes with it). A timed-out thread runs on to its end; only its result is
+        dropped (Python cannot stop a thread)."""
+        timeout_s = task.options.timeout_s
+        if task.is_async:
+            async with asyncio.timeout(timeout_s):
+                return await task.fn(*args, **kwargs)
+        context = contextvars.copy_context()
+        future = asyncio.get_running_loop().run_in_executor(
+            self._rt.pool, context.run, functools.partial(task.fn, *args, **kwargs)
+        )
+        return await asyncio.wait_for(future, timeout_s)
+
+    async def _settle(
+        self,
+        partition: int,
+        item: m.QueueLeaseItem,
+        fields: dict[str, Any],
+        failure: _Failure | None,
+        outcome: str,
+        retry: m.QueueRetryItem | None,
+    ) -> None:
+        """Stores the run's outcome (complete, or ``retry``), counts it and logs it."""
+        rt = self._rt
+        try:
+            if retry is None:
+                await rt.settler.complete(self.queue, partition, item.id, item.lease_token)
+            else:
+                # The lease's proof goes with it, for a queue that requires lease tokens.
+                await rt.settler.retry(self.queue, partition, replace(retry, lease_token=item.lease_token))
+        except QueratorError as e:
+            outcome = "lost"
+            fields["error"] = f"{fields.get('error', '')} (not settled: {e.message})".lstrip()
+        fields["outcome"] = outcome
+        rt.metrics.runs.labels(fields["task"], outcome).inc()
+        level = logging.INFO if outcome == "completed" else logging.WARNING
+        log_run(fields, level, failure.error if failure is not None else None)

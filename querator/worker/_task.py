@@ -1,0 +1,136 @@
+"""``Task``: a function the worker runs for each item of its queue, and how callers enqueue it."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from querator.client import Duration
+from querator.client._arguments import seconds_of
+from querator.worker._envelope import pack
+from querator.worker._serializer import Serializer, Signature
+from querator.worker._trace import outgoing
+from querator.worker.backoff import Policy
+
+if TYPE_CHECKING:
+    from querator.worker._worker import Worker
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+MAX_BATCH = 1000
+"""The server's limit on the items of one produce, lease or complete (docs/semantics.md §2)."""
+
+Call = tuple[Sequence[Any], dict[str, Any]]
+"""The arguments and keyword arguments of one call, for ``Task.enqueue_many``."""
+
+
+class Permanent(Exception):
+    """Raise it (or a subclass) from a task to dead-letter the item at once: trying again cannot help."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskOptions:
+    """What ``Worker.task`` was told; see its documentation."""
+
+    name: str
+    queue: str
+    max_attempts: int
+    retry: Policy
+    lease_timeout: str
+    timeout_s: float | None
+    concurrency: int | None
+    permanent: tuple[type[BaseException], ...]
+    create_queue: bool
+    dead_queue: str
+
+
+class Task(Generic[P, R]):
+    """A task function registered with a ``Worker``: call it to run it here, ``enqueue`` it to have a
+    worker run it."""
+
+    def __init__(
+        self, worker: Worker, fn: Callable[P, R], options: TaskOptions, serializer: Serializer
+    ) -> None:
+        self.fn = fn
+        self.options = options
+        self.serializer = serializer
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.signature = Signature(fn)
+        self._worker = worker
+        functools.update_wrapper(self, fn)
+
+    @property
+    def name(self) -> str:
+        return self.options.name
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Runs the function here and now, as if it were not a task."""
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} on queue {self.options.queue!r}>"
+
+    async def enqueue(
+        self,
+        *args: Any,
+        delay: Duration | None = None,
+        enqueue_at: datetime | None = None,
+        dedup_id: str | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """Enqueues one call of the task; returns the item's id ("" when ``dedup_id`` was seen within the
+        queue's dedup window). ``delay``, ``enqueue_at`` and ``dedup_id`` are the produce's, not the
+        task's (so a task cannot take arguments of those names by keyword).
+
+        Raises:
+            as ``AsyncClient.produce``.
+        """
+        [item_id] = await self._produce(
+            [(args, kwargs)], delay, enqueue_at, None if dedup_id is None else [dedup_id]
+        )
+        return item_id
+
+    async def enqueue_many(
+        self,
+        calls: Iterable[Call],
+        *,
+        delay: Duration | None = None,
+        enqueue_at: datetime | None = None,
+        dedup_ids: Sequence[str] | None = None,
+    ) -> list[str]:
+        """Enqueues many calls, ``(args, kwargs)`` each, 1000 to a request; returns their ids in order.
+
+        Raises:
+            as ``AsyncClient.produce``: the calls of the requests before a failed one stay enqueued.
+        """
+        batch = list(calls)
+        ids: list[str] = []
+        for start in range(0, len(batch), MAX_BATCH):
+            dedup = None if dedup_ids is None else list(dedup_ids[start : start + MAX_BATCH])
+            ids += await self._produce(batch[start : start + MAX_BATCH], delay, enqueue_at, dedup)
+        return ids
+
+    async def _produce(
+        self,
+        calls: Sequence[Call],
+        delay: Duration | None,
+        enqueue_at: datetime | None,
+        dedup: list[str] | None,
+    ) -> list[str]:
+        client = await self._worker.client_for(self)
+        trace = outgoing()
+        payloads = [pack(self.serializer, args, kwargs, trace) for args, kwargs in calls]
+        return await client.produce(
+            self.options.queue,
+            payloads,
+            kind=self.name,
+            encoding=self.serializer.content_type,
+            delay=None if delay is None else seconds_of(delay),
+            enqueue_at=enqueue_at,
+            dedup_id=dedup,
+        )

@@ -1,0 +1,301 @@
+"""``Worker``: the registry of tasks and the process that runs them, with its warm shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, ParamSpec, TypeVar, overload
+
+from querator.client import DEFAULT_ENDPOINT, AsyncClient, Duration
+from querator.client._arguments import go_duration, seconds_of
+from querator.errors import InvalidOption
+from querator.worker._observe import Metrics
+from querator.worker._runner import QueueRunner, Reservations, Runtime
+from querator.worker._serializer import JsonSerializer, Serializer
+from querator.worker._settle import Settler
+from querator.worker._task import Task, TaskOptions
+from querator.worker.backoff import Policy, exponential
+
+log = logging.getLogger("querator.worker")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+EXIT_INTERRUPTED = 130
+"""Exit status after a second SIGINT/SIGTERM (128 + SIGINT, the shell's convention)."""
+DEFAULT_MAX_ATTEMPTS = 10
+DEFAULT_RETRY = exponential(first="1s", cap="10m")
+
+
+class Worker:
+    """Tasks bound to queues, and the runtime that leases and runs their items.
+
+    Args:
+        endpoint: the Querator server (default: ``QUERATOR_ENDPOINT``, else ``http://localhost:2319``).
+        api_key: its API key, if it needs one (default: ``QUERATOR_API_KEY``).
+        concurrency: items run at once in this process, all tasks together (``run`` may override it).
+        serializer: how arguments become payloads (``JsonSerializer`` by default; any ``Serializer``).
+        protobuf: speak binary protobuf to the server instead of JSON.
+    """
+
+    def __init__(
+        self,
+        endpoint: str | None = None,
+        *,
+        api_key: str | None = None,
+        concurrency: int = 16,
+        serializer: Serializer | None = None,
+        protobuf: bool = False,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("worker: concurrency must be at least 1")
+        self.endpoint = endpoint or os.environ.get("QUERATOR_ENDPOINT") or DEFAULT_ENDPOINT
+        self.concurrency = concurrency
+        self.serializer = serializer or JsonSerializer()
+        self.tasks: dict[str, Task[..., Any]] = {}
+        self.metrics = Metrics()
+        self._api_key = api_key if api_key is not None else os.environ.get("QUERATOR_API_KEY")
+        self._protobuf = protobuf
+        self._clients: dict[asyncio.AbstractEventLoop, AsyncClient] = {}
+        self._ensured: set[tuple[int, str]] = set()
+        self._stop: asyncio.Event | None = None
+        self._signals = 0
+
+    # -- declaring tasks ------------------------------------------------------------------------------------
+
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self,
+        fn: None = None,
+        /,
+        *,
+        queue: str = "",
+        name: str | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        retry: Policy = DEFAULT_RETRY,
+        lease_timeout: Duration | None = None,
+        timeout: Duration | None = None,
+        concurrency: int | None = None,
+        permanent: Collection[type[BaseException]] = (),
+        create_queue: bool = False,
+        dead_queue: str | None = None,
+        serializer: Serializer | None = None,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(
+        self,
+        fn: Callable[P, R] | None = None,
+        /,
+        *,
+        queue: str = "",
+        name: str | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        retry: Policy = DEFAULT_RETRY,
+        lease_timeout: Duration | None = None,
+        timeout: Duration | None = None,
+        concurrency: int | None = None,
+        permanent: Collection[type[BaseException]] = (),
+        create_queue: bool = False,
+        dead_queue: str | None = None,
+        serializer: Serializer | None = None,
+    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+        """Registers a function (sync or async) as a task, as a decorator.
+
+        Args:
+            queue: the queue its items go to (default: the task's name). Several tasks may share one.
+            name: the task's name, stored as each item's ``kind`` (default: the function's qualified name).
+            max_attempts: runs before a failing item is dead-lettered (0: no limit).
+            retry: the back-off after a failure (``querator.worker.backoff``; default exponential, 1s to
+                10m): the item comes back at ``retry_at``.
+            lease_timeout: the queue's lease timeout when ``create_queue`` makes it, and each renewal's;
+                leases are renewed while the task runs, so it bounds only how soon a crashed worker's
+                items run again.
+            timeout: a run that takes longer fails (and is retried).
+            concurrency: runs of this task at once in this process (below the worker's own limit).
+            permanent: exceptions that dead-letter the item at once, as ``Permanent`` does.
+            create_queue: create the queue (and its dead queue) when missing, with ``lease_timeout``,
+                ``max_attempts`` and ``dead_queue``.
+            dead_queue: for ``create_queue``: the dead-letter queue (default ``<queue>-dead``; "" none).
+            serializer: this task's, instead of the worker's.
+        """
+
+        def register(function: Callable[P, R]) -> Task[P, R]:
+            task_name = name or f"{function.__module__}.{function.__qualname__}"
+            if task_name in self.tasks:
+                raise ValueError(f"worker: a task named {task_name!r} is registered already")
+            if max_attempts < 0 or (concurrency is not None and concurrency < 1):
+                raise ValueError("worker: max_attempts cannot be negative, concurrency must be at least 1")
+            target = queue or task_name
+            options = TaskOptions(
+                name=task_name,
+                queue=target,
+                max_attempts=max_attempts,
+                retry=retry,
+                lease_timeout="" if lease_timeout is None else go_duration(lease_timeout),
+                timeout_s=None if timeout is None else seconds_of(timeout),
+                concurrency=concurrency,
+                permanent=tuple(permanent),
+                create_queue=create_queue,
+                dead_queue=f"{target}-dead" if dead_queue is None else dead_queue,
+            )
+            task = Task(self, function, options, serializer or self.serializer)
+            self.tasks[task_name] = task
+            return task
+
+        return register if fn is None else register(fn)
+
+    # -- the client of enqueue and of the runtime ------------------------------------------------------------
+
+    async def client_for(self, task: Task[..., Any] | None = None) -> AsyncClient:
+        """The client of the running loop (an aiohttp session belongs to one loop), with ``task``'s queue
+        made first if the task asks for it."""
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = self._clients[loop] = AsyncClient(
+                self.endpoint, api_key=self._api_key, protobuf=self._protobuf
+            )
+        if (
+            task is not None
+            and task.options.create_queue
+            and (id(client), task.options.queue) not in self._ensured
+        ):
+            await _ensure_queues(client, task.options)
+            self._ensured.add((id(client), task.options.queue))
+        return client
+
+    async def close(self) -> None:
+        """Closes the running loop's client (``enqueue`` opens one per event loop)."""
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.close()
+
+    # -- running ------------------------------------------------------------------------------------------
+
+    def selected(self, queues: Collection[str] | None) -> dict[str, list[Task[..., Any]]]:
+        """The tasks of each queue to run: every queue, or those of ``queues``.
+
+        Raises:
+            ValueError: no task at all, or a named queue no task uses.
+        """
+        by_queue: dict[str, list[Task[..., Any]]] = {}
+        for task in self.tasks.values():
+            by_queue.setdefault(task.options.queue, []).append(task)
+        if queues:
+            unknown = set(queues) - set(by_queue)
+            if unknown:
+                raise ValueError(f"worker: no task uses the queue(s) {', '.join(sorted(unknown))}")
+            by_queue = {q: t for q, t in by_queue.items() if q in queues}
+        if not by_queue:
+            raise ValueError("worker: no tasks registered")
+        return by_queue
+
+    async def run(
+        self,
+        queues: Collection[str] | None = None,
+        *,
+        concurrency: int | None = None,
+        metrics_port: int | None = None,
+        handle_signals: bool = True,
+    ) -> None:
+        """Leases and runs items of the tasks' queues (or of ``queues``) until ``stop()`` or a signal.
+
+        SIGTERM or SIGINT (with ``handle_signals``) stops it warmly: no more leases; what is in flight
+        runs to its end, renewed meanwhile, and is settled; then this returns. A second signal exits the
+        process at once (status 130); what was in flight comes back when its lease ends.
+        """
+        by_queue = self.selected(queues)
+        limit = concurrency or self.concurrency
+        loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        client = await self.client_for()
+        for tasks in by_queue.values():
+            for task in tasks:
+                await self.client_for(task)  # create_queue
+        if metrics_port is not None:
+            self.metrics.serve(metrics_port)
+        pool = ThreadPoolExecutor(max_workers=limit, thread_name_prefix="querator-task")
+        rt = Runtime(
+            client, Settler(client), self.metrics, Reservations(limit), asyncio.Semaphore(limit), pool
+        )
+        if handle_signals:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, self._signalled, sig)
+        leasing = [asyncio.create_task(QueueRunner(rt, q, t).lease_loop()) for q, t in by_queue.items()]
+        log.info("worker started: queues %s, concurrency %d", ", ".join(by_queue), limit)
+        try:
+            stop = asyncio.create_task(self._stop.wait())
+            done, _ = await asyncio.wait([stop, *leasing], return_when=asyncio.FIRST_COMPLETED)
+            for ended in done - {stop}:
+                ended.result()  # a lease loop ends only by failing: raise why
+            log.info("worker stopping: finishing %d items in flight", len(rt.runs))
+        finally:
+            await self._wind_down(rt, leasing, pool)
+            if handle_signals:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(sig)
+            await self.close()
+            self.metrics.stop()
+            log.info("worker stopped")
+
+    @staticmethod
+    async def _wind_down(rt: Runtime, leasing: list[asyncio.Task[None]], pool: ThreadPoolExecutor) -> None:
+        """No more leases; the runs in flight end (renewed meanwhile) and are settled; then renewal stops."""
+        for loop_task in leasing:
+            loop_task.cancel()
+        await asyncio.gather(*leasing, return_exceptions=True)
+        while rt.runs:
+            await asyncio.gather(*list(rt.runs), return_exceptions=True)
+        for renewal in list(rt.renewals):
+            renewal.cancel()
+        await asyncio.gather(*list(rt.renewals), return_exceptions=True)
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    def stop(self) -> None:
+        """Stops ``run`` warmly (see ``run``); call it from the loop's thread."""
+        if self._stop is not None:
+            self._stop.set()
+
+    def _signalled(self, sig: signal.Signals) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            log.info("%s: stopping warmly (again to exit at once)", sig.name)
+            self.stop()
+            return
+        log.warning("%s again: exiting at once; items in flight come back when their leases end", sig.name)
+        logging.shutdown()
+        os._exit(EXIT_INTERRUPTED)
+
+
+async def _ensure_queues(client: AsyncClient, options: TaskOptions) -> None:
+    """Creates the task's dead queue and queue where missing (found by ``queue_info``: "exists" is not told
+    apart from other refusals by its message)."""
+    lease_timeout = options.lease_timeout or "1m"
+    if options.dead_queue:
+        await _ensure(client, options.dead_queue, lease_timeout=lease_timeout)
+    await _ensure(
+        client,
+        options.queue,
+        lease_timeout=lease_timeout,
+        max_attempts=options.max_attempts,
+        dead_queue=options.dead_queue,
+    )
+
+
+async def _ensure(client: AsyncClient, name: str, **settings: Any) -> None:
+    try:
+        await client.queue_info(name)
+        return
+    except InvalidOption:
+        pass
+    try:
+        await client.create_queue(name, **settings)
+    except InvalidOption:
+        await client.queue_info(name)  # another process made it meanwhile; if not, this raises why

@@ -1,0 +1,140 @@
+"""The tasks of tests/integration/test_worker.py, run by real ``querator worker`` processes.
+
+Each run appends a JSON line to ``$WORKER_RECORDS/<pid>.jsonl`` (appends of one short line do not
+interleave), so the test sees every run of every process. ``held`` waits for the file
+``$WORKER_RECORDS/release``, which the test creates when it is ready.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from querator.worker import Worker, backoff, current_traceparent
+
+worker = Worker(concurrency=4)
+RECORDS = Path(os.environ.get("WORKER_RECORDS", "."))
+WAIT_S = 10.0
+"""How long ``crowd`` and ``pair`` wait for their limit to be reached before they end anyway."""
+
+
+def record(**fields: Any) -> None:
+    with (RECORDS / f"{os.getpid()}.jsonl").open("a") as f:
+        f.write(json.dumps({**fields, "pid": os.getpid()}) + "\n")
+
+
+def runs(task: str, key: str) -> int:
+    """Runs of ``task`` on ``key`` recorded so far, by every process."""
+    lines = (json.loads(line) for path in RECORDS.glob("*.jsonl") for line in path.read_text().splitlines())
+    return sum(1 for r in lines if r["task"] == task and r["key"] == key)
+
+
+@worker.task(queue="flaky", retry=backoff.fixed(0), create_queue=True)
+def flaky(key: str, failures: int) -> None:
+    before = runs("flaky", key)
+    record(task="flaky", key=key)
+    if before < failures:
+        raise RuntimeError(f"failure {before + 1} of {failures}")
+
+
+@worker.task(queue="later", retry=backoff.fixed("1h"), create_queue=True)
+def fails_later(key: str) -> None:
+    record(task="fails_later", key=key, at=time.time())
+    raise RuntimeError("not now")
+
+
+@worker.task(queue="doomed", max_attempts=3, retry=backoff.fixed(0), create_queue=True)
+async def doomed(key: str) -> None:
+    record(task="doomed", key=key)
+    raise RuntimeError("never works")
+
+
+class Refused(Exception):
+    """Declared permanent: retrying cannot help."""
+
+
+@worker.task(queue="refused", permanent=[Refused], create_queue=True)
+def refused(key: str) -> None:
+    record(task="refused", key=key)
+    raise Refused("not this one")
+
+
+@worker.task(queue="held", lease_timeout="2s", create_queue=True)
+async def held(key: str) -> None:
+    record(task="held", key=key, event="start")
+    while not (RECORDS / "release").exists():  # noqa: ASYNC110 - another process creates the file
+        await asyncio.sleep(0.02)
+    record(task="held", key=key, event="done")
+
+
+@worker.task(queue="long", lease_timeout="1s", create_queue=True)
+async def long(key: str, seconds: float) -> None:
+    record(task="long", key=key, event="start")
+    await asyncio.sleep(seconds)
+    record(task="long", key=key, event="done")
+
+
+_crowd = 0
+_crowd_lock = threading.Lock()
+_crowds: dict[int, threading.Barrier] = {}
+
+
+@worker.task(queue="crowd", create_queue=True)
+def crowd(key: str, limit: int) -> None:
+    """A sync task (the thread pool): counts the runs at once, and waits for ``limit`` of them to run
+    together (or ``WAIT_S``), so that a limit too high would show."""
+    global _crowd
+    with _crowd_lock:
+        _crowd += 1
+        record(task="crowd", key=key, running=_crowd)
+        barrier = _crowds.setdefault(limit, threading.Barrier(limit))
+    try:
+        barrier.wait(WAIT_S)
+    except threading.BrokenBarrierError:
+        barrier.reset()
+    finally:
+        with _crowd_lock:
+            _crowd -= 1
+
+
+_pair = 0
+_pairs = asyncio.Barrier(2)
+
+
+@worker.task(queue="pair", concurrency=2, create_queue=True)
+async def pair(key: str) -> None:
+    """An async task limited to 2 runs at once: counts them, and waits for 2 to run together."""
+    global _pair
+    _pair += 1
+    record(task="pair", key=key, running=_pair)
+    try:
+        async with asyncio.timeout(WAIT_S):
+            await _pairs.wait()
+    except TimeoutError:
+        await _pairs.reset()
+    finally:
+        _pair -= 1
+
+
+class Order(msgspec.Struct):
+    number: int
+    lines: list[str]
+
+
+@worker.task(queue="traced", create_queue=True)
+def traced(key: str, order: Order, due: datetime) -> None:
+    record(
+        task="traced",
+        key=key,
+        traceparent=current_traceparent(),
+        types=[type(order).__name__, type(due).__name__],
+        order=order.number,
+    )
