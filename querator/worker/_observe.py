@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -27,6 +28,14 @@ OUTCOMES = ("completed", "retried", "dead_lettered", "lost")
 stored (the lease was lost: the item runs again)."""
 
 _BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskMetrics:
+    """One task's children of the metrics, made once: ``labels()`` costs a look-up per call."""
+
+    runs: dict[str, Any]
+    duration: Any
 
 
 class Metrics:
@@ -59,6 +68,15 @@ class Metrics:
         )
         self._server: Any = None
         self._lock = threading.Lock()
+        self._tasks: dict[str, TaskMetrics] = {}
+
+    def of(self, task: str) -> TaskMetrics:
+        """``task``'s children of ``runs`` (by outcome) and ``duration``."""
+        found = self._tasks.get(task)
+        if found is None:
+            runs = {outcome: self.runs.labels(task, outcome) for outcome in OUTCOMES}
+            found = self._tasks[task] = TaskMetrics(runs, self.duration.labels(task))
+        return found
 
     def serve(self, port: int, address: str = "") -> None:
         """Serves ``/metrics`` on ``port`` from a daemon thread (prometheus-client's own server)."""

@@ -44,6 +44,10 @@ UNKNOWN_KIND_WAIT_S = 60.0
 this one after a deploy, may know it)."""
 
 
+_NO_LIMIT = contextlib.nullcontext()
+"""What a task without a concurrency of its own enters instead of a semaphore (``async with`` works)."""
+
+
 class Reservations:
     """Items leased and not settled yet, against the worker's concurrency: the lease loops lease only what
     is free."""
@@ -173,7 +177,7 @@ class QueueRunner:
             if failure is None:
                 await self._settle(partition, item, fields, None, "completed", None)
                 return
-            rt.metrics.failures.labels(task.name, failure.reason).inc()
+            rt.metrics.failures.labels(task.name, failure.reason).inc()  # rare: no cached child
             fields["error"] = f"{type(failure.error).__name__}: {failure.error}"
             limit = task.options.max_attempts
             if failure.reason in ("permanent", "undecodable") or (limit and item.attempts >= limit):
@@ -203,7 +207,8 @@ class QueueRunner:
             return _Failure("undecodable", e)
         loop = asyncio.get_running_loop()
         attributes = {"messaging.system": "querator", "messaging.destination.name": self.queue}
-        async with self._limit(task), self._rt.running:
+        limit = self._limits.get(task.name) or _NO_LIMIT
+        async with limit, self._rt.running:
             with continued(trace, f"{task.name} process", attributes):
                 fields["traceparent"] = current_traceparent()
                 started_s = loop.time()
@@ -217,17 +222,8 @@ class QueueRunner:
                 finally:
                     duration_s = loop.time() - started_s
                     fields["duration_s"] = round(duration_s, 6)
-                    self._rt.metrics.duration.labels(task.name).observe(duration_s)
+                    self._rt.metrics.of(task.name).duration.observe(duration_s)
         return None
-
-    @contextlib.asynccontextmanager
-    async def _limit(self, task: Task[..., Any]) -> Any:
-        limit = self._limits.get(task.name)
-        if limit is None:
-            yield
-            return
-        async with limit:
-            yield
 
     async def _call(self, task: Task[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """The function's result: a coroutine awaited here, a plain function in the thread pool (with this
@@ -235,6 +231,8 @@ class QueueRunner:
         dropped (Python cannot stop a thread)."""
         timeout_s = task.options.timeout_s
         if task.is_async:
+            if timeout_s is None:
+                return await task.fn(*args, **kwargs)
             async with asyncio.timeout(timeout_s):
                 return await task.fn(*args, **kwargs)
         context = contextvars.copy_context()
@@ -264,6 +262,6 @@ class QueueRunner:
             outcome = "lost"
             fields["error"] = f"{fields.get('error', '')} (not settled: {e.message})".lstrip()
         fields["outcome"] = outcome
-        rt.metrics.runs.labels(fields["task"], outcome).inc()
+        rt.metrics.of(fields["task"]).runs[outcome].inc()
         level = logging.INFO if outcome == "completed" else logging.WARNING
         log_run(fields, level, failure.error if failure is not None else None)

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import os
 import signal
-from collections.abc import Callable, Collection
+from collections.abc import AsyncGenerator, Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar, overload
 
@@ -61,6 +61,7 @@ class Worker:
         self._api_key = api_key if api_key is not None else os.environ.get("QUERATOR_API_KEY")
         self._protobuf = protobuf
         self._clients: dict[asyncio.AbstractEventLoop, AsyncClient] = {}
+        self._closers: dict[asyncio.AbstractEventLoop, AsyncGenerator[None, None]] = {}
         self._ensured: set[tuple[int, str]] = set()
         self._stop: asyncio.Event | None = None
         self._signals = 0
@@ -162,6 +163,10 @@ class Worker:
             client = self._clients[loop] = AsyncClient(
                 self.endpoint, api_key=self._api_key, protobuf=self._protobuf
             )
+            # Closed with the loop: asyncio.run() ends by closing the async generators the loop
+            # started, so a script that enqueues in asyncio.run() leaves no session open.
+            closer = self._closers[loop] = _closed_with_loop(self, loop, client)
+            await anext(closer)
         if (
             task is not None
             and task.options.create_queue
@@ -172,10 +177,12 @@ class Worker:
         return client
 
     async def close(self) -> None:
-        """Closes the running loop's client (``enqueue`` opens one per event loop)."""
-        client = self._clients.pop(asyncio.get_running_loop(), None)
-        if client is not None:
-            await client.close()
+        """Closes the running loop's client (``enqueue`` opens one per event loop; the loop's end closes
+        it too, when it is run by ``asyncio.run``)."""
+        loop = asyncio.get_running_loop()
+        closer = self._closers.pop(loop, None)
+        if closer is not None:
+            await closer.aclose()
 
     # -- running ------------------------------------------------------------------------------------------
 
@@ -272,6 +279,18 @@ class Worker:
         log.warning("%s again: exiting at once; items in flight come back when their leases end", sig.name)
         logging.shutdown()
         os._exit(EXIT_INTERRUPTED)
+
+
+async def _closed_with_loop(
+    worker: Worker, loop: asyncio.AbstractEventLoop, client: AsyncClient
+) -> AsyncGenerator[None, None]:
+    """Yields once, and closes ``client`` when closed: by ``Worker.close`` or by the loop's shutdown."""
+    try:
+        yield
+    finally:
+        worker._clients.pop(loop, None)
+        worker._closers.pop(loop, None)
+        await client.close()
 
 
 async def _ensure_queues(client: AsyncClient, options: TaskOptions) -> None:

@@ -1,0 +1,74 @@
+"""The worker's pure parts: back-off policies, the envelope, typed arguments, the trace context."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import msgspec
+import pytest
+
+from querator.worker import EnvelopeError, JsonSerializer, backoff, current_traceparent, use_traceparent
+from querator.worker._envelope import pack, unpack
+from querator.worker._serializer import Signature
+from querator.worker._trace import continued, outgoing
+
+PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_exponential_backoff_grows_to_its_cap() -> None:
+    policy = backoff.exponential(first="1s", cap=10, jitter=False)
+    assert [policy(n) for n in range(1, 7)] == [1, 2, 4, 8, 10, 10]
+    jittered = backoff.exponential(first=4, cap=100)
+    assert all(2 <= jittered(1) <= 4 for _ in range(50))  # never less than half its wait
+    assert backoff.fixed("1m")(5) == 60
+    with pytest.raises(ValueError):
+        backoff.exponential(first=-1)
+
+
+class Order(msgspec.Struct):
+    number: int
+
+
+@dataclass
+class Line:
+    sku: str
+
+
+def task(order: Order, lines: list[Line], due: datetime, *rest: int, note: str = "") -> None: ...
+
+
+def test_arguments_round_trip_typed() -> None:
+    json = JsonSerializer()
+    due = datetime(2030, 1, 1, tzinfo=UTC)
+    data = pack(json, [Order(7), [Line("a")], due, 1, 2], {"note": "n"}, {"traceparent": PARENT})
+    args, kwargs, trace = unpack(json, data)
+    call = Signature(task).convert(args, kwargs)
+    assert call.args == (Order(7), [Line("a")], due, 1, 2) and call.kwargs == {"note": "n"}
+    assert trace == {"traceparent": PARENT}
+
+
+@pytest.mark.parametrize("payload", [b"not json", b"[1, 2]", b'{"args": {}}'])
+def test_a_payload_that_is_not_an_envelope_is_refused(payload: bytes) -> None:
+    with pytest.raises(EnvelopeError):
+        unpack(JsonSerializer(), payload)
+
+
+def test_arguments_that_do_not_fit_are_refused() -> None:
+    with pytest.raises(msgspec.ValidationError):
+        Signature(task).convert([{"number": "x"}, [], "2030-01-01T00:00:00Z"], {})
+    with pytest.raises(TypeError):
+        Signature(task).convert([], {"unknown": 1})
+
+
+def test_a_run_continues_the_producers_trace() -> None:
+    assert outgoing() == {} and current_traceparent() is None
+    with use_traceparent(PARENT):
+        assert outgoing() == {"traceparent": PARENT}
+    with continued({"traceparent": PARENT}, "run", {}):
+        child = current_traceparent()
+        assert child is not None and child.split("-")[1] == PARENT.split("-")[1] and child != PARENT
+    with continued({"traceparent": "00-" + "0" * 32 + "-00f067aa0ba902b7-01"}, "run", {}):
+        assert current_traceparent() is None  # an invalid parent starts no trace
+    with pytest.raises(ValueError):
+        use_traceparent("nonsense").__enter__()
