@@ -4,14 +4,16 @@ against a real ``querator serve`` on the embedded default (sqlite)."""
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 import msgspec
 import pytest
 
-from .conftest import ROOT, Servers, server_env
+from .conftest import ROOT, Servers, server_env, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -26,9 +28,15 @@ def curl_calls() -> list[tuple[str, bytes]]:
     return [(path, body.encode()) for path, body in calls]
 
 
+def python_blocks() -> list[str]:
+    """The README's Python blocks: the client script of "Try it", then the worker of "Background tasks"."""
+    blocks = re.findall(r"```python\n(.*?)```", README, re.DOTALL)
+    assert len(blocks) == 2
+    return [str(block) for block in blocks]
+
+
 def python_script() -> str:
-    (script,) = re.findall(r"```python\n(.*?)```", README, re.DOTALL)
-    return str(script)
+    return python_blocks()[0]
 
 
 def test_the_readme_steps_work_as_written(servers: Servers) -> None:
@@ -66,3 +74,44 @@ def test_the_readme_steps_work_as_written(servers: Servers) -> None:
         timeout=60,
     )
     assert (run.returncode, run.stdout, run.stderr) == (0, "hello\n", "")
+
+
+def test_the_readme_worker_runs_as_written(servers: Servers, tmp_path: Path) -> None:
+    """The "Background tasks" module, run with the command the README gives, runs an enqueued call."""
+    server = servers.start()
+    module = python_blocks()[1].replace(f"http://{README_ADDRESS}", server.url)
+    (tmp_path / "tasks.py").write_text(module)
+    command = re.search(r"Run it with `(querator worker [^`]*)`", README)
+    enqueue = re.search(r"enqueue from any code that imports it: `await ([^`]*)`", README)
+    assert command is not None and enqueue is not None
+    out, err = tmp_path / "worker.out", tmp_path / "worker.err"
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "querator.cli", *command[1].split()[1:]],
+            cwd=tmp_path,
+            env=server_env(),
+            stdout=stdout,
+            stderr=stderr,
+        )
+    try:
+        wait_until(lambda: "worker started" in err.read_text() or worker.poll() is not None, 30, "worker up")
+        assert worker.poll() is None, err.read_text()
+        producer = f"import asyncio, tasks\nasyncio.run(tasks.{enqueue[1]})\n"
+        run = subprocess.run(
+            [sys.executable, "-c", producer],
+            check=False,
+            cwd=tmp_path,
+            env=server_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (run.returncode, run.stderr) == (0, ""), run.stderr
+        wait_until(lambda: "outcome=completed" in err.read_text(), 30, "the task ran")
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0, err.read_text()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(30)
+    assert out.read_text() == "sending 'hi' to a@example.com\n"
