@@ -13,7 +13,7 @@ from querator.client import AsyncClient
 from querator.clock import FakeClock
 from tests.conftest import Api, ServerFactory
 
-EXTENSIONS = {"X-Querator-Extensions": "1"}
+EXTENSIONS = {"X-Querator-Extensions": "2"}
 
 
 async def lease(api: Api, queue: str, batch_size: int = 1) -> dict[str, Any]:

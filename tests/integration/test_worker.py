@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from querator.client import AsyncClient
+from querator.wire import messages as m
 from querator.worker import use_traceparent
 from tests.integration import worker_tasks as tasks
 
@@ -233,3 +234,20 @@ async def _started(workers: Workers, task: str, pid: int) -> bool:
 
 async def _dead_soon(client: AsyncClient, queue: str) -> bool:
     return len(await dead(client, queue)) == 1
+
+
+async def test_a_queue_that_requires_lease_tokens_is_served(workers: Workers, client: AsyncClient) -> None:
+    info = m.QueueInfo(
+        queue_name="proven",
+        lease_timeout="1m",
+        expire_timeout="1h",
+        requested_partitions=2,
+        lease_token="required",
+    )
+    await client.call("/v1/queues.create", info, m.Reply)
+    workers.start("--queues", "proven")
+    await tasks.proven.enqueue("a", 0)
+    await tasks.proven.enqueue("b", 1)
+    await eventually(lambda: _ran(workers, "proven", 3), DEADLINE, "three runs")
+    await eventually(lambda: empty(client, "proven"), DEADLINE, "both items completed")
+    assert "needs its lease token" not in workers.log(0)

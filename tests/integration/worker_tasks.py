@@ -138,3 +138,12 @@ def traced(key: str, order: Order, due: datetime) -> None:
         types=[type(order).__name__, type(due).__name__],
         order=order.number,
     )
+
+
+@worker.task(queue="proven", retry=backoff.fixed(0))
+def proven(key: str, failures: int) -> None:
+    """On a queue the test makes with lease tokens required: completing and retrying need them."""
+    before = runs("proven", key)
+    record(task="proven", key=key)
+    if before < failures:
+        raise RuntimeError(f"failure {before + 1} of {failures}")
