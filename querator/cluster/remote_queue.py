@@ -45,10 +45,6 @@ class RemoteQueue:
         self._proxy = proxy
         self._owner = owner
 
-    @property
-    def node_id(self) -> str:
-        return self._owner.node_id
-
     async def produce(self, req: m.QueueProduceRequest, timeout_us: int) -> m.QueueProduceResponse:
         timeout_s = seconds(timeout_us) + WRITE_MARGIN_S
         return await self._call("/v1/queue.produce", req, m.QueueProduceResponse, timeout_s)
@@ -112,10 +108,6 @@ class RemoteQueue:
 
     async def delete_items(self, req: m.StorageItemsDeleteRequest) -> None:
         await self._call("/v1/storage/items.delete", req, m.Reply)
-
-    async def refresh(self, req: m.QueuesInfoRequest) -> None:
-        """Tells the node that a queue's settings changed, or that it was deleted."""
-        await self._call("/v1/cluster.refresh", req, m.Reply)
 
     async def _call(
         self, path: str, req: m.Message, reply_type: type[M], timeout_s: float = CALL_TIMEOUT_S
