@@ -267,27 +267,27 @@ def timeouts(info: m.QueueInfo) -> tuple[int, int]:
 def queue_duration(text: str, what: str, formats: str) -> int:
     if not text:
         return 0
+    # Zero reads as "not given": on create the store check answers "cannot be empty", on update the
+    # current value is kept (as the reference does for a zero duration).
+    return _non_negative_ns(text, what, formats) // MICROSECOND
+
+
+def _non_negative_ns(text: str, what: str, formats: str) -> int:
+    """A queue setting's duration in nanoseconds, refused when it cannot be read or is negative."""
     try:
         ns = parse_duration(text)
     except DurationError as e:
         raise InvalidOption(f"{what} is invalid; {e} - expected format: {formats}") from None
     if ns < 0:
         raise InvalidOption(f"{what} is invalid; cannot be negative but '{text}' was given")
-    # Zero reads as "not given": on create the store check answers "cannot be empty", on update the
-    # current value is kept (as the reference does for a zero duration).
-    return ns // MICROSECOND
+    return ns
 
 
 def dedup_window(text: str, unset: int) -> int:
     """A queue's dedup_window in microseconds; ``unset`` when not given, 0 (``0s``) disables."""
     if not text:
         return unset
-    try:
-        ns = parse_duration(text)
-    except DurationError as e:
-        raise InvalidOption(f"dedup window is invalid; {e} - expected format: 5m, 1h or 0s") from None
-    if ns < 0:
-        raise InvalidOption(f"dedup window is invalid; cannot be negative but '{text}' was given")
+    ns = _non_negative_ns(text, "dedup window", "5m, 1h or 0s")
     if ns > MAX_DEDUP_WINDOW_US * MICROSECOND:
         raise InvalidOption(
             f"dedup window is invalid; maximum is '{format_micros(MAX_DEDUP_WINDOW_US)}'"
