@@ -22,6 +22,8 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+from querator.storage.workflows import WorkflowRows
+
 R = TypeVar("R")
 
 DEFAULT_DEDUP_WINDOW = 5 * 60 * 1_000_000
@@ -198,7 +200,11 @@ class QueueRecord:
 
 
 class Store(Protocol):
-    """A storage backend: queue metadata plus the partitions of every queue."""
+    """A storage backend: queue metadata, the partitions of every queue, and durable workflows."""
+
+    @property
+    def workflows(self) -> WorkflowRows:
+        """Durable workflows' records (docs/durable.md)."""
 
     async def open(self) -> None:
         """Connects and prepares schema; idempotent."""

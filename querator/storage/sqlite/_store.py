@@ -28,6 +28,7 @@ from querator.storage.sqlite._statements import (
     SQL_PUT_QUEUE,
 )
 from querator.storage.sqlite._worker import Worker
+from querator.storage.sqlite._workflows import SqliteWorkflowRows
 from querator.storage.sqlite._writer import Writer
 
 T = TypeVar("T")
@@ -43,7 +44,7 @@ def _probe(worker: Worker) -> None:
 
 
 class SqliteStore:
-    """Queue records and the items of every partition in one sqlite database (WAL mode).
+    """Queue records, the items of every partition and durable workflows in one sqlite database (WAL mode).
 
     Args:
         path: The database file; created with its schema when missing. ``":memory:"`` works for tests.
@@ -65,6 +66,7 @@ class SqliteStore:
         self._writer: Writer | None = None
         self._open = False
         self._partitions: dict[tuple[str, int], SqlitePartition] = {}
+        self.workflows = SqliteWorkflowRows(self._submit)
 
     async def open(self) -> None:
         """Starts the writer thread, connects and creates the schema; idempotent.
