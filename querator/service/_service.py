@@ -57,6 +57,7 @@ from querator.service._validation import (
     namespace,
     timeouts,
 )
+from querator.service._workflows import Workflows
 from querator.storage.base import DEFAULT_DEDUP_WINDOW, Item, QueueRecord, Store
 from querator.storage.operations import LEASE_TOKEN_KEY, moved_copies, new_lease_token_key
 from querator.wire import messages as m
@@ -103,6 +104,7 @@ class Service:
         )
         self.metrics = Metrics(self.clock, self.cluster, self.manager, self.ready)
         self.proxy = Proxy(self.cluster.node_id, cluster_auth, cluster_tls, self.metrics.forwarded)
+        self.workflows = Workflows(store.workflows, self.clock, self.produce, self._queue_exists)
         self._closing = False
         self._started = False
         self._purger: asyncio.Task[None] | None = None
@@ -207,11 +209,15 @@ class Service:
             await sleep_until(self.clock, self.clock.now() + DEDUP_PURGE_INTERVAL_US)
             try:
                 purged = await self.store.purge_dedup(self.clock.now())
+                finished = await self.store.workflows.purge_workflows(self.clock.now())
             except Exception as e:
-                log.warning("dropping expired dedup ids failed (tried again later): %s", e)
+                log.warning("dropping expired dedup ids or workflows failed (tried again later): %s", e)
             else:
-                if purged:
-                    log.debug("dropped %d expired dedup ids", purged)
+                if purged or finished:
+                    log.debug("dropped %d expired dedup ids, %d expired workflows", purged, finished)
+
+    async def _queue_exists(self, name: str) -> bool:
+        return await self.store.get_queue(name) is not None
 
     # -- routing --------------------------------------------------------------------------------------------
 

@@ -89,13 +89,12 @@ class Ending:
     error: str = ""
 
 
-def start(current: Workflow | None, new: Workflow, now: int) -> tuple[Workflow, Workflow | None]:
-    """An existing workflow is returned as it is (start is idempotent by id); else ``new`` is stored."""
+def start(current: Workflow | None, new: Workflow, now: int) -> tuple[bool, Workflow | None]:
+    """Stores ``new`` (True) unless a workflow of its id exists: start is idempotent by id (False)."""
     if current is not None:
-        return current, None
+        return False, None
     _check_size(new)
-    started = replace(new, status=RUNNING, created_at=now, updated_at=now, version=0)
-    return started, started
+    return True, replace(new, status=RUNNING, created_at=now, updated_at=now, version=0)
 
 
 def claim(
@@ -130,6 +129,11 @@ def append(
             stop), or an entry contradicts one recorded already.
     """
     wf = _existing(current, workflow_id)
+    if fence == wf.fence and wf.status != RUNNING and ENDINGS.get(ending.then) == wf.status:
+        # The same ending again (its reply was lost): what it set off is set off again, harmlessly.
+        again = Effects(parent=child_result(wf) if wf.parent_id else None)
+        again.cancel_children = _unfinished_children(wf)
+        return again, None
     if fence != wf.fence or wf.status != RUNNING:
         raise Conflict(f"{FENCED}; fence {fence} is not the workflow's current claim")
     journal = {e.seq: e for e in wf.entries}
@@ -174,12 +178,15 @@ def record(
         if entry.state not in FINAL_STATES:
             raise InvalidOption(f"entries are invalid; a recorded entry must be {DONE} or {ERROR}")
         found = journal.get(entry.seq)
-        if found is not None and found.state in FINAL_STATES:
-            continue
-        applied = True
-        journal[entry.seq] = replace(
-            entry, group=found.group if found else entry.group, group_size=found.group_size if found else 0
-        )
+        if found is None or found.state not in FINAL_STATES:
+            applied = True
+            journal[entry.seq] = replace(
+                entry,
+                group=found.group if found else entry.group,
+                group_size=found.group_size if found else entry.group_size,
+            )
+        # A result recorded before (its sender retried) wakes the workflow again: the first wake-up
+        # may be what was lost.
         if journal[entry.seq].group:
             groups.add(journal[entry.seq].group)
         else:
@@ -220,8 +227,10 @@ def cancel(current: Workflow | None, workflow_id: str, now: int) -> tuple[Effect
     """Asks the workflow to stop: its worker raises ``Cancelled`` in it at its next durable call, its
     compensations run and it ends cancelled. A finished workflow is left as it is."""
     wf = _existing(current, workflow_id)
-    if wf.status != RUNNING or wf.cancel_requested:
+    if wf.status != RUNNING:
         return Effects(), None
+    if wf.cancel_requested:
+        return Effects(wake=True), None  # asked before; its wake-up may be what was lost
     return Effects(wake=True), replace(wf, cancel_requested=True, changed=True, updated_at=now)
 
 
@@ -229,15 +238,8 @@ def _finish(
     wf: Workflow, status: str, result: bytes, error: str, now: int, retention_us: int, effects: Effects
 ) -> Workflow:
     """The workflow ended: its parent hears how, its unfinished children are cancelled."""
-    if wf.parent_id:
-        state = DONE if status == COMPLETED else ERROR
-        effects.parent = Entry(
-            seq=wf.parent_seq, kind=CHILD, name=wf.name, state=state, value=result, error=error
-        )
-    effects.cancel_children = [
-        child_id(wf.id, e.seq) for e in wf.entries if e.kind == CHILD and e.state not in FINAL_STATES
-    ]
-    return replace(
+    effects.cancel_children = _unfinished_children(wf)
+    ended = replace(
         wf,
         status=status,
         result=result,
@@ -246,6 +248,18 @@ def _finish(
         finished_at=now,
         expires_at=now + retention_us,
     )
+    effects.parent = child_result(ended) if wf.parent_id else None
+    return ended
+
+
+def child_result(wf: Workflow) -> Entry:
+    """What a finished child workflow records in its parent's journal."""
+    state = DONE if wf.status == COMPLETED else ERROR
+    return Entry(seq=wf.parent_seq, kind=CHILD, name=wf.name, state=state, value=wf.result, error=wf.error)
+
+
+def _unfinished_children(wf: Workflow) -> list[str]:
+    return [child_id(wf.id, e.seq) for e in wf.entries if e.kind == CHILD and e.state not in FINAL_STATES]
 
 
 def child_id(parent_id: str, seq: int) -> str:
