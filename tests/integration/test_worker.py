@@ -15,18 +15,24 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from querator.client import AsyncClient
 from querator.wire import messages as m
 from querator.worker import use_traceparent
 from tests.integration import worker_tasks as tasks
 
-from .conftest import ServerProcess, Servers, eventually, server_env, wait_until
+from .conftest import ServerProcess, Servers, eventually, free_port, server_env, wait_until
 
 pytestmark = pytest.mark.integration
 
 DEADLINE = 30.0
+WITHOUT_OPENTELEMETRY = (
+    "import sys; sys.modules['opentelemetry'] = None; "  # makes importing it fail, as when it is missing
+    "from querator.cli import main; sys.exit(main(sys.argv[1:]))"
+)
 
 
 class Workers:
@@ -37,21 +43,20 @@ class Workers:
         self.records = records
         self.started: list[subprocess.Popen[bytes]] = []
 
-    def start(self, *args: str) -> subprocess.Popen[bytes]:
-        """A worker running the tasks of ``args`` (``--queues ...``), once it has started leasing."""
+    def start(
+        self, *args: str, env: dict[str, str] | None = None, opentelemetry: bool = True
+    ) -> subprocess.Popen[bytes]:
+        """A worker running the tasks of ``args`` (``--queues ...``), once it has started leasing; without
+        ``opentelemetry`` it runs as if the package were not installed."""
         n = len(self.started)
         log = self.records.parent / f"worker-{n}.log"
+        main = ["-m", "querator.cli"] if opentelemetry else ["-c", WITHOUT_OPENTELEMETRY]
         with log.open("wb") as err:
             proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "querator.cli",
-                    "worker",
-                    "tests.integration.worker_tasks:worker",
-                    *args,
-                ],
-                env=server_env({"QUERATOR_ENDPOINT": self.server.url, "WORKER_RECORDS": str(self.records)}),
+                [sys.executable, *main, "worker", "tests.integration.worker_tasks:worker", *args],
+                env=server_env(
+                    {"QUERATOR_ENDPOINT": self.server.url, "WORKER_RECORDS": str(self.records), **(env or {})}
+                ),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
@@ -212,7 +217,8 @@ async def test_a_tasks_own_concurrency_limit_holds(workers: Workers, client: Asy
 
 
 async def test_trace_context_and_typed_arguments_arrive(workers: Workers, client: AsyncClient) -> None:
-    workers.start("--queues", "traced")
+    """Without OpenTelemetry: the worker carries the W3C traceparent on by itself."""
+    workers.start("--queues", "traced", opentelemetry=False)
     parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     with use_traceparent(parent):
         await tasks.traced.enqueue("k", tasks.Order(7, ["a"]), due=datetime(2030, 1, 1, tzinfo=UTC))
@@ -251,3 +257,112 @@ async def test_a_queue_that_requires_lease_tokens_is_served(workers: Workers, cl
     await eventually(lambda: _ran(workers, "proven", 3), DEADLINE, "three runs")
     await eventually(lambda: empty(client, "proven"), DEADLINE, "both items completed")
     assert "needs its lease token" not in workers.log(0)
+
+
+async def test_with_opentelemetry_the_run_is_a_span_of_the_producers_trace(
+    workers: Workers, client: AsyncClient, tmp_path: Path
+) -> None:
+    sdk = pytest.importorskip("opentelemetry.sdk.trace")
+    from opentelemetry.trace import format_span_id, format_trace_id
+
+    spans = tmp_path / "spans.jsonl"
+    workers.start("--queues", "traced", env={"WORKER_SPANS": str(spans)})
+    # The producer's span, from a provider of the test's own (the global one is set once per process).
+    with sdk.TracerProvider().get_tracer("shop").start_as_current_span("checkout") as checkout:
+        await tasks.traced.enqueue("k", tasks.Order(7, ["a"]), due=datetime(2030, 1, 1, tzinfo=UTC))
+    sent = checkout.get_span_context()
+    wait_until(lambda: spans.exists() and spans.read_text().endswith("\n"), DEADLINE, "the span exported")
+    [span] = [json.loads(line) for line in spans.read_text().splitlines()]
+    assert span == {
+        "name": "tests.integration.worker_tasks.traced process",
+        "kind": "CONSUMER",
+        "trace_id": format_trace_id(sent.trace_id),
+        "span_id": span["span_id"],
+        "parent_id": format_span_id(sent.span_id),  # a child of the producer's span
+        "attributes": {"messaging.system": "querator", "messaging.destination.name": "traced"},
+    }
+    [run] = workers.runs("traced")
+    # Inside the run, the current span is the run's: what the tasks it enqueues carry on.
+    assert run["traceparent"] == f"00-{span['trace_id']}-{span['span_id']}-{sent.trace_flags:02x}"
+
+
+@pytest.mark.parametrize("task", ["slow", "slow_sync"])
+async def test_a_run_past_its_timeout_fails_and_is_retried(
+    workers: Workers, client: AsyncClient, task: str
+) -> None:
+    """An async run is cancelled at its timeout; a sync run's thread cannot be: its outcome is dropped."""
+    queue = task.replace("_", "-")
+    workers.start("--queues", queue)
+    await getattr(tasks, task).enqueue("k")
+    await eventually(lambda: empty(client, queue), DEADLINE, "the item completed")
+    assert [r["event"] for r in workers.runs(task)] == ["start", "start", "done"]
+    assert "outcome=retried error=TimeoutError" in workers.log(0)
+    assert await dead(client, queue) == []
+
+
+async def test_the_metrics_port_counts_runs_failures_retries_and_durations(
+    workers: Workers, client: AsyncClient
+) -> None:
+    port = free_port()
+    workers.start("--queues", "flaky", "--metrics-port", str(port))
+    flaky = {"task": "tests.integration.worker_tasks.flaky"}
+    before = await scrape(port)
+    assert before.get(("querator_worker_runs_total", _labels(flaky, outcome="completed")), 0) == 0
+    assert before[("querator_worker_items_in_flight", _labels({}))] == 0
+    await tasks.flaky.enqueue("m", 1)  # fails once, then succeeds
+
+    async def counted() -> bool:
+        runs = await scrape(port)
+        return runs.get(("querator_worker_runs_total", _labels(flaky, outcome="completed"))) == 1
+
+    await eventually(counted, DEADLINE, "the completed run counted")
+    after = await scrape(port)
+    assert after[("querator_worker_runs_total", _labels(flaky, outcome="retried"))] == 1
+    assert after[("querator_worker_runs_total", _labels(flaky, outcome="dead_lettered"))] == 0
+    assert after[("querator_worker_failures_total", _labels(flaky, reason="error"))] == 1
+    assert after[("querator_worker_run_duration_seconds_count", _labels(flaky))] == 2
+    assert after[("querator_worker_run_duration_seconds_sum", _labels(flaky))] > 0
+    assert after[("querator_worker_items_in_flight", _labels({}))] == 0
+
+
+async def scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """The samples a worker's metrics port serves, by name and labels."""
+    async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/metrics") as reply:
+        assert reply.status == 200
+        text = await reply.text()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def _labels(base: dict[str, str], **more: str) -> frozenset[tuple[str, str]]:
+    return frozenset({**base, **more}.items())
+
+
+async def test_json_logs_give_one_line_per_run(workers: Workers, client: AsyncClient) -> None:
+    workers.start("--queues", "flaky", "--log-format", "json")
+    item_id = await tasks.flaky.enqueue("j", 1)  # fails once, then succeeds
+    await eventually(lambda: empty(client, "flaky"), DEADLINE, "the item completed")
+    await eventually(lambda: _logged_runs(workers, 2), DEADLINE, "both runs logged")
+    entries = [json.loads(line) for line in workers.log(0).splitlines()]  # every line is JSON
+    failed, completed = [e for e in entries if "outcome" in e]
+    for run, attempt in ((failed, 1), (completed, 2)):
+        assert run["task"] == "tests.integration.worker_tasks.flaky" and run["queue"] == "flaky"
+        assert run["attempt"] == attempt and isinstance(run["duration_s"], float)
+        assert run["logger"] == "querator.worker" and run["msg"].startswith("task run ")
+    assert failed["item_id"] == item_id  # retried now: the item comes back under a new id
+    assert isinstance(completed["item_id"], str) and completed["item_id"] != item_id
+    assert (failed["outcome"], failed["level"], failed["error"]) == (
+        "retried",
+        "warning",
+        "RuntimeError: failure 1 of 1",
+    )
+    assert "RuntimeError: failure 1 of 1" in failed["traceback"]
+    assert (completed["outcome"], completed["level"]) == ("completed", "info")
+    assert "error" not in completed and "traceback" not in completed
+
+
+async def _logged_runs(workers: Workers, n: int) -> bool:
+    return workers.log(0).count('"outcome"') >= n
