@@ -43,10 +43,10 @@ would have meant a new session, a new connection and a new TCP handshake on ever
 ``AsyncClient``'s, made blocking in one place rather than written twice.
 
 Modules: ``_async`` (``AsyncClient``: the API as coroutines), ``_sync`` (``Client``: the same, blocking),
-``_transport`` (the session, encoding, decoding, timeouts), ``_retries`` (which calls are tried again,
-and how), ``_lease`` (``Lease``, what ``leased`` hands its body), ``_renew`` (keeping a lease alive in
-``leased``), ``_arguments`` (bare payloads and ids, durations, ``new_queue_info``) and ``_errors``
-(``ConnectionFailed``).
+``_loop`` (the loop thread ``Client`` blocks on), ``_transport`` (the session, encoding, decoding,
+timeouts), ``_retries`` (which calls are tried again, and how), ``_lease`` (``Lease``, what ``leased``
+hands its body), ``_renew`` (keeping a lease alive in ``leased``), ``_arguments`` (bare payloads and ids,
+durations, ``new_queue_info``) and ``_errors`` (``ConnectionFailed``).
 """
 
 from __future__ import annotations
