@@ -6,6 +6,7 @@ Nothing sleeps to synchronise: the test polls the records, the queues and the pr
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -109,6 +110,7 @@ async def client(server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> Asyn
     async with AsyncClient(server.url) as c:
         yield c
     await tasks.worker.close()
+    tasks.worker.close_sync()
 
 
 async def empty(client: AsyncClient, queue: str) -> bool:
@@ -228,6 +230,29 @@ async def test_trace_context_and_typed_arguments_arrive(workers: Workers, client
     assert (trace_id, flags) == ("4bf92f3577b34da6a3ce929d0e0e4736", "01")  # the producer's trace
     assert span_id != "00f067aa0ba902b7"  # continued in a span of its own
     assert (run["types"], run["order"]) == (["Order", "datetime"], 7)
+
+
+async def test_a_sync_caller_enqueues_without_an_event_loop(workers: Workers, client: AsyncClient) -> None:
+    """As a Django view does: from a thread that runs no event loop, the trace context going along."""
+    workers.start("--queues", "traced", opentelemetry=False)
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    due = datetime(2030, 1, 1, tzinfo=UTC)
+
+    def view() -> list[str]:
+        with use_traceparent(parent):
+            first = tasks.traced.enqueue_sync("s1", tasks.Order(1, []), due=due)
+        calls = [((f"s{n}", tasks.Order(n, [])), {"due": due}) for n in (2, 3)]
+        return [first, *tasks.traced.enqueue_many_sync(calls)]
+
+    ids = await asyncio.to_thread(view)
+    assert len(set(ids)) == 3 and all(ids)
+    await eventually(lambda: empty(client, "traced"), DEADLINE, "the items completed")
+    runs = {r["key"]: r for r in workers.runs("traced")}
+    assert sorted(runs) == ["s1", "s2", "s3"] and runs["s3"]["order"] == 3
+    assert runs["s1"]["traceparent"].split("-")[1] == "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert runs["s2"]["traceparent"] is None
+    with pytest.raises(RuntimeError, match=r"would block this event loop; await enqueue\(\) instead$"):
+        tasks.traced.enqueue_sync("s4", tasks.Order(4, []), due=due)
 
 
 async def _ran(workers: Workers, task: str, n: int) -> bool:
