@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import msgspec
+import pydantic
 import pytest
 
 from querator.worker import (
@@ -53,6 +54,26 @@ def test_arguments_round_trip_typed() -> None:
     call = Signature(task).convert(args, kwargs)
     assert call.args == (Order(7), [Line("a")], due, 1, 2) and call.kwargs == {"note": "n"}
     assert trace == {"traceparent": PARENT}
+
+
+class Address(pydantic.BaseModel):
+    city: str
+    since: datetime
+
+
+def move(to: Address, *, notes: list[Address]) -> None: ...
+
+
+def test_pydantic_models_round_trip_typed() -> None:
+    json = JsonSerializer()
+    home = Address(city="Oslo", since=datetime(2020, 5, 1, tzinfo=UTC))
+    args, kwargs, _ = unpack(json, pack(json, [home], {"notes": [home]}, {}))
+    call = Signature(move).convert(args, kwargs)
+    assert call.args == (home,) and call.kwargs == {"notes": [home]}
+    assert type(call.args[0]) is Address and type(call.kwargs["notes"][0]) is Address
+    # pydantic's refusal comes as msgspec's, which makes a run undecodable.
+    with pytest.raises(msgspec.ValidationError, match="city"):
+        Signature(move).convert([{"since": "2020-05-01T00:00:00Z"}], {"notes": []})
 
 
 @pytest.mark.parametrize("payload", [b"not json", b"[1, 2]", b'{"args": {}}'])
