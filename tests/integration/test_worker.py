@@ -195,6 +195,35 @@ async def test_sigterm_finishes_and_completes_what_is_in_flight(
     assert sorted(done) == [f"k{n}" for n in range(6)]  # each once: none lost, none run twice
 
 
+async def test_a_second_signal_exits_at_once_and_the_item_runs_again(
+    workers: Workers, client: AsyncClient
+) -> None:
+    first = workers.start("--queues", "held")
+    await tasks.held.enqueue("k")
+    await eventually(lambda: _started(workers, "held", first.pid), DEADLINE, "the first worker runs it")
+    first.send_signal(signal.SIGTERM)
+    wait_until(lambda: "stopping warmly" in workers.log(0), DEADLINE, "the worker heard the signal")
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(DEADLINE) == 130, workers.log(0)  # without waiting for the run in flight
+    assert "exiting at once" in workers.log(0)
+    second = workers.start("--queues", "held")
+    # Not completed: it comes back when the first worker's lease runs out (lease_timeout 2s).
+    await eventually(lambda: _started(workers, "held", second.pid), DEADLINE, "the second worker runs it")
+    (workers.records / "release").touch()
+    await eventually(lambda: empty(client, "held"), DEADLINE, "the item completed")
+    assert [r["pid"] for r in workers.runs("held") if r["event"] == "done"] == [second.pid]
+
+
+async def test_enqueue_schedules_and_deduplicates(client: AsyncClient) -> None:
+    enqueued = datetime.now(UTC)
+    first = await tasks.fails_later.enqueue("d", delay=timedelta(hours=1), dedup_id="d-1")
+    again = await tasks.fails_later.enqueue("d", delay=3600, dedup_id="d-1")
+    assert first and again == ""  # the queue's dedup window saw d-1: stored once
+    [item] = (await client.list_scheduled("later", 0)).items
+    assert item.kind == "tests.integration.worker_tasks.fails_later" and item.encoding == "application/json"
+    assert item.enqueue_at is not None and item.enqueue_at >= enqueued + timedelta(minutes=59)
+
+
 async def test_renewal_keeps_a_task_longer_than_its_lease(workers: Workers, client: AsyncClient) -> None:
     workers.start("--queues", "long")
     await tasks.long.enqueue("k", 3.5)  # the queue's lease_timeout is 1s
