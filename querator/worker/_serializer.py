@@ -1,4 +1,4 @@
-"""How arguments and results become bytes and back: JSON by default, any ``Serializer`` instead.
+"""How task arguments become bytes and back: JSON by default, any ``Serializer`` instead.
 
 Decoding is typed: each argument is converted to its parameter's annotation (``typed``), so msgspec
 Structs, dataclasses, datetimes and pydantic models arrive as themselves, not as the dicts and strings
@@ -81,7 +81,6 @@ class Signature:
         except Exception:  # an annotation that does not resolve: leave that function's values untyped
             hints = {}
         self._hints = {name: hints.get(name, inspect.Parameter.empty) for name in self._signature.parameters}
-        self.returns = hints.get("return", inspect.Parameter.empty)
 
     def convert(self, args: list[Any], kwargs: dict[str, Any]) -> inspect.BoundArguments:
         """The call of ``args`` and ``kwargs``, each converted to its parameter's annotation.
