@@ -224,6 +224,32 @@ async def test_enqueue_schedules_and_deduplicates(client: AsyncClient) -> None:
     assert item.enqueue_at is not None and item.enqueue_at >= enqueued + timedelta(minutes=59)
 
 
+async def test_one_worker_runs_several_queues_and_tasks_sharing_one(
+    workers: Workers, client: AsyncClient
+) -> None:
+    workers.start("--queues", "mixed,refused")
+    await tasks.mixed_a.enqueue("a1")
+    await tasks.mixed_b.enqueue("b1")
+    await tasks.mixed_a.enqueue("a2")
+    await tasks.refused.enqueue("r1")
+    # An item whose kind no task of this worker has: offered again later, for a worker that knows it.
+    await client.produce("mixed", [b'{"args": ["s1"]}'], kind="elsewhere.task")
+    await eventually(lambda: _ran(workers, "mixed", 3), DEADLINE, "the mixed queue ran")
+    await eventually(lambda: _dead_soon(client, "refused"), DEADLINE, "the other queue ran")
+    ran = {r["key"]: r["ran"] for r in workers.runs("mixed")}
+    assert ran == {"a1": "a", "a2": "a", "b1": "b"}
+    await eventually(lambda: empty_but_scheduled(client, "mixed"), DEADLINE, "the stranger put off")
+    [later] = (await client.list_scheduled("mixed", 0)).items
+    assert later.kind == "elsewhere.task" and later.enqueue_at is not None
+    assert later.enqueue_at > datetime.now(UTC) + timedelta(seconds=30)
+    assert "no task named 'elsewhere.task' on queue mixed" in workers.log(0)
+
+
+async def empty_but_scheduled(client: AsyncClient, queue: str) -> bool:
+    [part] = (await client.stats(queue)).logical_queues[0].partitions
+    return (part.total, part.scheduled) == (0, 1)
+
+
 async def test_renewal_keeps_a_task_longer_than_its_lease(workers: Workers, client: AsyncClient) -> None:
     workers.start("--queues", "long")
     await tasks.long.enqueue("k", 3.5)  # the queue's lease_timeout is 1s

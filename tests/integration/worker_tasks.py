@@ -102,6 +102,17 @@ def slow_sync(key: str) -> None:
     record(task="slow_sync", key=key, event="done")
 
 
+@worker.task(queue="mixed", create_queue=True)
+def mixed_a(key: str) -> None:
+    """``mixed_a`` and ``mixed_b`` share a queue: each item's kind picks which one runs it."""
+    record(task="mixed", key=key, ran="a")
+
+
+@worker.task(queue="mixed")
+async def mixed_b(key: str) -> None:
+    record(task="mixed", key=key, ran="b")
+
+
 @worker.task(queue="later", retry=backoff.fixed("1h"), create_queue=True)
 def fails_later(key: str) -> None:
     record(task="fails_later", key=key, at=time.time())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 import pydantic
@@ -53,6 +54,28 @@ def test_arguments_round_trip_typed() -> None:
     args, kwargs, trace = unpack(json, data)
     call = Signature(task).convert(args, kwargs)
     assert call.args == (Order(7), [Line("a")], due, 1, 2) and call.kwargs == {"note": "n"}
+    assert trace == {"traceparent": PARENT}
+
+
+class Msgpack:
+    """A ``Serializer`` of the user's own."""
+
+    content_type = "application/msgpack"
+
+    def dumps(self, value: Any) -> bytes:
+        return msgspec.msgpack.encode(value)
+
+    def loads(self, data: bytes) -> Any:
+        return msgspec.msgpack.decode(data)
+
+
+def test_a_serializer_of_ones_own_carries_the_call() -> None:
+    due = datetime(2030, 1, 1, tzinfo=UTC)
+    data = pack(Msgpack(), [Order(7), [Line("a")], due], {}, {"traceparent": PARENT})
+    with pytest.raises(EnvelopeError):
+        unpack(JsonSerializer(), data)  # not JSON: each task decodes with its own serializer
+    args, kwargs, trace = unpack(Msgpack(), data)
+    assert Signature(task).convert(args, kwargs).args == (Order(7), [Line("a")], due)
     assert trace == {"traceparent": PARENT}
 
 
