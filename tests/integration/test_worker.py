@@ -183,6 +183,15 @@ async def test_sigterm_finishes_and_completes_what_is_in_flight(
     await eventually(lambda: _ran(workers, "held", 3), DEADLINE, "three runs started")
     proc.send_signal(signal.SIGTERM)
     wait_until(lambda: "stopping warmly" in workers.log(0), DEADLINE, "the worker heard the signal")
+    stopping = await _lease_deadlines(client, "held")
+    assert len(stopping) == 3
+
+    async def renewed() -> bool:
+        deadlines = await _lease_deadlines(client, "held")
+        return deadlines.keys() == stopping.keys() and all(deadlines[i] > stopping[i] for i in stopping)
+
+    # While it stops, what runs keeps its leases (lease_timeout 2s): renewed, not left to expire.
+    await eventually(renewed, DEADLINE, "the leases renewed while stopping")
     (workers.records / "release").touch()
     assert proc.wait(DEADLINE) == 0, workers.log(0)
     done = [r["key"] for r in workers.runs("held") if r["event"] == "done"]
@@ -308,6 +317,12 @@ async def test_a_sync_caller_enqueues_without_an_event_loop(workers: Workers, cl
     assert runs["s2"]["traceparent"] is None
     with pytest.raises(RuntimeError, match=r"would block this event loop; await enqueue\(\) instead$"):
         tasks.traced.enqueue_sync("s4", tasks.Order(4, []), due=due)
+
+
+async def _lease_deadlines(client: AsyncClient, queue: str) -> dict[str, datetime]:
+    """The lease deadline of each leased item of the queue's partition 0."""
+    items = (await client.list_items(queue, 0)).items
+    return {i.id: i.lease_deadline for i in items if i.is_leased and i.lease_deadline is not None}
 
 
 async def _ran(workers: Workers, task: str, n: int) -> bool:
