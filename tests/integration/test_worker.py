@@ -154,11 +154,15 @@ async def test_max_attempts_ends_in_the_dead_letter_queue(workers: Workers, clie
     assert await empty(client, "doomed")
 
 
-async def test_a_permanent_error_dead_letters_at_once(workers: Workers, client: AsyncClient) -> None:
-    workers.start("--queues", "refused")
-    await tasks.refused.enqueue("k")
-    await eventually(lambda: _dead_soon(client, "refused"), DEADLINE, "the item dead-lettered")
-    assert len(workers.runs("refused")) == 1
+@pytest.mark.parametrize("task", ["refused", "hopeless"])
+async def test_a_permanent_error_dead_letters_at_once(
+    workers: Workers, client: AsyncClient, task: str
+) -> None:
+    """A declared permanent error (``refused``) and ``Permanent`` itself (``hopeless``)."""
+    workers.start("--queues", task)
+    await getattr(tasks, task).enqueue("k")
+    await eventually(lambda: _dead_soon(client, task), DEADLINE, "the item dead-lettered")
+    assert len(workers.runs(task)) == 1
 
 
 async def test_a_killed_workers_task_runs_again_on_another(workers: Workers, client: AsyncClient) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from querator.worker import Worker, backoff, current_traceparent
+from querator.worker import Permanent, Worker, backoff, current_traceparent
 
 worker = Worker(concurrency=4)
 RECORDS = Path(os.environ.get("WORKER_RECORDS", "."))
@@ -133,6 +133,12 @@ class Refused(Exception):
 def refused(key: str) -> None:
     record(task="refused", key=key)
     raise Refused("not this one")
+
+
+@worker.task(queue="hopeless", create_queue=True)
+async def hopeless(key: str) -> None:
+    record(task="hopeless", key=key)
+    raise Permanent("cannot ever work")
 
 
 @worker.task(queue="held", lease_timeout="2s", create_queue=True)
