@@ -465,3 +465,26 @@ async def test_json_logs_give_one_line_per_run(workers: Workers, client: AsyncCl
 
 async def _logged_runs(workers: Workers, n: int) -> bool:
     return workers.log(0).count('"outcome"') >= n
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["worker_tasks"], "'worker_tasks' is not module:attribute, e.g. myapp.tasks:worker"),
+        (["tests.integration.nowhere:worker"], "No module named 'tests.integration.nowhere'"),
+        (["tests.integration.worker_tasks:RECORDS"], "is a PosixPath, not a querator.worker.Worker"),
+        (["tests.integration.worker_tasks:worker", "-Q", "flaky,nope"], "no task uses the queue(s) nope"),
+        (["tests.integration.worker_tasks:worker", "-c", "0"], "--concurrency must be at least 1"),
+    ],
+)
+def test_the_worker_command_refuses_what_it_cannot_run(args: list[str], message: str) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "querator.cli", "worker", *args],
+        env=server_env(),
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
+    )
+    assert run.returncode == 2 and run.stderr.startswith("querator: "), run.stderr
+    assert message in run.stderr and run.stderr.count("\n") == 1  # one line, no traceback
