@@ -45,7 +45,8 @@ would have meant a new session, a new connection and a new TCP handshake on ever
 Modules: ``_async`` (``AsyncClient``: the API as coroutines), ``_sync`` (``Client``: the same, blocking),
 ``_loop`` (the loop thread ``Client`` blocks on), ``_transport`` (the session, encoding, decoding,
 timeouts), ``_retries`` (which calls are tried again, and how), ``_lease`` (``Lease``, what ``leased``
-hands its body), ``_renew`` (keeping a lease alive in ``leased``), ``_arguments`` (bare payloads and ids,
+hands its body), ``_renew`` (keeping a lease alive in ``leased``), ``_lock`` and ``_lock_queue``
+(``lock``, ``semaphore`` and ``set_limit``: docs/locks.md), ``_arguments`` (bare payloads and ids,
 durations, ``new_queue_info``) and ``_errors`` (``ConnectionFailed``).
 """
 
@@ -53,8 +54,9 @@ from __future__ import annotations
 
 from querator.client._arguments import Duration, ProduceItem, RetryItem, When, new_client_id, new_queue_info
 from querator.client._async import DEFAULT_ENDPOINT, DEFAULT_TIMEOUT, AsyncClient
-from querator.client._errors import ConnectionFailed
+from querator.client._errors import AcquireTimedOut, ConnectionFailed, LockError, LockLost, LockMismatch
 from querator.client._lease import Lease
+from querator.client._lock import Held
 from querator.client._renew import MIN_RENEW_WAIT
 from querator.client._retries import DEFAULT_RETRIES, Retries
 from querator.client._sync import Client
@@ -65,11 +67,16 @@ __all__ = [
     "DEFAULT_RETRIES",
     "DEFAULT_TIMEOUT",
     "MIN_RENEW_WAIT",
+    "AcquireTimedOut",
     "AsyncClient",
     "Client",
     "ConnectionFailed",
     "Duration",
+    "Held",
     "Lease",
+    "LockError",
+    "LockLost",
+    "LockMismatch",
     "ProduceItem",
     "Retries",
     "RetryItem",
