@@ -88,7 +88,12 @@ async def hold(
     lock = cache.get(name)
     if lock is None or lock.limit != limit:
         lock = cache[name] = await ensure(client, name, limit, lease_timeout)
-    reply = await acquire(client, lock.queue_name, timeout)
+    try:
+        reply = await acquire(client, lock.queue_name, timeout)
+    except InvalidOption:
+        # The queue went away under this client (an in-memory node restarted): make it again, once.
+        lock = cache[name] = await ensure(client, name, limit, lease_timeout)
+        reply = await acquire(client, lock.queue_name, timeout)
     item, partition = reply.items[0], reply.partition
     tokens = {item.id: item.lease_token}
     deadline = item.lease_deadline

@@ -114,6 +114,18 @@ async def test_a_held_lock_survives_a_sqlite_server_restart(servers: Servers, tm
             assert after.fencing_token == first + 1
 
 
+async def test_a_client_makes_the_lock_again_when_a_memory_node_lost_it(servers: Servers) -> None:
+    server = await servers.astart()
+    async with AsyncClient(server.url) as client:
+        async with client.lock("scratch") as lock:
+            assert lock.fencing_token == 1
+        kill9(server)
+        await servers.astart(port=server.port)
+        # The client made sure of the queue before; its first acquire now finds none and makes it again.
+        async with client.lock("scratch", timeout=0) as lock:
+            assert (lock.slot, lock.fencing_token) == ("token-0-0", 1)
+
+
 async def test_set_limit_adds_tokens_at_once_and_removes_them_as_holders_release(servers: Servers) -> None:
     server = await servers.astart()
     async with AsyncClient(server.url) as client:
