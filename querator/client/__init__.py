@@ -13,6 +13,11 @@ client is built with ``protobuf=True`` (then replies are requested as protobuf t
             for item in lease.items:
                 print(item.bytes)           # completed when the block ends (lease.retry(item) to retry)
 
+Locks and semaphores are queues of tokens (docs/locks.md): ``async with client.lock("invoice-42",
+ttl="30s") as held:`` runs its body while no other holder does, and ``held.fencing_token`` increases with
+each acquisition; ``client.semaphore("gpu", limit=4)`` admits four at once, ``client.set_limit`` changes
+that.
+
 Durations are Go strings (``"1m30s"``), ``timedelta``s or seconds. For running tasks from a queue, see
 ``querator.worker``, which is built on this client.
 

@@ -408,12 +408,8 @@ class AsyncClient:
         The first use of a name creates its queue (``lock.<name>``) with ``limit`` tokens; any number of
         processes may do so at once. The acquire long-polls for a free token, for at most ``timeout``
         (None: until one is free). The token's lease is renewed while the body runs and given back when it
-        ends; a holder that dies without giving it back loses it ``ttl`` after its last renewal.
-
-        Example::
-
-            async with client.semaphore("gpu", limit=4, ttl="30s", timeout="5m") as held:
-                await render(frame, fence=(held.slot, held.fencing_token))
+        ends; a holder that dies without giving it back loses it ``ttl`` after its last renewal. The body
+        gets a ``Held``: its ``slot`` and ``fencing_token`` (docs/locks.md, "Fencing tokens").
 
         Raises:
             ValueError: an empty name, a limit below 1, a ttl below 1s or not a duration, a negative timeout.

@@ -96,14 +96,18 @@ async def hold(
         reply = await acquire(client, lock.queue_name, timeout)
     item, partition = reply.items[0], reply.partition
     tokens = {item.id: item.lease_token}
+    held = Held(name, item)
     deadline = item.lease_deadline
     if seconds_of(lease_timeout) != seconds_of(lock.lease_timeout):
-        # The queue's lease timeout is its creator's ttl: this holder's own ttl applies from the start.
-        renewed = await client.renew(
-            lock.queue_name, partition, [item.id], lease_timeout, lease_tokens=[item.lease_token]
-        )
+        # The queue's lease timeout is its creator's ttl: this holder's own applies before its body runs.
+        try:
+            renewed = await client.renew(
+                lock.queue_name, partition, [item.id], lease_timeout, lease_tokens=[item.lease_token]
+            )
+        except BaseException:
+            await _release(client, lock.queue_name, partition, item, held)
+            raise
         deadline = renewed.items[0].lease_deadline if renewed.items else deadline
-    held = Held(name, item)
     ids = {item.id}
 
     def lose(item_id: str) -> None:
