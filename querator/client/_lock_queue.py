@@ -32,6 +32,8 @@ EXPIRE_TIMEOUT = "87600h"
 §4.4), so it never dies of age."""
 DEDUP_WINDOW = "168h"
 """The longest window: processes filling the queue at once must all fall inside it (they do, by far)."""
+MAX_PRODUCE = 1000
+"""Items per produce (docs/semantics.md §2.1), and so tokens added or taken out per request."""
 _REFERENCE = re.compile(r"querator\.semaphore; limit=(\d+); generation=(\d+)")
 
 
@@ -130,12 +132,13 @@ async def fill(client: AsyncClient, lock: LockQueue) -> None:
     """Produces the tokens missing below the limit, as slots ``token-<generation>-<n>``.
 
     Tokens only leave the queue through ``drain``, so fewer than ``limit`` means a creation not yet (or
-    never, its process having died) filled. Fillers racing each other read counts at most one produce
-    apart and name the missing slots alike, so the dedup ids keep each slot to one token.
+    never, its process having died) filled. Every filler produces slots in ascending order, each produce
+    stored whole, so a count names the slots that exist (those below it): fillers racing each other name
+    the missing ones alike, and the dedup ids keep each slot to one token.
     """
     missing = range(await count(client, lock.queue_name), lock.limit)
-    slots = [f"token-{lock.generation}-{n}" for n in missing]
-    if slots:
+    for start in range(missing.start, missing.stop, MAX_PRODUCE):
+        slots = [f"token-{lock.generation}-{n}" for n in range(start, min(start + MAX_PRODUCE, missing.stop))]
         await client.produce(lock.queue_name, list(slots), dedup_id=slots)
 
 
@@ -170,7 +173,7 @@ async def drain(client: AsyncClient, lock: LockQueue, timeout: Duration | None) 
         wait_s = seconds_left(deadline, 60.0)
         if wait_s < 0.01:
             raise AcquireTimedOut(f"set limit timed out; {excess} tokens of '{lock.queue_name}' still held")
-        reply = await client.lease(lock.queue_name, min(excess, 1000), request_timeout=wait_s)
+        reply = await client.lease(lock.queue_name, min(excess, MAX_PRODUCE), request_timeout=wait_s)
         if reply.items:
             ids = [i.id for i in reply.items]
             tokens = [i.lease_token for i in reply.items]

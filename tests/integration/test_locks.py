@@ -172,6 +172,15 @@ async def test_first_use_racing_in_many_clients_makes_exactly_limit_tokens(serve
     assert [p.total for q in stats.logical_queues for p in q.partitions] == [LIMIT]
 
 
+async def test_a_limit_above_one_produce_makes_its_tokens_in_several(servers: Servers) -> None:
+    server = await servers.astart()
+    async with AsyncClient(server.url) as client:
+        async with client.semaphore("wide", 2500, timeout=DEADLINE) as held:
+            assert held.slot == "token-0-0"
+        stats = await client.stats("lock.wide")
+    assert [p.total for q in stats.logical_queues for p in q.partitions] == [2500]
+
+
 async def test_bad_input_is_refused_before_and_by_the_server(servers: Servers) -> None:
     server = await servers.astart()
     refusals = {
