@@ -30,6 +30,7 @@ from querator.client._lock_queue import set_limit as change_limit
 from querator.client._renew import keep_renewed, stopped
 from querator.client._retries import DEFAULT_RETRIES, Retries, with_retries
 from querator.client._transport import Transport, http_timeout_s
+from querator.client._workflows import WorkflowCalls
 from querator.duration import parse_duration
 from querator.errors import LeaseTimedOut, QueratorError, plain_error
 from querator.wire import messages as m
@@ -41,7 +42,7 @@ DEFAULT_TIMEOUT = 30.0
 R = TypeVar("R", bound=m.Message)
 
 
-class AsyncClient:
+class AsyncClient(WorkflowCalls):
     """An asyncio client of one Querator server.
 
     The aiohttp session is created on first use, in the running loop, and must be used from that loop only;
