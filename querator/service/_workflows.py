@@ -33,8 +33,9 @@ from querator.service._validation import (
 )
 from querator.storage import journal
 from querator.storage.journal import CLAIMED, FINISHED, Effects, Ending
-from querator.storage.workflows import RUNNING, Signal, Workflow, WorkflowRows
+from querator.storage.workflows import Signal, Workflow, WorkflowRows
 from querator.wire import messages as m
+from querator.wire.workflows import RUNNING
 
 T = TypeVar("T")
 
