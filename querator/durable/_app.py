@@ -287,9 +287,14 @@ class Durable:
         """Cancels a workflow: its compensations run, its children are cancelled, it ends cancelled."""
         await (await self.client()).cancel_workflow(workflow_id)
 
-    async def run(self, *, concurrency: int | None = None, metrics_port: int | None = None) -> None:
-        """Runs this app's worker until SIGTERM or SIGINT (as ``querator worker module:app`` does)."""
-        await self.worker.run(concurrency=concurrency, metrics_port=metrics_port)
+    async def run(
+        self, *, concurrency: int | None = None, metrics_port: int | None = None, handle_signals: bool = True
+    ) -> None:
+        """Runs this app's worker until ``worker.stop()`` or SIGTERM/SIGINT (as ``querator worker
+        module:app`` does)."""
+        await self.worker.run(
+            concurrency=concurrency, metrics_port=metrics_port, handle_signals=handle_signals
+        )
 
     async def close(self) -> None:
         await self.worker.close()

@@ -56,6 +56,8 @@ def _pydantic_load(kind: type, value: Any) -> Any:
     validate = getattr(kind, "model_validate", None)
     if callable(validate):
         return validate(value)
+    if kind is object:  # ``dict[str, object]``: anything goes, as it came
+        return value
     raise NotImplementedError(f"cannot convert to {kind!r}")
 
 
