@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -271,3 +272,21 @@ async def test_bad_appends_are_refused_before_anything_is_read(durable: Api) -> 
     ]:
         error = await durable.error("/v1/workflows.append", {"workflow_id": "unknown", **body})
         assert error.status == 400 and error.message.startswith(message), error.message
+
+
+async def test_a_finished_workflow_is_kept_for_its_retention_then_dropped(
+    durable: Api, clock: FakeClock
+) -> None:
+    await start(durable)
+    await claim(durable)
+    await append(durable, 1, then="complete")
+    info = await durable.post("/v1/workflows.info", {"workflow_id": "wf-1"})
+    finished, expires = (datetime.fromisoformat(info[k]) for k in ("finished_at", "expires_at"))
+    assert expires - finished == timedelta(days=7)
+    clock.advance(7 * 86_400 + 61)  # past the retention and the next purge
+    await eventually(lambda: _gone(durable, "wf-1"))
+
+
+async def _gone(api: Api, workflow_id: str) -> bool:
+    reply = await api.post("/v1/workflows.list", {})
+    return workflow_id not in [w["workflow_id"] for w in reply.get("workflows", [])]
