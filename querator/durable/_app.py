@@ -4,6 +4,7 @@ worker that runs them."""
 from __future__ import annotations
 
 import functools
+import inspect
 import uuid
 from collections.abc import Callable, Collection
 from datetime import timedelta
@@ -225,6 +226,8 @@ class Durable:
         """
 
         def register(function: Callable[..., Any]) -> WorkflowDef:
+            if not inspect.iscoroutinefunction(function):
+                raise TypeError(f"durable: workflow {function.__qualname__} must be an async function")
             workflow_name = name or f"{function.__module__}.{function.__qualname__}"
             if workflow_name in self.workflows:
                 raise ValueError(f"durable: a workflow named {workflow_name!r} is registered already")

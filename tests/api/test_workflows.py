@@ -290,3 +290,25 @@ async def test_a_finished_workflow_is_kept_for_its_retention_then_dropped(
 async def _gone(api: Api, workflow_id: str) -> bool:
     reply = await api.post("/v1/workflows.list", {})
     return workflow_id not in [w["workflow_id"] for w in reply.get("workflows", [])]
+
+
+async def test_a_list_page_ends_early_rather_than_pass_its_byte_bound(durable: Api) -> None:
+    big = b64(b"x" * 600_000)
+    ids = [f"w{n}" for n in range(8)]
+    for workflow_id in ids:
+        await start(durable, workflow_id, input=big)
+    first = await durable.post("/v1/workflows.list", {})
+    assert [w["workflow_id"] for w in first["workflows"]] == ids[:6]  # a 7th would pass 4 MiB of inputs
+    rest = await durable.post("/v1/workflows.list", {"pivot": "w5\x01"})
+    assert [w["workflow_id"] for w in rest["workflows"]] == ids[6:]
+
+
+async def test_ending_with_a_child_that_never_started_still_ends(durable: Api) -> None:
+    """A parent that recorded a child and ended before starting it: its end cancels the children it
+    recorded, and a missing one made the append answer 400 after the parent was stored as ended."""
+    await start(durable, "parent")
+    await claim(durable, "parent")
+    child = {"seq": 1, "kind": "child", "name": "checkout", "state": "pending"}
+    assert await append(durable, 1, "parent", entries=[child], then="cancel", error="Cancelled: x") == {}
+    info = await durable.post("/v1/workflows.info", {"workflow_id": "parent"})
+    assert info["status"] == "cancelled"
