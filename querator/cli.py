@@ -44,11 +44,13 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--config", help="YAML file of settings (env QUERATOR_CONFIG)")
     for f in fields(ServerConfig):
         env = "QUERATOR_" + f.name.upper()
-        p.add_argument(
-            "--" + option_name(f.name),
-            dest=f.name,
-            help=f"{f.metadata.get('help', '')} (env {env}; default {f.metadata.get('default', f.default)})",
-        )
+        default = f.metadata.get("default", f.default)
+        help_text = f"{f.metadata.get('help', '')} (env {env}; default {default})"
+        flag = "--" + option_name(f.name)
+        if f.type in (bool, "bool"):  # a switch: its flag takes no value
+            p.add_argument(flag, dest=f.name, action="store_const", const=True, help=help_text)
+        else:
+            p.add_argument(flag, dest=f.name, help=help_text)
 
 
 class UsageError(Exception):

@@ -127,6 +127,13 @@ class ServerConfig:
         default="",
         metadata={"help": "host:port serving /health, /ready and /metrics apart from the API (off: '')"},
     )
+    no_ui: bool = field(
+        default=False,
+        metadata={
+            "help": "do not serve the web console at /ui/ (served on --admin-address when set, else on "
+            "--address; docs/console.md)"
+        },
+    )
     api_keys: str = field(
         default="",
         metadata={"help": "comma-separated SHA-256 hashes of the API keys (see 'querator apikey')"},
@@ -480,6 +487,10 @@ _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,47}")
 """An unquoted Cassandra keyspace name."""
 
 
+BOOL_TEXT = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+"""How the environment spells a switch."""
+
+
 def option_name(name: str) -> str:
     """The flag and YAML spelling of a field: ``data_dir`` -> ``data-dir``."""
     return name.replace("_", "-")
@@ -525,6 +536,13 @@ def _from_file(path: Path) -> dict[str, Any]:
 
 
 def _cast(name: str, value: Any, kind: Any) -> Any:
+    if kind in (bool, "bool"):
+        # YAML gives booleans; the environment gives text; a flag without a value gives True.
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in BOOL_TEXT:
+            return BOOL_TEXT[value.strip().lower()]
+        raise ConfigError(f"{option_name(name)} is invalid; '{value}' is not true or false")
     if kind in (int, "int"):
         # YAML gives ints, the environment and flags give strings; anything else (1.5, true) is refused
         # rather than truncated.

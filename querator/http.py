@@ -32,6 +32,7 @@ from querator.auth import (
     Forwarded,
 )
 from querator.clock import to_datetime
+from querator.console import CONSOLE_PREFIX, add_console
 from querator.errors import (
     CODE_TEXT,
     ClientContentError,
@@ -65,6 +66,8 @@ OPENAPI_PATH = "/openapi.yaml"
 OPEN_PATHS = frozenset({"/health", "/ready", OPENAPI_PATH})
 """Paths a GET may reach without an API key. Not ``/metrics``: it names every queue with its depth and
 rates (the admin address serves it without a key)."""
+ADMIN_OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
+"""What the admin address serves without a key when it also serves the console and its API."""
 READY_DETAILS = web.RequestKey("ready_details", bool)
 """False when ``/ready`` must not say why the node is not ready (it may name queues) because
 the caller has no key. A probe needs no key to read the status."""
@@ -109,6 +112,7 @@ def create_app(
     max_produce_body: int = MAX_PRODUCE_BODY,
     api_keys: ApiKeys | None = None,
     operations: bool = True,
+    console: bool = False,
 ) -> web.Application:
     """The aiohttp application serving ``service``; the caller owns starting and stopping the service.
 
@@ -116,8 +120,61 @@ def create_app(
     key; ``/ready`` without one tells only whether the node is ready, not why not.
     ``operations`` False leaves ``/ready`` and ``/metrics`` to the admin application (``--admin-address``);
     ``/health`` stays, as the reference serves it on the API address.
+    ``console`` serves the web console at ``/ui/`` (docs/console.md); its files need no key.
     """
-    middlewares = [_authenticate(api_keys)] if api_keys else []
+    app = _api_app(service, max_produce_body, api_keys, OPEN_PATHS, console)
+    app.router.add_route("*", "/health", _health)
+    if operations:
+        app.router.add_route("*", "/ready", _ready)
+        app.router.add_route("*", "/metrics", _metrics)
+    openapi_document()  # read now, not in the event loop at the first GET
+    app.router.add_route("*", OPENAPI_PATH, _openapi)
+    if console:
+        add_console(app, _unknown)
+    app.router.add_route("*", "/{tail:.*}", _unknown)
+    return app
+
+
+def create_admin_app(
+    service: Service,
+    console: bool = False,
+    api_keys: ApiKeys | None = None,
+    max_produce_body: int = MAX_PRODUCE_BODY,
+) -> web.Application:
+    """Health, readiness and metrics, for a separate admin address; never authenticated without ``console``.
+
+    With ``console`` it also serves the web console and the v1 routes it calls, so that the console
+    works where only the admin address is reachable; those routes need a key as on the API address,
+    the probes and ``/metrics`` still do not.
+    """
+    if console:
+        app = _api_app(service, max_produce_body, api_keys, ADMIN_OPEN_PATHS, console)
+    else:
+        app = web.Application()
+        app[SERVICE] = service
+    app.router.add_route("*", "/health", _health)
+    app.router.add_route("*", "/ready", _ready)
+    app.router.add_route("*", "/metrics", _metrics)
+    if console:
+        add_console(app, _unknown)
+    app.router.add_route("*", "/{tail:.*}", _unknown)  # the error body, not aiohttp's text/plain 404
+    return app
+
+
+def _api_app(
+    service: Service,
+    max_produce_body: int,
+    api_keys: ApiKeys | None,
+    open_paths: frozenset[str],
+    console: bool,
+) -> web.Application:
+    """An application with the v1 routes, authenticated by ``api_keys`` but for GETs of ``open_paths``
+    (and of the console's files with ``console``)."""
+    middlewares = []
+    if api_keys:
+        middlewares.append(_authenticate(api_keys, open_paths, CONSOLE_PREFIX if console else None))
+    elif console:
+        middlewares.append(_refuse_cross_site)
     app = web.Application(
         client_max_size=max(IMPORT_BODY, max_produce_body) + 1, handler_args={}, middlewares=middlewares
     )
@@ -168,37 +225,23 @@ def create_app(
     latency = service.metrics.latency
     for path, handler in routes:
         app.router.add_route("*", path, _timed(handler, path, latency))
-    app.router.add_route("*", "/health", _health)
-    if operations:
-        app.router.add_route("*", "/ready", _ready)
-        app.router.add_route("*", "/metrics", _metrics)
-    openapi_document()  # read now, not in the event loop at the first GET
-    app.router.add_route("*", OPENAPI_PATH, _openapi)
-    app.router.add_route("*", "/{tail:.*}", _unknown)
     return app
 
 
-def create_admin_app(service: Service) -> web.Application:
-    """Health, readiness and metrics alone, for a separate admin address (never authenticated)."""
-    app = web.Application()
-    app[SERVICE] = service
-    app.router.add_route("*", "/health", _health)
-    app.router.add_route("*", "/ready", _ready)
-    app.router.add_route("*", "/metrics", _metrics)
-    app.router.add_route("*", "/{tail:.*}", _unknown)  # the error body, not aiohttp's text/plain 404
-    return app
-
-
-def _authenticate(keys: ApiKeys) -> Any:
+def _authenticate(keys: ApiKeys, open_paths: frozenset[str], open_prefix: str | None) -> Any:
     @web.middleware
     async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
         # Before routing, as the reference does: a caller without a key learns nothing, not even which
-        # paths exist. Only the GETs of probes pass (POST /health is an ordinary 501).
+        # paths exist. Only the GETs of probes (and of the console's files, which hold no data) pass
+        # (POST /health is an ordinary 501).
         forwarded = None
         try:
             forwarded = keys.authenticate(request.method, request.path, request.headers, _certified(request))
         except QueratorError as e:
-            if request.method != "GET" or request.path not in OPEN_PATHS:
+            path = request.path
+            if request.method != "GET" or not (
+                path in open_paths or (open_prefix is not None and path.startswith(open_prefix.rstrip("/")))
+            ):
                 return _error_reply(e, _accept_or_json(request))
             request[READY_DETAILS] = False
         verified = None
@@ -210,6 +253,24 @@ def _authenticate(keys: ApiKeys) -> Any:
         return response
 
     return authenticate
+
+
+CROSS_SITE = frozenset({"cross-site", "same-site"})
+"""``Sec-Fetch-Site`` values of a request another site's page made the browser send."""
+
+
+@web.middleware
+async def _refuse_cross_site(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Without API keys, refuses what a browser sent on behalf of another site's page (cross-site
+    request forgery against the console's user): with keys, such a request carries no key, as the
+    console sends its key in a header no other site can set (docs/adr/0020-web-console.md)."""
+    # GETs pass: a link from another site to the console is a navigation, and no GET changes anything.
+    if request.method != "GET" and request.headers.get("Sec-Fetch-Site") in CROSS_SITE:
+        return _error_reply(
+            InvalidOption("request is invalid; a browser sent it for another site (Sec-Fetch-Site)"),
+            _accept_or_json(request),
+        )
+    return await handler(request)
 
 
 def _certified(request: web.Request) -> bool:

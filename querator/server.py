@@ -149,9 +149,19 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
             "store, and they stay there when a partition moves; use --storage cassandra to share them",
             config.storage,
         )
-    apps = [create_app(service, config.max_produce_body, keys, operations=not config.admin_address)]
+    # The console goes where the operations routes are: the admin address when there is one.
+    console = not config.no_ui
+    apps = [
+        create_app(
+            service,
+            config.max_produce_body,
+            keys,
+            operations=not config.admin_address,
+            console=console and not config.admin_address,
+        )
+    ]
     if config.admin_address:
-        apps.append(create_admin_app(service))
+        apps.append(create_admin_app(service, console, keys, config.max_produce_body))
     limits = config.listener_config()
     listeners = [Listener(limits) for _ in apps]
     for app, listener in zip(apps, listeners, strict=True):
@@ -183,13 +193,14 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
                 )
             )
         log.info(
-            "querator listening on %s%s (storage %s%s; api keys %s)%s",
+            "querator listening on %s%s (storage %s%s; api keys %s)%s%s",
             config.address,
             " (https)" if api_tls else "",
             config.storage,
             _where(config),
             "required" if keys else "off",
             f"; admin on {config.admin_address}" if config.admin_address else "",
+            "" if config.no_ui else f"; console at {config.admin_address or config.address}/ui/",
         )
         await stop.wait()
         log.info("shutting down")

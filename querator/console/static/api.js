@@ -1,0 +1,99 @@
+// Calls to the node's v1 JSON API, with the API key of this browser tab (sessionStorage: gone when the tab
+// closes, never in a URL, a cookie or a log). Every call is a same-origin fetch with a JSON body: the
+// console can do nothing the key could not do with curl.
+
+const KEY_ITEM = "querator.apiKey";
+// Extension fields (namespace, dedup window, lease token...) are only sent to clients that ask.
+const EXTENSIONS = "2";
+
+export class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+export function apiKey() {
+  return sessionStorage.getItem(KEY_ITEM) || "";
+}
+
+export function setApiKey(key) {
+  if (key) sessionStorage.setItem(KEY_ITEM, key);
+  else sessionStorage.removeItem(KEY_ITEM);
+}
+
+function headers(extra) {
+  const h = { ...extra };
+  const key = apiKey();
+  if (key) h.Authorization = `Bearer ${key}`;
+  return h;
+}
+
+const OPTIONS = { credentials: "omit", cache: "no-store", referrerPolicy: "no-referrer", redirect: "error" };
+
+// POST /v1/<route> with `body`; the decoded reply, or an ApiError with the server's message.
+export async function call(route, body = {}) {
+  let response;
+  try {
+    response = await fetch(`/v1/${route}`, {
+      ...OPTIONS,
+      method: "POST",
+      headers: headers({ "Content-Type": "application/json", Accept: "application/json", "X-Querator-Extensions": EXTENSIONS }),
+      body: JSON.stringify(body),
+    });
+  } catch (e) {
+    throw new ApiError(0, `the node did not answer (${e.message})`);
+  }
+  const text = await response.text();
+  let reply = {};
+  try {
+    reply = text ? JSON.parse(text) : {};
+  } catch {
+    throw new ApiError(response.status, `unexpected reply (${response.status})`);
+  }
+  if (!response.ok) throw new ApiError(response.status, reply.message || `error ${response.status}`);
+  return reply;
+}
+
+// This node's Prometheus metrics, parsed: {name: [{labels, value}]}; null when the node has none here.
+export async function metrics() {
+  const response = await fetch("/metrics", { ...OPTIONS, headers: headers({ Accept: "text/plain" }) });
+  if (response.status === 401) {
+    const reply = await response.json().catch(() => ({}));
+    throw new ApiError(401, reply.message || "api key is invalid");
+  }
+  if (!response.ok) return null;
+  return parseMetrics(await response.text());
+}
+
+const SAMPLE = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)/;
+const LABEL = /([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g;
+
+export function parseMetrics(text) {
+  const out = {};
+  for (const line of text.split("\n")) {
+    if (!line || line.startsWith("#")) continue;
+    const m = SAMPLE.exec(line);
+    if (!m) continue;
+    const labels = {};
+    for (const l of (m[2] || "").matchAll(LABEL)) {
+      labels[l[1]] = l[2].replace(/\\(.)/g, (_, c) => (c === "n" ? "\n" : c));
+    }
+    (out[m[1]] ||= []).push({ labels, value: Number(m[3]) });
+  }
+  return out;
+}
+
+// Every queue of the default namespace, page by page (queues.list pages start at their pivot).
+export async function allQueues(max = 10000) {
+  const queues = [];
+  let pivot = "";
+  while (queues.length < max) {
+    const page = (await call("queues.list", { pivot, limit: 1000 })).items || [];
+    const fresh = pivot ? page.filter((q) => q.queue_name !== pivot) : page;
+    queues.push(...fresh);
+    if (page.length < 1000 || fresh.length === 0) break;
+    pivot = page[page.length - 1].queue_name;
+  }
+  return queues;
+}

@@ -1,0 +1,57 @@
+// The cluster as this node sees it: the members and their state, the ring's revision, which node owns
+// each partition, and this node's hand-offs (from its /metrics).
+import { call, metrics } from "../api.js";
+import { h, mount, number, route, errorBox } from "../dom.js";
+
+const REFRESH_MS = 3000;
+const STATES = { serving: "serving", grace: "gone, in its grace period", joining: "joining" };
+
+export async function render(main, _params, ctx) {
+  const body = h("div");
+  const problem = h("div");
+  mount(main, h("div", { class: "page-head" }, h("h1", {}, "Cluster")), problem, body);
+
+  async function load() {
+    try {
+      const [info, m] = await Promise.all([call("cluster.info", { queue_name: "", namespace: "" }), metrics().catch(() => null)]);
+      const owned = new Map();
+      for (const p of info.partitions || []) owned.set(p.owner, (owned.get(p.owner) || 0) + 1);
+      const handOffs = (m?.querator_cluster_hand_offs_total || []).map((s) => `${s.labels.reason}: ${s.value}`).join(", ");
+      const byQueue = new Map();
+      for (const p of info.partitions || []) {
+        if (!byQueue.has(p.queue_name)) byQueue.set(p.queue_name, []);
+        byQueue.get(p.queue_name).push(p);
+      }
+      mount(body,
+        h("dl", { class: "pairs" },
+          h("dt", {}, "This node"), h("dd", { id: "this-node" }, info.node_id || "—"),
+          h("dt", {}, "Ring revision"), h("dd", { id: "revision" }, String(info.revision || 0)),
+          h("dt", {}, "Hand-offs by this node"), h("dd", {}, handOffs || "—")),
+        h("section", { "aria-labelledby": "s-members" }, h("h2", { id: "s-members" }, "Members"),
+          h("div", { class: "table-wrap" }, h("table", { class: "data", id: "members-table" },
+            h("thead", {}, h("tr", {}, ["Node", "Address", "State", "Partitions owned"].map((t) => h("th", { scope: "col" }, t)))),
+            h("tbody", {}, (info.members || []).map((mem) => h("tr", { dataset: { node: mem.node_id } },
+              h("th", { scope: "row" }, mem.node_id, mem.node_id === info.node_id ? h("span", { class: "tag" }, "this node") : null),
+              h("td", { class: "mono" }, mem.address || "—"),
+              h("td", {}, h("span", { class: `state state-${mem.state}` }, STATES[mem.state] || mem.state || "—")),
+              h("td", { class: "num" }, number(owned.get(mem.node_id) || 0)))))))),
+        h("section", { "aria-labelledby": "s-owners" }, h("h2", { id: "s-owners" }, "Partition owners"),
+          byQueue.size ? h("div", { class: "table-wrap" }, h("table", { class: "data", id: "owners-table" },
+            h("thead", {}, h("tr", {}, ["Queue", "Partition", "Owner"].map((t) => h("th", { scope: "col" }, t)))),
+            h("tbody", {}, [...byQueue.entries()].map(([queue, parts]) => parts.map((p) => h("tr", { dataset: { queue, partition: String(p.partition || 0) } },
+              h("th", { scope: "row" }, h("a", { href: route("queue", queue) }, queue)),
+              h("td", { class: "num" }, String(p.partition || 0)),
+              h("td", { dataset: { col: "owner" } }, p.owner || "—")))))))
+            : h("p", { class: "muted" }, "No queues yet.")));
+      mount(problem);
+      main.dataset.loaded = String(Number(main.dataset.loaded || 0) + 1);
+    } catch (e) {
+      if (e.status === 401) return ctx.onAuth(e);
+      mount(problem, errorBox(e));
+    }
+  }
+
+  await load();
+  const timer = setInterval(() => !document.hidden && load(), REFRESH_MS);
+  return () => clearInterval(timer);
+}
