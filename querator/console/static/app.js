@@ -80,7 +80,7 @@ document.getElementById("forget-key").addEventListener("click", () => {
 async function nodeName() {
   try {
     const info = await call("cluster.info", { queue_name: "", namespace: "" });
-    document.getElementById("node").textContent = `node ${info.node_id || "?"}`;
+    document.getElementById("node").textContent = `this node: ${info.node_id || "?"}`;
   } catch {}
 }
 
