@@ -155,6 +155,7 @@ async def _screenshots(page: Page, server: ServerProcess) -> None:
     await expect(page.locator("#item-detail")).to_be_visible()
     await page.screenshot(path=screenshot_path("queue"), full_page=True)
     await page.emulate_media(color_scheme="dark")
+    await page.evaluate("window.scrollTo(0, 0)")
     await page.screenshot(path=screenshot_path("queue-dark"))
     await page.emulate_media(color_scheme="light")
     await page.set_viewport_size(PHONE)

@@ -109,8 +109,15 @@ export function payloadView(base64) {
   return h("div", { class: "payload-box" }, h("label", {}, `Payload (${bytes.length} bytes) as `, select), pre);
 }
 
+const STATUS_MS = 8000;
+let statusTimer = 0;
+
+// A short message in the polite live region (screen readers announce it), gone after a few seconds.
 export function say(message) {
-  document.getElementById("status").textContent = message;
+  const status = document.getElementById("status");
+  status.textContent = message;
+  clearTimeout(statusTimer);
+  statusTimer = setTimeout(() => (status.textContent = ""), STATUS_MS);
 }
 
 export function errorBox(error) {
