@@ -24,11 +24,11 @@ def add_console(app: web.Application, other_methods: Handler) -> None:
     async def serve(request: web.Request) -> web.StreamResponse:
         if request.method not in ("GET", "HEAD"):
             return await other_methods(request)
-        response = files.reply(request.match_info["name"])
+        response = files.reply(request.match_info["file"])
         if response is None:
             headers = {**SECURITY_HEADERS, "Content-Type": "text/plain; charset=utf-8"}
             return web.Response(status=404, text="no such file in the console\n", headers=headers)
         return response
 
     app.router.add_route("*", CONSOLE_PREFIX.rstrip("/"), redirect)
-    app.router.add_route("*", CONSOLE_PREFIX + "{name:.*}", serve)
+    app.router.add_route("*", CONSOLE_PREFIX + "{file:.*}", serve)

@@ -9,12 +9,13 @@ from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 import pytest
+import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from querator.auth import ApiKeys, generate_key, key_hash, parse_hash
 from querator.console import CONTENT_SECURITY_POLICY, ConsoleFiles
-from querator.http import create_admin_app, create_app
+from querator.http import create_admin_app, create_app, openapi_document
 from querator.service import Service
 from querator.storage.memory import MemoryStore
 
@@ -93,6 +94,17 @@ async def test_the_page_has_no_inline_script_or_style() -> None:
     html = index.body.decode()
     assert "<script>" not in html and "<style" not in html and " style=" not in html
     assert re.search(r"\son[a-z]+=", html) is None  # no inline event handlers
+
+
+async def test_the_documented_statuses_and_types(console: str) -> None:
+    """What querator/openapi.yaml says of /ui and /ui/{file}."""
+    doc = yaml.safe_load(openapi_document())
+    files = doc["paths"]["/ui/{file}"]["get"]["responses"]
+    for path in ("/ui/", "/ui/app.js", "/ui/style.css", "/ui/icon.svg", "/ui/no-such-file"):
+        status, headers, _ = await _get(console + path)
+        media = headers["Content-Type"].split(";")[0]
+        assert media in files[str(status)]["content"], (path, status, media)
+    assert set(doc["paths"]["/ui"]["get"]["responses"]) == {"302"}
 
 
 async def test_ui_without_slash_redirects(console: str) -> None:
