@@ -24,7 +24,7 @@ CONTENT_TYPES = {
 """The only kinds of file the console ships; any other file in the directory is a packaging mistake."""
 
 CONTENT_SECURITY_POLICY = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 """No inline script or style, nothing from elsewhere, calls to this origin only, never framed."""

@@ -50,6 +50,10 @@ async def test_the_cluster_page_follows_the_ring(
     for node_id in ("node-0", "node-1", "node-2"):
         await expect(page.locator(f'#members-table tr[data-node="{node_id}"]')).to_contain_text("serving")
     await page.screenshot(path=screenshot_path("cluster"), full_page=True)
+    await page.get_by_label("Queue").fill("no-such")
+    await expect(page.locator("#owners-table")).to_have_count(0)
+    await page.get_by_label("Queue").fill("ord")
+    await expect(owners).to_have_count(PARTITIONS)
 
     kill9(nodes[2])  # its etcd lease runs out (2 s), and with no grace period its partitions move
     await expect(members).to_have_count(2, timeout=3 * WAIT_MS)

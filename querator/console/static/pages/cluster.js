@@ -4,12 +4,19 @@ import { call, metrics } from "../api.js";
 import { h, mount, number, route, errorBox } from "../dom.js";
 
 const REFRESH_MS = 3000;
+// Partitions listed at most (a filter narrows them): thousands of rows would slow every refresh.
+const MAX_ROWS = 2000;
 const STATES = { serving: "serving", grace: "gone, in its grace period", joining: "joining" };
 
 export async function render(main, _params, ctx) {
   const body = h("div");
+  const owners = h("div");
+  const count = h("span", { class: "muted" });
   const problem = h("div");
-  mount(main, h("div", { class: "page-head" }, h("h1", {}, "Cluster")), problem, body);
+  const filter = h("input", { type: "search", id: "owner-filter", placeholder: "part of a queue name", oninput: () => load() });
+  mount(main, h("div", { class: "page-head" }, h("h1", {}, "Cluster")), problem, body,
+    h("section", { "aria-labelledby": "s-owners" }, h("h2", { id: "s-owners" }, "Partition owners"),
+      h("div", { class: "toolbar" }, h("label", { for: "owner-filter" }, "Queue "), filter, count), owners));
 
   async function load() {
     try {
@@ -18,7 +25,9 @@ export async function render(main, _params, ctx) {
       for (const p of info.partitions || []) owned.set(p.owner, (owned.get(p.owner) || 0) + 1);
       const handOffs = (m?.querator_cluster_hand_offs_total || []).map((s) => `${s.labels.reason}: ${s.value}`).join(", ");
       const byQueue = new Map();
-      for (const p of info.partitions || []) {
+      const needle = filter.value.toLowerCase();
+      const shown = (info.partitions || []).filter((p) => p.queue_name.toLowerCase().includes(needle));
+      for (const p of shown.slice(0, MAX_ROWS)) {
         if (!byQueue.has(p.queue_name)) byQueue.set(p.queue_name, []);
         byQueue.get(p.queue_name).push(p);
       }
@@ -34,15 +43,15 @@ export async function render(main, _params, ctx) {
               h("th", { scope: "row" }, mem.node_id, mem.node_id === info.node_id ? h("span", { class: "tag" }, "this node") : null),
               h("td", { class: "mono" }, mem.address || "—"),
               h("td", {}, h("span", { class: `state state-${mem.state}` }, STATES[mem.state] || mem.state || "—")),
-              h("td", { class: "num" }, number(owned.get(mem.node_id) || 0)))))))),
-        h("section", { "aria-labelledby": "s-owners" }, h("h2", { id: "s-owners" }, "Partition owners"),
-          byQueue.size ? h("div", { class: "table-wrap" }, h("table", { class: "data", id: "owners-table" },
-            h("thead", {}, h("tr", {}, ["Queue", "Partition", "Owner"].map((t) => h("th", { scope: "col" }, t)))),
-            h("tbody", {}, [...byQueue.entries()].map(([queue, parts]) => parts.map((p) => h("tr", { dataset: { queue, partition: String(p.partition || 0) } },
-              h("th", { scope: "row" }, h("a", { href: route("queue", queue) }, queue)),
-              h("td", { class: "num" }, String(p.partition || 0)),
-              h("td", { dataset: { col: "owner" } }, p.owner || "—")))))))
-            : h("p", { class: "muted" }, "No queues yet.")));
+              h("td", { class: "num" }, number(owned.get(mem.node_id) || 0)))))))));
+      count.textContent = shown.length > MAX_ROWS ? `the first ${MAX_ROWS} of ${shown.length} partitions` : `${shown.length} partitions`;
+      mount(owners, byQueue.size ? h("div", { class: "table-wrap" }, h("table", { class: "data", id: "owners-table" },
+        h("thead", {}, h("tr", {}, ["Queue", "Partition", "Owner"].map((t) => h("th", { scope: "col" }, t)))),
+        h("tbody", {}, [...byQueue.entries()].map(([queue, parts]) => parts.map((p) => h("tr", { dataset: { queue, partition: String(p.partition || 0) } },
+          h("th", { scope: "row" }, h("a", { href: route("queue", queue) }, queue)),
+          h("td", { class: "num" }, String(p.partition || 0)),
+          h("td", { dataset: { col: "owner" } }, p.owner || "—")))))))
+        : h("p", { class: "muted" }, "No partitions."));
       mount(problem);
       main.dataset.loaded = String(Number(main.dataset.loaded || 0) + 1);
     } catch (e) {
