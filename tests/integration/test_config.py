@@ -182,6 +182,7 @@ def test_settings_apply(servers: Servers, tmp_path: Path, source: str, profile_n
         messages = [(line.split()[2].lower(), line.split(": ", 1)[1]) for line in text_log(stderr)]
     listening = f"querator listening on 127.0.0.1:{port} (storage {profile.storage}"
     listening += f" in {data_dir}; api keys off)" if profile.storage == "sqlite" else "; api keys off)"
+    listening += f"; console at 127.0.0.1:{port}/ui/"
     if profile.settings["log-level"] == "info":
         for expected in (listening, "shutting down", "stopped"):
             assert ("info", expected) in messages, stderr

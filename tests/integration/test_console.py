@@ -6,6 +6,8 @@ Each page is screenshotted (``tests/integration/browser.py``)."""
 from __future__ import annotations
 
 import asyncio
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 
 import pytest
@@ -243,3 +245,12 @@ async def test_the_admin_address_serves_the_console(browser: Browser, servers: S
     page, problems = await _page(browser, admin)
     await expect(page.locator('#queues-table tr[data-queue="via-admin"]')).to_be_visible()
     assert problems == []
+
+
+async def test_no_ui_turns_it_off(servers: Servers) -> None:
+    server = await servers.astart("--storage", "memory", "--no-ui")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        await asyncio.to_thread(urllib.request.urlopen, server.url + "/ui/")
+    refused.value.close()
+    assert refused.value.code == 400  # any GET but the probes: "only POST"
+    assert "console at" not in server.stderr()
