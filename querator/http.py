@@ -239,7 +239,8 @@ def _authenticate(keys: ApiKeys, open_paths: frozenset[str], open_prefix: str | 
         except QueratorError as e:
             path = request.path
             if request.method != "GET" or not (
-                path in open_paths or (open_prefix is not None and path.startswith(open_prefix.rstrip("/")))
+                path in open_paths
+                or (open_prefix is not None and (path.startswith(open_prefix) or path == open_prefix[:-1]))
             ):
                 return _error_reply(e, _accept_or_json(request))
             request[READY_DETAILS] = False

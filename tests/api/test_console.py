@@ -150,6 +150,12 @@ async def test_a_post_to_the_console_is_an_unknown_method_as_elsewhere(console: 
         assert (await r.json())["message"] == "no such method; /ui/"
 
 
+@pytest.mark.parametrize("path", ["/uix", "/ui.js", "/uifoo/bar"])
+async def test_only_the_console_is_open_without_a_key(console: str, path: str) -> None:
+    status, _, _ = await _get(console + path)
+    assert status == 401
+
+
 async def test_the_api_still_needs_the_key(console: str) -> None:
     async with aiohttp.ClientSession() as session:
         async with session.post(console + "/v1/queues.list", json={}) as r:
