@@ -183,7 +183,12 @@ async def test_sort_filter_and_keyboard(browser: Browser, servers: Servers) -> N
     await expect(page.locator("#queues-table tbody th")).to_have_text(["gamma"])
     # The keyboard alone reaches the queue: Tab to its link, Enter to follow it.
     await page.get_by_label("Filter").fill("")
-    await page.locator("#queues-table tbody th a").first.focus()
+    link = page.locator("#queues-table tbody th a").first
+    await link.focus()
+    # A live refresh redraws the table and leaves the focus where it was.
+    loaded = await page.locator("#main").get_attribute("data-loaded")
+    await expect(page.locator("#main")).not_to_have_attribute("data-loaded", loaded or "")
+    await expect(link).to_be_focused()
     await page.keyboard.press("Enter")
     await expect(page.locator("h1")).to_have_text("beta")
     assert problems == []

@@ -137,3 +137,18 @@ export function durationMs(text) {
   for (const m of String(text || "").matchAll(/(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)/g)) total += Number(m[1]) * UNIT_MS[m[2]];
   return total;
 }
+
+// Re-renders `container` by `render()` and puts the keyboard focus back where it was (same place in
+// the new content): a live refresh must not throw a keyboard user back to the top of the page.
+export function refreshKeepingFocus(container, render) {
+  const focused = document.activeElement;
+  if (!focused || focused === container || !container.contains(focused)) return render();
+  const path = [];
+  for (let el = focused; el !== container; el = el.parentElement) {
+    path.unshift(Array.prototype.indexOf.call(el.parentElement.children, el));
+  }
+  render();
+  let target = container;
+  for (const i of path) target = target?.children[i];
+  if (target && typeof target.focus === "function") target.focus({ preventScroll: true });
+}

@@ -1,7 +1,7 @@
 // The cluster as this node sees it: the members and their state, the ring's revision, which node owns
 // each partition, and this node's hand-offs (from its /metrics).
 import { call, metrics } from "../api.js";
-import { h, mount, number, route, errorBox } from "../dom.js";
+import { h, mount, number, route, errorBox, refreshKeepingFocus } from "../dom.js";
 
 const REFRESH_MS = 3000;
 // Partitions listed at most (a filter narrows them): thousands of rows would slow every refresh.
@@ -31,7 +31,7 @@ export async function render(main, _params, ctx) {
         if (!byQueue.has(p.queue_name)) byQueue.set(p.queue_name, []);
         byQueue.get(p.queue_name).push(p);
       }
-      mount(body,
+      refreshKeepingFocus(body, () => mount(body,
         h("dl", { class: "pairs" },
           h("dt", {}, "This node"), h("dd", { id: "this-node" }, info.node_id || "—"),
           h("dt", {}, "Ring revision"), h("dd", { id: "revision" }, String(info.revision || 0)),
@@ -43,15 +43,15 @@ export async function render(main, _params, ctx) {
               h("th", { scope: "row" }, mem.node_id, mem.node_id === info.node_id ? h("span", { class: "tag" }, "this node") : null),
               h("td", { class: "mono" }, mem.address || "—"),
               h("td", {}, h("span", { class: `state state-${mem.state}` }, STATES[mem.state] || mem.state || "—")),
-              h("td", { class: "num" }, number(owned.get(mem.node_id) || 0)))))))));
+              h("td", { class: "num" }, number(owned.get(mem.node_id) || 0))))))))));
       count.textContent = shown.length > MAX_ROWS ? `the first ${MAX_ROWS} of ${shown.length} partitions` : `${shown.length} partitions`;
-      mount(owners, byQueue.size ? h("div", { class: "table-wrap" }, h("table", { class: "data", id: "owners-table" },
+      refreshKeepingFocus(owners, () => mount(owners, byQueue.size ? h("div", { class: "table-wrap" }, h("table", { class: "data", id: "owners-table" },
         h("thead", {}, h("tr", {}, ["Queue", "Partition", "Owner"].map((t) => h("th", { scope: "col" }, t)))),
         h("tbody", {}, [...byQueue.entries()].map(([queue, parts]) => parts.map((p) => h("tr", { dataset: { queue, partition: String(p.partition || 0) } },
           h("th", { scope: "row" }, h("a", { href: route("queue", queue) }, queue)),
           h("td", { class: "num" }, String(p.partition || 0)),
           h("td", { dataset: { col: "owner" } }, p.owner || "—")))))))
-        : h("p", { class: "muted" }, "No partitions."));
+        : h("p", { class: "muted" }, "No partitions.")));
       mount(problem);
       main.dataset.loaded = String(Number(main.dataset.loaded || 0) + 1);
     } catch (e) {

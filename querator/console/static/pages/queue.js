@@ -1,7 +1,7 @@
 // One queue: its settings (editable, with confirmation), each partition's counts and owner node, its
 // items and scheduled items.
 import { call } from "../api.js";
-import { h, mount, number, route, time, errorBox, confirmed, say } from "../dom.js";
+import { h, mount, number, route, time, errorBox, confirmed, say, refreshKeepingFocus } from "../dom.js";
 import { itemBrowser } from "../items.js";
 
 const REFRESH_MS = 5000;
@@ -42,7 +42,7 @@ export async function render(main, params, ctx) {
       const rows = [];
       for (const logical of stats.logicalQueues || []) for (const p of logical.partitions || []) rows.push(p);
       rows.sort((a, b) => (a.partition || 0) - (b.partition || 0));
-      mount(partitions, h("table", { class: "data", id: "partitions-table" },
+      refreshKeepingFocus(partitions, () => mount(partitions, h("table", { class: "data", id: "partitions-table" },
         h("thead", {}, h("tr", {}, ["Partition", "Owner", "Items", "Leased", "Scheduled", "Failures", "Average age", "Average leased age"].map((t) => h("th", { scope: "col" }, t)))),
         h("tbody", {}, rows.map((p) => h("tr", { dataset: { partition: String(p.partition || 0) } },
           h("td", { class: "num" }, String(p.partition || 0)),
@@ -52,7 +52,7 @@ export async function render(main, params, ctx) {
           h("td", { class: "num", dataset: { col: "scheduled" } }, number(p.scheduled || 0)),
           h("td", { class: "num" }, number(p.failures || 0)),
           h("td", {}, p.average_age || "—"),
-          h("td", {}, p.average_leased_age || "—"))))));
+          h("td", {}, p.average_leased_age || "—")))))));
       mount(problem);
       main.dataset.loaded = String(Number(main.dataset.loaded || 0) + 1);
     } catch (e) {

@@ -2,7 +2,7 @@
 // queues whose engines run here: in a cluster, this node's partitions). Sorted and filtered in the page,
 // refreshed every few seconds while the box is ticked.
 import { allQueues, call, metrics } from "../api.js";
-import { h, mount, number, route, ageText, errorBox, confirmed, say } from "../dom.js";
+import { h, mount, number, route, ageText, errorBox, confirmed, say, refreshKeepingFocus } from "../dom.js";
 
 const REFRESH_MS = 5000;
 const COLUMNS = [
@@ -74,7 +74,7 @@ export async function render(main, _params, ctx) {
       h("td", { class: "num" }, rate(r.delivered)),
       h("td", { class: "num" }, rate(r.completed)),
       h("td", {}, r.dead ? h("a", { href: route("dead", r.name), title: `dead letters of ${r.name}` }, r.dead) : h("span", { class: "muted" }, "none"))));
-    mount(table, h("table", { class: "data", id: "queues-table" }, h("caption", { class: "sr-only" }, "Queues, sortable by each column"), h("thead", {}, head), h("tbody", {}, body)));
+    refreshKeepingFocus(table, () => mount(table, h("table", { class: "data", id: "queues-table" }, h("caption", { class: "sr-only" }, "Queues, sortable by each column"), h("thead", {}, head), h("tbody", {}, body))));
     summary.textContent = `${rows.length} of ${state.rows.length} queues. Depth, age and rates are this node's (its partitions in a cluster).`;
   }
 
