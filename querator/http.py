@@ -122,7 +122,7 @@ def create_app(
     ``/health`` stays, as the reference serves it on the API address.
     ``console`` serves the web console at ``/ui/`` (docs/console.md); its files need no key.
     """
-    app = _api_app(service, max_produce_body, api_keys, OPEN_PATHS, console)
+    app = _api_app(service, max_produce_body, api_keys, console, admin=False)
     app.router.add_route("*", "/health", _health)
     if operations:
         app.router.add_route("*", "/ready", _ready)
@@ -148,7 +148,7 @@ def create_admin_app(
     the probes and ``/metrics`` still do not.
     """
     if console:
-        app = _api_app(service, max_produce_body, api_keys, ADMIN_OPEN_PATHS, console)
+        app = _api_app(service, max_produce_body, api_keys, console, admin=True)
     else:
         app = web.Application()
         app[SERVICE] = service
@@ -162,17 +162,16 @@ def create_admin_app(
 
 
 def _api_app(
-    service: Service,
-    max_produce_body: int,
-    api_keys: ApiKeys | None,
-    open_paths: frozenset[str],
-    console: bool,
+    service: Service, max_produce_body: int, api_keys: ApiKeys | None, console: bool, admin: bool
 ) -> web.Application:
-    """An application with the v1 routes, authenticated by ``api_keys`` but for GETs of ``open_paths``
-    (and of the console's files with ``console``)."""
+    """An application with the v1 routes, authenticated by ``api_keys`` but for GETs of the open paths
+    (the admin address's, with ``admin``) and of the console's files (with ``console``)."""
     middlewares = []
     if api_keys:
-        middlewares.append(_authenticate(api_keys, open_paths, CONSOLE_PREFIX if console else None))
+        open_paths = ADMIN_OPEN_PATHS if admin else OPEN_PATHS
+        prefix = CONSOLE_PREFIX if console else None
+        # The admin address tells anyone why it is not ready, as it does without the console.
+        middlewares.append(_authenticate(api_keys, open_paths, prefix, ready_details=admin))
     app = web.Application(
         client_max_size=max(IMPORT_BODY, max_produce_body) + 1, handler_args={}, middlewares=middlewares
     )
@@ -227,7 +226,9 @@ def _api_app(
     return app
 
 
-def _authenticate(keys: ApiKeys, open_paths: frozenset[str], open_prefix: str | None) -> Any:
+def _authenticate(
+    keys: ApiKeys, open_paths: frozenset[str], open_prefix: str | None, ready_details: bool
+) -> Any:
     @web.middleware
     async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
         # Before routing, as the reference does: a caller without a key learns nothing, not even which
@@ -243,7 +244,7 @@ def _authenticate(keys: ApiKeys, open_paths: frozenset[str], open_prefix: str | 
                 or (open_prefix is not None and (path.startswith(open_prefix) or path == open_prefix[:-1]))
             ):
                 return _error_reply(e, _accept_or_json(request))
-            request[READY_DETAILS] = False
+            request[READY_DETAILS] = ready_details
         verified = None
         if forwarded is not None and keys.cluster is not None:
             verified = request[VERIFIED_FORWARD] = _VerifiedForward(keys.cluster, forwarded)

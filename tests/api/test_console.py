@@ -8,6 +8,7 @@ import re
 from collections.abc import AsyncIterator, Callable
 
 import aiohttp
+import msgspec
 import pytest
 import yaml
 from aiohttp import web
@@ -215,6 +216,15 @@ async def test_the_admin_address_serves_the_console_and_its_api_with_keys() -> N
                 assert r.status == 401
             async with session.post(url + "/v1/queues.list", json={}, headers=AUTH) as r:
                 assert r.status == 200
+    # Its probes stay as without the console: /ready tells anyone why it is not ready.
+    not_started = create_admin_app(Service(MemoryStore()), True, keys)
+    server = TestServer(not_started)
+    await server.start_server()
+    try:
+        status, _, body = await _get(str(server.make_url("/ready")))
+        assert (status, msgspec.json.decode(body)) == (503, {"status": "fail", "output": "starting"})
+    finally:
+        await server.close()
     async for url in _serve(create_admin_app):
         assert (await _get(url + "/ui/"))[0] == 400
         async with aiohttp.ClientSession() as session, session.post(url + "/v1/queues.list", json={}) as r:
