@@ -13,8 +13,9 @@ reply checked.
 - A ``queues.delete`` or ``queue.clear`` that emptied one of ``QUEUES`` is followed by a refill.
 - One request in ``PROTOBUF_EVERY`` asks for a binary protobuf reply; the check
   ``protobuf_reply_conformance`` decodes it and validates it against the JSON schema of its status.
-- A lease's ``request_timeout`` is capped at ``LEASE_WAIT``: a valid lease on an empty queue long-polls
-  until its timeout, up to 15 minutes. ``requested_partitions`` of create and update is capped at
+- The ``request_timeout`` of a lease and of a workflows.result is capped at ``LEASE_WAIT``: a valid
+  lease on an empty queue, or a wait for a workflow nobody runs, long-polls until its timeout, up to
+  15 minutes. ``requested_partitions`` of create and update is capped at
   ``MAX_PARTITIONS``: thousands of sqlite partitions per generated queue would only make the run slow.
 """
 
@@ -39,6 +40,7 @@ QUEUES: dict[str, dict[str, Any]] = msgspec.json.decode(os.environ["SCHEMATHESIS
 REFILL = 10
 """Items produced into each queue by a refill."""
 LEASE_WAIT = "200ms"
+LONG_POLLS = ("/v1/queue.lease", "/v1/workflows.result")
 MAX_PARTITIONS = 8
 LEASED = "leased-by-the-hook"
 """Placeholder id, replaced by a leased item's id just before the request is sent."""
@@ -109,7 +111,7 @@ def before_call(context: schemathesis.HookContext, case: schemathesis.Case, kwar
     if not isinstance(body, dict):
         return
     path = case.operation.path
-    if path == "/v1/queue.lease" and _longer_than(body.get("request_timeout"), LEASE_WAIT):
+    if path in LONG_POLLS and _longer_than(body.get("request_timeout"), LEASE_WAIT):
         body["request_timeout"] = LEASE_WAIT
     partitions = body.get("requested_partitions")
     if path in ("/v1/queues.create", "/v1/queues.update") and isinstance(partitions, int):
