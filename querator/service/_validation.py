@@ -372,6 +372,9 @@ def check_start(req: m.WorkflowsStartRequest) -> None:
         check_workflow_id(req.parent_id, "parent id")
         if req.parent_seq < 1:
             raise InvalidOption("parent seq is invalid; a child names the seq of its parent that started it")
+    elif req.parent_seq:
+        # Stored and answered as given otherwise, a negative seq included.
+        raise InvalidOption(f"parent seq is invalid; {req.parent_seq} was given without a parent id")
     check_printable("encoding", req.encoding)
 
 

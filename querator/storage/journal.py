@@ -35,7 +35,8 @@ MAX_ENTRIES: Final = 10_000
 MAX_SIGNALS: Final = 1_000
 """Signals kept for a workflow (received or waiting)."""
 MAX_RECORD_BYTES: Final = 8 * 1024 * 1024
-"""Bytes of inputs, results and payloads one record may hold in all: each append rewrites the record."""
+"""Bytes of inputs, results, payloads and error texts one record may hold in all: each append rewrites
+the record."""
 
 CLAIMED: Final = "claimed"
 BUSY: Final = "busy"
@@ -314,10 +315,17 @@ def _existing(current: Workflow | None, workflow_id: str) -> Workflow:
 
 
 def _check_size(wf: Workflow) -> None:
-    size = len(wf.input) + len(wf.result) + sum(len(e.value) for e in wf.entries)
+    # Errors count as values do: a worker's exception message is as unbounded as a result. (Names and
+    # ids are bounded one by one, and in number by MAX_ENTRIES and MAX_SIGNALS.)
+    size = len(wf.input) + len(wf.result) + _utf8_bytes(wf.error) + _utf8_bytes(wf.encoding)
+    size += sum(len(e.value) + _utf8_bytes(e.error) for e in wf.entries)
     size += sum(len(s.payload) for s in wf.signals)
     if size > MAX_RECORD_BYTES:
         raise InvalidOption(f"workflow is too large; its values pass {MAX_RECORD_BYTES} bytes in all")
+
+
+def _utf8_bytes(text: str) -> int:
+    return len(text.encode())
 
 
 def _seq(entry: Entry) -> int:
