@@ -25,6 +25,7 @@ from pathlib import Path
 import msgspec
 
 from querator import __version__
+from querator import _cli_workflows as workflows_cli
 from querator.auth import generate_key, key_hash
 from querator.client import DEFAULT_ENDPOINT, AsyncClient, ConnectionFailed, new_queue_info
 from querator.config import ConfigError, ServerConfig, environment, load, option_name
@@ -259,6 +260,8 @@ def _client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--limit", type=int, default=0, help="at most this many (default: all)")
     p.add_argument("--timeout", type=_duration, default="5m", help="request timeout (default 5m)")
 
+    workflows_cli.add_parser(sub, common, _duration)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -452,6 +455,7 @@ COMMANDS: dict[str, Command] = {
     "renew": _renew,
     "redrive": _redrive,
     "cluster": _cluster,
+    "workflows": workflows_cli.command,
 }
 
 

@@ -800,3 +800,76 @@ def test_cli_failures_and_exit_codes(cli_endpoint: str) -> None:
     # the endpoint from the environment, and global flags after the command
     assert ok(cli(None, "info", "empty", env={"QUERATOR_ENDPOINT": e}))["queue_name"] == "empty"
     assert ok(cli(None, "info", "empty", "--endpoint", e, "--api-key", "k"))["queue_name"] == "empty"
+
+
+def test_cli_workflows(cli_endpoint: str, tmp_path: Path) -> None:
+    """``querator workflows``: a caller's view of durable workflows; the test plays the worker with the
+    client (claim, append)."""
+    e = cli_endpoint
+    ok(cli(e, "create", "flows"))
+    with Client(e) as c:
+        for workflow_id in ("flow-a", "flow-b"):
+            c.start_workflow(workflow_id, "checkout", "flows", b"[1]", encoding="application/json")
+    listed = ok(cli(e, "workflows", "list"))
+    assert [(w["workflow_id"], w["status"]) for w in listed["workflows"]] == [
+        ("flow-a", "running"),
+        ("flow-b", "running"),
+    ]
+    assert "entries" not in listed["workflows"][0]
+    page = ok(cli(e, "workflows", "list", "--pivot", "flow-b", "--limit", "1"))
+    assert [w["workflow_id"] for w in page["workflows"]] == ["flow-b"]
+    assert ok(cli(e, "workflows", "list", "--status", "completed")) == {}
+
+    approval = tmp_path / "approval.json"
+    approval.write_text('{"approved": true}\n')
+    sent = [("--payload", '"now"'), ("-p", f"@{approval}"), ("-p", "@-")]
+    for n, payload in enumerate(sent):
+        signal = cli(
+            e, "workflows", "signal", "flow-a", "go", *payload, "--signal-id", f"s{n}", stdin=b"[1, 2]"
+        )
+        assert ok(signal) == {"code": 200}
+    again = cli(e, "workflows", "signal", "flow-a", "go", "-p", '"now"', "--signal-id", "s0")
+    assert ok(again) == {"code": 200}  # the same signal id again: kept once
+    shown = ok(cli(e, "workflows", "show", "flow-a"))
+    assert (shown["name"], shown["queue_name"], base64.b64decode(shown["input"])) == (
+        "checkout",
+        "flows",
+        b"[1]",
+    )
+    assert [(s["id"], base64.b64decode(s["payload"])) for s in shown["signals"]] == [
+        ("s0", b'"now"'),
+        ("s1", b'{"approved": true}\n'),
+        ("s2", b"[1, 2]"),
+    ]
+
+    still = ok(cli(e, "workflows", "result", "flow-a", "--timeout", "100ms"))
+    assert still["status"] == "running" and "signals" not in still
+    with Client(e) as c:
+        fence = c.claim_workflow("flow-a").workflow.fence
+        c.append_workflow(
+            m.WorkflowsAppendRequest(workflow_id="flow-a", fence=fence, then="complete", result=b"42")
+        )
+    done = ok(cli(e, "workflows", "result", "flow-a"))
+    assert (done["status"], base64.b64decode(done["result"])) == ("completed", b"42")
+    assert ok(cli(e, "workflows", "cancel", "flow-b")) == {"code": 200}
+    assert ok(cli(e, "workflows", "show", "flow-b"))["cancel_requested"] is True
+
+    finished = cli(e, "workflows", "signal", "flow-a", "go")
+    assert (finished.returncode, finished.stderr) == (
+        1,
+        "querator: 400 workflow is finished; 'flow-a' is completed\n",
+    )
+    unknown = cli(e, "workflows", "show", "nope")
+    assert (unknown.returncode, unknown.stdout) == (1, "")
+    assert unknown.stderr == "querator: 400 workflow does not exist; no workflow 'nope'\n"
+    for usage, says in [
+        (("signal", "flow-b", "go", "-p", "{not json"), "'{not json' is not JSON"),
+        (("signal", "flow-b", "go", "-p", f"@{tmp_path / 'missing'}"), "cannot read"),
+        (("list", "--status", "done"), "invalid choice: 'done'"),
+        (("result", "flow-b", "--timeout", "soon"), "argument --timeout"),
+        (("show",), "the following arguments are required: ID"),
+        ((), "the following arguments are required: ACTION"),
+    ]:
+        refused = cli(e, "workflows", *usage)
+        assert refused.returncode == 2 and says in refused.stderr, (usage, refused.stderr)
+    assert ok(cli(None, "workflows", "show", "flow-b", "--endpoint", e))["workflow_id"] == "flow-b"

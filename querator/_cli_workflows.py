@@ -1,0 +1,89 @@
+"""``querator workflows list | show | signal | cancel | result``: a caller's view of durable workflows
+(docs/durable.md), printed as the other client commands print (``querator.cli``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+
+from querator.client import AsyncClient
+from querator.wire import messages as m
+
+STATUSES = ["running", "completed", "failed", "cancelled"]
+"""A workflow's statuses (``--status`` of ``list``)."""
+
+
+def json_payload(text: str) -> bytes:
+    """An argparse type: JSON text, or ``@file`` (``@-``: stdin) holding it, as bytes."""
+    data = text.encode()
+    if text.startswith("@"):
+        try:
+            data = sys.stdin.buffer.read() if text == "@-" else Path(text[1:]).read_bytes()
+        except OSError as e:
+            raise argparse.ArgumentTypeError(f"cannot read '{text[1:]}': {e.strerror}") from None
+    try:
+        msgspec.json.decode(data)
+    except msgspec.DecodeError as e:
+        raise argparse.ArgumentTypeError(f"'{text}' is not JSON: {e}") from None
+    return data
+
+
+def add_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: list[argparse.ArgumentParser],
+    duration: Callable[[str], str],
+) -> None:
+    """Adds ``workflows`` to the ``querator`` command's subparsers; ``common`` are the global options,
+    ``duration`` the argparse type of a Go duration."""
+    p = sub.add_parser(
+        "workflows",
+        help="list, show, signal, cancel and await durable workflows",
+        description="Inspect and steer durable workflows (docs/durable.md); workers run them.",
+        parents=common,
+    )
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+        action = actions.add_parser(name, help=help_text, description=help_text, parents=common)
+        if name != "list":
+            action.add_argument("workflow_id", metavar="ID")
+        return action
+
+    a = add("list", "list workflows by id (without their journals)")
+    a.add_argument("--status", choices=STATUSES, default="", help="only workflows of this status")
+    a.add_argument("--pivot", default="", help="start at the first workflow id >= this")
+    a.add_argument("--limit", type=int, default=0, help="at most this many (default: the server's, 1000)")
+    add("show", "show a workflow with its journal and signals")
+    a = add("signal", "send a signal to a running workflow")
+    a.add_argument("name", metavar="NAME", help="the signal's name, as the workflow waits for it")
+    a.add_argument(
+        "-p", "--payload", type=json_payload, default=b"", help="JSON, or @file holding it (@- = stdin)"
+    )
+    a.add_argument("--signal-id", default="", help="a signal sent again with the same id counts once")
+    add("cancel", "ask a workflow to stop (its compensations run, its children are cancelled)")
+    a = add("result", "wait for a workflow to finish and print it (still running when --timeout passed)")
+    a.add_argument(
+        "--timeout", type=duration, default="30s", help="how long to wait, at most 15m (default 30s)"
+    )
+
+
+async def command(client: AsyncClient, args: argparse.Namespace) -> m.Message | None:
+    """Runs the ``workflows`` action ``args`` names; what to print (None: ``{"code": 200}``)."""
+    if args.action == "list":
+        found = await client.list_workflows(args.status, pivot=args.pivot, limit=args.limit)
+        return m.WorkflowsListResponse(workflows=found)
+    if args.action == "show":
+        return await client.workflow_info(args.workflow_id)
+    if args.action == "result":
+        return await client.workflow_result(args.workflow_id, args.timeout)
+    if args.action == "signal":
+        await client.signal_workflow(
+            args.workflow_id, args.name, args.payload, signal_id=args.signal_id or None
+        )
+    else:
+        await client.cancel_workflow(args.workflow_id)
+    return None
