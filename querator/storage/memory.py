@@ -18,7 +18,7 @@ from querator.storage.base import (
     R,
     list_page,
 )
-from querator.storage.workflows import Workflow
+from querator.storage.workflows import Workflow, encode_workflow, workflow_page
 
 
 class MemoryPartition:
@@ -255,7 +255,8 @@ class MemoryWorkflowRows:
         ids = sorted(
             i for i, w in self._workflows.items() if i >= pivot and (not status or w.status == status)
         )
-        return [self._workflows[i] for i in ids[:limit]]
+        # Measured as stored elsewhere, so that every backend pages alike.
+        return workflow_page((encode_workflow(self._workflows[i]) for i in ids), status, limit)
 
     async def purge_workflows(self, now: int) -> int:
         expired = [i for i, w in self._workflows.items() if w.expires_at and w.expires_at <= now]

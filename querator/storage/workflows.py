@@ -10,7 +10,8 @@ Times are microseconds since the epoch; 0 means unset.
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Iterable
+from typing import Final, Protocol
 
 import msgspec
 
@@ -102,6 +103,33 @@ def decode_workflow(data: bytes) -> Workflow:
     return _decoder.decode(data)
 
 
+LIST_PAGE_RECORD_BYTES: Final = 4 * 1024 * 1024
+"""Stored bytes of the records one page of ``list_workflows`` holds: a record may hold megabytes (its
+journal, input and result), and a list must not hold a thousand of them in memory (as items.list's pages
+of ``storage.base.LIST_PAGE_BYTES``)."""
+
+
+def workflow_page(
+    records: Iterable[bytes], status: str, limit: int, max_bytes: int = LIST_PAGE_RECORD_BYTES
+) -> list[Workflow]:
+    """The first ``limit`` of ``records`` of ``status`` ("" for any), decoded, taken lazily, ending early
+    before the record that would pass ``max_bytes`` in all. The first is always taken, whatever its size,
+    so a caller paging by pivot always moves on."""
+    page: list[Workflow] = []
+    size = 0
+    for record in records:
+        workflow = decode_workflow(record)
+        if status and workflow.status != status:
+            continue
+        size += len(record)
+        if page and size > max_bytes:
+            break
+        page.append(workflow)
+        if len(page) >= limit:
+            break
+    return page
+
+
 class WorkflowRows(Protocol):
     """What a backend stores for durable workflows: versioned records, replaced by compare-and-set."""
 
@@ -113,7 +141,9 @@ class WorkflowRows(Protocol):
         False, and no change, otherwise. A record with ``expires_at`` may be dropped from then on."""
 
     async def list_workflows(self, status: str, pivot: str, limit: int) -> list[Workflow]:
-        """Records with ``id >= pivot`` in id order, at most ``limit``, of ``status`` ("" for any)."""
+        """Records with ``id >= pivot`` in id order, at most ``limit``, of ``status`` ("" for any), a page
+        ending early at ``LIST_PAGE_RECORD_BYTES`` of records (``workflow_page``); the backend reads no
+        further."""
 
     async def purge_workflows(self, now: int) -> int:
         """Drops records whose ``expires_at`` passed; how many (0 for a backend that expires them itself)."""

@@ -13,7 +13,7 @@ from msgspec.structs import replace
 
 from querator.storage.base import Store
 from querator.storage.journal import BUSY, CLAIMED, SUSPEND, Ending, append, claim, start
-from querator.storage.workflows import Entry, Workflow
+from querator.storage.workflows import LIST_PAGE_RECORD_BYTES, Entry, Workflow
 from querator.wire.workflows import COMPLETED, DONE, RUNNING, STEP
 
 SECOND = 1_000_000
@@ -89,6 +89,19 @@ class WorkflowContract:
         assert [w.id for w in await store.workflows.list_workflows(RUNNING, "", 10)] == ["a", "c", "d"]
         assert [w.id for w in await store.workflows.list_workflows(RUNNING, "b", 1)] == ["c"]
         assert [w.id for w in await store.workflows.list_workflows(COMPLETED, "", 10)] == ["b"]
+
+    async def test_lists_end_a_page_at_its_bytes(self, store: Store) -> None:
+        """A page holds about ``LIST_PAGE_RECORD_BYTES`` of records however high its limit, and at least
+        one record however large: a list never holds a thousand megabyte journals in memory."""
+        third = LIST_PAGE_RECORD_BYTES // 3 - 1000  # three records fit, with their few bytes of fields
+        for workflow_id in ("a", "b", "c", "d"):
+            await self.put_new(store, new(workflow_id, input=bytes([ord(workflow_id)]) * third))
+        await self.put_new(store, new("e", input=b"e" * (LIST_PAGE_RECORD_BYTES + 1)))
+        pages = [await store.workflows.list_workflows("", pivot, 100) for pivot in ("", "c", "e")]
+        assert [[w.id for w in page] for page in pages] == [["a", "b", "c"], ["c", "d"], ["e"]]
+        assert pages[0][1].input == b"b" * third
+        running = await store.workflows.list_workflows(RUNNING, "d", 100)
+        assert [w.id for w in running] == ["d"]
 
     @pytest.mark.parametrize("expired", [True, False])
     async def test_purge_drops_expired_records(self, store: Store, expired: bool) -> None:

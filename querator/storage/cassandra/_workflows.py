@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import heapq
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Final
 
 from querator.clock import MICROS
 from querator.storage.cassandra._session import Connection, Cql
 from querator.storage.cassandra._statements import Statement
-from querator.storage.workflows import Workflow, decode_workflow, encode_workflow
+from querator.storage.workflows import Workflow, decode_workflow, encode_workflow, workflow_page
 from querator.wire.workflows import RUNNING, STATUSES
 
 BUCKETS: Final = 16
@@ -68,16 +68,15 @@ class CassandraWorkflowRows:
                 for bucket in range(BUCKETS):
                     rows = cql.rows(Statement.LIST_WORKFLOWS, (s, bucket, pivot, limit))
                     ids.append([r["id"] for r in rows])
-            found: list[Workflow] = []
-            for workflow_id in heapq.merge(*ids):
-                if len(found) >= limit:
-                    break
-                rows = cql.rows(Statement.GET_WORKFLOW, (workflow_id,))
-                if rows:
-                    wf = decode_workflow(rows[0]["record"])
-                    if not status or wf.status == status:
-                        found.append(wf)
-            return found
+
+            def records() -> Iterator[bytes]:
+                # One read each, as the page takes them; an index row may outlive its record's status.
+                for workflow_id in heapq.merge(*ids):
+                    rows = cql.rows(Statement.GET_WORKFLOW, (workflow_id,))
+                    if rows:
+                        yield rows[0]["record"]
+
+            return workflow_page(records(), status, limit)
 
         return await self._connection.call(list_)
 

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final, Protocol, TypeVar
 
 from querator.storage.sqlite._worker import Worker
-from querator.storage.workflows import Workflow, decode_workflow, encode_workflow
+from querator.storage.workflows import Workflow, decode_workflow, encode_workflow, workflow_page
 
 T = TypeVar("T")
 
@@ -68,7 +68,7 @@ class SqliteWorkflowRows:
                 rows = worker.conn.execute(SQL_LIST_STATUS, (status, pivot, limit))
             else:
                 rows = worker.conn.execute(SQL_LIST, (pivot, limit))
-            return [decode_workflow(r[0]) for r in rows]
+            return workflow_page((r[0] for r in rows), status, limit)
 
         return await self._submit(job)
 
