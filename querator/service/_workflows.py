@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import secrets
+from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, TypeVar
 
@@ -75,6 +76,8 @@ class Workflows:
         self._retention_us = retention_us
         self._finished: dict[str, asyncio.Event] = {}
         """Events of the workflows a ``result`` on this node waits for, set when this node finishes one."""
+        self._waiting: Counter[str] = Counter()
+        """How many ``result`` calls wait for each workflow: its event goes when the last one does."""
 
     # -- callers ---------------------------------------------------------------------------------------
 
@@ -143,6 +146,7 @@ class Workflows:
         check_workflow_id(req.workflow_id)
         deadline = self._clock.now() + request_timeout(req.request_timeout)
         event = self._finished.setdefault(req.workflow_id, asyncio.Event())
+        self._waiting[req.workflow_id] += 1
         try:
             while True:
                 wf = await self._rows.get_workflow(req.workflow_id)
@@ -154,7 +158,10 @@ class Workflows:
                 # Woken by a finish on this node; another node's is seen by reading again.
                 await _first(event.wait(), sleep_until(self._clock, min(deadline, now + RESULT_POLL_US)))
         finally:
-            if self._finished.get(req.workflow_id) is event and not event.is_set():
+            # Not before the last wait ends (a client may leave mid-wait): another may share the event.
+            self._waiting[req.workflow_id] -= 1
+            if not self._waiting[req.workflow_id]:
+                del self._waiting[req.workflow_id]
                 self._finished.pop(req.workflow_id, None)
 
     # -- workers ---------------------------------------------------------------------------------------

@@ -310,3 +310,28 @@ async def test_a_result_whose_client_leaves_leaves_nothing_waiting(durable: Api)
     await append(durable, 1, "wf", then="complete")
     done = await durable.post("/v1/workflows.result", {"workflow_id": "wf", "request_timeout": "10m"})
     assert done["status"] == "completed" and waits == {}
+
+
+async def test_a_result_whose_client_leaves_does_not_strand_another_wait(durable: Api) -> None:
+    """Two callers wait for one workflow and the first leaves: the second is still woken by the finish
+    (on the FakeClock, a wait that missed it would never end)."""
+    await start(durable, "wf")
+    waits = durable.service.workflows._finished
+    body = {"workflow_id": "wf", "request_timeout": "10m"}
+    staying = asyncio.create_task(durable.post("/v1/workflows.result", body))
+    async with aiohttp.ClientSession() as session:
+        leaving = asyncio.create_task(
+            session.post(durable.base + "/v1/workflows.result", data=json.dumps(body), headers=JSON)
+        )
+
+        async def both_parked() -> bool:
+            return "wf" in waits and durable.service.workflows._waiting.get("wf", 0) == 2
+
+        await eventually(both_parked)
+        leaving.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await leaving
+    await claim(durable, "wf")
+    await append(durable, 1, "wf", then="complete")
+    assert (await asyncio.wait_for(staying, 10))["status"] == "completed"
+    assert waits == {}
