@@ -50,6 +50,7 @@ LONGEST_ID = "\U00020000" * 256
 """An id of the longest length accepted, each character outside the BMP: 12 bytes in escaped JSON."""
 LONGEST_NAME = "\U00020001" * 256
 LONGEST_SIGNAL_ID = "\U00020002" * 128
+LONGEST_QUEUE = "\U00020003" * 512
 
 
 @pytest.fixture
@@ -132,7 +133,10 @@ async def test_the_longest_ids_and_names_work_on_every_route(durable: Api) -> No
         assert status == 200, (path, reply)
         return reply
 
-    await ok("/v1/workflows.start", w | {"name": LONGEST_NAME, "queue_name": "durable"})
+    # On the longest queue name too: its activations are produced there.
+    await durable.create(LONGEST_QUEUE)
+    await ok("/v1/workflows.start", w | {"name": LONGEST_NAME, "queue_name": LONGEST_QUEUE})
+    assert [i["reference"] for i in await durable.items(LONGEST_QUEUE)] == [LONGEST_ID]
     await ok("/v1/workflows.signal", w | {"name": LONGEST_NAME, "signal_id": LONGEST_SIGNAL_ID})
     assert (await ok("/v1/workflows.claim", w))["outcome"] == "claimed"
     entry = {"seq": 1, "kind": "signal", "name": LONGEST_NAME, "state": "done"}
@@ -205,6 +209,11 @@ async def test_numbers_out_of_range_are_refused(durable: Api) -> None:
             "/v1/workflows.append",
             w | {"fence": 1, "entries": [step(-5)]},
             "entries is invalid; seq must be at least 1, got -5",
+        ),
+        (
+            "/v1/workflows.append",
+            w | {"fence": 1, "entries": [step(n) for n in range(1, 1002)]},
+            "entries is invalid; at most 1000 entries to an append",
         ),
         *[
             ("/v1/workflows.append", w | {"fence": 1, "entries": [step(1, **{field: -1})]}, negative)
