@@ -33,7 +33,6 @@ from querator.service._validation import (
     request_timeout,
 )
 from querator.storage import journal
-from querator.storage.base import LIST_PAGE_BYTES
 from querator.storage.journal import CLAIMED, FINISHED, Effects, Ending
 from querator.storage.workflows import Signal, Workflow, WorkflowRows
 from querator.wire import messages as m
@@ -113,17 +112,9 @@ class Workflows:
 
     async def list(self, req: m.WorkflowsListRequest) -> m.WorkflowsListResponse:
         limit = check_list_workflows(req)
+        # A backend's page ends early at LIST_PAGE_RECORD_BYTES of records (storage.workflows).
         found = await self._rows.list_workflows(req.status, req.pivot, limit)
-        page: list[m.WorkflowInfo] = []
-        size_bytes = 0
-        for wf in found:
-            # Inputs and results may be megabytes each: a page ends early rather than grow without
-            # bound, and always holds one so a caller paging by pivot moves on.
-            size_bytes += len(wf.input) + len(wf.result)
-            if page and size_bytes > LIST_PAGE_BYTES:
-                break
-            page.append(workflow_info(wf, journal=False))
-        return m.WorkflowsListResponse(workflows=page)
+        return m.WorkflowsListResponse(workflows=[workflow_info(wf, journal=False) for wf in found])
 
     async def signal(self, req: m.WorkflowsSignalRequest) -> m.Reply:
         check_signal(req)
