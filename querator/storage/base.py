@@ -22,6 +22,8 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+from querator.storage.schedules import ScheduleStore
+
 R = TypeVar("R")
 
 DEFAULT_DEDUP_WINDOW = 5 * 60 * 1_000_000
@@ -197,8 +199,8 @@ class QueueRecord:
     dedup_window: int = DEFAULT_DEDUP_WINDOW
 
 
-class Store(Protocol):
-    """A storage backend: queue metadata plus the partitions of every queue."""
+class Store(ScheduleStore, Protocol):
+    """A storage backend: queue metadata, the partitions of every queue, and schedules (``ScheduleStore``)."""
 
     async def open(self) -> None:
         """Connects and prepares schema; idempotent."""

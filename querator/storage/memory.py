@@ -18,6 +18,7 @@ from querator.storage.base import (
     R,
     list_page,
 )
+from querator.storage.memory_schedules import MemorySchedules
 
 
 class MemoryPartition:
@@ -233,10 +234,11 @@ def _earliest(items: list[Item], limit: int, key: Callable[[Item], object]) -> l
     return items[:limit]
 
 
-class MemoryStore:
-    """Queues and partitions in process memory."""
+class MemoryStore(MemorySchedules):
+    """Queues, partitions and schedules in process memory."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._queues: dict[str, QueueRecord] = {}
         self._partitions: dict[tuple[str, int], MemoryPartition] = {}
         self._dedup: dict[str, dict[str, int]] = {}

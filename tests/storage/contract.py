@@ -44,6 +44,7 @@ from querator.storage.operations import (
     lease_token,
     lifecycle,
 )
+from tests.storage.schedule_contract import ScheduleContract
 
 T = TypeVar("T")
 
@@ -145,7 +146,7 @@ def leased(items: Sequence[Item], deadline: int) -> None:
         assert i.lease_deadline == deadline
 
 
-class StoreContract:
+class StoreContract(ScheduleContract):
     """Every backend's storage: bind it by overriding ``store``."""
 
     @pytest.fixture
