@@ -154,6 +154,7 @@ def create_app(
             _routed(s.delete_items, m.StorageItemsDeleteRequest, DEFAULT_BODY, shield=True),
         ),
         ("/v1/storage/scheduled.list", _routed(s.list_scheduled, m.StorageItemsListRequest, DEFAULT_BODY)),
+        *_schedule_routes(s),
     ]
     latency = service.metrics.latency
     for path, handler in routes:
@@ -166,6 +167,20 @@ def create_app(
     app.router.add_route("*", OPENAPI_PATH, _openapi)
     app.router.add_route("*", "/{tail:.*}", _unknown)
     return app
+
+
+def _schedule_routes(s: Service) -> list[tuple[str, Handler]]:
+    """The schedules routes (docs/schedules.md); a create or update carries an item template."""
+    api = s.schedules
+    return [
+        ("/v1/schedules.create", _rpc(api.create, m.ScheduleInfo, DEFAULT_BODY, shield=True)),
+        ("/v1/schedules.update", _rpc(api.update, m.ScheduleInfo, DEFAULT_BODY, shield=True)),
+        ("/v1/schedules.info", _rpc(api.info, m.SchedulesRequest, SMALL_BODY)),
+        ("/v1/schedules.list", _rpc(api.list, m.SchedulesListRequest, SMALL_BODY)),
+        ("/v1/schedules.delete", _rpc(api.delete, m.SchedulesRequest, SMALL_BODY, shield=True)),
+        ("/v1/schedules.pause", _rpc(api.pause, m.SchedulesRequest, SMALL_BODY, shield=True)),
+        ("/v1/schedules.resume", _rpc(api.resume, m.SchedulesRequest, SMALL_BODY, shield=True)),
+    ]
 
 
 def create_admin_app(service: Service) -> web.Application:

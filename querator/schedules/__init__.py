@@ -21,6 +21,7 @@ from querator.schedules._calendar import (
     plan,
     tick_time,
 )
+from querator.schedules._scheduler import Fire, Scheduler
 
 __all__ = [
     "ALL",
@@ -30,7 +31,9 @@ __all__ = [
     "ONE",
     "SKIP",
     "Calendar",
+    "Fire",
     "Plan",
+    "Scheduler",
     "Timing",
     "jitter_of",
     "plan",

@@ -39,7 +39,9 @@ ROUTES = [
     "/v1/queue.redrive", "/v1/queue.stats", "/v1/queue.clear", "/v1/queue.reload", "/v1/queues.create",
     "/v1/queues.list", "/v1/queues.update", "/v1/queues.delete", "/v1/queues.info",
     "/v1/storage/items.list", "/v1/storage/items.import", "/v1/storage/items.delete",
-    "/v1/storage/scheduled.list", "/v1/no.such.route", "/health", "/anything",
+    "/v1/storage/scheduled.list", "/v1/schedules.create", "/v1/schedules.update", "/v1/schedules.info",
+    "/v1/schedules.list", "/v1/schedules.delete", "/v1/schedules.pause", "/v1/schedules.resume",
+    "/v1/no.such.route", "/health", "/anything",
 ]  # fmt: skip
 
 
