@@ -31,15 +31,22 @@ FIRE_TIMEOUT: Final = "30s"
 """The request timeout of a tick's produce: a tick that could not be stored in time is tried again."""
 
 QueueExists = Callable[[str], Awaitable[bool]]
+OwnerOf = Callable[[str], str]
 
 
 class Schedules:
     """The schedules routes over a store; ``scheduler`` hears of every change made here."""
 
     def __init__(
-        self, store: ScheduleStore, clock: Clock, queue_exists: QueueExists, scheduler: Scheduler
+        self,
+        store: ScheduleStore,
+        clock: Clock,
+        queue_exists: QueueExists,
+        owner_of: OwnerOf,
+        scheduler: Scheduler,
     ) -> None:
         self._store = store
+        self._owner_of = owner_of
         self._clock = clock
         self._queue_exists = queue_exists
         self._scheduler = scheduler
@@ -163,6 +170,7 @@ class Schedules:
             updated_at=to_datetime(r.updated_at),
             last_tick=to_datetime(r.last_tick) if r.last_tick else None,
             next_tick=to_datetime(next_tick) if next_tick else None,
+            owner=self._owner_of(r.name),
         )
 
 

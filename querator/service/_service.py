@@ -107,7 +107,9 @@ class Service:
         self.metrics = Metrics(self.clock, self.cluster, self.manager, self.ready)
         self.proxy = Proxy(self.cluster.node_id, cluster_auth, cluster_tls, self.metrics.forwarded)
         self.scheduler = Scheduler(store, self.clock, self.router.owns_schedule, self._fire_tick)
-        self.schedules = Schedules(store, self.clock, self._queue_exists, self.scheduler)
+        self.schedules = Schedules(
+            store, self.clock, self._queue_exists, self.router.schedule_owner, self.scheduler
+        )
         self._closing = False
         self._started = False
         self._purger: asyncio.Task[None] | None = None

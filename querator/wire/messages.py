@@ -310,6 +310,7 @@ class ScheduleInfo(Message):
     updated_at: datetime | None = None
     last_tick: datetime | None = None
     next_tick: datetime | None = None
+    owner: str = ""
 
 
 class SchedulesRequest(Message):

@@ -57,7 +57,7 @@ async def test_create_info_and_list(api: Api) -> None:
         "catch_up": "all", "catch_up_limit": 5, "jitter": "1m0s", "kind": "report",
         "encoding": "text/plain", "reference": "r", "payload": "aGk=",
         "created_at": "2026-01-01T12:00:00.500000Z", "updated_at": "2026-01-01T12:00:00.500000Z",
-        "next_tick": "2026-01-02T01:30:00Z",
+        "next_tick": "2026-01-02T01:30:00Z", "owner": "local",
     }  # fmt: skip
     assert created == expected
     assert await api.post("/v1/schedules.info", {"name": "nightly"}) == expected
