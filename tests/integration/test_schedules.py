@@ -1,6 +1,11 @@
-"""Schedules on real ``querator serve`` processes (docs/schedules.md): a sqlite node killed with SIGKILL
-and started again keeps its schedule and fires each tick once, the ticks of its downtime included
-(catch-up ``all``); checked by the tick time each item's reference carries."""
+"""Schedules on real ``querator serve`` processes (docs/schedules.md), checked by the tick time each
+item's reference carries: every second from the first tick to the last once, none twice.
+
+- A sqlite node killed with SIGKILL and started again keeps its schedule and fires the ticks of its
+  downtime (catch-up ``all``).
+- A cluster of three nodes on etcd and Cassandra: the schedule's owner is killed, its ticks move to
+  another node, and back when it returns; a tick fired by both is stored once (its dedup id).
+"""
 
 from __future__ import annotations
 
@@ -11,8 +16,11 @@ import pytest
 
 from querator.client import AsyncClient
 from querator.errors import RetryRequest
+from tests.cassandra_node import CassandraNode
 
 from .conftest import ServerProcess, Servers, eventually, kill9
+from .etcd_server import EtcdServer
+from .test_cluster_routing import members_are, node_args, start_cluster
 from .test_crash import sqlite_args
 
 pytestmark = pytest.mark.integration
@@ -92,4 +100,37 @@ async def test_a_killed_node_keeps_its_schedule_and_fires_each_tick_once(
     after = await references(restarted)
     assert after[: len(before)] == before
     ticks = assert_each_tick_once(after)
+    assert ticks[0] == created.next_tick
+
+
+async def test_an_owner_change_in_a_cluster_fires_each_tick_once(
+    servers: Servers, etcd: EtcdServer, cassandra_node: CassandraNode, keyspace: str
+) -> None:
+    """Three nodes on one keyspace: the owner of the schedule is killed (its ticks move to another
+    node once its etcd lease is gone), then started again (they move back)."""
+    nodes = await start_cluster(servers, etcd, cassandra_node, keyspace, "/schedules")
+    async with AsyncClient(nodes[0].url) as client:
+        await client.create_queue("ticks", lease_timeout="1m")
+        created = await client.create_schedule(SCHEDULE, "* * * * * *", "ticks", catch_up="all")
+    assert created.next_tick is not None
+    by_id = {f"node-{n}": n for n in range(len(nodes))}
+    owner = by_id[created.owner]
+    await fired_past(nodes[owner], created.next_tick + timedelta(seconds=2))
+    kill9(nodes[owner])
+    survivors = [node for n, node in enumerate(nodes) if n != owner]
+    await members_are(survivors, len(survivors))
+    async with AsyncClient(survivors[0].url) as client:
+        moved = await client.schedule_info(SCHEDULE)
+    assert moved.owner != created.owner and moved.last_tick is not None
+    await fired_past(survivors[0], moved.last_tick + timedelta(seconds=3))
+
+    nodes[owner] = await servers.astart(*node_args(etcd, cassandra_node, keyspace, "/schedules", owner))
+    await members_are(nodes, len(nodes))
+    async with AsyncClient(nodes[owner].url) as client:
+        back = await client.schedule_info(SCHEDULE)
+    assert back.owner == created.owner and back.last_tick is not None
+    await fired_past(nodes[owner], back.last_tick + timedelta(seconds=3))
+    async with AsyncClient(nodes[owner].url) as client:
+        await client.pause_schedule(SCHEDULE)
+    ticks = assert_each_tick_once(await references(nodes[owner]))
     assert ticks[0] == created.next_tick
