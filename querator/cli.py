@@ -24,7 +24,7 @@ from pathlib import Path
 
 import msgspec
 
-from querator import __version__
+from querator import __version__, cli_schedules
 from querator.auth import generate_key, key_hash
 from querator.client import DEFAULT_ENDPOINT, AsyncClient, ConnectionFailed, new_queue_info
 from querator.config import ConfigError, ServerConfig, environment, load, option_name
@@ -253,6 +253,8 @@ def _client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--limit", type=int, default=0, help="at most this many (default: all)")
     p.add_argument("--timeout", type=_duration, default="5m", help="request timeout (default 5m)")
 
+    cli_schedules.add_parser(sub, common)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -428,6 +430,7 @@ COMMANDS: dict[str, Command] = {
     "renew": _renew,
     "redrive": _redrive,
     "cluster": _cluster,
+    "schedules": cli_schedules.command,
 }
 
 
