@@ -11,13 +11,14 @@ run hourly or more often follow real time (every real minute of the repeated hou
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import Final
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, available_timezones
 
 from cronsim import CronSim, CronSimError
 
@@ -36,6 +37,8 @@ node that was down."""
 MAX_CATCH_UP: Final = 1000
 """The most ticks one look at a schedule considers (``catch_up_limit`` is at most this): after a long
 downtime only the newest this many ticks are looked at."""
+MAX_CRON: Final = 256
+"""Characters of a cron expression (its error messages quote it)."""
 DST_MARGIN: Final = timedelta(hours=3)
 """How far before the newest ``MAX_CATCH_UP`` ticks the forward walk starts: a reverse walk finds them,
 and may disagree with the forward one about a tick near a shift of local time (shifts are < 3 h)."""
@@ -50,12 +53,12 @@ class Calendar:
 
     def __init__(self, cron: str, time_zone: str) -> None:
         self.cron = cron
-        try:
-            self.zone = ZoneInfo(time_zone)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise InvalidOption(
-                f"time zone is invalid; '{time_zone}' is not a known IANA time zone"
-            ) from None
+        if time_zone not in _zones():
+            shown = time_zone if time_zone.isprintable() and len(time_zone) <= 64 else "(unprintable)"
+            raise InvalidOption(f"time zone is invalid; '{shown}' is not a known IANA time zone")
+        self.zone = ZoneInfo(time_zone)
+        if len(cron) > MAX_CRON:
+            raise InvalidOption(f"cron is invalid; cannot be longer than {MAX_CRON} characters")
         fields = cron.split()
         if len(fields) not in (5, 6):
             raise InvalidOption(
@@ -101,6 +104,14 @@ def _walk(cron: str, start: datetime, reverse: bool) -> Iterator[int]:
     """cronsim's walk from ``start``, in UTC microseconds."""
     for found in CronSim(cron, start, reverse=reverse):
         yield from_datetime(found)
+
+
+@functools.cache
+def _zones() -> frozenset[str]:
+    """The IANA zone names this Python knows (the system's database, else the tzdata package); read once,
+    so that no file name a client sends is ever opened. Not ``localtime``, which some systems list: it is
+    the server's own zone, not a name that means the same everywhere."""
+    return frozenset(available_timezones() - {"localtime"})
 
 
 def _local(us: int, zone: ZoneInfo) -> datetime:

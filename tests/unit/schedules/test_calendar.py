@@ -49,6 +49,10 @@ def timing(cron: str, catch_up: str = ALL, limit: int = 100, jitter_us: int = 0,
         ("* * * * *", "Mars/Olympus", "time zone is invalid; 'Mars/Olympus' is not a known IANA time zone"),
         ("* * * * *", "", "time zone is invalid; '' is not a known IANA time zone"),
         ("* * * * *", "../etc/passwd", "time zone is invalid"),
+        ("* * * * *", "localtime", "time zone is invalid; 'localtime' is not a known IANA time zone"),
+        ("* * * * *", "a" * 5000, "time zone is invalid; '(unprintable)' is not a known IANA time zone"),
+        ("* * * * *", "UTC\x00", "time zone is invalid; '(unprintable)' is not a known IANA time zone"),
+        ("* " * 200, "UTC", "cron is invalid; cannot be longer than 256 characters"),
     ],
 )
 def test_invalid_calendars_are_refused(cron: str, zone: str, message: str) -> None:
