@@ -229,3 +229,30 @@ async def test_a_restart_catches_up_by_policy_and_fires_nothing_twice(
     await ticks_become(second, [*want, "s@2026-01-01T12:02:20Z"])
     info = await second.post("/v1/schedules.info", {"name": "s"})
     assert info["last_tick"] == "2026-01-01T12:02:20Z"
+
+
+async def test_clock_jumps_fire_nothing_twice_and_catch_up_by_policy(api: Api, clock: FakeClock) -> None:
+    await api.create("q")
+    await api.create("marks")
+    await api.post("/v1/schedules.create", schedule("s"))
+    clock.advance(1)
+    await ticks_become(api, ["s@2026-01-01T12:00:01Z"])
+    clock.jump(-3600)  # an NTP step back: 11:00:01.5
+    # A second schedule fires in the same scheduler pass as "s": once its tick is in, "s" was looked at.
+    await api.post("/v1/schedules.create", schedule("mark", queue_name="marks"))
+    clock.advance(1)
+
+    async def marked() -> bool:
+        return await references(api, "marks") == ["mark@2026-01-01T11:00:02Z"]
+
+    await eventually(marked)
+    assert await references(api) == ["s@2026-01-01T12:00:01Z"]
+    clock.advance(3600)  # back at 12:00:02.5
+    await ticks_become(api, ["s@2026-01-01T12:00:01Z", "s@2026-01-01T12:00:02Z"])
+    clock.advance(60)  # a step forward to 12:01:02.5: 12:00:03 .. 12:00:52 are missed, one fires
+    on_time = [f"s@2026-01-01T12:00:{n}Z" for n in range(53, 60)] + [
+        f"s@2026-01-01T12:01:0{n}Z" for n in range(3)
+    ]
+    await ticks_become(
+        api, ["s@2026-01-01T12:00:01Z", "s@2026-01-01T12:00:02Z", "s@2026-01-01T12:00:52Z", *on_time]
+    )
