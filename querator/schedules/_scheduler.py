@@ -20,7 +20,7 @@ from typing import Final
 from querator import _tasks
 from querator.clock import MICROS, Clock
 from querator.errors import QueratorError
-from querator.schedules._calendar import Calendar, Timing, plan
+from querator.schedules._calendar import Calendar, Timing, plan, tick_time
 from querator.storage.schedules import ScheduleRecord, ScheduleStore
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,9 @@ RELOAD_US: Final = 5 * MICROS
 MAX_SLEEP_US: Final = MICROS
 """The longest the task waits without looking at the time again."""
 RETRY_US: Final = MICROS
-"""How soon a tick whose fire failed is tried again."""
+"""How soon a tick whose fire failed is tried again the first time; the wait doubles with each failure
+in a row, up to ``MAX_RETRY_US`` (a schedule whose queue was deleted must not flood the log)."""
+MAX_RETRY_US: Final = 30 * MICROS
 PAGE: Final = 1000
 
 Fire = Callable[[ScheduleRecord, int], Awaitable[None]]
@@ -57,6 +59,8 @@ class Scheduler:
         self._records: list[ScheduleRecord] = []
         self._calendars: dict[tuple[str, str], Calendar] = {}
         self._retry_at: dict[str, int] = {}
+        self._failures: dict[str, int] = {}
+        """Failures in a row per schedule, for the back-off."""
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -133,23 +137,31 @@ class Scheduler:
                 fired = tick
             done = found.passed
         except Exception as e:
-            log.warning("schedule %s: the tick %d could not fire (tried again): %s", record.name, tick, e)
-            self._retry_at[record.name] = now + RETRY_US
+            retry_at = self._failed(record.name, now)
+            log.warning(
+                "schedule %s: the tick %s could not fire (tried again in %.0fs): %s",
+                record.name, tick_time(tick), (retry_at - now) / MICROS, e,
+            )  # fmt: skip
             done = fired
         else:
+            retry_at = 0
             self._retry_at.pop(record.name, None)
+            self._failures.pop(record.name, None)
         if done > record.last_tick:
             try:
                 await self._store.record_tick(record.name, done)
             except QueratorError as e:
                 # Fired but not recorded: the next look fires it again, and its dedup id stores nothing.
                 log.warning("schedule %s: recording the tick failed (fired again): %s", record.name, e)
-                self._retry_at[record.name] = now + RETRY_US
-                return now + RETRY_US
+                return self._failed(record.name, now)
             record.last_tick = done
-        if done != found.passed:
-            return now + RETRY_US
-        return found.next_at
+        return retry_at or found.next_at
+
+    def _failed(self, name: str, now: int) -> int:
+        """Notes a failure of the schedule ``name``; returns when to try again."""
+        failures = self._failures[name] = self._failures.get(name, 0) + 1
+        retry_at = self._retry_at[name] = now + min(MAX_RETRY_US, RETRY_US << min(failures - 1, 16))
+        return retry_at
 
     async def _sleep_until(self, when: int) -> None:
         timer = self._clock.call_at(when, self._wake.set)

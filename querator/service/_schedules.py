@@ -17,6 +17,7 @@ from querator.duration import MICROSECOND, DurationError, format_micros, parse_d
 from querator.errors import InvalidOption
 from querator.schedules import ALL, CATCH_UP_POLICIES, MAX_CATCH_UP, ONE, Scheduler, tick_time
 from querator.service._validation import check_printable, check_stored_name, has_space
+from querator.storage.base import LIST_PAGE_BYTES
 from querator.storage.schedules import ScheduleRecord, ScheduleStore
 from querator.wire import messages as m
 
@@ -81,7 +82,7 @@ class Schedules:
         if req.limit > MAX_SCHEDULES_LIMIT:
             raise InvalidOption(f"limit is invalid; cannot be greater than {MAX_SCHEDULES_LIMIT}")
         records = await self._store.list_schedules(req.pivot, req.limit or DEFAULT_SCHEDULES_LIMIT)
-        return m.SchedulesListResponse(items=[self._info(r) for r in records])
+        return m.SchedulesListResponse(items=[self._info(r) for r in _page(records)])
 
     async def delete(self, req: m.SchedulesRequest) -> None:
         check_schedule_name(req.name)
@@ -172,6 +173,17 @@ class Schedules:
             next_tick=to_datetime(next_tick) if next_tick else None,
             owner=self._owner_of(r.name),
         )
+
+
+def _page(records: list[ScheduleRecord]) -> list[ScheduleRecord]:
+    """The first of ``records`` whose payloads fit in ``LIST_PAGE_BYTES`` (the first always): a list of
+    templates must not hold a thousand large payloads (docs/extensions.md, "Storage lists")."""
+    size = 0
+    for n, record in enumerate(records):
+        size += len(record.payload)
+        if n and size > LIST_PAGE_BYTES:
+            return records[:n]
+    return records
 
 
 def check_schedule_name(name: str) -> None:

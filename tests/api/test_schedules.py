@@ -3,12 +3,14 @@ on the FakeClock, pause and resume, catch-up after a restart, and protobuf."""
 
 from __future__ import annotations
 
+import base64
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from querator.clock import FakeClock, from_datetime
+from querator.storage.base import LIST_PAGE_BYTES
 from querator.wire import decode_protobuf, encode_protobuf
 from querator.wire import messages as m
 from tests.conftest import Api, ServerFactory, eventually
@@ -256,3 +258,14 @@ async def test_clock_jumps_fire_nothing_twice_and_catch_up_by_policy(api: Api, c
     await ticks_become(
         api, ["s@2026-01-01T12:00:01Z", "s@2026-01-01T12:00:02Z", "s@2026-01-01T12:00:52Z", *on_time]
     )
+
+
+async def test_a_list_page_ends_at_the_payload_byte_cap(api: Api) -> None:
+    await api.create("q")
+    big = base64.b64encode(b"x" * 180_000).decode()
+    for n in range(25):
+        await api.post("/v1/schedules.create", schedule(f"s{n:02d}", payload=big))
+    first = (await api.post("/v1/schedules.list", {"limit": 1000}))["items"]
+    assert len(first) == LIST_PAGE_BYTES // 180_000  # 23 payloads fit in 4 MiB, the 24th would not
+    rest = (await api.post("/v1/schedules.list", {"pivot": first[-1]["name"] + "~"}))["items"]
+    assert [s["name"] for s in first + rest] == [f"s{n:02d}" for n in range(25)]

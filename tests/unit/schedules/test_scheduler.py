@@ -132,3 +132,19 @@ async def test_a_paused_or_deleted_schedule_fires_nothing(
     clock.advance(1)
     # s was paused, not resumed through the API: its start is old, so it catches up its two ticks.
     await fired_is(node, ["t@2026-01-01T12:00:01Z", "s@2026-01-01T12:00:01Z", "s@2026-01-01T12:00:02Z"])
+
+
+async def test_failures_in_a_row_back_off(node: Node, store: MemoryStore, clock: FakeClock) -> None:
+    node.failures = 2
+    clock.advance(1)  # fails; tried again in 1 s
+    await eventually(lambda: _failures_are(node, 1))
+    clock.advance(1)  # fails again; tried again in 2 s
+    await eventually(lambda: _failures_are(node, 0))
+    clock.advance(1)
+    assert node.fired == [] and await last_tick(store) == ""
+    clock.advance(1)
+    await fired_is(node, [f"s@2026-01-01T12:00:0{n}Z" for n in range(1, 5)])
+
+
+async def _failures_are(node: Node, n: int) -> bool:
+    return node.failures == n
