@@ -61,6 +61,8 @@ class Scheduler:
         self._retry_at: dict[str, int] = {}
         self._failures: dict[str, int] = {}
         """Failures in a row per schedule, for the back-off."""
+        self._unreadable: set[str] = set()
+        """Schedules whose record this version cannot plan (logged once per reload)."""
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -101,6 +103,7 @@ class Scheduler:
                     self._reload = False
                     self._records = await self._load()
                     loaded_at = now
+                    self._forget_others({r.name for r in self._records})
                 except QueratorError as e:
                     log.warning("reading schedules failed (tried again): %s", e.message)
                     self._reload = True
@@ -109,6 +112,13 @@ class Scheduler:
                 if next_at is not None:
                     wake_at = min(wake_at, next_at)
             await self._sleep_until(wake_at)
+
+    def _forget_others(self, names: set[str]) -> None:
+        """Drops what is kept about schedules other than ``names`` (deleted ones), and the warnings."""
+        for kept in (self._retry_at, self._failures):
+            for name in kept.keys() - names:
+                del kept[name]
+        self._unreadable.clear()
 
     async def _load(self) -> list[ScheduleRecord]:
         records: list[ScheduleRecord] = []
@@ -127,8 +137,10 @@ class Scheduler:
             return retry_at
         try:
             found = plan(self.timing(record), max(record.start, record.last_tick), now)
-        except QueratorError as e:  # a record this version cannot read: never fires, said once a reload
-            log.warning("schedule %s cannot fire: %s", record.name, e.message)
+        except QueratorError as e:  # a record this version cannot plan (a zone it does not know)
+            if record.name not in self._unreadable:
+                self._unreadable.add(record.name)
+                log.warning("schedule %s cannot fire: %s", record.name, e.message)
             return None
         fired = tick = 0
         try:
