@@ -6,6 +6,7 @@ and match the prefix. The HTTP layer maps these to replies in one place; anythin
     QueratorError
      +-- InvalidOption      400  bad request, unknown queue, item not leased, body too large
      +-- Unauthorized       401  missing, malformed or unknown API key
+ +-- Conflict           409  a workflow's journal refused a write: another worker claimed it since
      +-- RequestFailed      453  valid request that cannot succeed: shutting down, missing resource
      +-- RetryRequest       454  try again: overloaded, storage hiccup, partition moved
      |    |                      (``outcome_unknown``: the failed request may have been carried out)
@@ -55,6 +56,13 @@ class Unauthorized(QueratorError):
     """The caller did not prove who it is."""
 
     code = 401
+
+
+class Conflict(QueratorError):
+    """A write lost to another writer: a durable workflow's append after another worker claimed it
+    (docs/durable.md). Sending it again cannot succeed; the sender stops."""
+
+    code = 409
 
 
 class RequestFailed(QueratorError):
@@ -141,6 +149,7 @@ _BY_CODE: dict[int, type[QueratorError]] = {
     for cls in (
         InvalidOption,
         Unauthorized,
+        Conflict,
         RequestFailed,
         RetryRequest,
         ClientContentError,

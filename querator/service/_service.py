@@ -59,6 +59,7 @@ from querator.service._validation import (
     namespace,
     timeouts,
 )
+from querator.service._workflows import Workflows
 from querator.storage.base import DEFAULT_DEDUP_WINDOW, Item, QueueRecord, Store
 from querator.storage.operations import LEASE_TOKEN_KEY, moved_copies, new_lease_token_key
 from querator.storage.schedules import ScheduleRecord
@@ -110,6 +111,7 @@ class Service:
         self.schedules = Schedules(
             store, self.clock, self._queue_exists, self.router.schedule_owner, self.scheduler
         )
+        self.workflows = Workflows(store.workflows, self.clock, self.produce, self._queue_exists)
         self._closing = False
         self._started = False
         self._purger: asyncio.Task[None] | None = None
@@ -216,11 +218,15 @@ class Service:
             await sleep_until(self.clock, self.clock.now() + DEDUP_PURGE_INTERVAL_US)
             try:
                 purged = await self.store.purge_dedup(self.clock.now())
+                finished = await self.store.workflows.purge_workflows(self.clock.now())
             except Exception as e:
-                log.warning("dropping expired dedup ids failed (tried again later): %s", e)
+                log.warning("dropping expired dedup ids or workflows failed (tried again later): %s", e)
             else:
-                if purged:
-                    log.debug("dropped %d expired dedup ids", purged)
+                if purged or finished:
+                    log.debug("dropped %d expired dedup ids, %d expired workflows", purged, finished)
+
+    async def _queue_exists(self, name: str) -> bool:
+        return await self.store.get_queue(name) is not None
 
     # -- routing --------------------------------------------------------------------------------------------
 
@@ -301,9 +307,6 @@ class Service:
     async def _fire_tick(self, record: ScheduleRecord, tick: int) -> None:
         """Produces the item of one tick of a schedule (docs/schedules.md), wherever its queue is."""
         await self.produce(tick_produce(record, tick))
-
-    async def _queue_exists(self, name: str) -> bool:
-        return await self.manager.record(name) is not None
 
     async def refresh(self, req: m.QueuesInfoRequest) -> None:
         """Another node changed or deleted a queue: its engine here takes the new settings, or stops."""

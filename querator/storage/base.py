@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from querator.storage.schedules import ScheduleStore
+from querator.storage.workflows import WorkflowRows
 
 R = TypeVar("R")
 
@@ -200,7 +201,12 @@ class QueueRecord:
 
 
 class Store(ScheduleStore, Protocol):
-    """A storage backend: queue metadata, the partitions of every queue, and schedules (``ScheduleStore``)."""
+    """A storage backend: queue metadata, the partitions of every queue, schedules (``ScheduleStore``) and
+    durable workflows."""
+
+    @property
+    def workflows(self) -> WorkflowRows:
+        """Durable workflows' records (docs/durable.md)."""
 
     async def open(self) -> None:
         """Connects and prepares schema; idempotent."""

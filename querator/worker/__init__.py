@@ -11,6 +11,7 @@
     async def send_email(to: str, subject: str) -> None: ...
 
     await send_email.enqueue("a@example.com", subject="hi")      # the item's id
+    send_email.enqueue_sync("b@example.com", subject="hi")       # the same, without an event loop
 
 and ``querator worker myapp.tasks:worker --concurrency 16`` runs it. Sync functions run in a thread
 pool, async ones on the loop; arguments travel as JSON (or the worker's ``Serializer``) and arrive typed

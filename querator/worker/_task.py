@@ -115,6 +115,39 @@ class Task(Generic[P, R]):
             ids += await self._produce(batch[start : start + MAX_BATCH], delay, enqueue_at, dedup)
         return ids
 
+    def enqueue_sync(
+        self,
+        *args: Any,
+        delay: Duration | None = None,
+        enqueue_at: datetime | None = None,
+        dedup_id: str | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """``enqueue`` for code that has no running event loop (a Django or Flask view, a script, a sync
+        task): blocks until the item is stored and returns its id. It runs on the worker's loop thread,
+        started by the first call and shared by the later ones; the caller's trace context goes with it.
+
+        Raises:
+            RuntimeError: called on a running event loop, which it would block: ``await enqueue()`` there.
+            as ``enqueue``.
+        """
+        return self._worker.block_on(
+            self.enqueue(*args, delay=delay, enqueue_at=enqueue_at, dedup_id=dedup_id, **kwargs)
+        )
+
+    def enqueue_many_sync(
+        self,
+        calls: Iterable[Call],
+        *,
+        delay: Duration | None = None,
+        enqueue_at: datetime | None = None,
+        dedup_ids: Sequence[str] | None = None,
+    ) -> list[str]:
+        """``enqueue_many`` for code that has no running event loop, as ``enqueue_sync``."""
+        return self._worker.block_on(
+            self.enqueue_many(calls, delay=delay, enqueue_at=enqueue_at, dedup_ids=dedup_ids)
+        )
+
     async def _produce(
         self,
         calls: Sequence[Call],

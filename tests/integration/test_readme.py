@@ -83,7 +83,8 @@ def test_the_readme_worker_runs_as_written(servers: Servers, tmp_path: Path) -> 
     (tmp_path / "tasks.py").write_text(module)
     command = re.search(r"Run it with `(querator worker [^`]*)`", README)
     enqueue = re.search(r"enqueue from any code that imports it: `await ([^`]*)`", README)
-    assert command is not None and enqueue is not None
+    blocking = re.search(r"where no event loop runs [^:]*: `([^`]*)`", README)
+    assert command is not None and enqueue is not None and blocking is not None
     out, err = tmp_path / "worker.out", tmp_path / "worker.err"
     with out.open("wb") as stdout, err.open("wb") as stderr:
         worker = subprocess.Popen(
@@ -96,22 +97,28 @@ def test_the_readme_worker_runs_as_written(servers: Servers, tmp_path: Path) -> 
     try:
         wait_until(lambda: "worker started" in err.read_text() or worker.poll() is not None, 30, "worker up")
         assert worker.poll() is None, err.read_text()
-        producer = f"import asyncio, tasks\nasyncio.run(tasks.{enqueue[1]})\n"
-        run = subprocess.run(
-            [sys.executable, "-c", producer],
-            check=False,
-            cwd=tmp_path,
-            env=server_env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert (run.returncode, run.stderr) == (0, ""), run.stderr
-        wait_until(lambda: "outcome=completed" in err.read_text(), 30, "the task ran")
+        for producer in (
+            f"import asyncio, tasks\nasyncio.run(tasks.{enqueue[1]})\n",
+            f"import tasks\ntasks.{blocking[1]}\n",  # a script that runs no event loop
+        ):
+            run = subprocess.run(
+                [sys.executable, "-c", producer],
+                check=False,
+                cwd=tmp_path,
+                env=server_env(),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert (run.returncode, run.stderr) == (0, ""), run.stderr
+        wait_until(lambda: err.read_text().count("outcome=completed") == 2, 30, "both tasks ran")
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(30) == 0, err.read_text()
     finally:
         if worker.poll() is None:
             worker.kill()
             worker.wait(30)
-    assert out.read_text() == "sending 'hi' to a@example.com\n"
+    assert sorted(out.read_text().splitlines()) == [
+        "sending 'hi' to a@example.com",
+        "sending 'hi' to b@example.com",
+    ]

@@ -53,6 +53,12 @@ SCHEMA: Final = (
         WITH gc_grace_seconds = 3600""",
     # Cron schedules (docs/schedules.md): new tables, so no new schema version.
     *SCHEDULE_TABLES,
+    # Durable workflows (_workflows.py): a record is msgpack of storage.workflows.Workflow, written only
+    # with lightweight transactions; a finished one carries the TTL of its retention.
+    "CREATE TABLE IF NOT EXISTS {ks}.workflows (id text PRIMARY KEY, version bigint, record blob)",
+    # Lists by status: a few buckets per status, so no partition holds every running workflow.
+    """CREATE TABLE IF NOT EXISTS {ks}.workflows_by_status (
+        status text, bucket int, id text, PRIMARY KEY ((status, bucket), id))""",
 )
 
 

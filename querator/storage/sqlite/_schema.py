@@ -78,6 +78,17 @@ SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS probe (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)",
     # Cron schedules (docs/schedules.md), created the same way: no migration.
     SCHEDULES_TABLE,
+    # Durable workflows (_workflows.py), also created by every version since with IF NOT EXISTS: a record
+    # is msgpack of storage.workflows.Workflow; the columns beside it are what lists and purges filter on.
+    """CREATE TABLE IF NOT EXISTS workflows (
+        id TEXT NOT NULL PRIMARY KEY,
+        status TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL,
+        record BLOB NOT NULL
+    ) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS workflows_by_status ON workflows (status, id)",
+    "CREATE INDEX IF NOT EXISTS workflows_expiring ON workflows (expires_at) WHERE expires_at > 0",
 )
 
 MIGRATIONS: Final = {

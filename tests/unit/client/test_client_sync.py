@@ -23,11 +23,11 @@ def _is_async_api(attr: Any) -> bool:
 
 
 def _public(cls: type) -> dict[str, Any]:
-    """Public attributes of ``cls`` and of the classes it is made of (``AsyncClient``'s mixins)."""
+    """The public attributes of ``cls`` and its bases (``AsyncClient``'s workflow calls live in one)."""
     found: dict[str, Any] = {}
     for klass in reversed(cls.__mro__[:-1]):
-        found.update(vars(klass))
-    return {name: attr for name, attr in found.items() if not name.startswith("_")}
+        found.update((name, attr) for name, attr in vars(klass).items() if not name.startswith("_"))
+    return found
 
 
 def test_every_async_method_has_a_blocking_twin_and_no_more() -> None:
