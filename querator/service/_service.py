@@ -59,7 +59,7 @@ from querator.service._validation import (
     namespace,
     timeouts,
 )
-from querator.service._workflows import Workflows
+from querator.service._workflows import DEFAULT_RETENTION_US, Workflows
 from querator.storage.base import DEFAULT_DEDUP_WINDOW, Item, QueueRecord, Store
 from querator.storage.operations import LEASE_TOKEN_KEY, moved_copies, new_lease_token_key
 from querator.storage.schedules import ScheduleRecord
@@ -90,6 +90,7 @@ class Service:
         store: Store,
         clock: Clock | None = None,
         max_requests_per_queue: int = 100,
+        workflow_retention_us: int = DEFAULT_RETENTION_US,
         cluster: ClusterNode | None = None,
         cluster_auth: ClusterAuth | None = None,
         cluster_tls: ssl.SSLContext | None = None,
@@ -111,7 +112,9 @@ class Service:
         self.schedules = Schedules(
             store, self.clock, self._queue_exists, self.router.schedule_owner, self.scheduler
         )
-        self.workflows = Workflows(store.workflows, self.clock, self.produce, self._queue_exists)
+        self.workflows = Workflows(
+            store.workflows, self.clock, self.produce, self._queue_exists, workflow_retention_us
+        )
         self._closing = False
         self._started = False
         self._purger: asyncio.Task[None] | None = None

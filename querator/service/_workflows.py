@@ -32,9 +32,11 @@ from querator.service._validation import (
     request_timeout,
 )
 from querator.storage import journal
+from querator.storage.base import LIST_PAGE_BYTES
 from querator.storage.journal import CLAIMED, FINISHED, Effects, Ending
-from querator.storage.workflows import RUNNING, Signal, Workflow, WorkflowRows
+from querator.storage.workflows import Signal, Workflow, WorkflowRows
 from querator.wire import messages as m
+from querator.wire.workflows import RUNNING
 
 T = TypeVar("T")
 
@@ -109,7 +111,16 @@ class Workflows:
     async def list(self, req: m.WorkflowsListRequest) -> m.WorkflowsListResponse:
         limit = check_list_workflows(req)
         found = await self._rows.list_workflows(req.status, req.pivot, limit)
-        return m.WorkflowsListResponse(workflows=[workflow_info(wf, journal=False) for wf in found])
+        page: list[m.WorkflowInfo] = []
+        size_bytes = 0
+        for wf in found:
+            # Inputs and results may be megabytes each: a page ends early rather than grow without
+            # bound, and always holds one so a caller paging by pivot moves on.
+            size_bytes += len(wf.input) + len(wf.result)
+            if page and size_bytes > LIST_PAGE_BYTES:
+                break
+            page.append(workflow_info(wf, journal=False))
+        return m.WorkflowsListResponse(workflows=page)
 
     async def signal(self, req: m.WorkflowsSignalRequest) -> m.Reply:
         check_signal(req)
@@ -221,7 +232,10 @@ class Workflows:
         if effects.parent is not None and wf is not None:
             await self._tell_parent(wf)
         for child in effects.cancel_children:
-            await self.cancel_one(child)
+            try:
+                await self.cancel_one(child)
+            except InvalidOption:
+                pass  # never started (its parent ended between recording it and starting it)
 
     async def _tell_parent(self, wf: Workflow) -> None:
         now = self._clock.now()

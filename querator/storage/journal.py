@@ -15,7 +15,9 @@ from typing import Final
 from msgspec.structs import replace
 
 from querator.errors import Conflict, InvalidOption
-from querator.storage.workflows import (
+from querator.storage.operations import NEAR_NOW
+from querator.storage.workflows import Entry, Signal, Workflow
+from querator.wire.workflows import (
     CANCELLED,
     CHILD,
     COMPLETED,
@@ -25,9 +27,7 @@ from querator.storage.workflows import (
     FINAL_STATES,
     RUNNING,
     SIGNAL,
-    Entry,
-    Signal,
-    Workflow,
+    child_id,
 )
 
 MAX_ENTRIES: Final = 10_000
@@ -107,7 +107,12 @@ def claim(
         return Claim(FINISHED, wf), None
     if wf.claim_deadline > now:
         return Claim(BUSY, wf), None
-    claimed = replace(wf, fence=wf.fence + 1, claim_deadline=claim_until, changed=False, updated_at=now)
+    # A timer due now may be the activation being claimed (the queue delivers one due within NEAR_NOW
+    # at once): it no longer counts as scheduled, so a suspend until then schedules another.
+    timer_at = 0 if wf.timer_at <= now + NEAR_NOW else wf.timer_at
+    claimed = replace(
+        wf, fence=wf.fence + 1, claim_deadline=claim_until, changed=False, timer_at=timer_at, updated_at=now
+    )
     return Claim(CLAIMED, claimed), claimed
 
 
@@ -262,16 +267,13 @@ def _unfinished_children(wf: Workflow) -> list[str]:
     return [child_id(wf.id, e.seq) for e in wf.entries if e.kind == CHILD and e.state not in FINAL_STATES]
 
 
-def child_id(parent_id: str, seq: int) -> str:
-    """A child workflow's id: its parent's and the seq that started it, so a replay starts the same one."""
-    return f"{parent_id}/{seq}"
-
-
 def _put_entry(journal: dict[int, Entry], signals: list[Signal], entry: Entry) -> None:
     if entry.seq < 1:
         raise InvalidOption(f"entries are invalid; seq must be at least 1, got {entry.seq}")
     found = journal.get(entry.seq)
     if found is not None and found.state in FINAL_STATES:
+        if entry.state not in FINAL_STATES and (found.kind, found.name) == (entry.kind, entry.name):
+            return  # its result was recorded from outside first (a fast step or child)
         if (found.kind, found.name, found.state) != (entry.kind, entry.name, entry.state):
             raise Conflict(f"{FENCED}; seq {entry.seq} is recorded already as {found.kind} '{found.name}'")
         return

@@ -10,29 +10,11 @@ Times are microseconds since the epoch; 0 means unset.
 
 from __future__ import annotations
 
-from typing import Final, Protocol
+from typing import Protocol
 
 import msgspec
 
-RUNNING: Final = "running"
-COMPLETED: Final = "completed"
-FAILED: Final = "failed"
-CANCELLED: Final = "cancelled"
-STATUSES: Final = (RUNNING, COMPLETED, FAILED, CANCELLED)
-
-# An entry's kinds: what the workflow did at its sequence number.
-STEP: Final = "step"
-SLEEP: Final = "sleep"
-SIGNAL: Final = "signal"
-CHILD: Final = "child"
-
-# An entry's states. The first two are final: a final entry is never replaced by a different one.
-DONE: Final = "done"
-ERROR: Final = "error"
-PENDING: Final = "pending"
-"""Started and not finished: a dispatched step or child, a timer, a wait for a signal, a step between
-attempts."""
-FINAL_STATES: Final = frozenset({DONE, ERROR})
+from querator.wire.workflows import PENDING, RUNNING
 
 
 class Entry(msgspec.Struct, kw_only=True, omit_defaults=True):

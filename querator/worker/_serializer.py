@@ -56,6 +56,8 @@ def _pydantic_load(kind: type, value: Any) -> Any:
     validate = getattr(kind, "model_validate", None)
     if callable(validate):
         return validate(value)
+    if kind is object:  # ``dict[str, object]``: anything goes, as it came
+        return value
     raise NotImplementedError(f"cannot convert to {kind!r}")
 
 
@@ -72,15 +74,21 @@ def typed(value: Any, annotation: Any) -> Any:
 
 
 class Signature:
-    """A task function's parameters, to convert decoded arguments to their annotations."""
+    """A task function's parameters, to convert decoded arguments to their annotations, and its return
+    annotation (``returns``), to convert a decoded result.
 
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self._signature = inspect.signature(fn)
+    ``skip``: leading parameters the caller passes itself (a durable workflow's ``Context``).
+    """
+
+    def __init__(self, fn: Callable[..., Any], skip: int = 0) -> None:
+        signature = inspect.signature(fn)
+        self._signature = signature.replace(parameters=list(signature.parameters.values())[skip:])
         try:
             hints = get_type_hints(fn)
         except Exception:  # an annotation that does not resolve: leave that function's values untyped
             hints = {}
         self._hints = {name: hints.get(name, inspect.Parameter.empty) for name in self._signature.parameters}
+        self.returns = hints.get("return", inspect.Parameter.empty)
 
     def convert(self, args: list[Any], kwargs: dict[str, Any]) -> inspect.BoundArguments:
         """The call of ``args`` and ``kwargs``, each converted to its parameter's annotation.

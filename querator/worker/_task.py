@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 from collections.abc import Callable, Iterable, Sequence
@@ -31,6 +32,25 @@ Call = tuple[Sequence[Any], dict[str, Any]]
 
 class Permanent(Exception):
     """Raise it (or a subclass) from a task to dead-letter the item at once: trying again cannot help."""
+
+
+class RetryLater(Exception):
+    """Raise it from a task to have its item run again in ``after`` (a duration), whatever the task's
+    back-off says. The run still counts as an attempt."""
+
+    def __init__(self, after: Duration) -> None:
+        super().__init__(f"run again in {seconds_of(after):g}s")
+        self.after_s = seconds_of(after)
+
+
+ATTEMPT: contextvars.ContextVar[int] = contextvars.ContextVar("querator_attempt", default=0)
+"""The attempt of the item the running task works on (1 for its first run): ``current_attempt``."""
+
+
+def current_attempt() -> int:
+    """The attempt number of the item the calling task run works on (1 for its first run; 0 outside a
+    run): a task can tell its last attempt by comparing it with its ``max_attempts``."""
+    return ATTEMPT.get()
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -271,3 +272,43 @@ async def test_bad_appends_are_refused_before_anything_is_read(durable: Api) -> 
     ]:
         error = await durable.error("/v1/workflows.append", {"workflow_id": "unknown", **body})
         assert error.status == 400 and error.message.startswith(message), error.message
+
+
+async def test_a_finished_workflow_is_kept_for_its_retention_then_dropped(
+    durable: Api, clock: FakeClock
+) -> None:
+    await start(durable)
+    await claim(durable)
+    await append(durable, 1, then="complete")
+    info = await durable.post("/v1/workflows.info", {"workflow_id": "wf-1"})
+    finished, expires = (datetime.fromisoformat(info[k]) for k in ("finished_at", "expires_at"))
+    assert expires - finished == timedelta(days=7)
+    clock.advance(7 * 86_400 + 61)  # past the retention and the next purge
+    await eventually(lambda: _gone(durable, "wf-1"))
+
+
+async def _gone(api: Api, workflow_id: str) -> bool:
+    reply = await api.post("/v1/workflows.list", {})
+    return workflow_id not in [w["workflow_id"] for w in reply.get("workflows", [])]
+
+
+async def test_a_list_page_ends_early_rather_than_pass_its_byte_bound(durable: Api) -> None:
+    big = b64(b"x" * 600_000)
+    ids = [f"w{n}" for n in range(8)]
+    for workflow_id in ids:
+        await start(durable, workflow_id, input=big)
+    first = await durable.post("/v1/workflows.list", {})
+    assert [w["workflow_id"] for w in first["workflows"]] == ids[:6]  # a 7th would pass 4 MiB of inputs
+    rest = await durable.post("/v1/workflows.list", {"pivot": "w5\x01"})
+    assert [w["workflow_id"] for w in rest["workflows"]] == ids[6:]
+
+
+async def test_ending_with_a_child_that_never_started_still_ends(durable: Api) -> None:
+    """A parent that recorded a child and ended before starting it: its end cancels the children it
+    recorded, and a missing one made the append answer 400 after the parent was stored as ended."""
+    await start(durable, "parent")
+    await claim(durable, "parent")
+    child = {"seq": 1, "kind": "child", "name": "checkout", "state": "pending"}
+    assert await append(durable, 1, "parent", entries=[child], then="cancel", error="Cancelled: x") == {}
+    info = await durable.post("/v1/workflows.info", {"workflow_id": "parent"})
+    assert info["status"] == "cancelled"

@@ -13,7 +13,8 @@ from msgspec.structs import replace
 
 from querator.storage.base import Store
 from querator.storage.journal import BUSY, CLAIMED, SUSPEND, Ending, append, claim, start
-from querator.storage.workflows import COMPLETED, DONE, RUNNING, STEP, Entry, Workflow
+from querator.storage.workflows import Entry, Workflow
+from querator.wire.workflows import COMPLETED, DONE, RUNNING, STEP
 
 SECOND = 1_000_000
 NOW = 1_700_000_000 * SECOND

@@ -10,7 +10,8 @@ from typing import Final
 from querator.clock import MICROS
 from querator.storage.cassandra._session import Connection, Cql
 from querator.storage.cassandra._statements import Statement
-from querator.storage.workflows import RUNNING, STATUSES, Workflow, decode_workflow, encode_workflow
+from querator.storage.workflows import Workflow, decode_workflow, encode_workflow
+from querator.wire.workflows import RUNNING, STATUSES
 
 BUCKETS: Final = 16
 """Partitions of ``workflows_by_status`` per status."""

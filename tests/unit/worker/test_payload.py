@@ -19,7 +19,7 @@ from querator.worker import (
     use_traceparent,
 )
 from querator.worker._envelope import pack, unpack
-from querator.worker._serializer import Signature
+from querator.worker._serializer import Signature, typed
 from querator.worker._trace import continued, outgoing
 
 PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -165,3 +165,10 @@ def test_with_opentelemetry_a_run_is_a_consumer_span_of_the_producers(
     )
     assert run.context.trace_id == sent.trace_id
     assert inside == f"00-{trace_id}-{format_span_id(run.context.span_id)}-{flags}"  # what its tasks carry on
+
+
+def test_values_annotated_object_arrive_as_they_came() -> None:
+    """A result annotated ``dict[str, object]`` (docs/examples/durable_checkout.py) failed to convert
+    before: msgspec asked the hook for ``object``, which it refused."""
+    value = {"receipt": "r-1", "parts": ["a", "b"], "n": 3}
+    assert typed(value, dict[str, object]) == value
