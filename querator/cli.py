@@ -24,7 +24,7 @@ from pathlib import Path
 
 import msgspec
 
-from querator import __version__
+from querator import __version__, cli_schedules
 from querator import _cli_workflows as workflows_cli
 from querator.auth import generate_key, key_hash
 from querator.client import DEFAULT_ENDPOINT, AsyncClient, ConnectionFailed, new_queue_info
@@ -261,6 +261,7 @@ def _client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--timeout", type=_duration, default="5m", help="request timeout (default 5m)")
 
     workflows_cli.add_parser(sub, common, _duration)
+    cli_schedules.add_parser(sub, common)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -456,6 +457,7 @@ COMMANDS: dict[str, Command] = {
     "redrive": _redrive,
     "cluster": _cluster,
     "workflows": workflows_cli.command,
+    "schedules": cli_schedules.command,
 }
 
 

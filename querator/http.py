@@ -219,11 +219,26 @@ def _api_app(
         ("/v1/workflows.result", _rpc(w.result, m.WorkflowsResultRequest, SMALL_BODY)),
         ("/v1/workflows.claim", _rpc(w.claim, m.WorkflowsClaimRequest, SMALL_BODY, shield=True)),
         ("/v1/workflows.append", _rpc(w.append, m.WorkflowsAppendRequest, max_produce_body, shield=True)),
+        *_schedule_routes(s),
     ]
     latency = service.metrics.latency
     for path, handler in routes:
         app.router.add_route("*", path, _timed(handler, path, latency))
     return app
+
+
+def _schedule_routes(s: Service) -> list[tuple[str, Handler]]:
+    """The schedules routes (docs/schedules.md); a create or update carries an item template."""
+    api = s.schedules
+    return [
+        ("/v1/schedules.create", _rpc(api.create, m.ScheduleInfo, DEFAULT_BODY, shield=True)),
+        ("/v1/schedules.update", _rpc(api.update, m.ScheduleInfo, DEFAULT_BODY, shield=True)),
+        ("/v1/schedules.info", _rpc(api.info, m.SchedulesRequest, SMALL_BODY)),
+        ("/v1/schedules.list", _rpc(api.list, m.SchedulesListRequest, SMALL_BODY)),
+        ("/v1/schedules.delete", _rpc(api.delete, m.SchedulesRequest, SMALL_BODY, shield=True)),
+        ("/v1/schedules.pause", _rpc(api.pause, m.SchedulesRequest, SMALL_BODY, shield=True)),
+        ("/v1/schedules.resume", _rpc(api.resume, m.SchedulesRequest, SMALL_BODY, shield=True)),
+    ]
 
 
 def _authenticate(

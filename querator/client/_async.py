@@ -29,6 +29,7 @@ from querator.client._lock_queue import LockQueue
 from querator.client._lock_queue import set_limit as change_limit
 from querator.client._renew import keep_renewed, stopped
 from querator.client._retries import DEFAULT_RETRIES, Retries, with_retries
+from querator.client._schedules import ScheduleCalls
 from querator.client._transport import Transport, http_timeout_s
 from querator.client._workflows import WorkflowCalls
 from querator.duration import parse_duration
@@ -42,7 +43,7 @@ DEFAULT_TIMEOUT = 30.0
 R = TypeVar("R", bound=m.Message)
 
 
-class AsyncClient(WorkflowCalls):
+class AsyncClient(ScheduleCalls, WorkflowCalls):
     """An asyncio client of one Querator server.
 
     The aiohttp session is created on first use, in the running loop, and must be used from that loop only;

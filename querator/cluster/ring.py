@@ -43,6 +43,14 @@ class Ring:
         owner: str = self._ring.get_node(f"{queue}#{partition}")
         return owner
 
+    def schedule_owner(self, name: str) -> str:
+        """The node id firing the schedule ``name`` (docs/schedules.md); LookupError if the ring is empty."""
+        if not self.node_ids:
+            raise LookupError("the ring has no members")
+        # '@schedule' cannot be a partition's key, which ends in '#<digits>'.
+        owner: str = self._ring.get_node(f"{name}@schedule")
+        return owner
+
     def __repr__(self) -> str:
         return f"Ring(revision={self.revision}, node_ids={sorted(self.node_ids)})"
 

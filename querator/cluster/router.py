@@ -51,6 +51,14 @@ class Router:
         me = self._node.node_id
         return [n for n in range(count) if self._node.owner(queue, n) == me]
 
+    def schedule_owner(self, name: str) -> str:
+        """The node id that fires the schedule ``name`` (docs/schedules.md)."""
+        return self._node.ring.schedule_owner(name)
+
+    def owns_schedule(self, name: str) -> bool:
+        """Whether this node fires the schedule ``name`` now: it owns it on the ring and may serve."""
+        return self._node.serving and self.schedule_owner(name) == self._node.node_id
+
     def partition(self, queue: str, partition: int, forwarded_by: str) -> Route:
         """Where the requests of one partition are served.
 

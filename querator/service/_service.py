@@ -28,8 +28,10 @@ from querator.engine.queues_manager import HandOff, QueuesManager
 from querator.engine.redrive import redrive
 from querator.errors import TRY_AGAIN, InvalidOption, LeaseTimedOut, RetryRequest, shutting_down, try_again
 from querator.metrics import Metrics
+from querator.schedules import Scheduler
 from querator.service._conversion import queue_info, storage_item, stored_item
 from querator.service._local_queue import LocalQueue
+from querator.service._schedules import Schedules, tick_produce
 from querator.service._validation import (
     DEFAULT_LIST_LIMIT,
     MAX_LIST_LIMIT,
@@ -60,6 +62,7 @@ from querator.service._validation import (
 from querator.service._workflows import DEFAULT_RETENTION_US, Workflows
 from querator.storage.base import DEFAULT_DEDUP_WINDOW, Item, QueueRecord, Store
 from querator.storage.operations import LEASE_TOKEN_KEY, moved_copies, new_lease_token_key
+from querator.storage.schedules import ScheduleRecord
 from querator.wire import messages as m
 
 DEDUP_PURGE_INTERVAL_US = 60 * MICROS
@@ -105,6 +108,10 @@ class Service:
         )
         self.metrics = Metrics(self.clock, self.cluster, self.manager, self.ready)
         self.proxy = Proxy(self.cluster.node_id, cluster_auth, cluster_tls, self.metrics.forwarded)
+        self.scheduler = Scheduler(store, self.clock, self.router.owns_schedule, self._fire_tick)
+        self.schedules = Schedules(
+            store, self.clock, self._queue_exists, self.router.schedule_owner, self.scheduler
+        )
         self.workflows = Workflows(
             store.workflows, self.clock, self.produce, self._queue_exists, workflow_retention_us
         )
@@ -122,6 +129,7 @@ class Service:
             raise
         self.cluster.on_change(self._cluster_changed)
         self._purger = _tasks.start(self._purge_dedup(), "dedup-purge")
+        self.scheduler.start()
         self._started = True
 
     async def shutdown(self) -> None:
@@ -131,6 +139,7 @@ class Service:
             self._purger.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._purger
+        await self.scheduler.stop()
         await self.manager.shutdown()
         await self.cluster.stop()
         await self.proxy.close()
@@ -278,6 +287,7 @@ class Service:
     # -- the cluster ----------------------------------------------------------------------------------------
 
     def _cluster_changed(self) -> None:
+        self.scheduler.changed()  # the schedules this node fires may have changed
         if self.cluster.serving:
             self.manager.rebalance()
         else:
@@ -296,6 +306,10 @@ class Service:
             # Only the record read above says the dead queue is gone; any other refusal keeps the
             # items where they are, to be dead-lettered again later.
             raise try_again(e.message) from e
+
+    async def _fire_tick(self, record: ScheduleRecord, tick: int) -> None:
+        """Produces the item of one tick of a schedule (docs/schedules.md), wherever its queue is."""
+        await self.produce(tick_produce(record, tick))
 
     async def refresh(self, req: m.QueuesInfoRequest) -> None:
         """Another node changed or deleted a queue: its engine here takes the new settings, or stops."""

@@ -22,6 +22,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+from querator.storage.schedules import ScheduleStore
 from querator.storage.workflows import WorkflowRows
 
 R = TypeVar("R")
@@ -199,8 +200,9 @@ class QueueRecord:
     dedup_window: int = DEFAULT_DEDUP_WINDOW
 
 
-class Store(Protocol):
-    """A storage backend: queue metadata, the partitions of every queue, and durable workflows."""
+class Store(ScheduleStore, Protocol):
+    """A storage backend: queue metadata, the partitions of every queue, schedules (``ScheduleStore``) and
+    durable workflows."""
 
     @property
     def workflows(self) -> WorkflowRows:

@@ -18,6 +18,7 @@ from querator.storage.base import (
     R,
     list_page,
 )
+from querator.storage.memory_schedules import MemorySchedules
 from querator.storage.workflows import Workflow, encode_workflow, workflow_page
 
 
@@ -265,10 +266,11 @@ class MemoryWorkflowRows:
         return len(expired)
 
 
-class MemoryStore:
-    """Queues and partitions (and durable workflows) in process memory."""
+class MemoryStore(MemorySchedules):
+    """Queues, partitions, schedules and durable workflows in process memory."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.workflows = MemoryWorkflowRows()
         self._queues: dict[str, QueueRecord] = {}
         self._partitions: dict[tuple[str, int], MemoryPartition] = {}

@@ -401,3 +401,44 @@ class WorkflowsAppendRequest(Message):
 
 class WorkflowsAppendResponse(Message):
     resume: bool = False
+
+
+# -- cron schedules (docs/schedules.md) -------------------------------------------------------------------
+
+
+class ScheduleInfo(Message):
+    """A schedule: what schedules.create and schedules.update take, and info and list return (with
+    the times, which a create or update ignores)."""
+
+    name: str = ""
+    cron: str = ""
+    time_zone: str = ""
+    queue_name: str = ""
+    catch_up: str = ""
+    catch_up_limit: int = 0
+    jitter: str = ""
+    paused: bool = False
+    encoding: str = ""
+    kind: str = ""
+    reference: str = ""
+    payload: bytes = b""
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    last_tick: datetime | None = None
+    next_tick: datetime | None = None
+    owner: str = ""
+
+
+class SchedulesRequest(Message):
+    """schedules.info, delete, pause and resume: the schedule they name."""
+
+    name: str = ""
+
+
+class SchedulesListRequest(Message):
+    pivot: str = ""
+    limit: int = 0
+
+
+class SchedulesListResponse(Message):
+    items: list[ScheduleInfo] = []

@@ -44,6 +44,7 @@ from querator.storage.operations import (
     lease_token,
     lifecycle,
 )
+from tests.storage.schedule_contract import ScheduleContract
 from tests.storage.workflow_contract import WorkflowContract
 
 T = TypeVar("T")
@@ -146,7 +147,7 @@ def leased(items: Sequence[Item], deadline: int) -> None:
         assert i.lease_deadline == deadline
 
 
-class StoreContract(WorkflowContract):
+class StoreContract(ScheduleContract, WorkflowContract):
     """Every backend's storage: bind it by overriding ``store``."""
 
     @pytest.fixture

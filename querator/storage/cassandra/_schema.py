@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from querator.storage.cassandra._errors import CassandraStorageError
+from querator.storage.cassandra._schedules import TABLES as SCHEDULE_TABLES
 from querator.storage.cassandra._settings import CassandraSettings
 
 SCHEMA_VERSION: Final = 2
@@ -50,6 +51,8 @@ SCHEMA: Final = (
         queue text, partition int, source_id text, id text,
         PRIMARY KEY ((queue, partition, source_id)))
         WITH gc_grace_seconds = 3600""",
+    # Cron schedules (docs/schedules.md): new tables, so no new schema version.
+    *SCHEDULE_TABLES,
     # Durable workflows (_workflows.py): a record is msgpack of storage.workflows.Workflow, written only
     # with lightweight transactions; a finished one carries the TTL of its retention.
     "CREATE TABLE IF NOT EXISTS {ks}.workflows (id text PRIMARY KEY, version bigint, record blob)",

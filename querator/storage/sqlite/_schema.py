@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Final
 
 from querator.storage.base import DEFAULT_DEDUP_WINDOW
+from querator.storage.sqlite._schedules import TABLE as SCHEDULES_TABLE
 
 SCHEMA_VERSION: Final = 2
 """``PRAGMA user_version`` of the schema below; a database written by a newer version is refused."""
@@ -75,6 +76,8 @@ SCHEMA: Final = (
     # again. Created by every version since (IF NOT EXISTS), so it needs no migration: a database that has
     # it still opens in a version that does not.
     "CREATE TABLE IF NOT EXISTS probe (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)",
+    # Cron schedules (docs/schedules.md), created the same way: no migration.
+    SCHEDULES_TABLE,
     # Durable workflows (_workflows.py), also created by every version since with IF NOT EXISTS: a record
     # is msgpack of storage.workflows.Workflow; the columns beside it are what lists and purges filter on.
     """CREATE TABLE IF NOT EXISTS workflows (

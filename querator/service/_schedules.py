@@ -1,0 +1,246 @@
+"""The schedules API (docs/schedules.md): schedules.create, update, info, list, delete, pause and resume,
+checked completely before storage is touched, and the produce request of one tick.
+
+Schedules live in the store, which every node of a cluster shares (Cassandra), so any node answers
+these routes itself; the node that owns a schedule on the ring fires it (``querator.schedules``) and
+sees a change made elsewhere within ``RELOAD_US``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+from querator.clock import MICROS, Clock, to_datetime
+from querator.duration import MICROSECOND, DurationError, format_micros, parse_duration
+from querator.errors import InvalidOption
+from querator.schedules import ALL, CATCH_UP_POLICIES, MAX_CATCH_UP, ONE, Scheduler, tick_time
+from querator.service._validation import check_printable, check_stored_name, has_space
+from querator.storage.base import LIST_PAGE_BYTES
+from querator.storage.schedules import ScheduleRecord, ScheduleStore
+from querator.wire import messages as m
+
+MAX_SCHEDULE_NAME: Final = 96
+"""Characters of a schedule name: its ticks' dedup ids (name, '@', a 20-character time) stay within the
+128 characters of a dedup id."""
+DEFAULT_CATCH_UP_LIMIT: Final = 100
+MAX_JITTER_US: Final = 24 * 3600 * MICROS
+DEFAULT_SCHEDULES_LIMIT: Final = 100
+MAX_SCHEDULES_LIMIT: Final = 1000
+FIRE_TIMEOUT: Final = "30s"
+"""The request timeout of a tick's produce: a tick that could not be stored in time is tried again."""
+
+QueueExists = Callable[[str], Awaitable[bool]]
+OwnerOf = Callable[[str], str]
+
+
+class Schedules:
+    """The schedules routes over a store; ``scheduler`` hears of every change made here."""
+
+    def __init__(
+        self,
+        store: ScheduleStore,
+        clock: Clock,
+        queue_exists: QueueExists,
+        owner_of: OwnerOf,
+        scheduler: Scheduler,
+    ) -> None:
+        self._store = store
+        self._owner_of = owner_of
+        self._clock = clock
+        self._queue_exists = queue_exists
+        self._scheduler = scheduler
+
+    async def create(self, info: m.ScheduleInfo) -> m.ScheduleInfo:
+        check_new_schedule_name(info.name)
+        now = self._clock.now()
+        record = await self._definition(info, ScheduleRecord(name=info.name, start=now, created_at=now))
+        record.updated_at = now
+        if not await self._store.add_schedule(record):
+            raise InvalidOption(f"invalid schedule; '{info.name}' already exists")
+        self._scheduler.changed()
+        return self._info(record)
+
+    async def update(self, info: m.ScheduleInfo) -> m.ScheduleInfo:
+        """Replaces the definition; the paused state and the last tick stay. A new calendar (cron or
+        time zone) starts from now: no tick before the update fires under it."""
+        current = await self._existing(info.name)
+        record = await self._definition(info, dataclasses.replace(current))
+        now = self._clock.now()
+        if (record.cron, record.time_zone) != (current.cron, current.time_zone):
+            record.start = max(now, current.start)
+        record.updated_at = max(now, current.updated_at + 1)
+        return await self._replace(record)
+
+    async def info(self, req: m.SchedulesRequest) -> m.ScheduleInfo:
+        return self._info(await self._existing(req.name))
+
+    async def list(self, req: m.SchedulesListRequest) -> m.SchedulesListResponse:
+        if req.limit < 0:
+            raise InvalidOption("limit is invalid; limit cannot be negative")
+        if req.limit > MAX_SCHEDULES_LIMIT:
+            raise InvalidOption(f"limit is invalid; cannot be greater than {MAX_SCHEDULES_LIMIT}")
+        records = await self._store.list_schedules(req.pivot, req.limit or DEFAULT_SCHEDULES_LIMIT)
+        return m.SchedulesListResponse(items=[self._info(r) for r in _page(records)])
+
+    async def delete(self, req: m.SchedulesRequest) -> None:
+        check_schedule_name(req.name)
+        if not await self._store.delete_schedule(req.name):
+            raise _missing(req.name)
+        self._scheduler.changed()
+
+    async def pause(self, req: m.SchedulesRequest) -> m.ScheduleInfo:
+        current = await self._existing(req.name)
+        if current.paused:
+            return self._info(current)
+        return await self._replace(
+            dataclasses.replace(current, paused=True, updated_at=self._updated(current))
+        )
+
+    async def resume(self, req: m.SchedulesRequest) -> m.ScheduleInfo:
+        """Unpauses; ticks that came while paused never fire (the schedule starts again from now)."""
+        current = await self._existing(req.name)
+        if not current.paused:
+            return self._info(current)
+        now = self._clock.now()
+        resumed = dataclasses.replace(
+            current, paused=False, start=max(now, current.start), updated_at=self._updated(current)
+        )
+        return await self._replace(resumed)
+
+    def _updated(self, current: ScheduleRecord) -> int:
+        return max(self._clock.now(), current.updated_at + 1)
+
+    async def _existing(self, name: str) -> ScheduleRecord:
+        check_schedule_name(name)
+        record = await self._store.get_schedule(name)
+        if record is None:
+            raise _missing(name)
+        return record
+
+    async def _replace(self, record: ScheduleRecord) -> m.ScheduleInfo:
+        if not await self._store.update_schedule(record):
+            raise _missing(record.name)
+        self._scheduler.changed()
+        stored = await self._store.get_schedule(record.name)
+        return self._info(stored or record)
+
+    async def _definition(self, info: m.ScheduleInfo, record: ScheduleRecord) -> ScheduleRecord:
+        """``record`` with the definition ``info`` gives, once all of it is valid (the queue last)."""
+        record.cron = info.cron.strip()
+        record.time_zone = info.time_zone or "UTC"
+        if not record.cron:
+            raise InvalidOption("cron is invalid; cannot be empty")
+        calendar = self._scheduler.calendar(record)  # InvalidOption for a bad expression or zone
+        if calendar.next_after(self._clock.now()) is None:
+            raise InvalidOption(f"cron is invalid; '{record.cron}' never fires")
+        record.catch_up = info.catch_up or ONE
+        if record.catch_up not in CATCH_UP_POLICIES:
+            raise InvalidOption(
+                f"catch up is invalid; '{info.catch_up}' is not one of {', '.join(CATCH_UP_POLICIES)}"
+            )
+        record.catch_up_limit = _catch_up_limit(record.catch_up, info.catch_up_limit)
+        record.jitter = _jitter(info.jitter)
+        record.encoding, record.kind, record.reference = info.encoding, info.kind, info.reference
+        record.payload = info.payload
+        if not info.queue_name:
+            raise InvalidOption("queue name is invalid; queue name cannot be empty")
+        check_stored_name(info.queue_name)
+        if not await self._queue_exists(info.queue_name):
+            raise InvalidOption(f"queue does not exist; no such queue named '{info.queue_name}'")
+        record.queue = info.queue_name
+        return record
+
+    def _info(self, r: ScheduleRecord) -> m.ScheduleInfo:
+        next_tick = None if r.paused else self._scheduler.calendar(r).next_after(max(r.start, r.last_tick))
+        return m.ScheduleInfo(
+            name=r.name,
+            cron=r.cron,
+            time_zone=r.time_zone,
+            queue_name=r.queue,
+            catch_up=r.catch_up,
+            catch_up_limit=r.catch_up_limit,
+            jitter=format_micros(r.jitter) if r.jitter else "",
+            paused=r.paused,
+            encoding=r.encoding,
+            kind=r.kind,
+            reference=r.reference,
+            payload=r.payload,
+            created_at=to_datetime(r.created_at),
+            updated_at=to_datetime(r.updated_at),
+            last_tick=to_datetime(r.last_tick) if r.last_tick else None,
+            next_tick=to_datetime(next_tick) if next_tick else None,
+            owner=self._owner_of(r.name),
+        )
+
+
+def _page(records: list[ScheduleRecord]) -> list[ScheduleRecord]:
+    """The first of ``records`` whose payloads fit in ``LIST_PAGE_BYTES`` (the first always): a list of
+    templates must not hold a thousand large payloads (docs/extensions.md, "Storage lists")."""
+    size = 0
+    for n, record in enumerate(records):
+        size += len(record.payload)
+        if n and size > LIST_PAGE_BYTES:
+            return records[:n]
+    return records
+
+
+def check_schedule_name(name: str) -> None:
+    if not name.strip():
+        raise InvalidOption("schedule name is invalid; cannot be empty")
+
+
+def check_new_schedule_name(name: str) -> None:
+    check_schedule_name(name)
+    if len(name) > MAX_SCHEDULE_NAME:
+        raise InvalidOption(
+            f"schedule name is invalid; cannot be greater than '{MAX_SCHEDULE_NAME}' characters"
+        )
+    if has_space(name):
+        raise InvalidOption(f"schedule name is invalid; '{name}' cannot contain whitespace")
+    check_printable("schedule name", name)
+
+
+def _missing(name: str) -> InvalidOption:
+    return InvalidOption(f"schedule does not exist; no such schedule named '{name}'")
+
+
+def _catch_up_limit(policy: str, limit: int) -> int:
+    if limit < 0:
+        raise InvalidOption(f"catch up limit is invalid; cannot be negative but {limit} was given")
+    if limit and policy != ALL:
+        raise InvalidOption(f"catch up limit is invalid; only catch up 'all' takes a limit, not '{policy}'")
+    if limit > MAX_CATCH_UP:
+        raise InvalidOption(f"catch up limit is invalid; cannot be greater than {MAX_CATCH_UP}")
+    return limit or (DEFAULT_CATCH_UP_LIMIT if policy == ALL else 0)
+
+
+def _jitter(text: str) -> int:
+    """A schedule's jitter in microseconds (0 when not given)."""
+    if not text:
+        return 0
+    try:
+        ns = parse_duration(text)
+    except DurationError as e:
+        raise InvalidOption(f"jitter is invalid; {e} - expected format: 500ms, 30s or 5m") from None
+    if ns < 0:
+        raise InvalidOption(f"jitter is invalid; cannot be negative but '{text}' was given")
+    if ns > MAX_JITTER_US * MICROSECOND:
+        raise InvalidOption(f"jitter is invalid; cannot be greater than '{format_micros(MAX_JITTER_US)}'")
+    return ns // MICROSECOND
+
+
+def tick_produce(record: ScheduleRecord, tick: int) -> m.QueueProduceRequest:
+    """The produce of one tick: the template, with a dedup id of schedule and tick time, so a tick fired
+    twice (by two owners, or again after a crash) is stored once; and, unless the template names one, that
+    id as the item's reference, so a consumer can tell which tick an item is for."""
+    tick_id = f"{record.name}@{tick_time(tick)}"
+    item = m.QueueProduceItem(
+        encoding=record.encoding,
+        kind=record.kind,
+        reference=record.reference or tick_id,
+        bytes=record.payload,
+        dedup_id=tick_id,
+    )
+    return m.QueueProduceRequest(queue_name=record.queue, request_timeout=FIRE_TIMEOUT, items=[item])
