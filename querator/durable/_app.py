@@ -18,7 +18,7 @@ from querator.durable._errors import WorkflowFailed
 from querator.durable._step import Step, StepOptions, decode
 from querator.wire import messages as m
 from querator.wire.workflows import child_id
-from querator.worker import JsonSerializer, Serializer, Worker, backoff
+from querator.worker import JsonSerializer, Serializer, Worker, backoff, current_item
 from querator.worker._serializer import Signature
 
 if TYPE_CHECKING:
@@ -30,6 +30,8 @@ R = TypeVar("R")
 DEFAULT_QUEUE = "durable"
 DEFAULT_STEP_ATTEMPTS = 3
 DEFAULT_STEP_RETRY = backoff.exponential(first="1s", cap="1m")
+SCHEDULED_START = "querator.durable.start"
+"""The worker task a schedule's tick runs to start a workflow (``Durable.schedule``)."""
 RESULT_POLL = 15 * 60.0
 """Seconds one ``workflows.result`` call may wait (the server's longest request_timeout)."""
 
@@ -146,6 +148,7 @@ class Durable:
         )
         self._activation = task(name="querator.durable.run", lease_timeout=self.claim_timeout)(self._activate)
         task(name="querator.durable.step", lease_timeout=self.claim_timeout)(self._run_step)
+        task(name=SCHEDULED_START, lease_timeout=self.claim_timeout)(self._start_scheduled)
 
     async def _activate(self, workflow_id: str) -> None:
         await activate(self, workflow_id)
@@ -154,6 +157,21 @@ class Durable:
         self, workflow_id: str, seq: int, name: str, args: list[Any], kwargs: dict[str, Any]
     ) -> None:
         await run_step(self, workflow_id, seq, name, args, kwargs)
+
+    async def _start_scheduled(self, workflow: str, args: list[Any], kwargs: dict[str, Any]) -> None:
+        """A schedule's tick (``schedule``): starts the workflow with the tick's item reference as its id,
+        ``<schedule>@<tick time>``, so a tick whose item runs twice starts one workflow."""
+        item = current_item()
+        assert item is not None
+        definition = self.workflow_of(workflow)
+        client = await self.client()
+        await client.start_workflow(
+            item.reference or item.id,
+            definition.name,
+            self.queue,
+            definition.input(tuple(args), kwargs),
+            encoding=self.serializer.content_type,
+        )
 
     async def client(self) -> AsyncClient:
         """The client of the running loop, with the task queue made."""
@@ -273,6 +291,41 @@ class Durable:
             encoding=self.serializer.content_type,
             parent_id=ctx.workflow_id,
             parent_seq=call.seq,
+        )
+
+    async def schedule(
+        self,
+        name: str,
+        workflow: Any,
+        cron: str,
+        /,
+        *args: Any,
+        time_zone: str = "",
+        catch_up: str = "",
+        jitter: Duration | None = None,
+        **kwargs: Any,
+    ) -> m.ScheduleInfo:
+        """Creates the cron schedule ``name`` (docs/schedules.md) that starts ``workflow(*args, **kwargs)``
+        at each tick, once per tick: the tick's item (in this app's queue) is run by this app's workers,
+        which start the workflow with the id ``<name>@<tick time>``.
+
+        Raises:
+            InvalidOption: as ``AsyncClient.create_schedule`` (a taken name, a bad expression or zone).
+        """
+        definition = self.workflow_of(workflow)
+        definition.input(args, kwargs)  # a call that cannot bind fails now, not at every tick
+        client = await self.client()
+        payload = self.serializer.dumps({"args": [definition.name, list(args), kwargs]})
+        return await client.create_schedule(
+            name,
+            cron,
+            self.queue,
+            time_zone=time_zone,
+            catch_up=catch_up,
+            jitter=jitter,
+            payload=payload,
+            kind=SCHEDULED_START,
+            encoding=self.serializer.content_type,
         )
 
     def handle(self, workflow_id: str) -> WorkflowHandle:

@@ -31,7 +31,7 @@ from querator.worker import backoff
 from querator.worker._envelope import EnvelopeError
 from querator.worker._observe import JsonFormatter
 from querator.worker._serializer import JsonSerializer, Serializer
-from querator.worker._task import Permanent, RetryLater, Task, current_attempt
+from querator.worker._task import Permanent, RetryLater, Task, current_attempt, current_item
 from querator.worker._trace import current_traceparent, use_traceparent
 from querator.worker._worker import Worker
 
@@ -46,6 +46,7 @@ __all__ = [
     "Worker",
     "backoff",
     "current_attempt",
+    "current_item",
     "current_traceparent",
     "use_traceparent",
 ]

@@ -29,7 +29,7 @@ from querator.wire import messages as m
 from querator.worker._envelope import EnvelopeError, unpack
 from querator.worker._observe import Metrics, log_run
 from querator.worker._settle import Settler
-from querator.worker._task import ATTEMPT, MAX_BATCH, Permanent, RetryLater, Task
+from querator.worker._task import CURRENT_ITEM, MAX_BATCH, Permanent, RetryLater, Task
 from querator.worker._trace import continued, current_traceparent
 
 log = logging.getLogger("querator.worker")
@@ -214,7 +214,7 @@ class QueueRunner:
             with continued(trace, f"{task.name} process", attributes):
                 fields["traceparent"] = current_traceparent()
                 started_s = loop.time()
-                attempt = ATTEMPT.set(item.attempts)
+                current = CURRENT_ITEM.set(item)
                 try:
                     await self._call(task, call.args, call.kwargs)
                 except RetryLater as e:
@@ -225,7 +225,7 @@ class QueueRunner:
                     permanent = isinstance(e, (Permanent, *task.options.permanent))
                     return _Failure("permanent" if permanent else "error", e)
                 finally:
-                    ATTEMPT.reset(attempt)
+                    CURRENT_ITEM.reset(current)
                     duration_s = loop.time() - started_s
                     fields["duration_s"] = round(duration_s, 6)
                     self._rt.metrics.of(task.name).duration.observe(duration_s)

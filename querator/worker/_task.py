@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from querator.client import Duration
 from querator.client._arguments import seconds_of
+from querator.wire import messages as m
 from querator.worker._envelope import pack
 from querator.worker._serializer import Serializer, Signature
 from querator.worker._trace import outgoing
@@ -43,14 +44,23 @@ class RetryLater(Exception):
         self.after_s = seconds_of(after)
 
 
-ATTEMPT: contextvars.ContextVar[int] = contextvars.ContextVar("querator_attempt", default=0)
-"""The attempt of the item the running task works on (1 for its first run): ``current_attempt``."""
+CURRENT_ITEM: contextvars.ContextVar[m.QueueLeaseItem | None] = contextvars.ContextVar(
+    "querator_current_item", default=None
+)
+"""The leased item the running task works on: ``current_item``, ``current_attempt``."""
+
+
+def current_item() -> m.QueueLeaseItem | None:
+    """The leased item the calling task run works on (its id, ``attempts``, ``reference``, ``kind``...);
+    None outside a run."""
+    return CURRENT_ITEM.get()
 
 
 def current_attempt() -> int:
     """The attempt number of the item the calling task run works on (1 for its first run; 0 outside a
     run): a task can tell its last attempt by comparing it with its ``max_attempts``."""
-    return ATTEMPT.get()
+    item = CURRENT_ITEM.get()
+    return item.attempts if item is not None else 0
 
 
 @dataclass(frozen=True, slots=True)

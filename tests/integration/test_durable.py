@@ -238,3 +238,20 @@ async def _status(client: AsyncClient, workflow_id: str, status: str) -> bool:
         return (await client.workflow_info(workflow_id)).status == status
     except Exception:
         return False
+
+
+async def test_a_schedule_starts_one_workflow_per_tick(workers: Workers, client: AsyncClient) -> None:
+    workers.start()
+    await wf.app.schedule("every-second", wf.three_steps, "* * * * * *", "tick")
+    await eventually(lambda: _completed_ticks(client, 2), DEADLINE, "two ticks ran their workflows")
+    await client.delete_schedule("every-second")
+    ticks = [w for w in await client.list_workflows() if w.workflow_id.startswith("every-second@")]
+    assert len({w.workflow_id for w in ticks}) == len(ticks)  # one workflow per tick
+    for tick in ticks:
+        if tick.status == "completed":
+            assert await wf.app.handle(tick.workflow_id).result(timeout=DEADLINE) == [3, 13, 113]
+
+
+async def _completed_ticks(client: AsyncClient, n: int) -> bool:
+    done = [w for w in await client.list_workflows("completed") if w.workflow_id.startswith("every-second@")]
+    return len(done) >= n
