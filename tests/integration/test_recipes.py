@@ -79,3 +79,9 @@ async def test_fan_out_and_fan_in_collect_every_chunk_once(server: ServerProcess
     assert run("fanout.py", server) == ["chunks: 6, words: 45"]
     assert await totals(server, "chunks") == [(0, 0)]
     assert await totals(server, "results") == [(0, 0)]
+
+
+async def test_the_cron_job_runs_once_per_tick(server: ServerProcess) -> None:
+    assert run("cron.py", server) == ["report for eu, tick nightly-report"] * 3
+    async with AsyncClient(server.url) as client:
+        assert (await client.list_schedules()).items == []
