@@ -221,3 +221,21 @@ def cassandra_settings(
     name = "t_" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:20]
     yield CassandraSettings(hosts=("127.0.0.1",), port=cassandra_node.cql_port, keyspace=name)
     cassandra_node.drop_keyspace(name)
+
+
+ODD = [
+    "\x00",
+    "\x07",
+    "\x1b",
+    "\x7f",
+    "\x9b",
+    "\u00ad",
+    "\u200b",
+    "\u200d",
+    "\u202e",
+    "\u2066",
+    "\u2060",
+    "\ufeff",
+]
+"""Control and invisible format characters (Unicode Cc, Cf): what a name must not contain, as the hostile
+request tests send them."""

@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeVar
-
 from querator.client._arguments import Duration, go_duration
+from querator.client._caller import Caller
 from querator.wire import messages as m
 
-R = TypeVar("R", bound=m.Message)
 
-
-class ScheduleCalls:
+class ScheduleCalls(Caller):
     """Create, change, inspect and delete cron schedules; each tick produces one item into a queue."""
-
-    if TYPE_CHECKING:
-
-        async def call(
-            self,
-            path: str,
-            msg: m.Message,
-            reply_type: type[R],
-            *,
-            seconds: float | None = None,
-            idempotent: bool = False,
-        ) -> R: ...
 
     async def create_schedule(
         self,

@@ -4,28 +4,15 @@ cancel and wait for workflows; ``querator.durable``'s workers claim and append."
 from __future__ import annotations
 
 import secrets
-from typing import TypeVar
 
 from querator.client._arguments import Duration, go_duration
+from querator.client._caller import Caller
 from querator.client._transport import http_timeout_s
 from querator.wire import messages as m
 
-R = TypeVar("R", bound=m.Message)
 
-
-class WorkflowCalls:
+class WorkflowCalls(Caller):
     """The workflow routes; a base of ``AsyncClient``, whose ``call`` sends them."""
-
-    async def call(
-        self,
-        path: str,
-        msg: m.Message,
-        reply_type: type[R],
-        *,
-        seconds: float | None = None,
-        idempotent: bool = False,
-    ) -> R:
-        raise NotImplementedError  # AsyncClient.call
 
     async def start_workflow(
         self,

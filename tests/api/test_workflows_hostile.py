@@ -17,7 +17,7 @@ import pytest
 
 from querator.http import MAX_PRODUCE_BODY, SMALL_BODY, human_size
 from querator.storage.journal import MAX_RECORD_BYTES
-from tests.conftest import JSON, Api, eventually
+from tests.conftest import JSON, ODD, Api, eventually
 
 from .test_workflows import append, claim, start, step
 
@@ -31,21 +31,6 @@ LIMITS = {
     "/v1/workflows.claim": SMALL_BODY,
     "/v1/workflows.append": MAX_PRODUCE_BODY,
 }
-ODD = [
-    "\x00",
-    "\x07",
-    "\x1b",
-    "\x7f",
-    "\x9b",
-    "\u00ad",
-    "\u200b",
-    "\u200d",
-    "\u202e",
-    "\u2066",
-    "\u2060",
-    "\ufeff",
-]
-"""Control and invisible format characters (Unicode Cc, Cf), as test_hostile_requests.py sends in names."""
 LONGEST_ID = "\U00020000" * 256
 """An id of the longest length accepted, each character outside the BMP: 12 bytes in escaped JSON."""
 LONGEST_NAME = "\U00020001" * 256

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import http.client
+import json
 import os
 import signal
 import socket
@@ -26,7 +27,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -334,3 +335,58 @@ def servers(tmp_path: Path) -> Iterator[Servers]:
 def keyspace(request: pytest.FixtureRequest) -> str:
     """A Cassandra keyspace of this test's own (created by the first store that opens it)."""
     return "i_" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:20]
+
+
+class WorkerProcesses:
+    """``querator worker <app>`` processes of one test, each logging to ``<records>/../worker-<n>.log``
+    and recording its runs under ``records``; killed at teardown if still running."""
+
+    def __init__(self, server: ServerProcess, records: Path, app: str, records_env: str) -> None:
+        self.server = server
+        self.records = records
+        self.app = app
+        self.records_env = records_env
+        self.started: list[subprocess.Popen[bytes]] = []
+
+    def start(
+        self, *args: str, env: Mapping[str, str] | None = None, main: Sequence[str] = ("-m", "querator.cli")
+    ) -> subprocess.Popen[bytes]:
+        """A worker running ``args`` (``--queues ...``), once it has started leasing; ``main`` is how
+        Python starts the CLI."""
+        n = len(self.started)
+        log = self.records.parent / f"worker-{n}.log"
+        with log.open("wb") as err:
+            proc = subprocess.Popen(
+                [sys.executable, *main, "worker", self.app, *args],
+                env=server_env(
+                    {"QUERATOR_ENDPOINT": self.server.url, self.records_env: str(self.records), **(env or {})}
+                ),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+        self.started.append(proc)
+        wait_until(
+            lambda: "worker started" in log.read_text() or proc.poll() is not None,
+            START_DEADLINE,
+            "worker up",
+        )
+        assert proc.poll() is None, log.read_text()
+        return proc
+
+    def log(self, n: int) -> str:
+        return (self.records.parent / f"worker-{n}.log").read_text()
+
+    def records_of(self) -> list[dict[str, Any]]:
+        """Every JSON line every process recorded, by process."""
+        return [
+            r
+            for path in sorted(self.records.glob("*.jsonl"))
+            for r in map(json.loads, path.read_text().splitlines())
+        ]
+
+    def close(self) -> None:
+        for proc in self.started:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(STOP_DEADLINE)

@@ -7,11 +7,8 @@ Nothing sleeps to synchronise: the tests poll the records and the workflows with
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,58 +19,21 @@ from querator.client import AsyncClient
 from querator.durable import WorkflowFailed
 from tests.integration import durable_app as wf
 
-from .conftest import ServerProcess, Servers, eventually, kill9, server_env, wait_until
+from .conftest import ServerProcess, Servers, WorkerProcesses, eventually, kill9, wait_until
 
 pytestmark = pytest.mark.integration
 
 DEADLINE = 30.0
 
 
-class Workers:
-    """``querator worker`` processes running the durable app, killed at teardown if still running."""
+class Workers(WorkerProcesses):
+    """The worker processes of one test, running tests/integration/durable_app.py."""
 
     def __init__(self, server: ServerProcess, records: Path) -> None:
-        self.server = server
-        self.records = records
-        self.started: list[subprocess.Popen[bytes]] = []
-
-    def start(self, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        n = len(self.started)
-        log = self.records.parent / f"worker-{n}.log"
-        with log.open("wb") as err:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "querator.cli", "worker", "tests.integration.durable_app:app"],
-                env=server_env(
-                    {
-                        "QUERATOR_ENDPOINT": self.server.url,
-                        "DURABLE_RECORDS": str(self.records),
-                        **(env or {}),
-                    }
-                ),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-            )
-        self.started.append(proc)
-        wait_until(
-            lambda: "worker started" in log.read_text() or proc.poll() is not None, DEADLINE, "worker up"
-        )
-        assert proc.poll() is None, log.read_text()
-        return proc
+        super().__init__(server, records, "tests.integration.durable_app:app", "DURABLE_RECORDS")
 
     def runs(self, step: str, key: str | None = None) -> list[dict[str, Any]]:
-        return [
-            r
-            for path in sorted(self.records.glob("*.jsonl"))
-            for r in map(json.loads, path.read_text().splitlines())
-            if r["step"] == step and (key is None or r.get("key") == key)
-        ]
-
-    def close(self) -> None:
-        for proc in self.started:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(DEADLINE)
+        return [r for r in self.records_of() if r["step"] == step and (key is None or r.get("key") == key)]
 
 
 @pytest.fixture
@@ -220,7 +180,7 @@ async def test_changed_code_fails_the_workflow_with_non_determinism(
     await eventually(lambda: _pending(client, "evolving", "signal"), DEADLINE, "waiting")
     before.terminate()
     before.wait(DEADLINE)
-    workers.start({"DURABLE_VARIANT": "renamed"})
+    workers.start(env={"DURABLE_VARIANT": "renamed"})
     await wf.app.signal("evolving", "go")
     with pytest.raises(WorkflowFailed) as failed:
         await handle.result(timeout=DEADLINE)

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from querator.client import Client
+from tests.conftest import ODD
 
 from .conftest import ServerProcess, Servers, free_port, wait_until
 from .test_connection_limits import closed_by_peer, connect, read_response, request_head
@@ -301,22 +302,6 @@ def test_the_longest_names_work_on_every_route(servers: Servers) -> None:
     ok("/v1/queue.clear", q | {"queue": True, "destructive": True})
     ok("/v1/queues.delete", q)
     ok("/v1/queues.delete", {"queue_name": DEAD})
-
-
-ODD = [
-    "\x00",
-    "\x07",
-    "\x1b",
-    "\x7f",
-    "\x9b",
-    "\u00ad",
-    "\u200b",
-    "\u200d",
-    "\u202e",
-    "\u2066",
-    "\u2060",
-    "\ufeff",
-]
 
 
 @pytest.mark.parametrize("char", ODD, ids=[f"U+{ord(c):04X}" for c in ODD])

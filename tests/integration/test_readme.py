@@ -36,6 +36,19 @@ def python_blocks() -> list[str]:
     return [str(block) for block in blocks]
 
 
+def run_python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` in ``cwd``, as a reader runs a snippet next to the module they saved."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        cwd=cwd,
+        env=server_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def python_script() -> str:
     return python_blocks()[0]
 
@@ -102,15 +115,7 @@ def test_the_readme_worker_runs_as_written(servers: Servers, tmp_path: Path) -> 
             f"import asyncio, tasks\nasyncio.run(tasks.{enqueue[1]})\n",
             f"import tasks\ntasks.{blocking[1]}\n",  # a script that runs no event loop
         ):
-            run = subprocess.run(
-                [sys.executable, "-c", producer],
-                check=False,
-                cwd=tmp_path,
-                env=server_env(),
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
+            run = run_python(producer, tmp_path)
             assert (run.returncode, run.stderr) == (0, ""), run.stderr
         wait_until(lambda: err.read_text().count("outcome=completed") == 2, 30, "both tasks ran")
         worker.send_signal(signal.SIGTERM)
@@ -153,15 +158,7 @@ def test_the_readme_workflow_runs_as_written(servers: Servers, tmp_path: Path) -
                 "asyncio.run(main())",
             ]
         )
-        run = subprocess.run(
-            [sys.executable, "-c", caller],
-            check=False,
-            cwd=tmp_path,
-            env=server_env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        run = run_python(caller, tmp_path)
         assert (run.returncode, run.stdout, run.stderr) == (0, "receipt for 500 cents\n", "")
     finally:
         worker.kill()

@@ -25,7 +25,7 @@ from querator.wire import messages as m
 from querator.worker import use_traceparent
 from tests.integration import worker_tasks as tasks
 
-from .conftest import ServerProcess, Servers, eventually, free_port, server_env, wait_until
+from .conftest import ServerProcess, Servers, WorkerProcesses, eventually, free_port, server_env, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -36,55 +36,22 @@ WITHOUT_OPENTELEMETRY = (
 )
 
 
-class Workers:
-    """``querator worker`` processes of one test, killed at teardown if still running."""
+class Workers(WorkerProcesses):
+    """The worker processes of one test, running tests/integration/worker_tasks.py."""
 
     def __init__(self, server: ServerProcess, records: Path) -> None:
-        self.server = server
-        self.records = records
-        self.started: list[subprocess.Popen[bytes]] = []
+        super().__init__(server, records, "tests.integration.worker_tasks:worker", "WORKER_RECORDS")
 
     def start(
         self, *args: str, env: dict[str, str] | None = None, opentelemetry: bool = True
     ) -> subprocess.Popen[bytes]:
-        """A worker running the tasks of ``args`` (``--queues ...``), once it has started leasing; without
-        ``opentelemetry`` it runs as if the package were not installed."""
-        n = len(self.started)
-        log = self.records.parent / f"worker-{n}.log"
-        main = ["-m", "querator.cli"] if opentelemetry else ["-c", WITHOUT_OPENTELEMETRY]
-        with log.open("wb") as err:
-            proc = subprocess.Popen(
-                [sys.executable, *main, "worker", "tests.integration.worker_tasks:worker", *args],
-                env=server_env(
-                    {"QUERATOR_ENDPOINT": self.server.url, "WORKER_RECORDS": str(self.records), **(env or {})}
-                ),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-            )
-        self.started.append(proc)
-        wait_until(
-            lambda: "worker started" in log.read_text() or proc.poll() is not None, DEADLINE, "worker up"
+        """Without ``opentelemetry`` the worker runs as if the package were not installed."""
+        return super().start(
+            *args, env=env, main=["-m", "querator.cli"] if opentelemetry else ["-c", WITHOUT_OPENTELEMETRY]
         )
-        assert proc.poll() is None, log.read_text()
-        return proc
-
-    def log(self, n: int) -> str:
-        return (self.records.parent / f"worker-{n}.log").read_text()
 
     def runs(self, task: str) -> list[dict[str, Any]]:
-        return [
-            r
-            for path in sorted(self.records.glob("*.jsonl"))
-            for r in map(json.loads, path.read_text().splitlines())
-            if r["task"] == task
-        ]
-
-    def close(self) -> None:
-        for proc in self.started:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(DEADLINE)
+        return [r for r in self.records_of() if r["task"] == task]
 
 
 @pytest.fixture
