@@ -3,7 +3,9 @@
 Every step run appends a JSON line to ``$DURABLE_RECORDS/<pid>.jsonl`` (appends of one short line do not
 interleave), so a test counts the side effects of every process: a step that ran twice shows twice.
 ``hold`` waits for the file ``$DURABLE_RECORDS/release-<key>``, which the test creates when ready.
-``$DURABLE_VARIANT`` changes the code of ``evolving``, as a deploy would.
+``$DURABLE_VARIANT`` changes the code of ``evolving``, as a deploy would. ``taken_over`` and
+``five_ticks`` serve the fault tests (tests/integration/test_durable_faults.py and
+tests/reliability/test_durable_checker.py): their steps return which run made the recorded result.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
+import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -73,6 +77,26 @@ async def hold(key: str) -> str:
         await asyncio.sleep(0.05)
     record("hold", key=key, phase="ended")
     return "held"
+
+
+@app.step()
+async def hold_for_pid(key: str) -> int:
+    """``hold`` that returns its process's id: the journal tells which worker's run it recorded."""
+    record("hold_for_pid", key=key, phase="started")
+    while not (RECORDS / f"release-{key}").exists():  # noqa: ASYNC110 - another process makes it
+        await asyncio.sleep(0.05)
+    record("hold_for_pid", key=key, phase="ended")
+    return os.getpid()
+
+
+@app.step()
+async def tick(key: str, i: int) -> str:
+    """Records its run, with an id of its own, before any work; takes a while (so that kills land while
+    steps run) and returns that id: a recorded result names the one run it came from."""
+    run = uuid.uuid4().hex
+    record("tick", key=key, i=i, run=run)
+    await asyncio.sleep(random.uniform(0.01, 0.1))  # the step's work
+    return run
 
 
 @app.step()
@@ -163,3 +187,15 @@ async def evolving(ctx: Context, key: str) -> int:
     first = await ctx.run(add, f"{key}-1", 1, 1)
     await ctx.wait_for_signal("go")
     return first + await ctx.run(add, f"{key}-2", 1, 1)
+
+
+@app.workflow()
+async def taken_over(ctx: Context, key: str) -> list[int]:
+    first = await ctx.run(hold_for_pid, f"{key}-a")
+    second = await ctx.run(hold_for_pid, f"{key}-b")
+    return [first, second]
+
+
+@app.workflow()
+async def five_ticks(ctx: Context, key: str) -> list[str]:
+    return [await ctx.run(tick, key, i) for i in range(1, 6)]
