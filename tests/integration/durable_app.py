@@ -95,7 +95,7 @@ async def tick(key: str, i: int) -> str:
     steps run) and returns that id: a recorded result names the one run it came from."""
     run = uuid.uuid4().hex
     record("tick", key=key, i=i, run=run)
-    await asyncio.sleep(random.uniform(0.01, 0.1))  # the step's work
+    await asyncio.sleep(random.uniform(0.05, 0.5))  # the step's work
     return run
 
 
@@ -199,3 +199,11 @@ async def taken_over(ctx: Context, key: str) -> list[int]:
 @app.workflow()
 async def five_ticks(ctx: Context, key: str) -> list[str]:
     return [await ctx.run(tick, key, i) for i in range(1, 6)]
+
+
+@app.workflow()
+async def undone_on_failure(ctx: Context, key: str) -> list[Any]:
+    first = await ctx.run(add, f"{key}-1", 1, 1)
+    ctx.on_failure(undo, key, "first")
+    middle = await ctx.run(hold, key)
+    return [first, middle]

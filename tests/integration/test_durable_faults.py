@@ -19,7 +19,7 @@ from querator.client import AsyncClient
 from tests.cassandra_node import CassandraNode
 from tests.integration import durable_app as wf
 
-from .conftest import Servers, kill9, wait_until
+from .conftest import ServerProcess, Servers, kill9, wait_until
 from .etcd_server import EtcdServer
 from .test_cluster_routing import members_are, owners, start_cluster
 from .test_durable import DEADLINE, Workers, client, server, workers
@@ -86,6 +86,27 @@ async def test_a_worker_paused_past_its_claim_has_its_late_append_refused(
     ]
     assert pids(workers, "hold_for_pid", "p-b") == [other.pid]  # the paused worker stopped the workflow
     assert paused.poll() is None  # and only the workflow: the process runs on
+
+
+async def test_a_node_down_while_a_step_runs_is_no_failure_of_the_workflow(
+    servers: Servers, server: ServerProcess, workers: Workers, client: AsyncClient
+) -> None:
+    worker = workers.start()
+    handle = await wf.app.start(wf.undone_on_failure, "n", workflow_id="node-down")
+    wait_until(lambda: len(workers.runs("hold", "n")) == 1, DEADLINE, "the second step started")
+    kill9(server)
+    (workers.records / "release-n").touch()
+    # The step ends while the node is down: its result cannot be recorded, and the activation ends.
+    wait_until(
+        lambda: "workflow node-down: the server failed during its turn" in log_of(workers, worker),
+        DEADLINE,
+        "the activation ended",
+    )
+    restarted = servers.start("--storage", "sqlite", port=server.port, cwd=server.cwd)
+    assert restarted.port == server.port
+    assert await handle.result(timeout=DEADLINE) == [2, "held"]
+    assert workers.runs("undo", "n") == []  # not a failure: nothing to compensate
+    assert [r["phase"] for r in workers.runs("hold", "n")] == ["started", "ended", "started", "ended"]
 
 
 @pytest.mark.timeout(600)  # a Cassandra node and a three-node cluster: the slow-test convention
