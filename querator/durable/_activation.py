@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from querator.client import AsyncClient
 from querator.client._arguments import seconds_of
 from querator.clock import SystemClock, from_datetime, to_datetime
-from querator.durable._context import Context, Lost, Suspend
+from querator.durable._context import Context, Interrupted, Lost, Suspend
 from querator.durable._errors import Cancelled, NonDeterminism, StepFailed, describe
 from querator.errors import Conflict, QueratorError
 from querator.wire import messages as m
@@ -26,6 +26,8 @@ log = logging.getLogger("querator.durable")
 BUSY_WAIT_S = (0.2, 5.0)
 """Seconds an activation of a workflow another worker holds waits before it is tried again: at least,
 and at most (else until that claim's deadline)."""
+INTERRUPTED_WAIT_S = 1.0
+"""Seconds before an activation the server's failure interrupted is tried again."""
 UNKNOWN_WAIT_S = 60.0
 """Seconds before an activation of a workflow this worker has no code for is offered again."""
 
@@ -55,6 +57,11 @@ async def activate(app: Durable, workflow_id: str) -> None:
             wf = await client.workflow_info(workflow_id)  # something arrived meanwhile: replay again
     except Lost as e:
         log.warning("workflow %s was claimed by another worker; this one stops: %s", workflow_id, e)
+    except Interrupted as e:
+        log.warning(
+            "workflow %s: the server failed during its turn, replayed again later: %s", workflow_id, e
+        )
+        raise RetryLater(INTERRUPTED_WAIT_S) from e
     finally:
         renewal.cancel()
         with contextlib.suppress(asyncio.CancelledError):

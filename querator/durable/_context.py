@@ -10,12 +10,13 @@ suspended; the next activation replays it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from querator.client import AsyncClient
+from querator.client import AsyncClient, ConnectionFailed
 from querator.client._arguments import seconds_of
 from querator.clock import SystemClock, from_datetime, micros, to_datetime
 from querator.durable._errors import (
@@ -27,7 +28,7 @@ from querator.durable._errors import (
     describe,
 )
 from querator.durable._step import Step, decode
-from querator.errors import Conflict
+from querator.errors import Conflict, RetryRequest
 from querator.wire import messages as m
 from querator.wire.workflows import CHILD, DONE, ERROR, PENDING, SIGNAL, SLEEP, STEP
 
@@ -51,6 +52,23 @@ class Suspend(BaseException):
 
 class Lost(BaseException):
     """Another worker claimed the workflow since this one did: this one stops at once."""
+
+
+class Interrupted(BaseException):
+    """The server did not answer, or asked to try again (a node restarting, a partition moving): no
+    failure of the workflow's, so its code must not see it. The activation ends and comes back to replay."""
+
+
+@contextlib.contextmanager
+def _server_call() -> Iterator[None]:
+    """What the server's refusals mean to the workflow: ``Lost`` or ``Interrupted``; other errors (a
+    journal full, say) are the workflow's own."""
+    try:
+        yield
+    except Conflict as e:
+        raise Lost(e.message) from e
+    except (RetryRequest, ConnectionFailed) as e:
+        raise Interrupted(e.message) from e
 
 
 class StepCall:
@@ -295,10 +313,8 @@ class Context:
             claim_timeout=self._claim_timeout,
             **fields,
         )
-        try:
+        with _server_call():
             reply = await self._client.append_workflow(msg)
-        except Conflict as e:
-            raise Lost(e.message) from e
         for entry in entries:
             self._journal[entry.seq] = entry
         return reply
@@ -314,16 +330,18 @@ class Context:
                 self.app.serializer.dumps({"args": [self.workflow_id, c.seq, c.name, list(c.args), c.kwargs]})
                 for c in steps
             ]
-            await self._client.produce(
-                self._wf.queue_name,
-                payloads,
-                kind=STEP_TASK,
-                encoding=self.app.serializer.content_type,
-                dedup_id=[f"step:{digest}:{c.seq}" for c in steps],
-            )
+            with _server_call():
+                await self._client.produce(
+                    self._wf.queue_name,
+                    payloads,
+                    kind=STEP_TASK,
+                    encoding=self.app.serializer.content_type,
+                    dedup_id=[f"step:{digest}:{c.seq}" for c in steps],
+                )
         for c in calls:
             if isinstance(c, ChildCall):
-                await self.app.start_child(self, c)
+                with _server_call():
+                    await self.app.start_child(self, c)
         self._unsent += [
             m.WorkflowEntry(seq=c.seq, kind=c.kind, name=c.name, state=PENDING, group=group, group_size=size)
             for c in calls
