@@ -1,6 +1,7 @@
 """querator.durable under real faults, with real processes (see tests/integration/test_durable.py for the
-harness): a worker paused past its claim, whose late append must be refused, and a three-node cluster on
-Cassandra that loses the owner of the durable queue's partition while workflows run.
+harness): a worker paused past its claim, whose late append must be refused; the node killed while a
+step runs, which must not fail the workflow; and a three-node cluster on Cassandra that loses the owner of
+the durable queue's partition while workflows run.
 
 Nothing sleeps to synchronise: the tests poll the records, the logs and the workflows with deadlines.
 """
@@ -10,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -30,10 +30,6 @@ pytestmark = pytest.mark.integration
 
 CLUSTER_DEADLINE = 60.0
 """Seconds a workflow may take when its queue's partition moves to another node on the way."""
-
-
-def log_of(workers: Workers, proc: subprocess.Popen[bytes]) -> str:
-    return (workers.records.parent / f"worker-{workers.started.index(proc)}.log").read_text()
 
 
 def pids(workers: Workers, step: str, key: str, phase: str = "started") -> list[int]:
@@ -70,11 +66,9 @@ async def test_a_worker_paused_past_its_claim_has_its_late_append_refused(
         "late",
     )
     wait_until(
-        lambda: "workflow taken was claimed by another worker" in log_of(workers, paused), DEADLINE, "refused"
+        lambda: "workflow taken was claimed by another worker" in workers.log(paused), DEADLINE, "refused"
     )
-    assert "workflow claimed elsewhere; fence 1 is not the workflow's current claim" in log_of(
-        workers, paused
-    )
+    assert "workflow claimed elsewhere; fence 1 is not the workflow's current claim" in workers.log(paused)
     info = await client.workflow_info("taken")
     assert [(e.seq, e.state, json.loads(e.value)) for e in info.entries] == [(1, "done", other.pid)]
     (workers.records / "release-p-b").touch()
@@ -98,7 +92,7 @@ async def test_a_node_down_while_a_step_runs_is_no_failure_of_the_workflow(
     (workers.records / "release-n").touch()
     # The step ends while the node is down: its result cannot be recorded, and the activation ends.
     wait_until(
-        lambda: "workflow node-down: the server failed during its turn" in log_of(workers, worker),
+        lambda: "workflow node-down: the server failed during its turn" in workers.log(worker),
         DEADLINE,
         "the activation ended",
     )

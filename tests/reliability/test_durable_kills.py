@@ -77,8 +77,8 @@ async def test_workflows_finish_once_while_workers_are_killed(
             finished = {workflow_id: await _finished(client, workflow_id) for workflow_id in ids}
         lost_turns = {
             (proc.pid, workflow_id)
-            for n, proc in enumerate(workers.started)
-            for workflow_id in LOST_TURN.findall((records.parent / f"worker-{n}.log").read_text())
+            for proc in workers.started
+            for workflow_id in LOST_TURN.findall(workers.log(proc))
         }
     finally:
         workers.close()
