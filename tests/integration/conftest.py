@@ -374,7 +374,9 @@ class WorkerProcesses:
         assert proc.poll() is None, log.read_text()
         return proc
 
-    def log(self, n: int) -> str:
+    def log(self, worker: int | subprocess.Popen[bytes]) -> str:
+        """What a worker (by start order, or its process) logged."""
+        n = worker if isinstance(worker, int) else self.started.index(worker)
         return (self.records.parent / f"worker-{n}.log").read_text()
 
     def records_of(self) -> list[dict[str, Any]]:

@@ -32,10 +32,6 @@ class Workers(WorkerProcesses):
     def __init__(self, server: ServerProcess, records: Path) -> None:
         super().__init__(server, records, "tests.integration.durable_app:app", "DURABLE_RECORDS")
 
-    def log(self, proc: subprocess.Popen[bytes]) -> str:
-        """What the worker ``proc`` logged."""
-        return (self.records.parent / f"worker-{self.started.index(proc)}.log").read_text()
-
     def runs(self, step: str, key: str | None = None) -> list[dict[str, Any]]:
         return [r for r in self.records_of() if r["step"] == step and (key is None or r.get("key") == key)]
 
