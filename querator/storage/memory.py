@@ -7,6 +7,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterable, Sequence
 from functools import partial
 
+from querator.storage._memory_records import MemoryRecords
 from querator.storage.base import (
     ClearOptions,
     Deadlines,
@@ -233,10 +234,11 @@ def _earliest(items: list[Item], limit: int, key: Callable[[Item], object]) -> l
     return items[:limit]
 
 
-class MemoryStore:
-    """Queues and partitions in process memory."""
+class MemoryStore(MemoryRecords):
+    """Queues, partitions and records in process memory."""
 
     def __init__(self) -> None:
+        super().__init__()
         self._queues: dict[str, QueueRecord] = {}
         self._partitions: dict[tuple[str, int], MemoryPartition] = {}
         self._dedup: dict[str, dict[str, int]] = {}

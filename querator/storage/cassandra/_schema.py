@@ -50,6 +50,10 @@ SCHEMA: Final = (
         queue text, partition int, source_id text, id text,
         PRIMARY KEY ((queue, partition, source_id)))
         WITH gc_grace_seconds = 3600""",
+    # Tenancy's records (docs/tenancy.md): a partition per kind, rows sorted by key, written with
+    # lightweight transactions only. Kinds hold at most thousands of small rows.
+    """CREATE TABLE IF NOT EXISTS {ks}.records (
+        kind text, key text, value blob, PRIMARY KEY ((kind), key))""",
 )
 
 

@@ -75,6 +75,13 @@ SCHEMA: Final = (
     # again. Created by every version since (IF NOT EXISTS), so it needs no migration: a database that has
     # it still opens in a version that does not.
     "CREATE TABLE IF NOT EXISTS probe (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)",
+    # Tenancy's records (docs/tenancy.md): like probe, created by IF NOT EXISTS, so no migration.
+    """CREATE TABLE IF NOT EXISTS records (
+        kind TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value BLOB NOT NULL,
+        PRIMARY KEY (kind, key)
+    ) WITHOUT ROWID""",
 )
 
 MIGRATIONS: Final = {
