@@ -6,6 +6,7 @@ and match the prefix. The HTTP layer maps these to replies in one place; anythin
     QueratorError
      +-- InvalidOption      400  bad request, unknown queue, item not leased, body too large
      +-- Unauthorized       401  missing, malformed or unknown API key
+     +-- Forbidden          403  the caller may not do this (tenancy: docs/tenancy.md)
      +-- RequestFailed      453  valid request that cannot succeed: shutting down, missing resource
      +-- RetryRequest       454  try again: overloaded, storage hiccup, partition moved
      |    |                      (``outcome_unknown``: the failed request may have been carried out)
@@ -55,6 +56,12 @@ class Unauthorized(QueratorError):
     """The caller did not prove who it is."""
 
     code = 401
+
+
+class Forbidden(QueratorError):
+    """The caller is known but lacks the permission (tenancy)."""
+
+    code = 403
 
 
 class RequestFailed(QueratorError):
@@ -141,6 +148,7 @@ _BY_CODE: dict[int, type[QueratorError]] = {
     for cls in (
         InvalidOption,
         Unauthorized,
+        Forbidden,
         RequestFailed,
         RetryRequest,
         ClientContentError,

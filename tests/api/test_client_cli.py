@@ -28,6 +28,7 @@ from querator import wire
 from querator.client import AsyncClient, Client, ConnectionFailed
 from querator.errors import (
     ClientContentError,
+    Forbidden,
     InvalidOption,
     NotImplementedRoute,
     QueratorError,
@@ -488,7 +489,7 @@ async def fake() -> AsyncIterator[tuple[Fake, str]]:
         (454, RetryRequest),
         (455, ClientContentError),
         (501, NotImplementedRoute),
-        (403, QueratorError),
+        (403, Forbidden),
         (418, QueratorError),
         (500, QueratorError),
     ],

@@ -50,7 +50,7 @@ STRUCTS: dict[str, type[m.Message]] = {
     for name, cls in vars(m).items()
     if isinstance(cls, type) and issubclass(cls, m.Message) and cls is not m.Message
 }
-RPC_STATUSES = {"200", "400", "401", "453", "454", "455", "500"}
+RPC_STATUSES = {"200", "400", "401", "403", "453", "454", "455", "500"}
 BODY_TYPES = {"application/json", "application/protobuf"}
 INT32 = (-(2**31), 2**31 - 1)
 CATCH_ALL = "/{tail}"
