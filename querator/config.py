@@ -130,6 +130,13 @@ class ServerConfig:
     api_keys_file: str = field(
         default="", metadata={"help": "file of API key hashes, one per line ('#' starts a comment)"}
     )
+    tenancy: bool = field(
+        default=False,
+        metadata={
+            "help": "on: namespaces, users, API keys and roles authorize every request "
+            "(docs/tenancy.md); the --api-keys keys become the bootstrap admin's"
+        },
+    )
     cluster_secret_file: str = field(
         default="",
         metadata={
@@ -264,9 +271,10 @@ class ServerConfig:
                 )
             advertise = advertise or self._default_advertise_address()
             _host_port("advertise-address", advertise)
-            if (self.api_keys.strip() or self.api_keys_file) and not self.cluster_secret_file:
+            if (self.api_keys.strip() or self.api_keys_file or self.tenancy) and not self.cluster_secret_file:
                 raise ConfigError(
-                    "cluster-secret-file is required with api keys in a cluster; the nodes authenticate "
+                    "cluster-secret-file is required with api keys or tenancy in a cluster; the nodes "
+                    "authenticate "
                     "the requests they forward to each other with it"
                 )
         return replace(
@@ -529,7 +537,19 @@ def _cast(name: str, value: Any, kind: Any) -> Any:
         if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
             return int(value)
         raise ConfigError(f"{option_name(name)} is invalid; '{value}' is not a whole number")
+    if kind in (bool, "bool"):
+        # YAML gives booleans, the environment and flags give words: 'on', 'true', 'off', 'false'...
+        if isinstance(value, bool):
+            return value
+        word = str(value).strip().lower()
+        if word in _TRUE or word in _FALSE:
+            return word in _TRUE
+        raise ConfigError(f"{option_name(name)} is invalid; '{value}' is not on or off")
     return str(value)
+
+
+_TRUE = frozenset({"on", "true", "yes", "1"})
+_FALSE = frozenset({"off", "false", "no", "0"})
 
 
 def environment() -> Mapping[str, str]:
