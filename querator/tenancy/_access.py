@@ -209,6 +209,8 @@ class Access:
         granted: set[str] = set()
         for binding in await self._directory.bindings_of(user_id, namespace):
             role = await self._directory.get_role(binding.namespace, binding.role_id)
+            if role is None and namespace != SYSTEM:  # a standard role, bound in another namespace
+                role = await self._directory.get_role(SYSTEM, binding.role_id)
             if role is not None:
                 granted.update(role.permissions)
         result = frozenset(granted)

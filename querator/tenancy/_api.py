@@ -314,13 +314,19 @@ class Tenancy:
             raise RequestFailed(f"role does not exist; '{namespace}:{name}' was not found")
         return role
 
+    async def _bound_role(self, namespace: str, name: str) -> Role:
+        """The role a binding in ``namespace`` names: the namespace's own, or a standard role (they live in
+        ``_system``, and no namespace can have a role of their names), so that "NamespaceOwner of team-a"
+        needs no copy of NamespaceOwner in team-a (docs/compatibility.md)."""
+        return await self._role(p.SYSTEM if name in p.STANDARD_ROLES else namespace, name)
+
     # -- role bindings ----------------------------------------------------------------------------------
 
     async def create_binding(self, req: m.RoleBindingCreateRequest) -> m.RoleBindingCreateResponse:
         self._require("role binding")
         check_binding(req.namespace, req.role_name, req.user_id)
         await self.authorize(req.namespace, p.ROLEBINDING_CREATE)
-        role = await self._role(req.namespace, req.role_name)
+        role = await self._bound_role(req.namespace, req.role_name)
         if await self.directory.get_user(req.user_id) is None:
             raise RequestFailed(f"user does not exist; '{req.user_id}' was not found")
         binding = Binding(
@@ -357,7 +363,7 @@ class Tenancy:
         check_user_id(req.user_id)
         namespace = or_system(req.namespace)
         await self.authorize(namespace, p.ROLEBINDING_DELETE)
-        role = await self._role(namespace, req.role_name)
+        role = await self._bound_role(namespace, req.role_name)
         await self.directory.delete_binding(namespace, req.user_id, role.id)
         self.access.forget_grants()
 
