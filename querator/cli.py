@@ -25,6 +25,7 @@ from pathlib import Path
 import msgspec
 
 from querator import __version__
+from querator import _tenancy_cli as tenancy_cli
 from querator.auth import generate_key, key_hash
 from querator.client import DEFAULT_ENDPOINT, AsyncClient, ConnectionFailed, new_queue_info
 from querator.config import ConfigError, ServerConfig, environment, load, option_name
@@ -271,6 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--tag", default="live", help="lowercase letters or digits shown in the key (default live)"
     )
     _client_parsers(sub)
+    tenancy_cli.add_parsers(sub, [_global_options(with_defaults=False)], _timestamp)
     worker_cli.add_parser(sub)
     return parser
 
@@ -428,6 +430,7 @@ COMMANDS: dict[str, Command] = {
     "renew": _renew,
     "redrive": _redrive,
     "cluster": _cluster,
+    **dict.fromkeys(tenancy_cli.GROUPS, tenancy_cli.run),
 }
 
 

@@ -26,6 +26,7 @@ from querator.client._errors import snippet
 from querator.client._lease import Lease
 from querator.client._renew import keep_renewed, stopped
 from querator.client._retries import DEFAULT_RETRIES, Retries, with_retries
+from querator.client._tenancy import TenancyMethods
 from querator.client._transport import Transport, http_timeout_s
 from querator.duration import parse_duration
 from querator.errors import LeaseTimedOut, QueratorError, plain_error
@@ -38,7 +39,7 @@ DEFAULT_TIMEOUT = 30.0
 R = TypeVar("R", bound=m.Message)
 
 
-class AsyncClient:
+class AsyncClient(TenancyMethods):
     """An asyncio client of one Querator server.
 
     The aiohttp session is created on first use, in the running loop, and must be used from that loop only;

@@ -23,7 +23,11 @@ def _is_async_api(attr: Any) -> bool:
 
 
 def _public(cls: type) -> dict[str, Any]:
-    return {name: attr for name, attr in vars(cls).items() if not name.startswith("_")}
+    """Public attributes of ``cls`` and of its mixins (``TenancyMethods``), the class's own winning."""
+    found = {}
+    for klass in reversed(cls.__mro__[:-1]):  # not object
+        found.update({name: attr for name, attr in vars(klass).items() if not name.startswith("_")})
+    return found
 
 
 def test_every_async_method_has_a_blocking_twin_and_no_more() -> None:
