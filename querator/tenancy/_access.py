@@ -58,7 +58,11 @@ whose first node authorized it, and the server's own calls)."""
 
 def hash_key(key: str) -> str:
     """The stored form of a key: its SHA-256 as unpadded URL-safe base64 (the reference's)."""
-    return base64.urlsafe_b64encode(hashlib.sha256(key.encode()).digest()).rstrip(b"=").decode()
+    return _stored(hashlib.sha256(key.encode()).digest())
+
+
+def _stored(digest: bytes) -> str:
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
 class _Cache(Generic[T]):
@@ -133,8 +137,9 @@ class Access:
             bootstrap |= hmac.compare_digest(digest, known)
         if bootstrap:
             return BOOTSTRAP_ADMIN
-        stored = await self._key(hash_key(key))
-        if stored is None or not hmac.compare_digest(stored.key_hash, hash_key(key)):
+        key_hash = _stored(digest)
+        stored = await self._key(key_hash)
+        if stored is None or not hmac.compare_digest(stored.key_hash, key_hash):
             raise self._refuse("unknown", "api key does not exist")
         now = self._clock.now()
         if stored.expires_at and stored.expires_at <= now:

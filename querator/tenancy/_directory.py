@@ -223,12 +223,14 @@ class Directory:
                     f"'{binding.role_id}' in namespace '{binding.namespace}' already exists"
                 )
             await self.store.put_record(BINDING_UNIQUE, unique, binding.id.encode())  # a stale index
+        # The index that grants (BINDING_USER) is written last and deleted first: a binding cut short
+        # by a crash may be listed without granting anything, never grant without being listed.
         value = encode(binding)
         await self.store.put_record(BINDING_ROLE, f"{binding.role_id}:{binding.id}", b"")
+        await self.store.put_record(BINDING, f"{binding.namespace}:{binding.id}", value)
         await self.store.put_record(
             BINDING_USER, f"{binding.user_id}:{binding.namespace}:{binding.id}", value
         )
-        await self.store.put_record(BINDING, f"{binding.namespace}:{binding.id}", value)
 
     async def list_bindings(self, namespace: str, pivot: str, limit: int) -> list[Binding]:
         start, end = _range(f"{namespace}:")
@@ -251,8 +253,8 @@ class Directory:
         await self._delete_binding(binding)
 
     async def _delete_binding(self, binding: Binding) -> None:
-        await self.store.delete_record(BINDING, f"{binding.namespace}:{binding.id}")
         await self.store.delete_record(BINDING_USER, f"{binding.user_id}:{binding.namespace}:{binding.id}")
+        await self.store.delete_record(BINDING, f"{binding.namespace}:{binding.id}")
         await self.store.delete_record(BINDING_ROLE, f"{binding.role_id}:{binding.id}")
         await self.store.delete_record(
             BINDING_UNIQUE, f"{binding.namespace}:{binding.user_id}:{binding.role_id}"
