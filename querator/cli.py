@@ -145,6 +145,25 @@ def _queue_options(p: argparse.ArgumentParser, create: bool) -> None:
     )
 
 
+def _leased_options(p: argparse.ArgumentParser) -> None:
+    """What ``complete``, ``retry`` and ``renew`` name their leased items by."""
+    p.add_argument("queue")
+    p.add_argument("ids", nargs="*", metavar="id")
+    p.add_argument(
+        "-p", "--partition", type=int, required=True, help="the partition the items were leased from"
+    )
+    p.add_argument("--file", help="more ids, one per line ('-' = stdin): '<id>' or '<id> <lease token>'")
+    p.add_argument(
+        "-t",
+        "--lease-token",
+        dest="lease_tokens",
+        action="append",
+        default=[],
+        metavar="TOKEN",
+        help="the lease token of each id, in their order (once per id), for a queue that requires them",
+    )
+
+
 # Long on purpose: a table of subcommands and their flags, one statement each.
 def _client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:  # noqa: PLR0915
     common = [_global_options(with_defaults=False)]
@@ -215,32 +234,17 @@ def _client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
 
     p = add("complete", "complete leased items")
-    p.add_argument("queue")
-    p.add_argument("ids", nargs="*", metavar="id")
-    p.add_argument(
-        "-p", "--partition", type=int, required=True, help="the partition the items were leased from"
-    )
-    p.add_argument("--file", help="more ids, one per line ('-' = stdin)")
+    _leased_options(p)
     p.add_argument("--timeout", type=_duration, default="30s", help="request timeout (default 30s)")
 
     p = add("retry", "give leased items back to the queue")
-    p.add_argument("queue")
-    p.add_argument("ids", nargs="*", metavar="id")
-    p.add_argument(
-        "-p", "--partition", type=int, required=True, help="the partition the items were leased from"
-    )
-    p.add_argument("--file", help="more ids, one per line ('-' = stdin)")
+    _leased_options(p)
     when = p.add_mutually_exclusive_group()
     when.add_argument("--retry-at", type=_timestamp, help="RFC 3339 time of the retry (default: now)")
     when.add_argument("--dead", action="store_true", help="send the items to the dead queue (or drop them)")
 
     p = add("renew", "extend the leases of leased items")
-    p.add_argument("queue")
-    p.add_argument("ids", nargs="*", metavar="id")
-    p.add_argument(
-        "-p", "--partition", type=int, required=True, help="the partition the items were leased from"
-    )
-    p.add_argument("--file", help="more ids, one per line ('-' = stdin)")
+    _leased_options(p)
     p.add_argument("--lease-timeout", type=_duration, default="", help="new lease (default: the queue's)")
     p.add_argument("--timeout", type=_duration, default="30s", help="request timeout (default 30s)")
 
@@ -291,13 +295,20 @@ def _lines(path: str) -> list[bytes]:
     return [line for line in data.splitlines() if line.strip()]
 
 
-def _ids(args: argparse.Namespace) -> list[str]:
-    ids = list(args.ids)
+def _leased(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The ids of ``complete``, ``retry`` and ``renew``, and their lease tokens (none, or one per id):
+    the arguments' and ``--lease-token``'s, then the ``--file`` lines' (``<id>`` or ``<id> <token>``)."""
+    ids, tokens = list(args.ids), list(args.lease_tokens)
     if args.file:
-        ids.extend(line.decode("utf-8", "replace").strip() for line in _lines(args.file))
+        for line in _lines(args.file):
+            id_, *token = line.decode("utf-8", "replace").split()
+            ids.append(id_)
+            tokens.extend(token[:1])
     if not ids:
         raise UsageError("no ids; give them as arguments or with --file")
-    return ids
+    if tokens and len(tokens) != len(ids):
+        raise UsageError(f"lease tokens is invalid; {len(tokens)} given for {len(ids)} ids")
+    return ids, tokens
 
 
 async def _create(client: AsyncClient, args: argparse.Namespace) -> None:
@@ -392,17 +403,28 @@ async def _lease(client: AsyncClient, args: argparse.Namespace) -> m.Message:
 
 
 async def _complete(client: AsyncClient, args: argparse.Namespace) -> None:
-    await client.complete(args.queue, args.partition, _ids(args), request_timeout=args.timeout)
+    ids, tokens = _leased(args)
+    await client.complete(args.queue, args.partition, ids, request_timeout=args.timeout, lease_tokens=tokens)
 
 
 async def _retry(client: AsyncClient, args: argparse.Namespace) -> None:
-    items = [m.QueueRetryItem(id=i, retry_at=args.retry_at, dead=args.dead) for i in _ids(args)]
+    ids, tokens = _leased(args)
+    items = [
+        m.QueueRetryItem(id=i, retry_at=args.retry_at, dead=args.dead, lease_token=token)
+        for i, token in zip(ids, tokens or [""] * len(ids), strict=True)
+    ]
     await client.retry(args.queue, args.partition, items)
 
 
 async def _renew(client: AsyncClient, args: argparse.Namespace) -> m.Message:
+    ids, tokens = _leased(args)
     return await client.renew(
-        args.queue, args.partition, _ids(args), lease_timeout=args.lease_timeout, request_timeout=args.timeout
+        args.queue,
+        args.partition,
+        ids,
+        lease_timeout=args.lease_timeout,
+        request_timeout=args.timeout,
+        lease_tokens=tokens,
     )
 
 

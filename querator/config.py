@@ -119,6 +119,10 @@ class ServerConfig:
             "before its connection is closed"
         },
     )
+    workflow_retention: str = field(
+        default="168h",
+        metadata={"help": "how long a finished durable workflow is kept, with its result and journal"},
+    )
     admin_address: str = field(
         default="",
         metadata={"help": "host:port serving /health, /ready and /metrics apart from the API (off: '')"},
@@ -242,7 +246,7 @@ class ServerConfig:
             raise ConfigError(
                 f"max-connections-per-client is invalid; '{self.max_connections_per_client}' is negative"
             )
-        for name in ("header_timeout", "body_timeout", "idle_timeout", "write_timeout"):
+        for name in ("header_timeout", "body_timeout", "idle_timeout", "write_timeout", "workflow_retention"):
             value = getattr(self, name)
             if _duration(option_name(name), value) <= 0:
                 raise ConfigError(f"{option_name(name)} is invalid; '{value}' is not greater than zero")

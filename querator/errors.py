@@ -7,6 +7,7 @@ and match the prefix. The HTTP layer maps these to replies in one place; anythin
      +-- InvalidOption      400  bad request, unknown queue, item not leased, body too large
      +-- Unauthorized       401  missing, malformed or unknown API key
      +-- Forbidden          403  the caller may not do this (tenancy: docs/tenancy.md)
+     +-- Conflict           409  a workflow's journal refused a write: another worker claimed it since
      +-- RequestFailed      453  valid request that cannot succeed: shutting down, missing resource
      +-- RetryRequest       454  try again: overloaded, storage hiccup, partition moved
      |    |                      (``outcome_unknown``: the failed request may have been carried out)
@@ -62,6 +63,13 @@ class Forbidden(QueratorError):
     """The caller is known but lacks the permission (tenancy)."""
 
     code = 403
+
+
+class Conflict(QueratorError):
+    """A write lost to another writer: a durable workflow's append after another worker claimed it
+    (docs/durable.md). Sending it again cannot succeed; the sender stops."""
+
+    code = 409
 
 
 class RequestFailed(QueratorError):
@@ -149,6 +157,7 @@ _BY_CODE: dict[int, type[QueratorError]] = {
         InvalidOption,
         Unauthorized,
         Forbidden,
+        Conflict,
         RequestFailed,
         RetryRequest,
         ClientContentError,

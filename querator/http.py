@@ -127,6 +127,7 @@ def create_app(
     )
     app[SERVICE] = service
     s = service
+    w = service.workflows
 
     # A handler is cancelled when its client disconnects (``handler_cancellation``): a parked lease must
     # not take items for nobody. Routes that change queues or move items in several steps are shielded
@@ -158,6 +159,15 @@ def create_app(
             _routed(s.delete_items, m.StorageItemsDeleteRequest, DEFAULT_BODY, shield=True),
         ),
         ("/v1/storage/scheduled.list", _routed(s.list_scheduled, m.StorageItemsListRequest, DEFAULT_BODY)),
+        # Durable workflows (docs/durable.md): writes in several steps are shielded, as above.
+        ("/v1/workflows.start", _rpc(w.start, m.WorkflowsStartRequest, max_produce_body, shield=True)),
+        ("/v1/workflows.info", _rpc(w.info, m.WorkflowsInfoRequest, SMALL_BODY)),
+        ("/v1/workflows.list", _rpc(w.list, m.WorkflowsListRequest, SMALL_BODY)),
+        ("/v1/workflows.signal", _rpc(w.signal, m.WorkflowsSignalRequest, max_produce_body, shield=True)),
+        ("/v1/workflows.cancel", _rpc(w.cancel, m.WorkflowsCancelRequest, SMALL_BODY, shield=True)),
+        ("/v1/workflows.result", _rpc(w.result, m.WorkflowsResultRequest, SMALL_BODY)),
+        ("/v1/workflows.claim", _rpc(w.claim, m.WorkflowsClaimRequest, SMALL_BODY, shield=True)),
+        ("/v1/workflows.append", _rpc(w.append, m.WorkflowsAppendRequest, max_produce_body, shield=True)),
         *_tenancy_routes(s.tenancy),
     ]
     latency = service.metrics.latency

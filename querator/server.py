@@ -29,6 +29,7 @@ from querator.cluster.membership import MembershipError
 from querator.cluster.node import LOCAL_NODE, ClusterNode
 from querator.config import ConfigError, ServerConfig, split_address
 from querator.connections import Listener
+from querator.duration import MICROSECOND, parse_duration
 from querator.errors import StorageError
 from querator.http import create_admin_app, create_app, protocol_factory
 from querator.service import Service
@@ -127,6 +128,7 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
             make_store(config),
             clock,
             max_requests_per_queue=config.max_requests_per_queue,
+            workflow_retention_us=parse_duration(config.workflow_retention) // MICROSECOND,
             cluster=cluster,
             cluster_auth=cluster_auth,
             cluster_tls=cluster_tls,

@@ -13,6 +13,11 @@ client is built with ``protobuf=True`` (then replies are requested as protobuf t
             for item in lease.items:
                 print(item.bytes)           # completed when the block ends (lease.retry(item) to retry)
 
+Locks and semaphores are queues of tokens (docs/locks.md): ``async with client.lock("invoice-42",
+ttl="30s") as held:`` runs its body while no other holder does, and ``held.fencing_token`` increases with
+each acquisition; ``client.semaphore("gpu", limit=4)`` admits four at once, ``client.set_limit`` changes
+that.
+
 Durations are Go strings (``"1m30s"``), ``timedelta``s or seconds. For running tasks from a queue, see
 ``querator.worker``, which is built on this client.
 
@@ -43,18 +48,20 @@ would have meant a new session, a new connection and a new TCP handshake on ever
 ``AsyncClient``'s, made blocking in one place rather than written twice.
 
 Modules: ``_async`` (``AsyncClient``: the API as coroutines), ``_sync`` (``Client``: the same, blocking),
-``_transport`` (the session, encoding, decoding, timeouts), ``_retries`` (which calls are tried again,
-and how), ``_lease`` (``Lease``, what ``leased`` hands its body), ``_renew`` (keeping a lease alive in
-``leased``), ``_arguments`` (bare payloads and ids, durations, ``new_queue_info``) and ``_errors``
-(``ConnectionFailed``).
+``_loop`` (the loop thread ``Client`` blocks on), ``_transport`` (the session, encoding, decoding,
+timeouts), ``_retries`` (which calls are tried again, and how), ``_lease`` (``Lease``, what ``leased``
+hands its body), ``_renew`` (keeping a lease alive in ``leased``), ``_lock`` and ``_lock_queue``
+(``lock``, ``semaphore`` and ``set_limit``: docs/locks.md), ``_arguments`` (bare payloads and ids,
+durations, ``new_queue_info``) and ``_errors`` (``ConnectionFailed``).
 """
 
 from __future__ import annotations
 
 from querator.client._arguments import Duration, ProduceItem, RetryItem, When, new_client_id, new_queue_info
 from querator.client._async import DEFAULT_ENDPOINT, DEFAULT_TIMEOUT, AsyncClient
-from querator.client._errors import ConnectionFailed
+from querator.client._errors import AcquireTimedOut, ConnectionFailed, LockError, LockLost, LockMismatch
 from querator.client._lease import Lease
+from querator.client._lock import Held
 from querator.client._renew import MIN_RENEW_WAIT
 from querator.client._retries import DEFAULT_RETRIES, Retries
 from querator.client._sync import Client
@@ -65,11 +72,16 @@ __all__ = [
     "DEFAULT_RETRIES",
     "DEFAULT_TIMEOUT",
     "MIN_RENEW_WAIT",
+    "AcquireTimedOut",
     "AsyncClient",
     "Client",
     "ConnectionFailed",
     "Duration",
+    "Held",
     "Lease",
+    "LockError",
+    "LockLost",
+    "LockMismatch",
     "ProduceItem",
     "Retries",
     "RetryItem",

@@ -24,10 +24,14 @@ from querator.client._arguments import (
 )
 from querator.client._errors import snippet
 from querator.client._lease import Lease
+from querator.client._lock import Held, hold
+from querator.client._lock_queue import LockQueue
+from querator.client._lock_queue import set_limit as change_limit
 from querator.client._renew import keep_renewed, stopped
 from querator.client._retries import DEFAULT_RETRIES, Retries, with_retries
 from querator.client._tenancy import TenancyMethods
 from querator.client._transport import Transport, http_timeout_s
+from querator.client._workflows import WorkflowCalls
 from querator.duration import parse_duration
 from querator.errors import LeaseTimedOut, QueratorError, plain_error
 from querator.wire import messages as m
@@ -39,7 +43,7 @@ DEFAULT_TIMEOUT = 30.0
 R = TypeVar("R", bound=m.Message)
 
 
-class AsyncClient(TenancyMethods):
+class AsyncClient(WorkflowCalls, TenancyMethods):
     """An asyncio client of one Querator server.
 
     The aiohttp session is created on first use, in the running loop, and must be used from that loop only;
@@ -83,6 +87,8 @@ class AsyncClient(TenancyMethods):
         self._transport = Transport(
             api_key, protobuf, limit=limit, limit_per_host=limit_per_host, ssl_context=ssl
         )
+        self._locks: dict[str, LockQueue] = {}
+        """Lock name -> its queue's settings, once this client made sure of the queue."""
 
     async def __aenter__(self) -> Self:
         return self
@@ -380,6 +386,58 @@ class AsyncClient(TenancyMethods):
             raise
         await stopped(renewing)
         await lease.settle(self, failed=False)
+
+    # -- locks and semaphores (docs/locks.md) -------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def lock(
+        self, name: str, ttl: Duration = "30s", *, timeout: Duration | None = None
+    ) -> AsyncIterator[Held]:
+        """Holds the lock ``name`` for the body of an ``async with``: a semaphore of limit 1.
+
+        ``Held.fencing_token`` increases with each acquisition of the lock, across processes and restarts.
+        See ``semaphore`` for ``ttl``, ``timeout`` and what is raised.
+        """
+        async with hold(self, self._locks, name, 1, ttl, timeout) as held:
+            yield held
+
+    @contextlib.asynccontextmanager
+    async def semaphore(
+        self, name: str, limit: int, ttl: Duration = "30s", *, timeout: Duration | None = None
+    ) -> AsyncIterator[Held]:
+        """Holds one of ``limit`` slots of the semaphore ``name`` for the body of an ``async with``.
+
+        The first use of a name creates its queue (``lock.<name>``) with ``limit`` tokens; any number of
+        processes may do so at once. The acquire long-polls for a free token, for at most ``timeout``
+        (None: until one is free). The token's lease is renewed while the body runs and given back when it
+        ends; a holder that dies without giving it back loses it ``ttl`` after its last renewal. The body
+        gets a ``Held``: its ``slot`` and ``fencing_token`` (docs/locks.md, "Fencing tokens").
+
+        Raises:
+            ValueError: an empty name, a limit below 1, a ttl below 1s or not a duration, a negative timeout.
+            LockMismatch: the semaphore exists with another limit (``set_limit`` changes it).
+            AcquireTimedOut: no token was free within ``timeout``.
+            LockLost: on exit, when the lease ended before the body did (the body ran past its ttl without
+                a renewal getting through): another holder may have had the slot meanwhile.
+            InvalidOption: the server refused the name (docs/semantics.md §2.2).
+        """
+        async with hold(self, self._locks, name, limit, ttl, timeout) as held:
+            yield held
+
+    async def set_limit(self, name: str, limit: int, timeout: Duration | None = None) -> None:
+        """Changes the limit of the existing semaphore ``name``, and returns once it holds ``limit`` tokens.
+
+        Growing adds tokens at once. Shrinking takes tokens out as their holders release them, waiting at
+        most ``timeout`` (None: as long as it takes); until it returns, more than ``limit`` may be held.
+        One call at a time per name.
+
+        Raises:
+            ValueError: a limit below 1.
+            LockMismatch: the queue is not a lock's.
+            AcquireTimedOut: shrinking did not finish within ``timeout`` (call again to go on).
+            InvalidOption: no such semaphore.
+        """
+        await change_limit(self, name, limit, timeout)
 
     async def redrive(
         self, queue_name: str, target_queue: str, limit: int = 0, request_timeout: Duration = "1m"

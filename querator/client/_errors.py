@@ -39,3 +39,23 @@ def snippet(body: bytes) -> str:
     """The start of an unexpected reply body, for an error message."""
     text = body[:_SNIPPET].decode("utf-8", "replace").strip()
     return text + ("..." if len(body) > _SNIPPET else "") if text else "<empty body>"
+
+
+class LockError(QueratorError):
+    """A lock or semaphore could not be acquired or was not held throughout (docs/locks.md). ``code`` is
+    0: the client decided this, not a server reply."""
+
+    code = 0
+
+
+class AcquireTimedOut(LockError, TimeoutError):
+    """No token became free before the acquire ``timeout`` (or ``set_limit``'s) passed."""
+
+
+class LockLost(LockError):
+    """The holder's lease on its token ended before the block did (it was not renewed within the ttl: a
+    pause, a partition from the server), so another holder may have held the slot meanwhile."""
+
+
+class LockMismatch(LockError, ValueError):
+    """The lock's queue exists with another limit, or is a queue that is not a lock's."""

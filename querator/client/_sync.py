@@ -9,17 +9,15 @@ line here (tests/unit/client/test_client_sync.py fails until it has it).
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
-import threading
 from collections.abc import Callable, Coroutine
-from concurrent.futures import Future
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
 from querator.client._async import DEFAULT_ENDPOINT, AsyncClient
+from querator.client._loop import LoopThread
 from querator.client._retries import DEFAULT_RETRIES, Retries
 
 P = ParamSpec("P")
@@ -111,11 +109,7 @@ class Client:
             limit_per_host=limit_per_host,
             retries=retries,
         )
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="querator-client", daemon=True)
-        self._thread.start()
-        self._lock = threading.Lock()
-        self._closed = False
+        self._runner = LoopThread("querator client")
 
     def __enter__(self) -> Self:
         return self
@@ -126,29 +120,11 @@ class Client:
         self.close()
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        if self._closed:
-            coro.close()
-            raise RuntimeError("querator client is closed")
-        future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        try:
-            return future.result()
-        except BaseException:
-            # Interrupted (KeyboardInterrupt) or failed: make sure the call does not outlive us.
-            future.cancel()
-            raise
+        return self._runner.run(coro)
 
     def close(self) -> None:
         """Closes the session, stops the loop and joins its thread. Idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-        try:
-            asyncio.run_coroutine_threadsafe(self.aio.close(), self._loop).result()
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join()
-            self._loop.close()
+        self._runner.close(self.aio.close())
 
     # One line per AsyncClient method, in its order.
     call = _blocking(AsyncClient.call)
@@ -158,6 +134,9 @@ class Client:
     retry = _blocking(AsyncClient.retry)
     renew = _blocking(AsyncClient.renew)
     leased = _blocking_context(AsyncClient.leased)
+    lock = _blocking_context(AsyncClient.lock)
+    semaphore = _blocking_context(AsyncClient.semaphore)
+    set_limit = _blocking(AsyncClient.set_limit)
     redrive = _blocking(AsyncClient.redrive)
     cluster_info = _blocking(AsyncClient.cluster_info)
     stats = _blocking(AsyncClient.stats)
@@ -173,6 +152,14 @@ class Client:
     import_items = _blocking(AsyncClient.import_items)
     delete_items = _blocking(AsyncClient.delete_items)
     health = _blocking(AsyncClient.health)
+    start_workflow = _blocking(AsyncClient.start_workflow)
+    workflow_info = _blocking(AsyncClient.workflow_info)
+    list_workflows = _blocking(AsyncClient.list_workflows)
+    signal_workflow = _blocking(AsyncClient.signal_workflow)
+    cancel_workflow = _blocking(AsyncClient.cancel_workflow)
+    workflow_result = _blocking(AsyncClient.workflow_result)
+    claim_workflow = _blocking(AsyncClient.claim_workflow)
+    append_workflow = _blocking(AsyncClient.append_workflow)
     create_namespace = _blocking(AsyncClient.create_namespace)
     update_namespace = _blocking(AsyncClient.update_namespace)
     list_namespaces = _blocking(AsyncClient.list_namespaces)

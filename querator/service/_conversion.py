@@ -13,6 +13,7 @@ from querator.duration import format_micros
 from querator.engine.logical_queue import LogicalStats
 from querator.storage.base import Item, PartitionStats, QueueRecord
 from querator.storage.operations import LEASE_TOKEN_KEY, RetryEntry, lease_token
+from querator.storage.workflows import Entry, Workflow
 from querator.wire import messages as m
 
 
@@ -152,3 +153,69 @@ def stored_item(i: m.StorageItem) -> Item:
 
 def _micros(value: datetime | None) -> int:
     return from_datetime(value) if value is not None else 0
+
+
+def _when(micros: int) -> datetime | None:
+    """A workflow's time on the wire: absent when unset (these fields are ours, not the reference's)."""
+    return to_datetime(micros) if micros else None
+
+
+def workflow_info(wf: Workflow, journal: bool) -> m.WorkflowInfo:
+    """A workflow for the wire; without ``journal``, without its entries and signals (lists, results)."""
+    info = m.WorkflowInfo(
+        workflow_id=wf.id,
+        name=wf.name,
+        queue_name=wf.queue,
+        status=wf.status,
+        input=wf.input,
+        encoding=wf.encoding,
+        result=wf.result,
+        error=wf.error,
+        parent_id=wf.parent_id,
+        parent_seq=wf.parent_seq,
+        fence=wf.fence,
+        claim_deadline=_when(wf.claim_deadline),
+        cancel_requested=wf.cancel_requested,
+        created_at=_when(wf.created_at),
+        updated_at=_when(wf.updated_at),
+        finished_at=_when(wf.finished_at),
+        expires_at=_when(wf.expires_at),
+    )
+    if journal:
+        info.entries = [
+            m.WorkflowEntry(
+                seq=e.seq,
+                kind=e.kind,
+                name=e.name,
+                state=e.state,
+                value=e.value,
+                error=e.error,
+                attempts=e.attempts,
+                wake_at=_when(e.wake_at),
+                group=e.group,
+                group_size=e.group_size,
+            )
+            for e in wf.entries
+        ]
+        info.signals = [
+            m.WorkflowSignal(
+                id=s.id, name=s.name, payload=s.payload, sent_at=_when(s.sent_at), taken_by=s.taken_by
+            )
+            for s in wf.signals
+        ]
+    return info
+
+
+def workflow_entry(e: m.WorkflowEntry) -> Entry:
+    return Entry(
+        seq=e.seq,
+        kind=e.kind,
+        name=e.name,
+        state=e.state,
+        value=e.value,
+        error=e.error,
+        attempts=e.attempts,
+        wake_at=from_datetime(e.wake_at) if e.wake_at is not None else 0,
+        group=e.group,
+        group_size=e.group_size,
+    )

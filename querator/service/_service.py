@@ -58,6 +58,7 @@ from querator.service._validation import (
     namespace,
     timeouts,
 )
+from querator.service._workflows import DEFAULT_RETENTION_US, Workflows
 from querator.storage.base import DEFAULT_DEDUP_WINDOW, Item, QueueRecord, Store
 from querator.storage.operations import LEASE_TOKEN_KEY, moved_copies, new_lease_token_key
 from querator.tenancy import Tenancy
@@ -89,6 +90,7 @@ class Service:
         store: Store,
         clock: Clock | None = None,
         max_requests_per_queue: int = 100,
+        workflow_retention_us: int = DEFAULT_RETENTION_US,
         cluster: ClusterNode | None = None,
         cluster_auth: ClusterAuth | None = None,
         cluster_tls: ssl.SSLContext | None = None,
@@ -110,6 +112,9 @@ class Service:
         )
         self.metrics = Metrics(self.clock, self.cluster, self.manager, self.ready)
         self.proxy = Proxy(self.cluster.node_id, cluster_auth, cluster_tls, self.metrics.forwarded)
+        self.workflows = Workflows(
+            store.workflows, self.clock, self.produce, self._queue_exists, workflow_retention_us
+        )
         self.tenancy = Tenancy(store, self.clock, self.metrics.registry)
         if tenancy:
             self.tenancy.enable(bootstrap_keys)
@@ -227,11 +232,15 @@ class Service:
             await sleep_until(self.clock, self.clock.now() + DEDUP_PURGE_INTERVAL_US)
             try:
                 purged = await self.store.purge_dedup(self.clock.now())
+                finished = await self.store.workflows.purge_workflows(self.clock.now())
             except Exception as e:
-                log.warning("dropping expired dedup ids failed (tried again later): %s", e)
+                log.warning("dropping expired dedup ids or workflows failed (tried again later): %s", e)
             else:
-                if purged:
-                    log.debug("dropped %d expired dedup ids", purged)
+                if purged or finished:
+                    log.debug("dropped %d expired dedup ids, %d expired workflows", purged, finished)
+
+    async def _queue_exists(self, name: str) -> bool:
+        return await self.store.get_queue(name) is not None
 
     # -- routing --------------------------------------------------------------------------------------------
 

@@ -330,3 +330,105 @@ def check_record(r: QueueRecord) -> None:
         raise InvalidOption("expire timeout is invalid; cannot be empty")
     if r.lease_timeout > r.expire_timeout:
         raise lease_too_long(r.lease_timeout, r.expire_timeout)
+
+
+# -- durable workflows (docs/durable.md) ---------------------------------------------------------------------
+
+MAX_WORKFLOW_ID = 256
+MAX_WORKFLOW_NAME = 256
+MAX_SIGNAL_ID = 128
+MAX_APPEND_ENTRIES = 1000
+DEFAULT_CLAIM_TIMEOUT_US = 30 * MICROS
+MAX_CLAIM_TIMEOUT_US = 15 * 60 * MICROS
+MIN_CLAIM_TIMEOUT_US = MICROS
+_ENTRY_KINDS = frozenset({"step", "sleep", "signal", "child"})
+_ENTRY_STATES = frozenset({"done", "error", "pending"})
+_THENS = frozenset({"", "suspend", "complete", "fail", "cancel"})
+_WORKFLOW_STATUSES = frozenset({"", "running", "completed", "failed", "cancelled"})
+
+
+def check_workflow_id(workflow_id: str, what: str = "workflow id") -> None:
+    if not workflow_id.strip():
+        raise InvalidOption(f"{what} is invalid; cannot be empty")
+    if len(workflow_id) > MAX_WORKFLOW_ID:
+        raise InvalidOption(f"{what} is invalid; cannot be greater than '{MAX_WORKFLOW_ID}' characters")
+    check_printable(what, workflow_id)
+
+
+def _check_label(value: str, what: str) -> None:
+    """A workflow's, step's or signal's name: what workers look code up by."""
+    if not value.strip():
+        raise InvalidOption(f"{what} is invalid; cannot be empty")
+    if len(value) > MAX_WORKFLOW_NAME:
+        raise InvalidOption(f"{what} is invalid; cannot be greater than '{MAX_WORKFLOW_NAME}' characters")
+    check_printable(what, value)
+
+
+def check_start(req: m.WorkflowsStartRequest) -> None:
+    check_workflow_id(req.workflow_id)
+    _check_label(req.name, "workflow name")
+    check_stored_name(req.queue_name)
+    if req.parent_id:
+        check_workflow_id(req.parent_id, "parent id")
+        if req.parent_seq < 1:
+            raise InvalidOption("parent seq is invalid; a child names the seq of its parent that started it")
+    check_printable("encoding", req.encoding)
+
+
+def check_signal(req: m.WorkflowsSignalRequest) -> None:
+    check_workflow_id(req.workflow_id)
+    _check_label(req.name, "signal name")
+    if len(req.signal_id) > MAX_SIGNAL_ID:
+        raise InvalidOption(f"signal id is invalid; cannot be greater than '{MAX_SIGNAL_ID}' characters")
+    check_printable("signal id", req.signal_id)
+
+
+def check_list_workflows(req: m.WorkflowsListRequest) -> int:
+    """The page size of a workflows.list, once the request is valid."""
+    if req.status not in _WORKFLOW_STATUSES:
+        raise InvalidOption(
+            f"status is invalid; '{req.status}' is not running, completed, failed or cancelled"
+        )
+    if req.limit < 0:
+        raise InvalidOption(f"limit is invalid; cannot be negative, but {req.limit} was requested")
+    check_list_limit(req.limit)
+    return req.limit or DEFAULT_LIST_LIMIT
+
+
+def check_workflow_append(req: m.WorkflowsAppendRequest) -> None:
+    check_workflow_id(req.workflow_id)
+    if req.fence < 0:
+        raise InvalidOption(f"fence is invalid; cannot be negative, but {req.fence} was given")
+    if req.then not in _THENS:
+        raise InvalidOption(f"then is invalid; '{req.then}' is not suspend, complete, fail or cancel")
+    if req.fence == 0 and (req.then or not req.entries):
+        raise InvalidOption("fence is invalid; only entries may be recorded without a claim's fence")
+    if len(req.entries) > MAX_APPEND_ENTRIES:
+        raise InvalidOption(f"entries is invalid; at most {MAX_APPEND_ENTRIES} entries to an append")
+    for e in req.entries:
+        if e.seq < 1:
+            raise InvalidOption(f"entries is invalid; seq must be at least 1, got {e.seq}")
+        if e.kind not in _ENTRY_KINDS or e.state not in _ENTRY_STATES:
+            raise InvalidOption(
+                f"entries is invalid; '{e.kind}' '{e.state}' is not a kind and state of an entry"
+            )
+        _check_label(e.name, "entry name")
+        if e.attempts < 0 or e.group < 0 or e.group_size < 0:
+            raise InvalidOption("entries is invalid; attempts, group and group_size cannot be negative")
+    if req.claim_timeout:
+        claim_timeout(req.claim_timeout)
+
+
+def claim_timeout(text: str) -> int:
+    """A claim's timeout in microseconds (default 30s), between 1s and 15m."""
+    if not text:
+        return DEFAULT_CLAIM_TIMEOUT_US
+    if len(text) > 15:
+        raise InvalidOption("claim timeout is invalid; cannot be greater than '15' characters")
+    try:
+        us = parse_duration(text) // MICROSECOND
+    except DurationError as e:
+        raise InvalidOption(f"claim timeout is invalid; {e} - expected format: 30s or 5m") from None
+    if not MIN_CLAIM_TIMEOUT_US <= us <= MAX_CLAIM_TIMEOUT_US:
+        raise InvalidOption(f"claim timeout is invalid; must be between 1s and 15m, got {format_micros(us)}")
+    return us

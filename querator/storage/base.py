@@ -22,6 +22,8 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+from querator.storage.workflows import WorkflowRows
+
 R = TypeVar("R")
 
 DEFAULT_DEDUP_WINDOW = 5 * 60 * 1_000_000
@@ -221,7 +223,12 @@ class Records(Protocol):
 
 
 class Store(Records, Protocol):
-    """A storage backend: queue metadata plus the partitions of every queue, and ``Records``."""
+    """A storage backend: queue metadata, the partitions of every queue, durable workflows, and
+    ``Records`` (tenancy)."""
+
+    @property
+    def workflows(self) -> WorkflowRows:
+        """Durable workflows' records (docs/durable.md)."""
 
     async def open(self) -> None:
         """Connects and prepares schema; idempotent."""

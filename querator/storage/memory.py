@@ -19,6 +19,7 @@ from querator.storage.base import (
     R,
     list_page,
 )
+from querator.storage.workflows import Workflow
 
 
 class MemoryPartition:
@@ -234,11 +235,42 @@ def _earliest(items: list[Item], limit: int, key: Callable[[Item], object]) -> l
     return items[:limit]
 
 
+class MemoryWorkflowRows:
+    """Durable workflows' records in process memory (the rules never change a record in place, so the
+    stored objects are handed out as they are)."""
+
+    def __init__(self) -> None:
+        self._workflows: dict[str, Workflow] = {}
+
+    async def get_workflow(self, workflow_id: str) -> Workflow | None:
+        return self._workflows.get(workflow_id)
+
+    async def put_workflow(self, workflow: Workflow, expected_version: int) -> bool:
+        current = self._workflows.get(workflow.id)
+        if (current.version if current is not None else 0) != expected_version:
+            return False
+        self._workflows[workflow.id] = workflow
+        return True
+
+    async def list_workflows(self, status: str, pivot: str, limit: int) -> list[Workflow]:
+        ids = sorted(
+            i for i, w in self._workflows.items() if i >= pivot and (not status or w.status == status)
+        )
+        return [self._workflows[i] for i in ids[:limit]]
+
+    async def purge_workflows(self, now: int) -> int:
+        expired = [i for i, w in self._workflows.items() if w.expires_at and w.expires_at <= now]
+        for i in expired:
+            del self._workflows[i]
+        return len(expired)
+
+
 class MemoryStore(MemoryRecords):
-    """Queues, partitions and records in process memory."""
+    """Queues and partitions (and durable workflows, and tenancy's records) in process memory."""
 
     def __init__(self) -> None:
         super().__init__()
+        self.workflows = MemoryWorkflowRows()
         self._queues: dict[str, QueueRecord] = {}
         self._partitions: dict[tuple[str, int], MemoryPartition] = {}
         self._dedup: dict[str, dict[str, int]] = {}

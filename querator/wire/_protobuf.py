@@ -29,6 +29,7 @@ from querator.wire._fields import (
     K_LIST_MSG,
     K_LIST_STR,
     K_MAP,
+    K_MSG,
     K_STR,
     K_TS,
     Field,
@@ -71,7 +72,7 @@ class _Codec:
         }
         reads: list[str] = []  # keyword arguments of the Struct, read from ``pb``
         writes: list[str] = []  # keyword arguments of the generated message, read from ``msg``
-        after: list[str] = []  # statements that fill ``out`` in place: timestamps, repeated messages
+        after: list[str] = []  # statements that fill ``out`` in place: timestamps, (repeated) messages
         for i, (f, d) in enumerate(pairs):
             attr, name = f.attr, d.name
             if f.kind == K_TS:
@@ -83,6 +84,12 @@ class _Codec:
                 env[f"from_{i}"], env[f"to_{i}"] = sub.from_pb, sub.to_pb
                 reads.append(f"{attr}=[from_{i}(item) for item in pb.{name}]")
                 after.append(f"add = out.{name}.add\nfor item in msg.{attr}: to_{i}(item, add)")
+            elif f.kind == K_MSG:
+                assert f.sub is not None
+                sub = _codec(f.sub)
+                env[f"from_{i}"], env[f"to_{i}"], env[f"cls_{i}"] = sub.from_pb, sub.to_pb, sub.pb_cls
+                reads.append(f"{attr}=from_{i}(pb.{name}) if pb.HasField({name!r}) else None")
+                after.append(f"if msg.{attr} is not None: out.{name}.CopyFrom(to_{i}(msg.{attr}, cls_{i}))")
             elif f.kind in _COPIED:
                 reads.append(f"{attr}={_COPIED[f.kind]}(pb.{name})")
                 writes.append(f"{name}=msg.{attr}")
@@ -129,7 +136,7 @@ def _codec(cls: type[Message]) -> _Codec:
     return codec
 
 
-def _struct_type(f: Field) -> str:
+def _struct_type(f: Field) -> str:  # noqa: PLR0911 - one return per kind of field
     """A Struct field's type, spelled as in a .proto."""
     if f.kind in _SCALARS:
         return _SCALARS[f.kind]
@@ -144,7 +151,8 @@ def _struct_type(f: Field) -> str:
     if f.kind == K_LIST_MSG:
         assert f.sub is not None
         return f"repeated querator.{f.sub.__name__}"
-    raise TypeError(f"{f.attr}: no message of the API has a singular message field but a Timestamp")
+    assert f.kind == K_MSG and f.sub is not None
+    return f"querator.{f.sub.__name__}"
 
 
 def _proto_type(d: FieldDescriptor) -> str:

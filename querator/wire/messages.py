@@ -287,6 +287,122 @@ class ClusterInfoResponse(Message):
     partitions: list[ClusterPartition] = []
 
 
+# -- durable workflows (docs/durable.md) ---------------------------------------------------------------------
+
+
+class WorkflowEntry(Message):
+    seq: int = 0
+    kind: str = ""
+    name: str = ""
+    state: str = ""
+    value: builtins.bytes = b""
+    error: str = ""
+    attempts: int = 0
+    wake_at: datetime | None = None
+    group: int = 0
+    group_size: int = 0
+
+
+class WorkflowSignal(Message):
+    id: str = ""
+    name: str = ""
+    payload: builtins.bytes = b""
+    sent_at: datetime | None = None
+    taken_by: int = 0
+
+
+class WorkflowInfo(Message):
+    workflow_id: str = ""
+    name: str = ""
+    queue_name: str = ""
+    status: str = ""
+    input: builtins.bytes = b""
+    encoding: str = ""
+    result: builtins.bytes = b""
+    error: str = ""
+    parent_id: str = ""
+    parent_seq: int = 0
+    fence: int = 0
+    claim_deadline: datetime | None = None
+    cancel_requested: bool = False
+    entries: list[WorkflowEntry] = []
+    signals: list[WorkflowSignal] = []
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    finished_at: datetime | None = None
+    expires_at: datetime | None = None
+
+
+class WorkflowsStartRequest(Message):
+    workflow_id: str = ""
+    name: str = ""
+    queue_name: str = ""
+    input: builtins.bytes = b""
+    encoding: str = ""
+    parent_id: str = ""
+    parent_seq: int = 0
+
+
+class WorkflowsStartResponse(Message):
+    created: bool = False
+    workflow: WorkflowInfo | None = None
+
+
+class WorkflowsInfoRequest(Message):
+    workflow_id: str = ""
+
+
+class WorkflowsListRequest(Message):
+    status: str = ""
+    pivot: str = ""
+    limit: int = 0
+
+
+class WorkflowsListResponse(Message):
+    workflows: list[WorkflowInfo] = []
+
+
+class WorkflowsSignalRequest(Message):
+    workflow_id: str = ""
+    name: str = ""
+    payload: builtins.bytes = b""
+    signal_id: str = ""
+
+
+class WorkflowsCancelRequest(Message):
+    workflow_id: str = ""
+
+
+class WorkflowsResultRequest(Message):
+    workflow_id: str = ""
+    request_timeout: str = ""
+
+
+class WorkflowsClaimRequest(Message):
+    workflow_id: str = ""
+    claim_timeout: str = ""
+
+
+class WorkflowsClaimResponse(Message):
+    outcome: str = ""
+    workflow: WorkflowInfo | None = None
+
+
+class WorkflowsAppendRequest(Message):
+    workflow_id: str = ""
+    fence: int = 0
+    entries: list[WorkflowEntry] = []
+    then: str = ""
+    wake_at: datetime | None = None
+    result: builtins.bytes = b""
+    error: str = ""
+    claim_timeout: str = ""
+
+
+class WorkflowsAppendResponse(Message):
+    resume: bool = False
+
+
 # -- tenancy (docs/tenancy.md) ----------------------------------------------------------------------------
 
 

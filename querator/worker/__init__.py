@@ -11,6 +11,7 @@
     async def send_email(to: str, subject: str) -> None: ...
 
     await send_email.enqueue("a@example.com", subject="hi")      # the item's id
+    send_email.enqueue_sync("b@example.com", subject="hi")       # the same, without an event loop
 
 and ``querator worker myapp.tasks:worker --concurrency 16`` runs it. Sync functions run in a thread
 pool, async ones on the loop; arguments travel as JSON (or the worker's ``Serializer``) and arrive typed
@@ -30,7 +31,7 @@ from querator.worker import backoff
 from querator.worker._envelope import EnvelopeError
 from querator.worker._observe import JsonFormatter
 from querator.worker._serializer import JsonSerializer, Serializer
-from querator.worker._task import Permanent, Task
+from querator.worker._task import Permanent, RetryLater, Task, current_attempt
 from querator.worker._trace import current_traceparent, use_traceparent
 from querator.worker._worker import Worker
 
@@ -39,10 +40,12 @@ __all__ = [
     "JsonFormatter",
     "JsonSerializer",
     "Permanent",
+    "RetryLater",
     "Serializer",
     "Task",
     "Worker",
     "backoff",
+    "current_attempt",
     "current_traceparent",
     "use_traceparent",
 ]

@@ -25,7 +25,10 @@ def add_parser(sub: Any) -> None:
         "what is in flight finishes; a second signal exits at once). The worker connects where its "
         "Worker says (by default QUERATOR_ENDPOINT, QUERATOR_API_KEY).",
     )
-    p.add_argument("app", help="module:attribute of the Worker, e.g. myapp.tasks:worker")
+    p.add_argument(
+        "app",
+        help="module:attribute of the Worker (or querator.durable.Durable app), e.g. myapp.tasks:worker",
+    )
     p.add_argument("-c", "--concurrency", type=int, help="items run at once (default: the Worker's)")
     p.add_argument("-Q", "--queues", default="", help="comma-separated queues to run (default: all)")
     p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
@@ -51,6 +54,9 @@ def load(app: str) -> Worker:
     found: Any = importlib.import_module(module_name)
     for part in attribute.split("."):
         found = getattr(found, part)
+    if not isinstance(found, Worker):
+        # A Durable app (or anything else built on a Worker) runs its worker.
+        found = getattr(found, "worker", found)
     if not isinstance(found, Worker):
         raise ValueError(f"'{app}' is a {type(found).__name__}, not a querator.worker.Worker")
     return found

@@ -29,7 +29,7 @@ from querator.wire import messages as m
 from querator.worker._envelope import EnvelopeError, unpack
 from querator.worker._observe import Metrics, log_run
 from querator.worker._settle import Settler
-from querator.worker._task import MAX_BATCH, Permanent, Task
+from querator.worker._task import ATTEMPT, MAX_BATCH, Permanent, RetryLater, Task
 from querator.worker._trace import continued, current_traceparent
 
 log = logging.getLogger("querator.worker")
@@ -186,6 +186,8 @@ class QueueRunner:
                 )
                 return
             wait_s = task.options.retry(item.attempts)
+            if isinstance(failure.error, RetryLater):
+                wait_s = failure.error.after_s
             at = absolute(wait_s) if wait_s > 0 else None
             fields["retry_in_s"] = round(wait_s, 3)
             await self._settle(
@@ -212,14 +214,18 @@ class QueueRunner:
             with continued(trace, f"{task.name} process", attributes):
                 fields["traceparent"] = current_traceparent()
                 started_s = loop.time()
+                attempt = ATTEMPT.set(item.attempts)
                 try:
                     await self._call(task, call.args, call.kwargs)
+                except RetryLater as e:
+                    return _Failure("later", e)
                 except TimeoutError as e:
                     return _Failure("timeout", e)
                 except Exception as e:
                     permanent = isinstance(e, (Permanent, *task.options.permanent))
                     return _Failure("permanent" if permanent else "error", e)
                 finally:
+                    ATTEMPT.reset(attempt)
                     duration_s = loop.time() - started_s
                     fields["duration_s"] = round(duration_s, 6)
                     self._rt.metrics.of(task.name).duration.observe(duration_s)

@@ -1,4 +1,4 @@
-"""How arguments and results become bytes and back: JSON by default, any ``Serializer`` instead.
+"""How task arguments become bytes and back: JSON by default, any ``Serializer`` instead.
 
 Decoding is typed: each argument is converted to its parameter's annotation (``typed``), so msgspec
 Structs, dataclasses, datetimes and pydantic models arrive as themselves, not as the dicts and strings
@@ -50,26 +50,39 @@ class JsonSerializer:
         return self._decoder.decode(data)
 
 
+def _pydantic_load(kind: type, value: Any) -> Any:
+    """msgspec's hook for types it does not know: pydantic models, by their ``model_validate`` (wherever
+    they are: an argument, or inside a list or a Struct)."""
+    validate = getattr(kind, "model_validate", None)
+    if callable(validate):
+        return validate(value)
+    if kind is object:  # ``dict[str, object]``: anything goes, as it came
+        return value
+    raise NotImplementedError(f"cannot convert to {kind!r}")
+
+
 def typed(value: Any, annotation: Any) -> Any:
-    """``value`` as ``annotation``: a pydantic model by its ``model_validate``, anything else msgspec
-    converts; unannotated values as they are.
+    """``value`` as ``annotation``, converted by msgspec (pydantic models by their own validation);
+    unannotated values as they are.
 
     Raises:
-        msgspec.ValidationError, pydantic's ValidationError: the value does not fit.
+        msgspec.ValidationError: the value does not fit (pydantic's errors too, wrapped).
     """
     if annotation is inspect.Parameter.empty or annotation is Any:
         return value
-    validate = getattr(annotation, "model_validate", None)
-    if isinstance(annotation, type) and callable(validate):
-        return validate(value)
-    return msgspec.convert(value, annotation, strict=False)
+    return msgspec.convert(value, annotation, strict=False, dec_hook=_pydantic_load)
 
 
 class Signature:
-    """A task function's parameters, to convert decoded arguments to their annotations."""
+    """A task function's parameters, to convert decoded arguments to their annotations, and its return
+    annotation (``returns``), to convert a decoded result.
 
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self._signature = inspect.signature(fn)
+    ``skip``: leading parameters the caller passes itself (a durable workflow's ``Context``).
+    """
+
+    def __init__(self, fn: Callable[..., Any], skip: int = 0) -> None:
+        signature = inspect.signature(fn)
+        self._signature = signature.replace(parameters=list(signature.parameters.values())[skip:])
         try:
             hints = get_type_hints(fn)
         except Exception:  # an annotation that does not resolve: leave that function's values untyped
@@ -82,7 +95,7 @@ class Signature:
 
         Raises:
             TypeError: they do not fit the signature.
-            msgspec.ValidationError (or pydantic's): a value does not fit its annotation.
+            msgspec.ValidationError: a value does not fit its annotation.
         """
         bound = self._signature.bind(*args, **kwargs)
         for name, value in bound.arguments.items():

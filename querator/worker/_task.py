@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 from collections.abc import Callable, Iterable, Sequence
@@ -31,6 +32,25 @@ Call = tuple[Sequence[Any], dict[str, Any]]
 
 class Permanent(Exception):
     """Raise it (or a subclass) from a task to dead-letter the item at once: trying again cannot help."""
+
+
+class RetryLater(Exception):
+    """Raise it from a task to have its item run again in ``after`` (a duration), whatever the task's
+    back-off says. The run still counts as an attempt."""
+
+    def __init__(self, after: Duration) -> None:
+        super().__init__(f"run again in {seconds_of(after):g}s")
+        self.after_s = seconds_of(after)
+
+
+ATTEMPT: contextvars.ContextVar[int] = contextvars.ContextVar("querator_attempt", default=0)
+"""The attempt of the item the running task works on (1 for its first run): ``current_attempt``."""
+
+
+def current_attempt() -> int:
+    """The attempt number of the item the calling task run works on (1 for its first run; 0 outside a
+    run): a task can tell its last attempt by comparing it with its ``max_attempts``."""
+    return ATTEMPT.get()
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +134,39 @@ class Task(Generic[P, R]):
             dedup = None if dedup_ids is None else list(dedup_ids[start : start + MAX_BATCH])
             ids += await self._produce(batch[start : start + MAX_BATCH], delay, enqueue_at, dedup)
         return ids
+
+    def enqueue_sync(
+        self,
+        *args: Any,
+        delay: Duration | None = None,
+        enqueue_at: datetime | None = None,
+        dedup_id: str | None = None,
+        **kwargs: Any,
+    ) -> str:
+        """``enqueue`` for code that has no running event loop (a Django or Flask view, a script, a sync
+        task): blocks until the item is stored and returns its id. It runs on the worker's loop thread,
+        started by the first call and shared by the later ones; the caller's trace context goes with it.
+
+        Raises:
+            RuntimeError: called on a running event loop, which it would block: ``await enqueue()`` there.
+            as ``enqueue``.
+        """
+        return self._worker.block_on(
+            self.enqueue(*args, delay=delay, enqueue_at=enqueue_at, dedup_id=dedup_id, **kwargs)
+        )
+
+    def enqueue_many_sync(
+        self,
+        calls: Iterable[Call],
+        *,
+        delay: Duration | None = None,
+        enqueue_at: datetime | None = None,
+        dedup_ids: Sequence[str] | None = None,
+    ) -> list[str]:
+        """``enqueue_many`` for code that has no running event loop, as ``enqueue_sync``."""
+        return self._worker.block_on(
+            self.enqueue_many(calls, delay=delay, enqueue_at=enqueue_at, dedup_ids=dedup_ids)
+        )
 
     async def _produce(
         self,

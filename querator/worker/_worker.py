@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import os
 import signal
-from collections.abc import AsyncGenerator, Callable, Collection
+import threading
+from collections.abc import AsyncGenerator, Callable, Collection, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar, overload
 
 from querator.client import DEFAULT_ENDPOINT, AsyncClient, Duration
 from querator.client._arguments import go_duration, seconds_of
+from querator.client._loop import LoopThread
 from querator.errors import InvalidOption
 from querator.worker._observe import Metrics
 from querator.worker._runner import QueueRunner, Reservations, Runtime
@@ -24,6 +27,7 @@ log = logging.getLogger("querator.worker")
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 EXIT_INTERRUPTED = 130
 """Exit status after a second SIGINT/SIGTERM (128 + SIGINT, the shell's convention)."""
@@ -65,6 +69,8 @@ class Worker:
         self._ensured: set[tuple[int, str]] = set()
         self._stop: asyncio.Event | None = None
         self._signals = 0
+        self._blocking: LoopThread | None = None
+        self._blocking_lock = threading.Lock()
 
     # -- declaring tasks ------------------------------------------------------------------------------------
 
@@ -183,6 +189,38 @@ class Worker:
         closer = self._closers.pop(loop, None)
         if closer is not None:
             await closer.aclose()
+
+    def block_on(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Runs ``coro`` (an enqueue) on the worker's loop thread for a caller without a running loop, and
+        returns its result; the thread starts with the first call and serves the later ones.
+
+        Raises:
+            RuntimeError: the caller runs on an event loop (blocking it would stall everything on it).
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            coro.close()
+            raise RuntimeError("worker: enqueue_sync would block this event loop; await enqueue() instead")
+        with self._blocking_lock:
+            if self._blocking is None:
+                self._blocking = LoopThread("querator worker enqueue")
+                # Closed at exit while the thread still runs: a session left to the interpreter's
+                # finalization is reported unclosed on stderr.
+                atexit.register(self.close_sync)
+            blocking = self._blocking
+        return blocking.run(coro)
+
+    def close_sync(self) -> None:
+        """Closes the client of ``enqueue_sync`` and stops its thread (a later call starts them again).
+        The process's exit does it too."""
+        with self._blocking_lock:
+            blocking, self._blocking = self._blocking, None
+        if blocking is not None:
+            atexit.unregister(self.close_sync)
+            blocking.close(self.close())
 
     # -- running ------------------------------------------------------------------------------------------
 

@@ -754,6 +754,41 @@ def test_cli_retry(cli_endpoint: str) -> None:
     assert part["scheduled"] == 1 and "total" not in part
 
 
+def test_cli_lease_tokens(cli_endpoint: str, tmp_path: Path) -> None:
+    """On a queue that requires lease tokens (docs/extensions.md), each id goes with the token its lease
+    printed: by ``--lease-token``, or after the id on a ``--file`` line."""
+    e = cli_endpoint
+    with Client(e) as c:
+        info = m.QueueInfo(
+            queue_name="proofs", lease_timeout="1m", expire_timeout="1h", requested_partitions=1
+        )
+        c.call("/v1/queues.create", msgspec.structs.replace(info, lease_token="required"), m.Reply)
+    ok(cli(e, "produce", "proofs", "--file", "-", stdin=b"a\nb\nc\nd\n"))
+    items = ok(cli(e, "lease", "proofs", "-b", "4"))["items"]
+    (a, b, c_, d), tokens = [i["id"] for i in items], [i["lease_token"] for i in items]
+    assert all(tokens)
+
+    bare = cli(e, "complete", "proofs", "-p", "0", a)
+    assert (bare.returncode, bare.stderr) == (
+        1,
+        f"querator: 400 item(s) cannot be completed; '{a}' needs its lease token\n",
+    )
+    assert ok(cli(e, "complete", "proofs", "-p", "0", a, "--lease-token", tokens[0])) == {"code": 200}
+    ok(cli(e, "retry", "proofs", "-p", "0", "-t", tokens[1], b, "--dead"))
+    renewed = ok(cli(e, "renew", "proofs", "-p", "0", c_, "-t", tokens[2], "--lease-timeout", "5m"))
+    assert [i["id"] for i in renewed["items"]] == [c_]
+    mismatch = cli(e, "complete", "proofs", "-p", "0", c_, d, "-t", tokens[2])
+    assert (mismatch.returncode, mismatch.stderr) == (
+        2,
+        "querator: lease tokens is invalid; 1 given for 2 ids\n",
+    )
+    lines = tmp_path / "leased.txt"
+    lines.write_text(f"{c_} {tokens[2]}\n{d} {tokens[3]}\n")
+    ok(cli(e, "complete", "proofs", "-p", "0", "--file", str(lines)))
+    part = ok(cli(e, "stats", "proofs"))["logicalQueues"][0]["partitions"][0]
+    assert "total" not in part  # all four settled: three completed, one dropped (no dead queue)
+
+
 def test_cli_failures_and_exit_codes(cli_endpoint: str) -> None:
     e = cli_endpoint
     ok(cli(e, "create", "empty"))

@@ -29,9 +29,10 @@ def curl_calls() -> list[tuple[str, bytes]]:
 
 
 def python_blocks() -> list[str]:
-    """The README's Python blocks: the client script of "Try it", then the worker of "Background tasks"."""
+    """The README's Python blocks: the client script of "Try it", the worker of "Background tasks", the
+    workflow of "Durable workflows"."""
     blocks = re.findall(r"```python\n(.*?)```", README, re.DOTALL)
-    assert len(blocks) == 2
+    assert len(blocks) == 3
     return [str(block) for block in blocks]
 
 
@@ -83,7 +84,8 @@ def test_the_readme_worker_runs_as_written(servers: Servers, tmp_path: Path) -> 
     (tmp_path / "tasks.py").write_text(module)
     command = re.search(r"Run it with `(querator worker [^`]*)`", README)
     enqueue = re.search(r"enqueue from any code that imports it: `await ([^`]*)`", README)
-    assert command is not None and enqueue is not None
+    blocking = re.search(r"where no event loop runs [^:]*: `([^`]*)`", README)
+    assert command is not None and enqueue is not None and blocking is not None
     out, err = tmp_path / "worker.out", tmp_path / "worker.err"
     with out.open("wb") as stdout, err.open("wb") as stderr:
         worker = subprocess.Popen(
@@ -96,9 +98,63 @@ def test_the_readme_worker_runs_as_written(servers: Servers, tmp_path: Path) -> 
     try:
         wait_until(lambda: "worker started" in err.read_text() or worker.poll() is not None, 30, "worker up")
         assert worker.poll() is None, err.read_text()
-        producer = f"import asyncio, tasks\nasyncio.run(tasks.{enqueue[1]})\n"
+        for producer in (
+            f"import asyncio, tasks\nasyncio.run(tasks.{enqueue[1]})\n",
+            f"import tasks\ntasks.{blocking[1]}\n",  # a script that runs no event loop
+        ):
+            run = subprocess.run(
+                [sys.executable, "-c", producer],
+                check=False,
+                cwd=tmp_path,
+                env=server_env(),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert (run.returncode, run.stderr) == (0, ""), run.stderr
+        wait_until(lambda: err.read_text().count("outcome=completed") == 2, 30, "both tasks ran")
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0, err.read_text()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(30)
+    assert sorted(out.read_text().splitlines()) == [
+        "sending 'hi' to a@example.com",
+        "sending 'hi' to b@example.com",
+    ]
+
+
+def test_the_readme_workflow_runs_as_written(servers: Servers, tmp_path: Path) -> None:
+    """The "Durable workflows" module, run by the command the README gives, completes a started workflow."""
+    server = servers.start()
+    (tmp_path / "shop.py").write_text(python_blocks()[2].replace(f"http://{README_ADDRESS}", server.url))
+    command = re.search(r"Run workers with `(querator worker [^`]*)`", README)
+    start = re.search(r"start a workflow from any code that imports it:\s+`await ([^`]*)`", README)
+    assert command is not None and start is not None
+    err = tmp_path / "worker.err"
+    with err.open("wb") as stderr:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "querator.cli", *command[1].split()[1:]],
+            cwd=tmp_path,
+            env=server_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    try:
+        wait_until(lambda: "worker started" in err.read_text() or worker.poll() is not None, 30, "worker up")
+        assert worker.poll() is None, err.read_text()
+        caller = "\n".join(
+            [
+                "import asyncio",
+                "from shop import *",
+                "async def main():",
+                f"    print(await {start[1]})",
+                "asyncio.run(main())",
+            ]
+        )
         run = subprocess.run(
-            [sys.executable, "-c", producer],
+            [sys.executable, "-c", caller],
             check=False,
             cwd=tmp_path,
             env=server_env(),
@@ -106,12 +162,7 @@ def test_the_readme_worker_runs_as_written(servers: Servers, tmp_path: Path) -> 
             text=True,
             timeout=60,
         )
-        assert (run.returncode, run.stderr) == (0, ""), run.stderr
-        wait_until(lambda: "outcome=completed" in err.read_text(), 30, "the task ran")
-        worker.send_signal(signal.SIGTERM)
-        assert worker.wait(30) == 0, err.read_text()
+        assert (run.returncode, run.stdout, run.stderr) == (0, "receipt for 500 cents\n", "")
     finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait(30)
-    assert out.read_text() == "sending 'hi' to a@example.com\n"
+        worker.kill()
+        worker.wait(30)

@@ -6,6 +6,7 @@ Nothing sleeps to synchronise: the test polls the records, the queues and the pr
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -15,18 +16,24 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from querator.client import AsyncClient
 from querator.wire import messages as m
 from querator.worker import use_traceparent
 from tests.integration import worker_tasks as tasks
 
-from .conftest import ServerProcess, Servers, eventually, server_env, wait_until
+from .conftest import ServerProcess, Servers, eventually, free_port, server_env, wait_until
 
 pytestmark = pytest.mark.integration
 
 DEADLINE = 30.0
+WITHOUT_OPENTELEMETRY = (
+    "import sys; sys.modules['opentelemetry'] = None; "  # makes importing it fail, as when it is missing
+    "from querator.cli import main; sys.exit(main(sys.argv[1:]))"
+)
 
 
 class Workers:
@@ -37,21 +44,20 @@ class Workers:
         self.records = records
         self.started: list[subprocess.Popen[bytes]] = []
 
-    def start(self, *args: str) -> subprocess.Popen[bytes]:
-        """A worker running the tasks of ``args`` (``--queues ...``), once it has started leasing."""
+    def start(
+        self, *args: str, env: dict[str, str] | None = None, opentelemetry: bool = True
+    ) -> subprocess.Popen[bytes]:
+        """A worker running the tasks of ``args`` (``--queues ...``), once it has started leasing; without
+        ``opentelemetry`` it runs as if the package were not installed."""
         n = len(self.started)
         log = self.records.parent / f"worker-{n}.log"
+        main = ["-m", "querator.cli"] if opentelemetry else ["-c", WITHOUT_OPENTELEMETRY]
         with log.open("wb") as err:
             proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "querator.cli",
-                    "worker",
-                    "tests.integration.worker_tasks:worker",
-                    *args,
-                ],
-                env=server_env({"QUERATOR_ENDPOINT": self.server.url, "WORKER_RECORDS": str(self.records)}),
+                [sys.executable, *main, "worker", "tests.integration.worker_tasks:worker", *args],
+                env=server_env(
+                    {"QUERATOR_ENDPOINT": self.server.url, "WORKER_RECORDS": str(self.records), **(env or {})}
+                ),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=err,
@@ -104,6 +110,7 @@ async def client(server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> Asyn
     async with AsyncClient(server.url) as c:
         yield c
     await tasks.worker.close()
+    tasks.worker.close_sync()
 
 
 async def empty(client: AsyncClient, queue: str) -> bool:
@@ -147,11 +154,15 @@ async def test_max_attempts_ends_in_the_dead_letter_queue(workers: Workers, clie
     assert await empty(client, "doomed")
 
 
-async def test_a_permanent_error_dead_letters_at_once(workers: Workers, client: AsyncClient) -> None:
-    workers.start("--queues", "refused")
-    await tasks.refused.enqueue("k")
-    await eventually(lambda: _dead_soon(client, "refused"), DEADLINE, "the item dead-lettered")
-    assert len(workers.runs("refused")) == 1
+@pytest.mark.parametrize("task", ["refused", "hopeless"])
+async def test_a_permanent_error_dead_letters_at_once(
+    workers: Workers, client: AsyncClient, task: str
+) -> None:
+    """A declared permanent error (``refused``) and ``Permanent`` itself (``hopeless``)."""
+    workers.start("--queues", task)
+    await getattr(tasks, task).enqueue("k")
+    await eventually(lambda: _dead_soon(client, task), DEADLINE, "the item dead-lettered")
+    assert len(workers.runs(task)) == 1
 
 
 async def test_a_killed_workers_task_runs_again_on_another(workers: Workers, client: AsyncClient) -> None:
@@ -176,6 +187,15 @@ async def test_sigterm_finishes_and_completes_what_is_in_flight(
     await eventually(lambda: _ran(workers, "held", 3), DEADLINE, "three runs started")
     proc.send_signal(signal.SIGTERM)
     wait_until(lambda: "stopping warmly" in workers.log(0), DEADLINE, "the worker heard the signal")
+    stopping = await _lease_deadlines(client, "held")
+    assert len(stopping) == 3
+
+    async def renewed() -> bool:
+        deadlines = await _lease_deadlines(client, "held")
+        return deadlines.keys() == stopping.keys() and all(deadlines[i] > stopping[i] for i in stopping)
+
+    # While it stops, what runs keeps its leases (lease_timeout 2s): renewed, not left to expire.
+    await eventually(renewed, DEADLINE, "the leases renewed while stopping")
     (workers.records / "release").touch()
     assert proc.wait(DEADLINE) == 0, workers.log(0)
     done = [r["key"] for r in workers.runs("held") if r["event"] == "done"]
@@ -186,6 +206,61 @@ async def test_sigterm_finishes_and_completes_what_is_in_flight(
     await eventually(lambda: empty(client, "held"), DEADLINE, "the rest completed")
     done = [r["key"] for r in workers.runs("held") if r["event"] == "done"]
     assert sorted(done) == [f"k{n}" for n in range(6)]  # each once: none lost, none run twice
+
+
+async def test_a_second_signal_exits_at_once_and_the_item_runs_again(
+    workers: Workers, client: AsyncClient
+) -> None:
+    first = workers.start("--queues", "held")
+    await tasks.held.enqueue("k")
+    await eventually(lambda: _started(workers, "held", first.pid), DEADLINE, "the first worker runs it")
+    first.send_signal(signal.SIGTERM)
+    wait_until(lambda: "stopping warmly" in workers.log(0), DEADLINE, "the worker heard the signal")
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(DEADLINE) == 130, workers.log(0)  # without waiting for the run in flight
+    assert "exiting at once" in workers.log(0)
+    second = workers.start("--queues", "held")
+    # Not completed: it comes back when the first worker's lease runs out (lease_timeout 2s).
+    await eventually(lambda: _started(workers, "held", second.pid), DEADLINE, "the second worker runs it")
+    (workers.records / "release").touch()
+    await eventually(lambda: empty(client, "held"), DEADLINE, "the item completed")
+    assert [r["pid"] for r in workers.runs("held") if r["event"] == "done"] == [second.pid]
+
+
+async def test_enqueue_schedules_and_deduplicates(client: AsyncClient) -> None:
+    enqueued = datetime.now(UTC)
+    first = await tasks.fails_later.enqueue("d", delay=timedelta(hours=1), dedup_id="d-1")
+    again = await tasks.fails_later.enqueue("d", delay=3600, dedup_id="d-1")
+    assert first and again == ""  # the queue's dedup window saw d-1: stored once
+    [item] = (await client.list_scheduled("later", 0)).items
+    assert item.kind == "tests.integration.worker_tasks.fails_later" and item.encoding == "application/json"
+    assert item.enqueue_at is not None and item.enqueue_at >= enqueued + timedelta(minutes=59)
+
+
+async def test_one_worker_runs_several_queues_and_tasks_sharing_one(
+    workers: Workers, client: AsyncClient
+) -> None:
+    workers.start("--queues", "mixed,refused")
+    await tasks.mixed_a.enqueue("a1")
+    await tasks.mixed_b.enqueue("b1")
+    await tasks.mixed_a.enqueue("a2")
+    await tasks.refused.enqueue("r1")
+    # An item whose kind no task of this worker has: offered again later, for a worker that knows it.
+    await client.produce("mixed", [b'{"args": ["s1"]}'], kind="elsewhere.task")
+    await eventually(lambda: _ran(workers, "mixed", 3), DEADLINE, "the mixed queue ran")
+    await eventually(lambda: _dead_soon(client, "refused"), DEADLINE, "the other queue ran")
+    ran = {r["key"]: r["ran"] for r in workers.runs("mixed")}
+    assert ran == {"a1": "a", "a2": "a", "b1": "b"}
+    await eventually(lambda: empty_but_scheduled(client, "mixed"), DEADLINE, "the stranger put off")
+    [later] = (await client.list_scheduled("mixed", 0)).items
+    assert later.kind == "elsewhere.task" and later.enqueue_at is not None
+    assert later.enqueue_at > datetime.now(UTC) + timedelta(seconds=30)
+    assert "no task named 'elsewhere.task' on queue mixed" in workers.log(0)
+
+
+async def empty_but_scheduled(client: AsyncClient, queue: str) -> bool:
+    [part] = (await client.stats(queue)).logical_queues[0].partitions
+    return (part.total, part.scheduled) == (0, 1)
 
 
 async def test_renewal_keeps_a_task_longer_than_its_lease(workers: Workers, client: AsyncClient) -> None:
@@ -212,7 +287,8 @@ async def test_a_tasks_own_concurrency_limit_holds(workers: Workers, client: Asy
 
 
 async def test_trace_context_and_typed_arguments_arrive(workers: Workers, client: AsyncClient) -> None:
-    workers.start("--queues", "traced")
+    """Without OpenTelemetry: the worker carries the W3C traceparent on by itself."""
+    workers.start("--queues", "traced", opentelemetry=False)
     parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
     with use_traceparent(parent):
         await tasks.traced.enqueue("k", tasks.Order(7, ["a"]), due=datetime(2030, 1, 1, tzinfo=UTC))
@@ -222,6 +298,35 @@ async def test_trace_context_and_typed_arguments_arrive(workers: Workers, client
     assert (trace_id, flags) == ("4bf92f3577b34da6a3ce929d0e0e4736", "01")  # the producer's trace
     assert span_id != "00f067aa0ba902b7"  # continued in a span of its own
     assert (run["types"], run["order"]) == (["Order", "datetime"], 7)
+
+
+async def test_a_sync_caller_enqueues_without_an_event_loop(workers: Workers, client: AsyncClient) -> None:
+    """As a Django view does: from a thread that runs no event loop, the trace context going along."""
+    workers.start("--queues", "traced", opentelemetry=False)
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    due = datetime(2030, 1, 1, tzinfo=UTC)
+
+    def view() -> list[str]:
+        with use_traceparent(parent):
+            first = tasks.traced.enqueue_sync("s1", tasks.Order(1, []), due=due)
+        calls = [((f"s{n}", tasks.Order(n, [])), {"due": due}) for n in (2, 3)]
+        return [first, *tasks.traced.enqueue_many_sync(calls)]
+
+    ids = await asyncio.to_thread(view)
+    assert len(set(ids)) == 3 and all(ids)
+    await eventually(lambda: empty(client, "traced"), DEADLINE, "the items completed")
+    runs = {r["key"]: r for r in workers.runs("traced")}
+    assert sorted(runs) == ["s1", "s2", "s3"] and runs["s3"]["order"] == 3
+    assert runs["s1"]["traceparent"].split("-")[1] == "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert runs["s2"]["traceparent"] is None
+    with pytest.raises(RuntimeError, match=r"would block this event loop; await enqueue\(\) instead$"):
+        tasks.traced.enqueue_sync("s4", tasks.Order(4, []), due=due)
+
+
+async def _lease_deadlines(client: AsyncClient, queue: str) -> dict[str, datetime]:
+    """The lease deadline of each leased item of the queue's partition 0."""
+    items = (await client.list_items(queue, 0)).items
+    return {i.id: i.lease_deadline for i in items if i.is_leased and i.lease_deadline is not None}
 
 
 async def _ran(workers: Workers, task: str, n: int) -> bool:
@@ -251,3 +356,135 @@ async def test_a_queue_that_requires_lease_tokens_is_served(workers: Workers, cl
     await eventually(lambda: _ran(workers, "proven", 3), DEADLINE, "three runs")
     await eventually(lambda: empty(client, "proven"), DEADLINE, "both items completed")
     assert "needs its lease token" not in workers.log(0)
+
+
+async def test_with_opentelemetry_the_run_is_a_span_of_the_producers_trace(
+    workers: Workers, client: AsyncClient, tmp_path: Path
+) -> None:
+    sdk = pytest.importorskip("opentelemetry.sdk.trace")
+    from opentelemetry.trace import format_span_id, format_trace_id
+
+    spans = tmp_path / "spans.jsonl"
+    workers.start("--queues", "traced", env={"WORKER_SPANS": str(spans)})
+    # The producer's span, from a provider of the test's own (the global one is set once per process).
+    with sdk.TracerProvider().get_tracer("shop").start_as_current_span("checkout") as checkout:
+        await tasks.traced.enqueue("k", tasks.Order(7, ["a"]), due=datetime(2030, 1, 1, tzinfo=UTC))
+    sent = checkout.get_span_context()
+    wait_until(lambda: spans.exists() and spans.read_text().endswith("\n"), DEADLINE, "the span exported")
+    [span] = [json.loads(line) for line in spans.read_text().splitlines()]
+    assert span == {
+        "name": "tests.integration.worker_tasks.traced process",
+        "kind": "CONSUMER",
+        "trace_id": format_trace_id(sent.trace_id),
+        "span_id": span["span_id"],
+        "parent_id": format_span_id(sent.span_id),  # a child of the producer's span
+        "attributes": {"messaging.system": "querator", "messaging.destination.name": "traced"},
+    }
+    [run] = workers.runs("traced")
+    # Inside the run, the current span is the run's: what the tasks it enqueues carry on.
+    assert run["traceparent"] == f"00-{span['trace_id']}-{span['span_id']}-{sent.trace_flags:02x}"
+
+
+@pytest.mark.parametrize("task", ["slow", "slow_sync"])
+async def test_a_run_past_its_timeout_fails_and_is_retried(
+    workers: Workers, client: AsyncClient, task: str
+) -> None:
+    """An async run is cancelled at its timeout; a sync run's thread cannot be: its outcome is dropped."""
+    queue = task.replace("_", "-")
+    workers.start("--queues", queue)
+    await getattr(tasks, task).enqueue("k")
+    await eventually(lambda: empty(client, queue), DEADLINE, "the item completed")
+    assert [r["event"] for r in workers.runs(task)] == ["start", "start", "done"]
+    assert "outcome=retried error=TimeoutError" in workers.log(0)
+    assert await dead(client, queue) == []
+
+
+async def test_the_metrics_port_counts_runs_failures_retries_and_durations(
+    workers: Workers, client: AsyncClient
+) -> None:
+    port = free_port()
+    workers.start("--queues", "flaky", "--metrics-port", str(port))
+    flaky = {"task": "tests.integration.worker_tasks.flaky"}
+    before = await scrape(port)
+    assert before.get(("querator_worker_runs_total", _labels(flaky, outcome="completed")), 0) == 0
+    assert before[("querator_worker_items_in_flight", _labels({}))] == 0
+    await tasks.flaky.enqueue("m", 1)  # fails once, then succeeds
+
+    async def counted() -> bool:
+        runs = await scrape(port)
+        return runs.get(("querator_worker_runs_total", _labels(flaky, outcome="completed"))) == 1
+
+    await eventually(counted, DEADLINE, "the completed run counted")
+    after = await scrape(port)
+    assert after[("querator_worker_runs_total", _labels(flaky, outcome="retried"))] == 1
+    assert after[("querator_worker_runs_total", _labels(flaky, outcome="dead_lettered"))] == 0
+    assert after[("querator_worker_failures_total", _labels(flaky, reason="error"))] == 1
+    assert after[("querator_worker_run_duration_seconds_count", _labels(flaky))] == 2
+    assert after[("querator_worker_run_duration_seconds_sum", _labels(flaky))] > 0
+    assert after[("querator_worker_items_in_flight", _labels({}))] == 0
+
+
+async def scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """The samples a worker's metrics port serves, by name and labels."""
+    async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}/metrics") as reply:
+        assert reply.status == 200
+        text = await reply.text()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def _labels(base: dict[str, str], **more: str) -> frozenset[tuple[str, str]]:
+    return frozenset({**base, **more}.items())
+
+
+async def test_json_logs_give_one_line_per_run(workers: Workers, client: AsyncClient) -> None:
+    workers.start("--queues", "flaky", "--log-format", "json")
+    item_id = await tasks.flaky.enqueue("j", 1)  # fails once, then succeeds
+    await eventually(lambda: empty(client, "flaky"), DEADLINE, "the item completed")
+    await eventually(lambda: _logged_runs(workers, 2), DEADLINE, "both runs logged")
+    entries = [json.loads(line) for line in workers.log(0).splitlines()]  # every line is JSON
+    failed, completed = [e for e in entries if "outcome" in e]
+    for run, attempt in ((failed, 1), (completed, 2)):
+        assert run["task"] == "tests.integration.worker_tasks.flaky" and run["queue"] == "flaky"
+        assert run["attempt"] == attempt and isinstance(run["duration_s"], float)
+        assert run["logger"] == "querator.worker" and run["msg"].startswith("task run ")
+    assert failed["item_id"] == item_id  # retried now: the item comes back under a new id
+    assert isinstance(completed["item_id"], str) and completed["item_id"] != item_id
+    assert (failed["outcome"], failed["level"], failed["error"]) == (
+        "retried",
+        "warning",
+        "RuntimeError: failure 1 of 1",
+    )
+    assert "RuntimeError: failure 1 of 1" in failed["traceback"]
+    assert (completed["outcome"], completed["level"]) == ("completed", "info")
+    assert "error" not in completed and "traceback" not in completed
+
+
+async def _logged_runs(workers: Workers, n: int) -> bool:
+    return workers.log(0).count('"outcome"') >= n
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["worker_tasks"], "'worker_tasks' is not module:attribute, e.g. myapp.tasks:worker"),
+        (["tests.integration.nowhere:worker"], "No module named 'tests.integration.nowhere'"),
+        (["tests.integration.worker_tasks:RECORDS"], "is a PosixPath, not a querator.worker.Worker"),
+        (["tests.integration.worker_tasks:worker", "-Q", "flaky,nope"], "no task uses the queue(s) nope"),
+        (["tests.integration.worker_tasks:worker", "-c", "0"], "--concurrency must be at least 1"),
+    ],
+)
+def test_the_worker_command_refuses_what_it_cannot_run(args: list[str], message: str) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "querator.cli", "worker", *args],
+        env=server_env(),
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
+    )
+    assert run.returncode == 2 and run.stderr.startswith("querator: "), run.stderr
+    assert message in run.stderr and run.stderr.count("\n") == 1  # one line, no traceback

@@ -2,7 +2,8 @@
 
 Each run appends a JSON line to ``$WORKER_RECORDS/<pid>.jsonl`` (appends of one short line do not
 interleave), so the test sees every run of every process. ``held`` waits for the file
-``$WORKER_RECORDS/release``, which the test creates when it is ready.
+``$WORKER_RECORDS/release``, which the test creates when it is ready. With ``$WORKER_SPANS`` set, the
+process exports its OpenTelemetry spans to that file, one JSON line each.
 """
 
 from __future__ import annotations
@@ -12,18 +13,52 @@ import json
 import os
 import threading
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from querator.worker import Worker, backoff, current_traceparent
+from querator.worker import Permanent, Worker, backoff, current_traceparent
 
 worker = Worker(concurrency=4)
 RECORDS = Path(os.environ.get("WORKER_RECORDS", "."))
 WAIT_S = 10.0
 """How long ``crowd`` and ``pair`` wait for their limit to be reached before they end anyway."""
+TIMEOUT_S = 0.5
+"""The ``timeout`` of ``slow`` and ``slow_sync``."""
+
+
+def export_spans(path: Path) -> None:
+    """Makes this process's OpenTelemetry tracer an SDK one that writes each ended span to ``path``."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+    class ToFile(SpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            with path.open("a") as f:
+                for span in spans:
+                    context, parent = span.get_span_context(), span.parent
+                    entry = {
+                        "name": span.name,
+                        "kind": span.kind.name,
+                        "trace_id": trace.format_trace_id(context.trace_id),
+                        "span_id": trace.format_span_id(context.span_id),
+                        "parent_id": trace.format_span_id(parent.span_id) if parent else None,
+                        "attributes": dict(span.attributes or {}),
+                    }
+                    f.write(json.dumps(entry) + "\n")
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(ToFile()))
+    trace.set_tracer_provider(provider)
+
+
+if "WORKER_SPANS" in os.environ:
+    export_spans(Path(os.environ["WORKER_SPANS"]))
 
 
 def record(**fields: Any) -> None:
@@ -43,6 +78,39 @@ def flaky(key: str, failures: int) -> None:
     record(task="flaky", key=key)
     if before < failures:
         raise RuntimeError(f"failure {before + 1} of {failures}")
+
+
+@worker.task(queue="slow", timeout=TIMEOUT_S, retry=backoff.fixed(0), create_queue=True)
+async def slow(key: str) -> None:
+    """Its first run outlasts its timeout (and is cancelled there); the next ends at once."""
+    first = runs("slow", key) == 0
+    record(task="slow", key=key, event="start")
+    if first:
+        await asyncio.sleep(WAIT_S)
+    record(task="slow", key=key, event="done")
+
+
+@worker.task(queue="slow-sync", timeout=TIMEOUT_S, retry=backoff.fixed(0), create_queue=True)
+def slow_sync(key: str) -> None:
+    """``slow`` in the thread pool, where a run cannot be stopped: the first one's thread sleeps on past
+    its timeout, and then ends unrecorded (the worker dropped its outcome at the timeout)."""
+    first = runs("slow_sync", key) == 0
+    record(task="slow_sync", key=key, event="start")
+    if first:
+        time.sleep(WAIT_S)
+        return
+    record(task="slow_sync", key=key, event="done")
+
+
+@worker.task(queue="mixed", create_queue=True)
+def mixed_a(key: str) -> None:
+    """``mixed_a`` and ``mixed_b`` share a queue: each item's kind picks which one runs it."""
+    record(task="mixed", key=key, ran="a")
+
+
+@worker.task(queue="mixed")
+async def mixed_b(key: str) -> None:
+    record(task="mixed", key=key, ran="b")
 
 
 @worker.task(queue="later", retry=backoff.fixed("1h"), create_queue=True)
@@ -65,6 +133,12 @@ class Refused(Exception):
 def refused(key: str) -> None:
     record(task="refused", key=key)
     raise Refused("not this one")
+
+
+@worker.task(queue="hopeless", create_queue=True)
+async def hopeless(key: str) -> None:
+    record(task="hopeless", key=key)
+    raise Permanent("cannot ever work")
 
 
 @worker.task(queue="held", lease_timeout="2s", create_queue=True)

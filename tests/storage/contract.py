@@ -44,6 +44,7 @@ from querator.storage.operations import (
     lease_token,
     lifecycle,
 )
+from tests.storage.workflow_contract import WorkflowContract
 
 T = TypeVar("T")
 
@@ -145,7 +146,7 @@ def leased(items: Sequence[Item], deadline: int) -> None:
         assert i.lease_deadline == deadline
 
 
-class StoreContract:
+class StoreContract(WorkflowContract):
     """Every backend's storage: bind it by overriding ``store``."""
 
     @pytest.fixture

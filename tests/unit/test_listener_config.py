@@ -69,9 +69,15 @@ def test_flags_win_over_environment() -> None:
         ({"body_timeout": "-1s"}, "body-timeout is invalid; '-1s' is not greater than zero"),
         ({"idle_timeout": "soon"}, 'idle-timeout is invalid; time: invalid duration "soon"'),
         ({"write_timeout": "0s"}, "write-timeout is invalid; '0s' is not greater than zero"),
+        ({"workflow_retention": "-1h"}, "workflow-retention is invalid; '-1h' is not greater than zero"),
     ],
 )
 def test_invalid(flags: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError) as refused:
         load(None, {}, flags)
     assert str(refused.value) == message
+
+
+def test_workflow_retention() -> None:
+    assert load(None, {}, {}).workflow_retention == "168h"
+    assert load(None, {"QUERATOR_WORKFLOW_RETENTION": "24h"}, {}).workflow_retention == "24h"

@@ -50,6 +50,12 @@ SCHEMA: Final = (
         queue text, partition int, source_id text, id text,
         PRIMARY KEY ((queue, partition, source_id)))
         WITH gc_grace_seconds = 3600""",
+    # Durable workflows (_workflows.py): a record is msgpack of storage.workflows.Workflow, written only
+    # with lightweight transactions; a finished one carries the TTL of its retention.
+    "CREATE TABLE IF NOT EXISTS {ks}.workflows (id text PRIMARY KEY, version bigint, record blob)",
+    # Lists by status: a few buckets per status, so no partition holds every running workflow.
+    """CREATE TABLE IF NOT EXISTS {ks}.workflows_by_status (
+        status text, bucket int, id text, PRIMARY KEY ((status, bucket), id))""",
     # Tenancy's records (docs/tenancy.md): a partition per kind, rows sorted by key, written with
     # lightweight transactions only. Kinds hold at most thousands of small rows.
     """CREATE TABLE IF NOT EXISTS {ks}.records (

@@ -119,6 +119,17 @@ class Statement(Enum):
     UNINDEX_QUEUE = "DELETE FROM {ks}.queues_by_namespace WHERE namespace = ? AND name = ?"
     LIST_QUEUES = "SELECT name FROM {ks}.queues_by_namespace WHERE namespace = ? AND name >= ? LIMIT ?"
 
+    # -- durable workflows (_workflows.py): records replaced by compare-and-set on their version, and an
+    # index by status for lists ----------------------------------------------------------------------------
+    GET_WORKFLOW = "SELECT record FROM {ks}.workflows WHERE id = ?"
+    ADD_WORKFLOW = "INSERT INTO {ks}.workflows (id, version, record) VALUES (?, ?, ?) IF NOT EXISTS"
+    PUT_WORKFLOW = "UPDATE {ks}.workflows USING TTL ? SET version = ?, record = ? WHERE id = ? IF version = ?"
+    INDEX_WORKFLOW = "INSERT INTO {ks}.workflows_by_status (status, bucket, id) VALUES (?, ?, ?) USING TTL ?"
+    UNINDEX_WORKFLOW = "DELETE FROM {ks}.workflows_by_status WHERE status = ? AND bucket = ? AND id = ?"
+    LIST_WORKFLOWS = (
+        "SELECT id FROM {ks}.workflows_by_status WHERE status = ? AND bucket = ? AND id >= ? LIMIT ?"
+    )
+
     # -- tenancy's records (_records.py): lightweight transactions only, as queue records ---------------
     GET_RECORD = "SELECT value FROM {ks}.records WHERE kind = ? AND key = ?"
     ADD_RECORD = "INSERT INTO {ks}.records (kind, key, value) VALUES (?, ?, ?) IF NOT EXISTS"

@@ -13,13 +13,15 @@ from querator.storage.cassandra._records import CassandraRecords
 from querator.storage.cassandra._session import Connection, Cql
 from querator.storage.cassandra._settings import CassandraSettings
 from querator.storage.cassandra._statements import Statement
+from querator.storage.cassandra._workflows import CassandraWorkflowRows
 
 THREADS: Final = 4
 """Worker threads for transactions: one per partition at a time, a few partitions in parallel."""
 
 
 class CassandraStore(CassandraRecords):
-    """Queue records, tenancy's records (``CassandraRecords``) and partitions in a Cassandra keyspace.
+    """Queue records, partitions, durable workflows and tenancy's records (``CassandraRecords``) in a
+    Cassandra keyspace.
 
     Args:
         settings: How to connect and which keyspace to use.
@@ -50,6 +52,7 @@ class CassandraStore(CassandraRecords):
         self._threads = ThreadPoolExecutor(THREADS, thread_name_prefix="querator-cassandra")
         self._connection = Connection(settings, self._threads, before_request)
         self._partitions: dict[tuple[str, int], CassandraPartition] = {}
+        self.workflows = CassandraWorkflowRows(self._connection, now)
 
     async def open(self) -> None:
         """Connects, creates the keyspace and tables when missing, prepares every statement; idempotent.

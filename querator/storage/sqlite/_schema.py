@@ -75,6 +75,17 @@ SCHEMA: Final = (
     # again. Created by every version since (IF NOT EXISTS), so it needs no migration: a database that has
     # it still opens in a version that does not.
     "CREATE TABLE IF NOT EXISTS probe (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)",
+    # Durable workflows (_workflows.py), also created by every version since with IF NOT EXISTS: a record
+    # is msgpack of storage.workflows.Workflow; the columns beside it are what lists and purges filter on.
+    """CREATE TABLE IF NOT EXISTS workflows (
+        id TEXT NOT NULL PRIMARY KEY,
+        status TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        expires_at INTEGER NOT NULL,
+        record BLOB NOT NULL
+    ) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS workflows_by_status ON workflows (status, id)",
+    "CREATE INDEX IF NOT EXISTS workflows_expiring ON workflows (expires_at) WHERE expires_at > 0",
     # Tenancy's records (docs/tenancy.md): like probe, created by IF NOT EXISTS, so no migration.
     """CREATE TABLE IF NOT EXISTS records (
         kind TEXT NOT NULL,

@@ -29,6 +29,7 @@ from querator.storage.sqlite._statements import (
     SQL_PUT_QUEUE,
 )
 from querator.storage.sqlite._worker import Worker
+from querator.storage.sqlite._workflows import SqliteWorkflowRows
 from querator.storage.sqlite._writer import Writer
 
 T = TypeVar("T")
@@ -44,8 +45,8 @@ def _probe(worker: Worker) -> None:
 
 
 class SqliteStore(SqliteRecords):
-    """Queue records, tenancy's records (``SqliteRecords``) and the items of every partition in one
-    sqlite database (WAL mode).
+    """Queue records, the items of every partition, durable workflows and tenancy's records
+    (``SqliteRecords``) in one sqlite database (WAL mode).
 
     Args:
         path: The database file; created with its schema when missing. ``":memory:"`` works for tests.
@@ -67,6 +68,7 @@ class SqliteStore(SqliteRecords):
         self._writer: Writer | None = None
         self._open = False
         self._partitions: dict[tuple[str, int], SqlitePartition] = {}
+        self.workflows = SqliteWorkflowRows(self._submit)
 
     async def open(self) -> None:
         """Starts the writer thread, connects and creates the schema; idempotent.

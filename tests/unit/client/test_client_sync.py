@@ -23,10 +23,10 @@ def _is_async_api(attr: Any) -> bool:
 
 
 def _public(cls: type) -> dict[str, Any]:
-    """Public attributes of ``cls`` and of its mixins (``TenancyMethods``), the class's own winning."""
-    found = {}
-    for klass in reversed(cls.__mro__[:-1]):  # not object
-        found.update({name: attr for name, attr in vars(klass).items() if not name.startswith("_")})
+    """The public attributes of ``cls`` and its bases (``AsyncClient``'s workflow calls live in one)."""
+    found: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__[:-1]):
+        found.update((name, attr) for name, attr in vars(klass).items() if not name.startswith("_"))
     return found
 
 

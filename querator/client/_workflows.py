@@ -1,0 +1,103 @@
+"""``AsyncClient``'s calls of the durable workflow routes (docs/durable.md): callers start, inspect, signal,
+cancel and wait for workflows; ``querator.durable``'s workers claim and append."""
+
+from __future__ import annotations
+
+import secrets
+from typing import TypeVar
+
+from querator.client._arguments import Duration, go_duration
+from querator.client._transport import http_timeout_s
+from querator.wire import messages as m
+
+R = TypeVar("R", bound=m.Message)
+
+
+class WorkflowCalls:
+    """The workflow routes; a base of ``AsyncClient``, whose ``call`` sends them."""
+
+    async def call(
+        self,
+        path: str,
+        msg: m.Message,
+        reply_type: type[R],
+        *,
+        seconds: float | None = None,
+        idempotent: bool = False,
+    ) -> R:
+        raise NotImplementedError  # AsyncClient.call
+
+    async def start_workflow(
+        self,
+        workflow_id: str,
+        name: str,
+        queue: str,
+        input: bytes = b"",
+        *,
+        encoding: str = "",
+        parent_id: str = "",
+        parent_seq: int = 0,
+    ) -> m.WorkflowsStartResponse:
+        """Starts the workflow ``name`` as ``workflow_id`` with its activations in ``queue``; a workflow of
+        that id that exists already is returned as it is (``created`` False)."""
+        msg = m.WorkflowsStartRequest(
+            workflow_id=workflow_id,
+            name=name,
+            queue_name=queue,
+            input=input,
+            encoding=encoding,
+            parent_id=parent_id,
+            parent_seq=parent_seq,
+        )
+        return await self.call("/v1/workflows.start", msg, m.WorkflowsStartResponse, idempotent=True)
+
+    async def workflow_info(self, workflow_id: str) -> m.WorkflowInfo:
+        """The workflow with its journal and signals."""
+        msg = m.WorkflowsInfoRequest(workflow_id=workflow_id)
+        return await self.call("/v1/workflows.info", msg, m.WorkflowInfo, idempotent=True)
+
+    async def list_workflows(
+        self, status: str = "", *, pivot: str = "", limit: int = 0
+    ) -> list[m.WorkflowInfo]:
+        """Workflows (of ``status``: running, completed, failed, cancelled; "" any) by id from ``pivot``."""
+        msg = m.WorkflowsListRequest(status=status, pivot=pivot, limit=limit)
+        reply = await self.call("/v1/workflows.list", msg, m.WorkflowsListResponse, idempotent=True)
+        return reply.workflows
+
+    async def signal_workflow(
+        self, workflow_id: str, name: str, payload: bytes = b"", *, signal_id: str | None = None
+    ) -> None:
+        """Sends the signal ``name``; kept until the workflow waits for it. A signal id (made here unless
+        given) makes a send tried again after a lost reply count once."""
+        msg = m.WorkflowsSignalRequest(
+            workflow_id=workflow_id, name=name, payload=payload, signal_id=signal_id or secrets.token_hex(12)
+        )
+        await self.call("/v1/workflows.signal", msg, m.Reply, idempotent=True)
+
+    async def cancel_workflow(self, workflow_id: str) -> None:
+        """Asks a workflow to stop: its compensations run and it ends cancelled, with its children."""
+        msg = m.WorkflowsCancelRequest(workflow_id=workflow_id)
+        await self.call("/v1/workflows.cancel", msg, m.Reply, idempotent=True)
+
+    async def workflow_result(self, workflow_id: str, timeout: Duration = "30s") -> m.WorkflowInfo:
+        """The workflow once it finished, or still running when ``timeout`` (at most 15m) passed."""
+        request_timeout = go_duration(timeout)
+        msg = m.WorkflowsResultRequest(workflow_id=workflow_id, request_timeout=request_timeout)
+        seconds = http_timeout_s(request_timeout)
+        return await self.call("/v1/workflows.result", msg, m.WorkflowInfo, seconds=seconds, idempotent=True)
+
+    async def claim_workflow(
+        self, workflow_id: str, claim_timeout: Duration = "30s"
+    ) -> m.WorkflowsClaimResponse:
+        """Makes this caller the one worker that advances the workflow (``outcome`` claimed), unless
+        another claim holds (busy) or it finished. Not tried again: a lost reply's claim holds until its
+        timeout."""
+        msg = m.WorkflowsClaimRequest(workflow_id=workflow_id, claim_timeout=go_duration(claim_timeout))
+        return await self.call("/v1/workflows.claim", msg, m.WorkflowsClaimResponse)
+
+    async def append_workflow(self, msg: m.WorkflowsAppendRequest) -> m.WorkflowsAppendResponse:
+        """Appends to the journal under a claim's fence (409 ``Conflict`` once another worker claimed it),
+        or records results from outside a claim (fence 0, tried again: the first result recorded wins)."""
+        return await self.call(
+            "/v1/workflows.append", msg, m.WorkflowsAppendResponse, idempotent=msg.fence == 0
+        )

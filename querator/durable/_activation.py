@@ -1,0 +1,134 @@
+"""The two worker tasks of a ``Durable`` app: an activation (claim a workflow, replay it, end its turn)
+and a step dispatched by ``Context.gather``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+from querator.client import AsyncClient
+from querator.client._arguments import seconds_of
+from querator.clock import SystemClock, from_datetime, to_datetime
+from querator.durable._context import Context, Lost, Suspend
+from querator.durable._errors import Cancelled, NonDeterminism, StepFailed, describe
+from querator.errors import Conflict, QueratorError
+from querator.wire import messages as m
+from querator.wire.workflows import DONE, ERROR, STEP
+from querator.worker import RetryLater, current_attempt
+
+if TYPE_CHECKING:
+    from querator.durable._app import Durable
+
+log = logging.getLogger("querator.durable")
+
+BUSY_WAIT_S = (0.2, 5.0)
+"""Seconds an activation of a workflow another worker holds waits before it is tried again: at least,
+and at most (else until that claim's deadline)."""
+UNKNOWN_WAIT_S = 60.0
+"""Seconds before an activation of a workflow this worker has no code for is offered again."""
+
+
+async def activate(app: Durable, workflow_id: str) -> None:
+    """One activation: claims the workflow, replays it until it suspends or ends, and records that."""
+    client = await app.client()
+    claim = await client.claim_workflow(workflow_id, app.claim_timeout)
+    wf = claim.workflow
+    assert wf is not None
+    if claim.outcome == "finished":
+        return
+    if claim.outcome == "busy":
+        left_s = (from_datetime(wf.claim_deadline) - SystemClock().now()) / 1e6 if wf.claim_deadline else 0.0
+        raise RetryLater(min(max(left_s, BUSY_WAIT_S[0]), BUSY_WAIT_S[1]))
+    definition = app.workflows.get(wf.name)
+    if definition is None:
+        log.error("no workflow named %r in this worker: %s offered again later", wf.name, workflow_id)
+        raise RetryLater(UNKNOWN_WAIT_S)
+    renewal = asyncio.create_task(_keep_claimed(client, wf, app.claim_timeout))
+    try:
+        while True:
+            ctx = Context(app, client, wf, app.claim_timeout)
+            reply = await _turn(ctx, definition)
+            if not reply.resume:
+                return
+            wf = await client.workflow_info(workflow_id)  # something arrived meanwhile: replay again
+    except Lost as e:
+        log.warning("workflow %s was claimed by another worker; this one stops: %s", workflow_id, e)
+    finally:
+        renewal.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await renewal
+
+
+async def _turn(ctx: Context, definition: Any) -> m.WorkflowsAppendResponse:
+    """Runs the workflow function once over the journal; ends the turn as the run ended."""
+    try:
+        args, kwargs = definition.arguments(ctx)
+        value = await definition.fn(ctx, *args, **kwargs)
+    except Suspend as s:
+        wake_at = to_datetime(s.wake_at) if s.wake_at else None
+        return await ctx.append("suspend", wake_at=wake_at)
+    except NonDeterminism as e:
+        log.error("workflow %s failed: %s", ctx.workflow_id, e)
+        return await ctx.append("fail", error=describe(e))
+    except Exception as e:
+        return await _compensate(ctx, e)
+    return await ctx.append("complete", result=definition.encode(value))
+
+
+async def _compensate(ctx: Context, error: Exception) -> m.WorkflowsAppendResponse:
+    """The saga's undo: the compensations registered so far run as recorded steps, the last first; a
+    compensation that fails for good is logged and the others still run. A suspend in between (a
+    compensation's retry) resumes here at the next activation, by replay."""
+    ending = "cancel" if isinstance(error, Cancelled) else "fail"
+    ctx.compensating = True
+    try:
+        for step, args, kwargs in reversed(ctx.compensations):
+            try:
+                await ctx.run(step, *args, **kwargs)
+            except StepFailed as e:
+                log.error("workflow %s: compensation %s failed: %s", ctx.workflow_id, step.name, e)
+    except Suspend as s:
+        return await ctx.append("suspend", wake_at=to_datetime(s.wake_at) if s.wake_at else None)
+    except NonDeterminism as e:
+        return await ctx.append("fail", error=describe(e))
+    return await ctx.append(ending, error=describe(error))
+
+
+async def _keep_claimed(client: AsyncClient, wf: m.WorkflowInfo, claim_timeout: str) -> None:
+    """Renews the claim (an append of nothing) a few times per claim timeout while the turn runs."""
+    every_s = seconds_of(claim_timeout) / 3
+    renew = m.WorkflowsAppendRequest(workflow_id=wf.workflow_id, fence=wf.fence, claim_timeout=claim_timeout)
+    while True:
+        await asyncio.sleep(every_s)
+        try:
+            await client.append_workflow(renew)
+        except Conflict:
+            return  # lost: the turn's next append finds out and stops
+        except QueratorError as e:
+            log.warning("renewing the claim of workflow %s failed: %s", wf.workflow_id, e)
+
+
+async def run_step(
+    app: Durable, workflow_id: str, seq: int, name: str, args: list[Any], kwargs: dict[str, Any]
+) -> None:
+    """Runs a step dispatched by ``Context.gather`` and records its result; a failure that is not its
+    last is retried by the step's policy (the item comes back then)."""
+    step = app.steps.get(name)
+    if step is None:
+        log.error("no step named %r in this worker: offered again later", name)
+        raise RetryLater(UNKNOWN_WAIT_S)
+    attempts = current_attempt()
+    entry = m.WorkflowEntry(seq=seq, kind=STEP, name=name, attempts=attempts)
+    try:
+        call = step.signature.convert(args, kwargs)
+        value = await step.invoke(call.args, call.kwargs)
+    except Exception as e:
+        if not step.gives_up(e, attempts):
+            raise RetryLater(step.options.retry(attempts)) from e
+        entry.state, entry.error = ERROR, describe(e)
+    else:
+        entry.state, entry.value = DONE, step.encode(value)
+    client = await app.client()
+    await client.append_workflow(m.WorkflowsAppendRequest(workflow_id=workflow_id, entries=[entry]))

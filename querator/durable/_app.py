@@ -1,0 +1,303 @@
+"""``Durable``: the registry of workflows and steps, how callers start and reach workflows, and the
+worker that runs them."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import uuid
+from collections.abc import Callable, Collection
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+
+from querator.client import AsyncClient, Duration
+from querator.client._arguments import go_duration, seconds_of
+from querator.clock import SystemClock
+from querator.durable._activation import activate, run_step
+from querator.durable._errors import WorkflowFailed
+from querator.durable._step import Step, StepOptions, decode
+from querator.wire import messages as m
+from querator.wire.workflows import child_id
+from querator.worker import JsonSerializer, Serializer, Worker, backoff
+from querator.worker._serializer import Signature
+
+if TYPE_CHECKING:
+    from querator.durable._context import ChildCall, Context
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DEFAULT_QUEUE = "durable"
+DEFAULT_STEP_ATTEMPTS = 3
+DEFAULT_STEP_RETRY = backoff.exponential(first="1s", cap="1m")
+RESULT_POLL = 15 * 60.0
+"""Seconds one ``workflows.result`` call may wait (the server's longest request_timeout)."""
+
+
+class WorkflowDef:
+    """A workflow function registered with a ``Durable`` app (what ``@app.workflow()`` returns); pass it
+    to ``Durable.start`` or ``Context.child``."""
+
+    def __init__(self, app: Durable, fn: Callable[..., Any], name: str) -> None:
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.signature = Signature(fn, skip=1)
+        self.__doc__ = fn.__doc__
+
+    def __repr__(self) -> str:
+        return f"<Workflow {self.name}>"
+
+    def input(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+        self.signature.convert(list(args), kwargs)  # a call that cannot bind fails here, not in a worker
+        return self.app.serializer.dumps({"args": list(args), "kwargs": kwargs})
+
+    def arguments(self, ctx: Context) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The workflow's own arguments, typed by its annotations."""
+        envelope = self.app.serializer.loads(ctx.input) if ctx.input else {}
+        bound = self.signature.convert(envelope.get("args", []), envelope.get("kwargs", {}))
+        return bound.args, bound.kwargs
+
+    def encode(self, value: Any) -> bytes:
+        return self.app.serializer.dumps(value)
+
+    def decode(self, data: bytes) -> Any:
+        return decode(self.app.serializer, data, self.signature.returns)
+
+
+class WorkflowHandle:
+    """A started workflow, by id: its result, its state, and how to signal or cancel it."""
+
+    def __init__(self, app: Durable, workflow_id: str, definition: WorkflowDef | None = None) -> None:
+        self.app = app
+        self.workflow_id = workflow_id
+        self._definition = definition
+
+    async def result(self, timeout: Duration | None = None) -> Any:
+        """The workflow's result once it completed (typed by its return annotation).
+
+        Raises:
+            WorkflowFailed: it failed or was cancelled.
+            TimeoutError: ``timeout`` passed first.
+        """
+        client = await self.app.client()
+        clock = SystemClock()
+        deadline_s = None if timeout is None else clock.monotonic() + seconds_of(timeout)
+        while True:
+            wait_s = (
+                RESULT_POLL
+                if deadline_s is None
+                else max(0.01, min(RESULT_POLL, deadline_s - clock.monotonic()))
+            )
+            info = await client.workflow_result(self.workflow_id, timedelta(seconds=wait_s))
+            if info.status == "completed":
+                definition = self._definition or self.app.workflows.get(info.name)
+                return (
+                    definition.decode(info.result)
+                    if definition
+                    else decode(self.app.serializer, info.result, Any)
+                )
+            if info.status in ("failed", "cancelled"):
+                raise WorkflowFailed(self.workflow_id, info.status, info.error)
+            if deadline_s is not None and clock.monotonic() >= deadline_s:
+                raise TimeoutError(f"workflow {self.workflow_id} is still running")
+
+    async def info(self) -> m.WorkflowInfo:
+        return await (await self.app.client()).workflow_info(self.workflow_id)
+
+    async def signal(self, name: str, value: Any = None, *, signal_id: str | None = None) -> None:
+        await self.app.signal(self.workflow_id, name, value, signal_id=signal_id)
+
+    async def cancel(self) -> None:
+        await self.app.cancel(self.workflow_id)
+
+
+class Durable:
+    """Durable workflows on a Querator server: declare steps and workflows, start them, run workers.
+
+    Args:
+        endpoint: the server (default: ``QUERATOR_ENDPOINT``, else ``http://localhost:2319``).
+        queue: the task queue of activations and dispatched steps (made when missing).
+        api_key: the server's API key, if it needs one (default: ``QUERATOR_API_KEY``).
+        serializer: how arguments and results become bytes (JSON by default).
+        concurrency: activations and steps run at once by this process's worker.
+        claim_timeout: how long a worker's claim on a workflow holds without renewal (it is renewed while
+            the worker runs it): how soon another worker takes over from a crashed one.
+    """
+
+    def __init__(
+        self,
+        endpoint: str | None = None,
+        *,
+        queue: str = DEFAULT_QUEUE,
+        api_key: str | None = None,
+        serializer: Serializer | None = None,
+        concurrency: int = 16,
+        claim_timeout: Duration = "30s",
+    ) -> None:
+        self.serializer = serializer or JsonSerializer()
+        self.queue = queue
+        self.claim_timeout = go_duration(claim_timeout)
+        self.steps: dict[str, Step[..., Any]] = {}
+        self.workflows: dict[str, WorkflowDef] = {}
+        self.worker = Worker(endpoint, api_key=api_key, concurrency=concurrency, serializer=self.serializer)
+        task = functools.partial(
+            self.worker.task, queue=queue, max_attempts=0, create_queue=True, dead_queue=""
+        )
+        self._activation = task(name="querator.durable.run", lease_timeout=self.claim_timeout)(self._activate)
+        task(name="querator.durable.step", lease_timeout=self.claim_timeout)(self._run_step)
+
+    async def _activate(self, workflow_id: str) -> None:
+        await activate(self, workflow_id)
+
+    async def _run_step(
+        self, workflow_id: str, seq: int, name: str, args: list[Any], kwargs: dict[str, Any]
+    ) -> None:
+        await run_step(self, workflow_id, seq, name, args, kwargs)
+
+    async def client(self) -> AsyncClient:
+        """The client of the running loop, with the task queue made."""
+        return await self.worker.client_for(self._activation)
+
+    # -- declaring -------------------------------------------------------------------------------------
+
+    @overload
+    def step(self, fn: Callable[P, R], /) -> Step[P, R]: ...
+
+    @overload
+    def step(
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        max_attempts: int = DEFAULT_STEP_ATTEMPTS,
+        retry: backoff.Policy = DEFAULT_STEP_RETRY,
+        permanent: Collection[type[BaseException]] = (),
+        timeout: Duration | None = None,
+    ) -> Callable[[Callable[P, R]], Step[P, R]]: ...
+
+    def step(
+        self,
+        fn: Callable[P, R] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        max_attempts: int = DEFAULT_STEP_ATTEMPTS,
+        retry: backoff.Policy = DEFAULT_STEP_RETRY,
+        permanent: Collection[type[BaseException]] = (),
+        timeout: Duration | None = None,
+    ) -> Step[P, R] | Callable[[Callable[P, R]], Step[P, R]]:
+        """Registers a function (sync or async) as a step, as a decorator.
+
+        Args:
+            name: the step's name in journals (default: the function's qualified name). Renaming a step
+                makes running workflows that recorded it fail with ``NonDeterminism``.
+            max_attempts: runs before the step fails for good (0: no limit).
+            retry: the wait between attempts (``querator.worker.backoff``); the workflow sleeps durably
+                meanwhile.
+            permanent: exceptions that fail the step at once, as ``querator.worker.Permanent`` does.
+            timeout: an attempt that takes longer fails.
+        """
+
+        def register(function: Callable[P, R]) -> Step[P, R]:
+            step_name = name or f"{function.__module__}.{function.__qualname__}"
+            if step_name in self.steps:
+                raise ValueError(f"durable: a step named {step_name!r} is registered already")
+            if max_attempts < 0:
+                raise ValueError("durable: max_attempts cannot be negative")
+            options = StepOptions(
+                step_name,
+                max_attempts,
+                retry,
+                tuple(permanent),
+                None if timeout is None else seconds_of(timeout),
+            )
+            step = Step(function, options, self.serializer)
+            self.steps[step_name] = step
+            return step
+
+        return register if fn is None else register(fn)
+
+    def workflow(self, name: str | None = None) -> Callable[[Callable[..., Any]], WorkflowDef]:
+        """Registers an async function taking a ``Context`` first as a workflow, as a decorator.
+
+        ``name``: its name in records (default: the function's qualified name); workers find its code by it.
+        """
+
+        def register(function: Callable[..., Any]) -> WorkflowDef:
+            if not inspect.iscoroutinefunction(function):
+                raise TypeError(f"durable: workflow {function.__qualname__} must be an async function")
+            workflow_name = name or f"{function.__module__}.{function.__qualname__}"
+            if workflow_name in self.workflows:
+                raise ValueError(f"durable: a workflow named {workflow_name!r} is registered already")
+            definition = self.workflows[workflow_name] = WorkflowDef(self, function, workflow_name)
+            return definition
+
+        return register
+
+    def workflow_of(self, workflow: Any) -> WorkflowDef:
+        if isinstance(workflow, WorkflowDef):
+            return workflow
+        found = self.workflows.get(str(workflow))
+        if found is None:
+            raise ValueError(f"durable: {workflow!r} is not a workflow of this app")
+        return found
+
+    # -- callers ---------------------------------------------------------------------------------------
+
+    async def start(
+        self, workflow: Any, /, *args: Any, workflow_id: str | None = None, **kwargs: Any
+    ) -> WorkflowHandle:
+        """Starts ``workflow(*args, **kwargs)``; returns its handle at once. Starting an id that exists
+        returns the existing run (start is idempotent by ``workflow_id``; default: a new id)."""
+        definition = self.workflow_of(workflow)
+        workflow_id = workflow_id or str(uuid.uuid4())
+        client = await self.client()
+        await client.start_workflow(
+            workflow_id,
+            definition.name,
+            self.queue,
+            definition.input(args, kwargs),
+            encoding=self.serializer.content_type,
+        )
+        return WorkflowHandle(self, workflow_id, definition)
+
+    async def start_child(self, ctx: Context, call: ChildCall) -> None:
+        client = await self.client()
+        await client.start_workflow(
+            child_id(ctx.workflow_id, call.seq),
+            call.workflow.name,
+            self.queue,
+            call.workflow.input(call.args, call.kwargs),
+            encoding=self.serializer.content_type,
+            parent_id=ctx.workflow_id,
+            parent_seq=call.seq,
+        )
+
+    def handle(self, workflow_id: str) -> WorkflowHandle:
+        """The handle of a workflow started elsewhere."""
+        return WorkflowHandle(self, workflow_id)
+
+    async def signal(
+        self, workflow_id: str, name: str, value: Any = None, *, signal_id: str | None = None
+    ) -> None:
+        """Sends the signal ``name`` with ``value`` to a workflow: kept until it waits for one."""
+        client = await self.client()
+        await client.signal_workflow(workflow_id, name, self.serializer.dumps(value), signal_id=signal_id)
+
+    async def cancel(self, workflow_id: str) -> None:
+        """Cancels a workflow: its compensations run, its children are cancelled, it ends cancelled."""
+        await (await self.client()).cancel_workflow(workflow_id)
+
+    async def run(
+        self, *, concurrency: int | None = None, metrics_port: int | None = None, handle_signals: bool = True
+    ) -> None:
+        """Runs this app's worker until ``worker.stop()`` or SIGTERM/SIGINT (as ``querator worker
+        module:app`` does)."""
+        await self.worker.run(
+            concurrency=concurrency, metrics_port=metrics_port, handle_signals=handle_signals
+        )
+
+    async def close(self) -> None:
+        await self.worker.close()

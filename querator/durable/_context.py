@@ -1,0 +1,349 @@
+"""``Context``: what a workflow calls to do durable things, answered from its journal on replay.
+
+A workflow function runs from the top at every activation. Each durable call takes the next sequence
+number; a call whose entry is recorded returns (or raises) what was recorded, after checking that the
+entry is the same kind and name (``NonDeterminism`` otherwise). The first unrecorded call does its work
+and records it. A call that must wait (a timer, a signal, dispatched steps, a child, a step's next
+attempt) raises ``Suspend`` through the workflow's code, and the activation ends with the workflow
+suspended; the next activation replays it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Generator, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from querator.client import AsyncClient
+from querator.client._arguments import seconds_of
+from querator.clock import SystemClock, from_datetime, micros, to_datetime
+from querator.durable._errors import (
+    Cancelled,
+    ChildFailed,
+    NonDeterminism,
+    SignalTimeout,
+    StepFailed,
+    describe,
+)
+from querator.durable._step import Step, decode
+from querator.errors import Conflict
+from querator.wire import messages as m
+from querator.wire.workflows import CHILD, DONE, ERROR, PENDING, SIGNAL, SLEEP, STEP
+
+if TYPE_CHECKING:
+    from querator.durable._app import Durable, WorkflowDef
+
+T = TypeVar("T")
+
+STEP_TASK = "querator.durable.step"
+"""The worker task that runs a step dispatched by ``Context.gather``."""
+
+
+class Suspend(BaseException):
+    """The workflow waits: its activation ends here (a BaseException, so a workflow's ``except Exception``
+    does not swallow it). ``wake_at``: when a timer must wake it (microseconds; 0: only an event will)."""
+
+    def __init__(self, wake_at: int = 0) -> None:
+        super().__init__(wake_at)
+        self.wake_at = wake_at
+
+
+class Lost(BaseException):
+    """Another worker claimed the workflow since this one did: this one stops at once."""
+
+
+class StepCall:
+    """``Context.run``'s answer: await it to run the step here, or hand several to ``Context.gather`` to
+    have other workers run them in parallel. Its sequence number is taken when it is made."""
+
+    kind = STEP
+
+    def __init__(
+        self, ctx: Context, step: Step[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        self.ctx, self.step, self.args, self.kwargs = ctx, step, args, kwargs
+        self.seq = ctx.next_seq()
+        self.name = step.name
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self.ctx.run_here(self).__await__()
+
+    def outcome(self, entry: m.WorkflowEntry) -> Any:
+        if entry.state == ERROR:
+            raise StepFailed(self.name, entry.error)
+        return self.step.decode(entry.value)
+
+
+class ChildCall:
+    """``Context.child``'s answer: await it (or gather several) for the child workflow's result."""
+
+    kind = CHILD
+
+    def __init__(
+        self, ctx: Context, workflow: WorkflowDef, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        self.ctx, self.workflow, self.args, self.kwargs = ctx, workflow, args, kwargs
+        self.seq = ctx.next_seq()
+        self.name = workflow.name
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self.ctx.gather_one(self).__await__()
+
+    def outcome(self, entry: m.WorkflowEntry) -> Any:
+        if entry.state == ERROR:
+            raise ChildFailed(self.name, entry.error)
+        return self.workflow.decode(entry.value)
+
+
+Call = StepCall | ChildCall
+
+
+class Context:
+    """A workflow run's view of its journal; the first argument of every workflow function.
+
+    Everything a workflow does that must survive a crash goes through it: ``run`` (a recorded step),
+    ``gather`` (steps or children in parallel), ``sleep``, ``wait_for_signal``, ``child`` and
+    ``on_failure`` (saga compensations). Other code in a workflow runs again at every replay, so it must
+    be deterministic: no clocks, random numbers or I/O outside steps.
+    """
+
+    def __init__(self, app: Durable, client: AsyncClient, wf: m.WorkflowInfo, claim_timeout: str) -> None:
+        self.app = app
+        self.workflow_id = wf.workflow_id
+        self.input = wf.input
+        self._client = client
+        self._wf = wf
+        self._journal = {e.seq: e for e in wf.entries}
+        self._signals = list(wf.signals)
+        self._claim_timeout = claim_timeout
+        self._seq = 0
+        self._unsent: list[m.WorkflowEntry] = []
+        self.compensations: list[tuple[Step[..., Any], tuple[Any, ...], dict[str, Any]]] = []
+        self.compensating = False
+        # The server's time at the claim, moved on by this process's monotonic clock: timers compare
+        # with the server's clock, which delivers them, not with this machine's.
+        self._clock = SystemClock()
+        self._base_us = _micros(wf.updated_at) or self._clock.now()
+        self._base_mono_s = self._clock.monotonic()
+
+    # -- what workflows call ----------------------------------------------------------------------------
+
+    def run(self, step: Step[..., T], /, *args: Any, **kwargs: Any) -> StepCall:
+        """The step ``step(*args, **kwargs)``: ``await`` it to run it in this worker, once; its result is
+        recorded, and a replay returns the recorded result without running it. A failure is retried by
+        the step's policy (the workflow sleeps between attempts); the last one raises ``StepFailed``."""
+        return StepCall(self, step, args, kwargs)
+
+    def child(self, workflow: Any, /, *args: Any, **kwargs: Any) -> ChildCall:
+        """The child workflow ``workflow(*args, **kwargs)``: ``await`` it for its result (``ChildFailed``
+        when it fails). Its id is this workflow's and the call's seq, so a replay finds the same child."""
+        return ChildCall(self, self.app.workflow_of(workflow), args, kwargs)
+
+    async def gather(self, *calls: Call) -> list[Any]:
+        """The results of ``calls`` (from ``run`` or ``child``) in order. Steps not yet recorded become task
+        items, run by any worker in parallel; the workflow sleeps until all are recorded. The first failed
+        call's error is raised, as ``asyncio.gather`` does."""
+        if not calls:
+            return []
+        entries = [self._entry(c.seq, c.kind, c.name) for c in calls]
+        waiting = [c for c, e in zip(calls, entries, strict=True) if e is None or e.state == PENDING]
+        if waiting:
+            self._check_cancelled()
+            new = [c for c, e in zip(calls, entries, strict=True) if e is None]
+            if new:
+                await self._dispatch(new, group=calls[0].seq, size=len(calls))
+            raise Suspend()
+        return [c.outcome(e) for c, e in zip(calls, entries, strict=True) if e is not None]
+
+    async def gather_one(self, call: Call) -> Any:
+        [result] = await self.gather(call)
+        return result
+
+    async def sleep(self, duration: timedelta | float | str) -> None:
+        """Sleeps durably: nothing is held meanwhile, and the sleep survives restarts of everything."""
+        seq = self.next_seq()
+        entry = self._entry(seq, SLEEP, "sleep")
+        if entry is not None and entry.state == DONE:
+            return
+        self._check_cancelled()
+        now = self.now_us()
+        wake_at = _micros(entry.wake_at) if entry is not None else now + micros(seconds_of(duration))
+        if wake_at <= now:
+            await self._append([m.WorkflowEntry(seq=seq, kind=SLEEP, name="sleep", state=DONE)])
+            return
+        if entry is None:
+            self._unsent.append(
+                m.WorkflowEntry(
+                    seq=seq, kind=SLEEP, name="sleep", state=PENDING, wake_at=to_datetime(wake_at)
+                )
+            )
+        raise Suspend(wake_at)
+
+    async def wait_for_signal(self, name: str, timeout: timedelta | float | str | None = None) -> Any:
+        """The payload of the next signal ``name`` (one sent before the wait counts too); raises
+        ``SignalTimeout`` when ``timeout`` passes first."""
+        seq = self.next_seq()
+        entry = self._entry(seq, SIGNAL, name)
+        if entry is not None and entry.state == DONE:
+            return decode(self.app.serializer, entry.value, Any)
+        if entry is not None and entry.state == ERROR:
+            raise SignalTimeout(f"no signal '{name}' within its timeout")
+        self._check_cancelled()
+        now = self.now_us()
+        if entry is not None:
+            deadline = _micros(entry.wake_at)
+        else:
+            deadline = now + micros(seconds_of(timeout)) if timeout is not None else 0
+        for i, sent in enumerate(self._signals):
+            if sent.name == name and not sent.taken_by:
+                self._signals[i] = m.WorkflowSignal(id=sent.id, name=name, payload=sent.payload, taken_by=seq)
+                await self._append([m.WorkflowEntry(seq=seq, kind=SIGNAL, name=name, state=DONE)])
+                return decode(self.app.serializer, sent.payload, Any)
+        if deadline and deadline <= now:
+            error = f"SignalTimeout: no signal '{name}' within its timeout"
+            await self._append([m.WorkflowEntry(seq=seq, kind=SIGNAL, name=name, state=ERROR, error=error)])
+            raise SignalTimeout(f"no signal '{name}' within its timeout")
+        if entry is None:
+            pending = m.WorkflowEntry(seq=seq, kind=SIGNAL, name=name, state=PENDING)
+            if deadline:
+                pending.wake_at = to_datetime(deadline)
+            self._unsent.append(pending)
+        raise Suspend(deadline)
+
+    def on_failure(self, step: Step[..., Any], /, *args: Any, **kwargs: Any) -> None:
+        """Registers a compensation: if the workflow fails or is cancelled, the registered steps run as
+        recorded steps, the last registered first (the saga pattern)."""
+        self.compensations.append((step, args, kwargs))
+
+    # -- the machinery -----------------------------------------------------------------------------------
+
+    def now_us(self) -> int:
+        return self._base_us + micros(self._clock.monotonic() - self._base_mono_s)
+
+    def next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self._wf.cancel_requested
+
+    def unsent(self) -> list[m.WorkflowEntry]:
+        """The pending entries not sent yet: they go with the suspend."""
+        sent, self._unsent = self._unsent, []
+        return sent
+
+    async def run_here(self, call: StepCall) -> Any:
+        """Runs a step in this worker, unless recorded; records the attempt's outcome."""
+        entry = self._entry(call.seq, STEP, call.name)
+        if entry is not None and entry.state in (DONE, ERROR):
+            return call.outcome(entry)
+        if entry is not None and entry.group:
+            raise Suspend()  # dispatched by a gather of an earlier run of this code: not ours to run
+        self._check_cancelled()
+        if entry is not None and _micros(entry.wake_at) > self.now_us():
+            raise Suspend(_micros(entry.wake_at))
+        attempts = (entry.attempts if entry is not None else 0) + 1
+        step = call.step
+        try:
+            value = await step.invoke(call.args, call.kwargs)
+        except Exception as e:
+            if step.gives_up(e, attempts):
+                done = m.WorkflowEntry(
+                    seq=call.seq, kind=STEP, name=call.name, state=ERROR, error=describe(e), attempts=attempts
+                )
+                await self._append([done])
+                raise StepFailed(call.name, done.error) from e
+            wake_at = self.now_us() + micros(step.options.retry(attempts))
+            self._unsent.append(
+                m.WorkflowEntry(
+                    seq=call.seq,
+                    kind=STEP,
+                    name=call.name,
+                    state=PENDING,
+                    attempts=attempts,
+                    wake_at=to_datetime(wake_at),
+                )
+            )
+            raise Suspend(wake_at) from e
+        data = step.encode(value)
+        await self._append(
+            [
+                m.WorkflowEntry(
+                    seq=call.seq, kind=STEP, name=call.name, state=DONE, value=data, attempts=attempts
+                )
+            ]
+        )
+        return step.decode(data)
+
+    async def append(self, then: str = "", **fields: Any) -> m.WorkflowsAppendResponse:
+        """Sends the unsent entries with ``then`` (the end of this activation's turn)."""
+        return await self._send(self.unsent(), then, **fields)
+
+    async def _append(self, entries: Sequence[m.WorkflowEntry]) -> None:
+        await self._send([*self.unsent(), *entries], "")
+
+    async def _send(
+        self, entries: list[m.WorkflowEntry], then: str, **fields: Any
+    ) -> m.WorkflowsAppendResponse:
+        msg = m.WorkflowsAppendRequest(
+            workflow_id=self.workflow_id,
+            fence=self._wf.fence,
+            entries=entries,
+            then=then,
+            claim_timeout=self._claim_timeout,
+            **fields,
+        )
+        try:
+            reply = await self._client.append_workflow(msg)
+        except Conflict as e:
+            raise Lost(e.message) from e
+        for entry in entries:
+            self._journal[entry.seq] = entry
+        return reply
+
+    async def _dispatch(self, calls: Sequence[Call], group: int, size: int) -> None:
+        """Steps become task items of the workflow's queue and children are started; then their pending
+        entries are recorded (with the suspend). A crash between the two leaves items whose results are
+        recorded all the same (a result for an unrecorded seq is taken)."""
+        steps = [c for c in calls if isinstance(c, StepCall)]
+        if steps:
+            digest = hashlib.blake2b(self.workflow_id.encode(), digest_size=16).hexdigest()
+            payloads = [
+                self.app.serializer.dumps({"args": [self.workflow_id, c.seq, c.name, list(c.args), c.kwargs]})
+                for c in steps
+            ]
+            await self._client.produce(
+                self._wf.queue_name,
+                payloads,
+                kind=STEP_TASK,
+                encoding=self.app.serializer.content_type,
+                dedup_id=[f"step:{digest}:{c.seq}" for c in steps],
+            )
+        for c in calls:
+            if isinstance(c, ChildCall):
+                await self.app.start_child(self, c)
+        self._unsent += [
+            m.WorkflowEntry(seq=c.seq, kind=c.kind, name=c.name, state=PENDING, group=group, group_size=size)
+            for c in calls
+        ]
+
+    def _entry(self, seq: int, kind: str, name: str) -> m.WorkflowEntry | None:
+        """The recorded entry at ``seq``, checked against what the code asks for there."""
+        entry = self._journal.get(seq)
+        if entry is not None and (entry.kind, entry.name) != (kind, name):
+            raise NonDeterminism(
+                f"the workflow's code asked for {kind} '{name}' at seq {seq}, but its journal records "
+                f"{entry.kind} '{entry.name}' there"
+            )
+        return entry
+
+    def _check_cancelled(self) -> None:
+        if self._wf.cancel_requested and not self.compensating:
+            raise Cancelled(f"workflow {self.workflow_id} was cancelled")
+
+
+def _micros(value: datetime | None) -> int:
+    """A wire time in microseconds since the epoch; 0 when unset."""
+    return from_datetime(value) if value is not None else 0

@@ -1,0 +1,61 @@
+"""What a workflow can catch, and what ends it."""
+
+from __future__ import annotations
+
+
+class DurableError(Exception):
+    """Base of the errors ``querator.durable`` raises inside and outside workflows."""
+
+
+class StepFailed(DurableError):
+    """A step (or a child workflow) failed for good: its retries ran out, or it raised a permanent error.
+    Raised inside the workflow where it awaited the step, where it can be caught; recorded, so a replay
+    raises it again at the same place.
+
+    Attributes:
+        name: the step's (or child workflow's) name.
+        error: ``<type name>: <message>`` of what the step raised last.
+    """
+
+    def __init__(self, name: str, error: str) -> None:
+        super().__init__(f"{name} failed: {error}")
+        self.name = name
+        self.error = error
+
+
+class ChildFailed(StepFailed):
+    """A child workflow ended failed or cancelled."""
+
+
+class SignalTimeout(DurableError, TimeoutError):
+    """``Context.wait_for_signal`` reached its timeout before a signal of its name arrived."""
+
+
+class Cancelled(DurableError):
+    """The workflow was cancelled: raised at its next durable call; its compensations then run."""
+
+
+class NonDeterminism(DurableError):
+    """The workflow's code no longer matches its journal: at a recorded position it asked for another
+    step, signal or child than the one recorded. The workflow fails; no recorded result is handed to the
+    wrong call."""
+
+
+class WorkflowFailed(DurableError):
+    """``WorkflowHandle.result``: the workflow ended failed or cancelled.
+
+    Attributes:
+        status: failed or cancelled.
+        error: what ended it, ``<type name>: <message>``.
+    """
+
+    def __init__(self, workflow_id: str, status: str, error: str) -> None:
+        super().__init__(f"workflow {workflow_id} {status}: {error}")
+        self.workflow_id = workflow_id
+        self.status = status
+        self.error = error
+
+
+def describe(error: BaseException) -> str:
+    """How an error is recorded: ``<type name>: <message>``."""
+    return f"{type(error).__name__}: {error}"

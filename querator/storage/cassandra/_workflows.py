@@ -1,0 +1,86 @@
+"""Durable workflows' records in the keyspace: lightweight transactions on ``version``, an index by status."""
+
+from __future__ import annotations
+
+import heapq
+import zlib
+from collections.abc import Callable
+from typing import Final
+
+from querator.clock import MICROS
+from querator.storage.cassandra._session import Connection, Cql
+from querator.storage.cassandra._statements import Statement
+from querator.storage.workflows import Workflow, decode_workflow, encode_workflow
+from querator.wire.workflows import RUNNING, STATUSES
+
+BUCKETS: Final = 16
+"""Partitions of ``workflows_by_status`` per status."""
+
+
+def _bucket(workflow_id: str) -> int:
+    return zlib.crc32(workflow_id.encode()) % BUCKETS
+
+
+class CassandraWorkflowRows:
+    """The ``WorkflowRows`` of ``CassandraStore``.
+
+    A record is written with a lightweight transaction only (never mixed with plain writes, whose
+    timestamps would order differently). The status index is written after the record: a stale index row
+    (a crash in between, or a record expired before its row) is skipped by ``list_workflows``, which
+    reads each record it names.
+    """
+
+    def __init__(self, connection: Connection, now: Callable[[], int]) -> None:
+        self._connection = connection
+        self.clock_now = now
+
+    async def get_workflow(self, workflow_id: str) -> Workflow | None:
+        rows = await self._connection.call(lambda cql: cql.rows(Statement.GET_WORKFLOW, (workflow_id,)))
+        return decode_workflow(rows[0]["record"]) if rows else None
+
+    async def put_workflow(self, workflow: Workflow, expected_version: int) -> bool:
+        record = encode_workflow(workflow)
+        ttl_s = 0
+        if workflow.expires_at:
+            ttl_s = max(1, (workflow.expires_at - self.clock_now()) // MICROS)
+        w = workflow
+
+        def put(cql: Cql) -> bool:
+            if expected_version == 0:
+                applied, _ = cql.applied(Statement.ADD_WORKFLOW, (w.id, w.version, record))
+            else:
+                applied, _ = cql.applied(
+                    Statement.PUT_WORKFLOW, (ttl_s, w.version, record, w.id, expected_version)
+                )
+            if applied and (expected_version == 0 or w.status != RUNNING):
+                bucket = _bucket(w.id)
+                if w.status != RUNNING:
+                    cql.rows(Statement.UNINDEX_WORKFLOW, (RUNNING, bucket, w.id))
+                cql.rows(Statement.INDEX_WORKFLOW, (w.status, bucket, w.id, ttl_s))
+            return applied
+
+        return await self._connection.call(put, writes=True)
+
+    async def list_workflows(self, status: str, pivot: str, limit: int) -> list[Workflow]:
+        def list_(cql: Cql) -> list[Workflow]:
+            ids: list[list[str]] = []
+            for s in (status,) if status else STATUSES:
+                for bucket in range(BUCKETS):
+                    rows = cql.rows(Statement.LIST_WORKFLOWS, (s, bucket, pivot, limit))
+                    ids.append([r["id"] for r in rows])
+            found: list[Workflow] = []
+            for workflow_id in heapq.merge(*ids):
+                if len(found) >= limit:
+                    break
+                rows = cql.rows(Statement.GET_WORKFLOW, (workflow_id,))
+                if rows:
+                    wf = decode_workflow(rows[0]["record"])
+                    if not status or wf.status == status:
+                        found.append(wf)
+            return found
+
+        return await self._connection.call(list_)
+
+    async def purge_workflows(self, now: int) -> int:
+        """Nothing to do: finished records and their index rows expire by their TTL."""
+        return 0

@@ -1,0 +1,324 @@
+"""What start, claim, append, signal and cancel do to a workflow's record, written once.
+
+Each rule takes the stored record (or None) and returns what the caller gets plus the record to store in
+its place (None: nothing to write). The rules are pure, so a write that loses its compare-and-set is
+retried by running the rule again on the record that won (``WorkflowRows.put_workflow``); every backend
+gets the same semantics (docs/durable.md, "The journal", and docs/adr/0016).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from msgspec.structs import replace
+
+from querator.errors import Conflict, InvalidOption
+from querator.storage.operations import NEAR_NOW
+from querator.storage.workflows import Entry, Signal, Workflow
+from querator.wire.workflows import (
+    CANCELLED,
+    CHILD,
+    COMPLETED,
+    DONE,
+    ERROR,
+    FAILED,
+    FINAL_STATES,
+    RUNNING,
+    SIGNAL,
+    child_id,
+)
+
+MAX_ENTRIES: Final = 10_000
+"""Journal entries of one workflow: a longer history belongs in a child workflow."""
+MAX_SIGNALS: Final = 1_000
+"""Signals kept for a workflow (received or waiting)."""
+MAX_RECORD_BYTES: Final = 8 * 1024 * 1024
+"""Bytes of inputs, results and payloads one record may hold in all: each append rewrites the record."""
+
+CLAIMED: Final = "claimed"
+BUSY: Final = "busy"
+FINISHED: Final = "finished"
+
+# How an append ends the claim's turn.
+CONTINUE: Final = ""
+SUSPEND: Final = "suspend"
+ENDINGS: Final = {"complete": COMPLETED, "fail": FAILED, "cancel": CANCELLED}
+
+FENCED = "workflow claimed elsewhere"
+"""The stable prefix of an append refused because another worker has claimed the workflow since."""
+
+
+def not_found(workflow_id: str) -> InvalidOption:
+    return InvalidOption(f"workflow does not exist; no workflow '{workflow_id}'")
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A claim's outcome: ``claimed`` (the caller replays ``workflow``), ``busy`` (another claim holds
+    until ``workflow.claim_deadline``) or ``finished``."""
+
+    outcome: str
+    workflow: Workflow
+
+
+@dataclass(slots=True)
+class Effects:
+    """What the service must do besides storing the record: wake workflows (an activation each), schedule
+    a timer, tell a parent how its child ended, cancel children."""
+
+    wake: bool = False
+    """Produce an activation for this workflow now."""
+    timer_at: int = 0
+    """Produce an activation for this workflow, delivered then."""
+    resume: bool = False
+    """A suspend was refused because something arrived: the claimant replays again."""
+    parent: Entry | None = None
+    """The entry to record in the parent (at ``Workflow.parent_seq``)."""
+    cancel_children: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How an append ends a claim: continue, suspend (until ``wake_at`` at the latest) or finish."""
+
+    then: str = CONTINUE
+    wake_at: int = 0
+    result: bytes = b""
+    error: str = ""
+
+
+def start(current: Workflow | None, new: Workflow, now: int) -> tuple[bool, Workflow | None]:
+    """Stores ``new`` (True) unless a workflow of its id exists: start is idempotent by id (False)."""
+    if current is not None:
+        return False, None
+    _check_size(new)
+    return True, replace(new, status=RUNNING, created_at=now, updated_at=now, version=0)
+
+
+def claim(
+    current: Workflow | None, workflow_id: str, now: int, claim_until: int
+) -> tuple[Claim, Workflow | None]:
+    """Makes the caller the one worker that advances the workflow until ``claim_until`` (renewed by its
+    appends), unless another claim still holds."""
+    wf = _existing(current, workflow_id)
+    if wf.status != RUNNING:
+        return Claim(FINISHED, wf), None
+    if wf.claim_deadline > now:
+        return Claim(BUSY, wf), None
+    # A timer due now may be the activation being claimed (the queue delivers one due within NEAR_NOW
+    # at once): it no longer counts as scheduled, so a suspend until then schedules another.
+    timer_at = 0 if wf.timer_at <= now + NEAR_NOW else wf.timer_at
+    claimed = replace(
+        wf, fence=wf.fence + 1, claim_deadline=claim_until, changed=False, timer_at=timer_at, updated_at=now
+    )
+    return Claim(CLAIMED, claimed), claimed
+
+
+def append(
+    current: Workflow | None,
+    workflow_id: str,
+    fence: int,
+    entries: Sequence[Entry],
+    ending: Ending,
+    now: int,
+    claim_until: int,
+    retention_us: int,
+) -> tuple[Effects, Workflow | None]:
+    """The claimant's write: new journal entries, then the claim's turn continues, suspends or finishes
+    the workflow.
+
+    Raises:
+        Conflict: ``fence`` is not the current claim's (another worker claimed it since; this one must
+            stop), or an entry contradicts one recorded already.
+    """
+    wf = _existing(current, workflow_id)
+    if fence == wf.fence and wf.status != RUNNING and ENDINGS.get(ending.then) == wf.status:
+        # The same ending again (its reply was lost): what it set off is set off again, harmlessly.
+        again = Effects(parent=child_result(wf) if wf.parent_id else None)
+        again.cancel_children = _unfinished_children(wf)
+        return again, None
+    if fence != wf.fence or wf.status != RUNNING:
+        raise Conflict(f"{FENCED}; fence {fence} is not the workflow's current claim")
+    journal = {e.seq: e for e in wf.entries}
+    signals = list(wf.signals)
+    for entry in entries:
+        _put_entry(journal, signals, entry)
+    wf = replace(wf, entries=sorted(journal.values(), key=_seq), signals=signals, updated_at=now)
+    if claim_until:
+        wf = replace(wf, claim_deadline=claim_until)
+    effects = Effects()
+    if ending.then == SUSPEND:
+        if wf.changed:
+            effects.resume = True
+            wf = replace(wf, changed=False)
+        else:
+            wf = replace(wf, claim_deadline=0)
+            if ending.wake_at and ending.wake_at != wf.timer_at:
+                effects.timer_at = ending.wake_at
+                wf = replace(wf, timer_at=ending.wake_at)
+    elif ending.then in ENDINGS:
+        wf = _finish(wf, ENDINGS[ending.then], ending.result, ending.error, now, retention_us, effects)
+    elif ending.then != CONTINUE:
+        raise InvalidOption(f"then is invalid; '{ending.then}' is not suspend, complete, fail or cancel")
+    _check_size(wf)
+    return effects, wf
+
+
+def record(
+    current: Workflow | None, workflow_id: str, entries: Sequence[Entry], now: int
+) -> tuple[Effects, Workflow | None]:
+    """Results recorded from outside the claim: a dispatched step's, or a child workflow's. The first
+    final result at a seq wins; a repeat is ignored (its sender retried after a lost reply). The workflow
+    is woken when the entry is alone or completes its group."""
+    wf = _existing(current, workflow_id)
+    effects = Effects()
+    if wf.status != RUNNING:
+        return effects, None
+    journal = {e.seq: e for e in wf.entries}
+    groups: set[int] = set()
+    applied = False
+    for entry in entries:
+        if entry.state not in FINAL_STATES:
+            raise InvalidOption(f"entries are invalid; a recorded entry must be {DONE} or {ERROR}")
+        found = journal.get(entry.seq)
+        if found is None or found.state not in FINAL_STATES:
+            applied = True
+            journal[entry.seq] = replace(
+                entry,
+                group=found.group if found else entry.group,
+                group_size=found.group_size if found else entry.group_size,
+            )
+        # A result recorded before (its sender retried) wakes the workflow again: the first wake-up
+        # may be what was lost.
+        if journal[entry.seq].group:
+            groups.add(journal[entry.seq].group)
+        else:
+            effects.wake = True
+    for group in groups:
+        members = [e for e in journal.values() if e.group == group]
+        size = max(e.group_size for e in members)
+        if len(members) >= size and all(e.state in FINAL_STATES for e in members):
+            effects.wake = True
+    if not applied:
+        return effects, None  # every entry was recorded already
+    updated = replace(wf, entries=sorted(journal.values(), key=_seq), changed=True, updated_at=now)
+    _check_size(updated)
+    return effects, updated
+
+
+def signal(
+    current: Workflow | None, workflow_id: str, sent: Signal, now: int
+) -> tuple[Effects, Workflow | None]:
+    """Keeps a signal until a wait takes it, and wakes the workflow. A signal id seen before is not kept
+    twice (its sender retried after a lost reply)."""
+    wf = _existing(current, workflow_id)
+    if wf.status != RUNNING:
+        raise InvalidOption(f"workflow is finished; '{workflow_id}' is {wf.status}")
+    effects = Effects(wake=True)
+    if any(s.id == sent.id for s in wf.signals):
+        return effects, None
+    if sum(1 for s in wf.signals if not s.taken_by) >= MAX_SIGNALS:
+        raise InvalidOption(f"too many signals; '{workflow_id}' holds {MAX_SIGNALS} not yet received")
+    updated = replace(
+        wf, signals=_trimmed([*wf.signals, replace(sent, sent_at=now)]), changed=True, updated_at=now
+    )
+    _check_size(updated)
+    return effects, updated
+
+
+def cancel(current: Workflow | None, workflow_id: str, now: int) -> tuple[Effects, Workflow | None]:
+    """Asks the workflow to stop: its worker raises ``Cancelled`` in it at its next durable call, its
+    compensations run and it ends cancelled. A finished workflow is left as it is."""
+    wf = _existing(current, workflow_id)
+    if wf.status != RUNNING:
+        return Effects(), None
+    if wf.cancel_requested:
+        return Effects(wake=True), None  # asked before; its wake-up may be what was lost
+    return Effects(wake=True), replace(wf, cancel_requested=True, changed=True, updated_at=now)
+
+
+def _finish(
+    wf: Workflow, status: str, result: bytes, error: str, now: int, retention_us: int, effects: Effects
+) -> Workflow:
+    """The workflow ended: its parent hears how, its unfinished children are cancelled."""
+    effects.cancel_children = _unfinished_children(wf)
+    ended = replace(
+        wf,
+        status=status,
+        result=result,
+        error=error,
+        claim_deadline=0,
+        finished_at=now,
+        expires_at=now + retention_us,
+    )
+    effects.parent = child_result(ended) if wf.parent_id else None
+    return ended
+
+
+def child_result(wf: Workflow) -> Entry:
+    """What a finished child workflow records in its parent's journal."""
+    state = DONE if wf.status == COMPLETED else ERROR
+    return Entry(seq=wf.parent_seq, kind=CHILD, name=wf.name, state=state, value=wf.result, error=wf.error)
+
+
+def _unfinished_children(wf: Workflow) -> list[str]:
+    return [child_id(wf.id, e.seq) for e in wf.entries if e.kind == CHILD and e.state not in FINAL_STATES]
+
+
+def _put_entry(journal: dict[int, Entry], signals: list[Signal], entry: Entry) -> None:
+    if entry.seq < 1:
+        raise InvalidOption(f"entries are invalid; seq must be at least 1, got {entry.seq}")
+    found = journal.get(entry.seq)
+    if found is not None and found.state in FINAL_STATES:
+        if entry.state not in FINAL_STATES and (found.kind, found.name) == (entry.kind, entry.name):
+            return  # its result was recorded from outside first (a fast step or child)
+        if (found.kind, found.name, found.state) != (entry.kind, entry.name, entry.state):
+            raise Conflict(f"{FENCED}; seq {entry.seq} is recorded already as {found.kind} '{found.name}'")
+        return
+    if entry.kind == SIGNAL and entry.state == DONE:
+        entry = _take_signal(signals, entry)
+    if len(journal) >= MAX_ENTRIES and found is None:
+        raise InvalidOption(f"journal is full; a workflow holds at most {MAX_ENTRIES} entries")
+    journal[entry.seq] = entry
+
+
+def _take_signal(signals: list[Signal], entry: Entry) -> Entry:
+    """A wait receives the oldest signal of its name that no wait has received."""
+    for i, s in enumerate(signals):
+        if s.name == entry.name and not s.taken_by:
+            signals[i] = replace(s, taken_by=entry.seq)
+            return replace(entry, value=s.payload)
+    raise Conflict(f"{FENCED}; no signal '{entry.name}' is waiting to be received")
+
+
+def _trimmed(signals: list[Signal]) -> list[Signal]:
+    """At most ``MAX_SIGNALS`` kept: the oldest received ones go first (their ids stop de-duplicating)."""
+    extra = len(signals) - MAX_SIGNALS
+    if extra <= 0:
+        return signals
+    kept: list[Signal] = []
+    for s in signals:
+        if s.taken_by and extra > 0:
+            extra -= 1
+            continue
+        kept.append(s)
+    return kept
+
+
+def _existing(current: Workflow | None, workflow_id: str) -> Workflow:
+    if current is None:
+        raise not_found(workflow_id)
+    return current
+
+
+def _check_size(wf: Workflow) -> None:
+    size = len(wf.input) + len(wf.result) + sum(len(e.value) for e in wf.entries)
+    size += sum(len(s.payload) for s in wf.signals)
+    if size > MAX_RECORD_BYTES:
+        raise InvalidOption(f"workflow is too large; its values pass {MAX_RECORD_BYTES} bytes in all")
+
+
+def _seq(entry: Entry) -> int:
+    return entry.seq

@@ -1,0 +1,83 @@
+"""Durable workflows' records in the database: one row each, replaced by compare-and-set on its version."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Final, Protocol, TypeVar
+
+from querator.storage.sqlite._worker import Worker
+from querator.storage.workflows import Workflow, decode_workflow, encode_workflow
+
+T = TypeVar("T")
+
+
+class Submit(Protocol):
+    """``SqliteStore._submit``: runs a job in a transaction on the writer thread."""
+
+    def __call__(self, fn: Callable[[Worker], T], /) -> Awaitable[T]: ...
+
+
+PURGE_LIMIT: Final = 1_000
+"""Most expired workflows one purge transaction deletes, so produces run in between."""
+
+SQL_GET: Final = "SELECT record FROM workflows WHERE id = ?"
+SQL_INSERT: Final = (
+    "INSERT INTO workflows (id, status, version, expires_at, record) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (id) DO NOTHING"
+)
+SQL_REPLACE: Final = (
+    "UPDATE workflows SET status = ?, version = ?, expires_at = ?, record = ? WHERE id = ? AND version = ?"
+)
+SQL_LIST: Final = "SELECT record FROM workflows WHERE id >= ? ORDER BY id LIMIT ?"
+SQL_LIST_STATUS: Final = "SELECT record FROM workflows WHERE status = ? AND id >= ? ORDER BY id LIMIT ?"
+SQL_PURGE: Final = (
+    "DELETE FROM workflows WHERE id IN "
+    "(SELECT id FROM workflows WHERE expires_at > 0 AND expires_at <= ? LIMIT ?)"
+)
+
+
+class SqliteWorkflowRows:
+    """The ``WorkflowRows`` of ``SqliteStore``, run as jobs of its writer thread (``submit``)."""
+
+    def __init__(self, submit: Submit) -> None:
+        self._submit = submit
+
+    async def get_workflow(self, workflow_id: str) -> Workflow | None:
+        def job(worker: Worker) -> Workflow | None:
+            row = worker.conn.execute(SQL_GET, (workflow_id,)).fetchone()
+            return decode_workflow(row[0]) if row else None
+
+        return await self._submit(job)
+
+    async def put_workflow(self, workflow: Workflow, expected_version: int) -> bool:
+        record = encode_workflow(workflow)
+        w = workflow
+
+        def job(worker: Worker) -> bool:
+            if expected_version == 0:
+                params = (w.id, w.status, w.version, w.expires_at, record)
+                return worker.conn.execute(SQL_INSERT, params).rowcount == 1
+            params2 = (w.status, w.version, w.expires_at, record, w.id, expected_version)
+            return worker.conn.execute(SQL_REPLACE, params2).rowcount == 1
+
+        return await self._submit(job)
+
+    async def list_workflows(self, status: str, pivot: str, limit: int) -> list[Workflow]:
+        def job(worker: Worker) -> list[Workflow]:
+            if status:
+                rows = worker.conn.execute(SQL_LIST_STATUS, (status, pivot, limit))
+            else:
+                rows = worker.conn.execute(SQL_LIST, (pivot, limit))
+            return [decode_workflow(r[0]) for r in rows]
+
+        return await self._submit(job)
+
+    async def purge_workflows(self, now: int) -> int:
+        def job(worker: Worker) -> int:
+            return int(worker.conn.execute(SQL_PURGE, (now, PURGE_LIMIT)).rowcount)
+
+        purged = total = await self._submit(job)
+        while purged == PURGE_LIMIT:
+            purged = await self._submit(job)
+            total += purged
+        return total

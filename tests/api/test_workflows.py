@@ -1,0 +1,314 @@
+"""The workflow routes over real HTTP (docs/durable.md): what a worker and a caller see.
+
+These tests play the worker by hand (lease the activation, claim, append), so each rule of the journal
+shows in the replies; tests/integration/test_durable.py runs real worker processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from querator.clock import FakeClock
+from tests.conftest import Api, eventually
+
+SECOND = 1_000_000
+ACTIVATION = "querator.durable.run"
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+async def start(api: Api, workflow_id: str = "wf-1", **kw: Any) -> dict[str, Any]:
+    body = {
+        "workflow_id": workflow_id,
+        "name": "checkout",
+        "queue_name": "durable",
+        "input": b64(b"[1]"),
+        **kw,
+    }
+    return await api.post("/v1/workflows.start", body)
+
+
+async def activations(api: Api) -> list[dict[str, Any]]:
+    """The activation items waiting in the queue (not scheduled), taken out of it."""
+    listed = await api.post("/v1/storage/items.list", {"queue_name": "durable", "partition": 0})
+    items = list(listed.get("items", []))
+    if items:
+        body = {"queue_name": "durable", "partition": 0, "ids": [i["id"] for i in items]}
+        await api.post("/v1/storage/items.delete", body)
+    return items
+
+
+async def claim(api: Api, workflow_id: str = "wf-1") -> dict[str, Any]:
+    return await api.post("/v1/workflows.claim", {"workflow_id": workflow_id, "claim_timeout": "30s"})
+
+
+async def append(api: Api, fence: int, workflow_id: str = "wf-1", **kw: Any) -> dict[str, Any]:
+    return await api.post("/v1/workflows.append", {"workflow_id": workflow_id, "fence": fence, **kw})
+
+
+def step(seq: int, value: bytes = b'"ok"', **kw: Any) -> dict[str, Any]:
+    return {"seq": seq, "kind": "step", "name": f"s{seq}", "state": "done", "value": b64(value), **kw}
+
+
+async def _has_waiter(api: Api, workflow_id: str) -> bool:
+    return workflow_id in api.service.workflows._finished
+
+
+@pytest.fixture
+async def durable(api: Api) -> Api:
+    await api.create("durable")
+    return api
+
+
+async def test_start_stores_the_workflow_and_activates_it_once(durable: Api) -> None:
+    first = await start(durable)
+    assert first["created"] is True
+    assert first["workflow"]["status"] == "running"
+    again = await start(durable, input=b64(b"[2]"))
+    assert "created" not in again  # false: omitted, as protojson does
+    assert again["workflow"]["input"] == b64(b"[1]")  # the first start's, unchanged
+    [activation] = await activations(durable)  # the repeated start's produce was a duplicate
+    assert (activation["kind"], activation["reference"]) == (ACTIVATION, "wf-1")
+    assert base64.b64decode(activation["payload"]) == b'{"args":["wf-1"]}'
+
+
+async def test_start_refuses_a_missing_queue_and_bad_ids(api: Api) -> None:
+    error = await api.error(
+        "/v1/workflows.start", {"workflow_id": "w", "name": "n", "queue_name": "nope", "input": ""}
+    )
+    assert error.message == "queue does not exist; no such queue named 'nope'"
+    await api.create("durable")
+    for body, message in [
+        ({"workflow_id": "", "name": "n"}, "workflow id is invalid; cannot be empty"),
+        ({"workflow_id": "w" * 257, "name": "n"}, "workflow id is invalid; cannot be greater than '256'"),
+        ({"workflow_id": "a\x00b", "name": "n"}, "workflow id is invalid; cannot contain control"),
+        ({"workflow_id": "w", "name": ""}, "workflow name is invalid; cannot be empty"),
+        ({"workflow_id": "w", "name": "n", "parent_id": "p"}, "parent seq is invalid"),
+    ]:
+        error = await api.error("/v1/workflows.start", {"queue_name": "durable", **body})
+        assert error.status == 400 and error.message.startswith(message), error.message
+    assert await activations(api) == []
+
+
+async def test_a_claim_holds_until_its_deadline_and_fences_the_one_before(
+    durable: Api, clock: FakeClock
+) -> None:
+    await start(durable)
+    first = await claim(durable)
+    assert first["outcome"] == "claimed" and first["workflow"]["fence"] == 1
+    assert (await claim(durable))["outcome"] == "busy"
+    clock.advance(31)  # the first worker paused past its claim
+    second = await claim(durable)
+    assert second["outcome"] == "claimed" and second["workflow"]["fence"] == 2
+    late = await durable.error(
+        "/v1/workflows.append", {"workflow_id": "wf-1", "fence": 1, "entries": [step(1)]}
+    )
+    assert late.status == 409 and late.message.startswith("workflow claimed elsewhere; fence 1")
+    await append(durable, 2, entries=[step(1)])
+    info = await durable.post("/v1/workflows.info", {"workflow_id": "wf-1"})
+    assert [(e["seq"], e["name"], e["state"]) for e in info["entries"]] == [(1, "s1", "done")]
+
+
+async def test_a_recorded_step_is_never_replaced(durable: Api) -> None:
+    await start(durable)
+    await claim(durable)
+    await append(durable, 1, entries=[step(1, b'"first"')])
+    await append(durable, 1, entries=[step(1, b'"again"')])  # the same step again: left as it was
+    other = {"seq": 1, "kind": "step", "name": "other", "state": "done"}
+    error = await durable.error(
+        "/v1/workflows.append", {"workflow_id": "wf-1", "fence": 1, "entries": [other]}
+    )
+    assert error.status == 409 and "seq 1 is recorded already as step 's1'" in error.message
+    info = await durable.post("/v1/workflows.info", {"workflow_id": "wf-1"})
+    assert base64.b64decode(info["entries"][0]["value"]) == b'"first"'
+
+
+async def test_suspend_schedules_one_timer_and_complete_ends_it(durable: Api, clock: FakeClock) -> None:
+    await start(durable)
+    await activations(durable)
+    await claim(durable)
+    wake = "2030-01-01T00:00:00Z"
+    sleep = {"seq": 1, "kind": "sleep", "name": "sleep", "state": "pending", "wake_at": wake}
+    assert (await append(durable, 1, entries=[sleep], then="suspend", wake_at=wake)) == {}
+    scheduled = await durable.post("/v1/storage/scheduled.list", {"queue_name": "durable", "partition": 0})
+    assert [i["reference"] for i in scheduled["items"]] == ["wf-1"]
+    assert scheduled["items"][0]["enqueue_at"].startswith("2030-01-01T00:00:00")
+    assert (await claim(durable))["outcome"] == "claimed"  # the suspend released the claim
+    await append(durable, 2, then="complete", result=b64(b'{"ok":true}'))
+    result = await durable.post("/v1/workflows.result", {"workflow_id": "wf-1", "request_timeout": "1s"})
+    assert result["status"] == "completed" and base64.b64decode(result["result"]) == b'{"ok":true}'
+    assert (await claim(durable))["outcome"] == "finished"
+
+
+async def test_signals_wait_for_a_wait_and_wake_the_workflow(durable: Api) -> None:
+    await start(durable)
+    await activations(durable)
+    for n in range(2):
+        body = {
+            "workflow_id": "wf-1",
+            "name": "approval",
+            "payload": b64(b'"yes"'),
+            "signal_id": f"s-{n % 1}",
+        }
+        await durable.post("/v1/workflows.signal", body)  # the second is the first, retried
+    assert [a["reference"] for a in await activations(durable)] == ["wf-1", "wf-1"]
+    claimed = await claim(durable)
+    assert [(s["name"], s.get("taken_by", 0)) for s in claimed["workflow"]["signals"]] == [("approval", 0)]
+    received = {"seq": 1, "kind": "signal", "name": "approval", "state": "done"}
+    await append(durable, 1, entries=[received])
+    info = await durable.post("/v1/workflows.info", {"workflow_id": "wf-1"})
+    assert base64.b64decode(info["entries"][0]["value"]) == b'"yes"'
+    assert info["signals"][0]["taken_by"] == 1
+
+
+async def test_a_signal_during_a_claim_makes_the_suspend_resume(durable: Api) -> None:
+    await start(durable)
+    await claim(durable)
+    await durable.post("/v1/workflows.signal", {"workflow_id": "wf-1", "name": "go"})
+    assert (await append(durable, 1, then="suspend")) == {"resume": True}
+    assert (await append(durable, 1, then="suspend")) == {}
+
+
+async def test_dispatched_steps_wake_the_workflow_when_their_group_is_done(durable: Api) -> None:
+    await start(durable)
+    await claim(durable)
+    pending = [
+        {"seq": s, "kind": "step", "name": f"s{s}", "state": "pending", "group": 1, "group_size": 2}
+        for s in (1, 2)
+    ]
+    await append(durable, 1, entries=pending, then="suspend")
+    await activations(durable)
+    await append(durable, 0, entries=[step(1)])
+    assert await activations(durable) == []  # one of two: not yet
+    await append(durable, 0, entries=[step(2)])
+    assert [a["reference"] for a in await activations(durable)] == ["wf-1"]
+    await append(durable, 0, entries=[step(2, b'"late"')])  # a retried recording: woken again, kept first
+    assert len(await activations(durable)) == 1
+    info = await durable.post("/v1/workflows.info", {"workflow_id": "wf-1"})
+    assert [base64.b64decode(e["value"]) for e in info["entries"]] == [b'"ok"', b'"ok"']
+
+
+async def test_a_child_tells_its_parent_and_a_cancel_reaches_children(durable: Api) -> None:
+    await start(durable, "parent")
+    await claim(durable, "parent")
+    child_entry = {"seq": 1, "kind": "child", "name": "checkout", "state": "pending"}
+    await append(durable, 1, "parent", entries=[child_entry])
+    await start(durable, "parent/1", parent_id="parent", parent_seq=1)
+    await start(durable, "parent/2", parent_id="parent", parent_seq=2)
+    await append(durable, 1, "parent", entries=[{**child_entry, "seq": 2}], then="suspend")
+    await activations(durable)
+    await claim(durable, "parent/1")
+    await append(durable, 1, "parent/1", then="complete", result=b64(b'"shipped"'))
+    info = await durable.post("/v1/workflows.info", {"workflow_id": "parent"})
+    assert [(e["seq"], e["state"]) for e in info["entries"]] == [(1, "done"), (2, "pending")]
+    assert base64.b64decode(info["entries"][0]["value"]) == b'"shipped"'
+    await durable.post("/v1/workflows.cancel", {"workflow_id": "parent"})
+    parent = await claim(durable, "parent")
+    assert parent["workflow"]["cancel_requested"] is True
+    await append(durable, parent["workflow"]["fence"], "parent", then="cancel", error="Cancelled: by request")
+    child = await durable.post("/v1/workflows.info", {"workflow_id": "parent/2"})
+    assert child["cancel_requested"] is True
+
+
+async def test_lists_page_by_id_and_filter_by_status(durable: Api) -> None:
+    for workflow_id in ("c", "a", "b"):
+        await start(durable, workflow_id)
+    await claim(durable, "b")
+    await append(durable, 1, "b", then="fail", error="ValueError: no")
+    page = await durable.post("/v1/workflows.list", {"limit": 2})
+    assert [w["workflow_id"] for w in page["workflows"]] == ["a", "b"]
+    assert "entries" not in page["workflows"][0]
+    failed = await durable.post("/v1/workflows.list", {"status": "failed"})
+    assert [(w["workflow_id"], w["error"]) for w in failed["workflows"]] == [("b", "ValueError: no")]
+    error = await durable.error("/v1/workflows.list", {"status": "done"})
+    assert error.message == "status is invalid; 'done' is not running, completed, failed or cancelled"
+
+
+async def test_result_waits_for_the_end(durable: Api, clock: FakeClock) -> None:
+    await start(durable)
+    waiting = asyncio.create_task(
+        durable.post("/v1/workflows.result", {"workflow_id": "wf-1", "request_timeout": "10s"})
+    )
+    await claim(durable)
+    clock.advance(9)
+    assert not waiting.done()
+    await append(durable, 1, then="complete", result=b64(b"1"))
+    assert (await waiting)["status"] == "completed"  # woken by the finish, before its timeout
+    clock.advance(60)
+    await start(durable, "wf-2")
+    waiting = asyncio.create_task(
+        durable.post("/v1/workflows.result", {"workflow_id": "wf-2", "request_timeout": "10s"})
+    )
+    await eventually(lambda: _has_waiter(durable, "wf-2"))
+    clock.advance(10)
+    assert (await waiting)["status"] == "running"
+    unknown = await durable.error("/v1/workflows.result", {"workflow_id": "nope", "request_timeout": "1s"})
+    assert unknown.message == "workflow does not exist; no workflow 'nope'"
+    bad = await durable.error("/v1/workflows.result", {"workflow_id": "wf-1"})
+    assert bad.message.startswith("request timeout is required")
+
+
+async def test_bad_appends_are_refused_before_anything_is_read(durable: Api) -> None:
+    for body, message in [
+        ({"fence": -1}, "fence is invalid; cannot be negative"),
+        ({"fence": 1, "then": "later"}, "then is invalid; 'later' is not suspend"),
+        ({"fence": 0, "then": "complete"}, "fence is invalid; only entries may be recorded"),
+        (
+            {"fence": 1, "entries": [{"seq": 0, "kind": "step", "name": "s", "state": "done"}]},
+            "entries is invalid; seq",
+        ),
+        (
+            {"fence": 1, "entries": [{"seq": 1, "kind": "nap", "name": "s", "state": "done"}]},
+            "entries is invalid; 'nap'",
+        ),
+        ({"fence": 1, "claim_timeout": "1h"}, "claim timeout is invalid; must be between 1s and 15m"),
+    ]:
+        error = await durable.error("/v1/workflows.append", {"workflow_id": "unknown", **body})
+        assert error.status == 400 and error.message.startswith(message), error.message
+
+
+async def test_a_finished_workflow_is_kept_for_its_retention_then_dropped(
+    durable: Api, clock: FakeClock
+) -> None:
+    await start(durable)
+    await claim(durable)
+    await append(durable, 1, then="complete")
+    info = await durable.post("/v1/workflows.info", {"workflow_id": "wf-1"})
+    finished, expires = (datetime.fromisoformat(info[k]) for k in ("finished_at", "expires_at"))
+    assert expires - finished == timedelta(days=7)
+    clock.advance(7 * 86_400 + 61)  # past the retention and the next purge
+    await eventually(lambda: _gone(durable, "wf-1"))
+
+
+async def _gone(api: Api, workflow_id: str) -> bool:
+    reply = await api.post("/v1/workflows.list", {})
+    return workflow_id not in [w["workflow_id"] for w in reply.get("workflows", [])]
+
+
+async def test_a_list_page_ends_early_rather_than_pass_its_byte_bound(durable: Api) -> None:
+    big = b64(b"x" * 600_000)
+    ids = [f"w{n}" for n in range(8)]
+    for workflow_id in ids:
+        await start(durable, workflow_id, input=big)
+    first = await durable.post("/v1/workflows.list", {})
+    assert [w["workflow_id"] for w in first["workflows"]] == ids[:6]  # a 7th would pass 4 MiB of inputs
+    rest = await durable.post("/v1/workflows.list", {"pivot": "w5\x01"})
+    assert [w["workflow_id"] for w in rest["workflows"]] == ids[6:]
+
+
+async def test_ending_with_a_child_that_never_started_still_ends(durable: Api) -> None:
+    """A parent that recorded a child and ended before starting it: its end cancels the children it
+    recorded, and a missing one made the append answer 400 after the parent was stored as ended."""
+    await start(durable, "parent")
+    await claim(durable, "parent")
+    child = {"seq": 1, "kind": "child", "name": "checkout", "state": "pending"}
+    assert await append(durable, 1, "parent", entries=[child], then="cancel", error="Cancelled: x") == {}
+    info = await durable.post("/v1/workflows.info", {"workflow_id": "parent"})
+    assert info["status"] == "cancelled"

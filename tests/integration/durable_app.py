@@ -1,0 +1,165 @@
+"""The workflows of tests/integration/test_durable.py, run by real ``querator worker`` processes.
+
+Every step run appends a JSON line to ``$DURABLE_RECORDS/<pid>.jsonl`` (appends of one short line do not
+interleave), so a test counts the side effects of every process: a step that ran twice shows twice.
+``hold`` waits for the file ``$DURABLE_RECORDS/release-<key>``, which the test creates when ready.
+``$DURABLE_VARIANT`` changes the code of ``evolving``, as a deploy would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from querator.durable import Context, Durable, SignalTimeout, StepFailed
+from querator.worker import Permanent, backoff
+
+app = Durable(queue="durable", concurrency=8, claim_timeout="3s")
+RECORDS = Path(os.environ.get("DURABLE_RECORDS", "."))
+
+
+def record(step: str, **fields: Any) -> None:
+    line = json.dumps({"step": step, "pid": os.getpid(), **fields})
+    with (RECORDS / f"{os.getpid()}.jsonl").open("a") as f:
+        f.write(line + "\n")
+
+
+def failures(key: str) -> int:
+    """How many times the step of ``key`` ran before, by the records of every process."""
+    return sum(
+        1
+        for path in RECORDS.glob("*.jsonl")
+        for line in path.read_text().splitlines()
+        if json.loads(line).get("key") == key
+    )
+
+
+@app.step()
+async def add(key: str, x: int, y: int) -> int:
+    record("add", key=key)
+    return x + y
+
+
+@app.step(max_attempts=5, retry=backoff.fixed("100ms"))
+async def flaky(key: str, fail_times: int) -> str:
+    before = failures(key)
+    record("flaky", key=key)
+    if before < fail_times:
+        raise RuntimeError(f"failure {before + 1}")
+    return f"ok after {before + 1}"
+
+
+@app.step(max_attempts=2, retry=backoff.fixed("100ms"))
+def doomed(key: str) -> None:
+    record("doomed", key=key)
+    raise ValueError("never works")
+
+
+@app.step()
+async def forbidden(key: str) -> None:
+    record("forbidden", key=key)
+    raise Permanent("not allowed")
+
+
+@app.step()
+async def hold(key: str) -> str:
+    """Waits for the test's release file: a step in flight while the test does something."""
+    record("hold", key=key, phase="started")
+    while not (RECORDS / f"release-{key}").exists():  # noqa: ASYNC110 - another process makes it
+        await asyncio.sleep(0.05)
+    record("hold", key=key, phase="ended")
+    return "held"
+
+
+@app.step()
+def undo(key: str, what: str) -> None:
+    record("undo", key=key, what=what)
+
+
+@app.workflow()
+async def three_steps(ctx: Context, key: str) -> list[int]:
+    a = await ctx.run(add, f"{key}-1", 1, 2)
+    b = await ctx.run(add, f"{key}-2", a, 10)
+    c = await ctx.run(add, f"{key}-3", b, 100)
+    return [a, b, c]
+
+
+@app.workflow()
+async def held_in_the_middle(ctx: Context, key: str) -> list[Any]:
+    first = await ctx.run(add, f"{key}-1", 1, 1)
+    middle = await ctx.run(hold, key)
+    last = await ctx.run(add, f"{key}-3", 2, 2)
+    return [first, middle, last]
+
+
+@app.workflow()
+async def retried(ctx: Context, key: str, fail_times: int) -> str:
+    return await ctx.run(flaky, key, fail_times)
+
+
+@app.workflow()
+async def catches(ctx: Context, key: str) -> str:
+    try:
+        await ctx.run(doomed, key)
+    except StepFailed as e:
+        return f"caught {e.error}"
+    return "not reached"
+
+
+@app.workflow()
+async def saga(ctx: Context, key: str) -> None:
+    await ctx.run(add, f"{key}-a", 1, 1)
+    ctx.on_failure(undo, key, "a")
+    await ctx.run(add, f"{key}-b", 2, 2)
+    ctx.on_failure(undo, key, "b")
+    await ctx.run(forbidden, key)
+
+
+@app.workflow()
+async def sleeper(ctx: Context, key: str, seconds: float) -> str:
+    await ctx.run(add, f"{key}-before", 0, 0)
+    await ctx.sleep(timedelta(seconds=seconds))
+    await ctx.run(add, f"{key}-after", 0, 0)
+    return "awake"
+
+
+@app.workflow()
+async def approval(ctx: Context, key: str, timeout_s: float) -> Any:
+    try:
+        decision = await ctx.wait_for_signal("approval", timeout=timedelta(seconds=timeout_s))
+    except SignalTimeout:
+        return "timed out"
+    second = await ctx.wait_for_signal("approval", timeout=timedelta(seconds=timeout_s))
+    return [decision, second]
+
+
+@app.workflow()
+async def fan_out(ctx: Context, key: str, n: int) -> int:
+    parts = await ctx.gather(*(ctx.run(add, f"{key}-{i}", i, 0) for i in range(n)))
+    return sum(parts)
+
+
+@app.workflow()
+async def parent(ctx: Context, key: str) -> dict[str, Any]:
+    child = await ctx.child(three_steps, f"{key}-child")
+    return {"child": child}
+
+
+@app.workflow()
+async def waits_forever(ctx: Context, key: str) -> None:
+    await ctx.run(add, f"{key}-1", 1, 1)
+    ctx.on_failure(undo, key, "first")
+    await ctx.child(approval, f"{key}-child", 3600.0)
+
+
+@app.workflow()
+async def evolving(ctx: Context, key: str) -> int:
+    if os.environ.get("DURABLE_VARIANT") == "renamed":
+        await ctx.run(undo, key, "x")  # the deploy put another step where `add` was recorded
+    first = await ctx.run(add, f"{key}-1", 1, 1)
+    await ctx.wait_for_signal("go")
+    return first + await ctx.run(add, f"{key}-2", 1, 1)

@@ -1,0 +1,240 @@
+"""querator.durable with real processes: a ``querator serve`` node on sqlite and ``querator worker``
+processes running tests/integration/durable_app.py; each step run is a line in a records file, so the
+tests count side effects across processes and kills.
+
+Nothing sleeps to synchronise: the tests poll the records and the workflows with deadlines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from querator.client import AsyncClient
+from querator.durable import WorkflowFailed
+from tests.integration import durable_app as wf
+
+from .conftest import ServerProcess, Servers, eventually, kill9, server_env, wait_until
+
+pytestmark = pytest.mark.integration
+
+DEADLINE = 30.0
+
+
+class Workers:
+    """``querator worker`` processes running the durable app, killed at teardown if still running."""
+
+    def __init__(self, server: ServerProcess, records: Path) -> None:
+        self.server = server
+        self.records = records
+        self.started: list[subprocess.Popen[bytes]] = []
+
+    def start(self, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        n = len(self.started)
+        log = self.records.parent / f"worker-{n}.log"
+        with log.open("wb") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "querator.cli", "worker", "tests.integration.durable_app:app"],
+                env=server_env(
+                    {
+                        "QUERATOR_ENDPOINT": self.server.url,
+                        "DURABLE_RECORDS": str(self.records),
+                        **(env or {}),
+                    }
+                ),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+        self.started.append(proc)
+        wait_until(
+            lambda: "worker started" in log.read_text() or proc.poll() is not None, DEADLINE, "worker up"
+        )
+        assert proc.poll() is None, log.read_text()
+        return proc
+
+    def runs(self, step: str, key: str | None = None) -> list[dict[str, Any]]:
+        return [
+            r
+            for path in sorted(self.records.glob("*.jsonl"))
+            for r in map(json.loads, path.read_text().splitlines())
+            if r["step"] == step and (key is None or r.get("key") == key)
+        ]
+
+    def close(self) -> None:
+        for proc in self.started:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(DEADLINE)
+
+
+@pytest.fixture
+def server(servers: Servers) -> ServerProcess:
+    return servers.start("--storage", "sqlite")
+
+
+@pytest.fixture
+def workers(server: ServerProcess, tmp_path: Path) -> Iterator[Workers]:
+    records = tmp_path / "records"
+    records.mkdir()
+    started = Workers(server, records)
+    try:
+        yield started
+    finally:
+        started.close()
+
+
+@pytest.fixture
+async def client(server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[AsyncClient]:
+    """A client of the node; the test's ``app.start`` calls go there too."""
+    monkeypatch.setattr(wf.app.worker, "endpoint", server.url)
+    async with AsyncClient(server.url) as c:
+        yield c
+    await wf.app.close()
+
+
+async def test_a_workflow_runs_its_steps_once_and_returns(workers: Workers, client: AsyncClient) -> None:
+    workers.start()
+    handle = await wf.app.start(wf.three_steps, "w", workflow_id="three")
+    assert await handle.result(timeout=DEADLINE) == [3, 13, 113]
+    assert [r["key"] for r in workers.runs("add")] == ["w-1", "w-2", "w-3"]
+    info = await client.workflow_info("three")
+    assert [(e.seq, e.kind, e.state) for e in info.entries] == [(s, "step", "done") for s in (1, 2, 3)]
+    again = await wf.app.start(wf.three_steps, "other", workflow_id="three")  # idempotent by id
+    assert await again.result(timeout=DEADLINE) == [3, 13, 113]
+    assert len(workers.runs("add")) == 3
+
+
+async def test_kill_9_of_a_worker_mid_step_resumes_after_the_recorded_steps(
+    workers: Workers, client: AsyncClient
+) -> None:
+    first = workers.start()
+    handle = await wf.app.start(wf.held_in_the_middle, "k", workflow_id="held")
+    wait_until(lambda: len(workers.runs("hold", "k")) == 1, DEADLINE, "the middle step started")
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait(DEADLINE)
+    (workers.records / "release-k").touch()
+    workers.start()
+    assert await handle.result(timeout=DEADLINE) == [2, "held", 4]
+    assert [r["key"] for r in workers.runs("add")] == ["k-1", "k-3"]  # the first step did not run again
+    assert [r["phase"] for r in workers.runs("hold")] == ["started", "started", "ended"]  # in flight: again
+
+
+async def test_a_failing_step_is_retried_then_recorded(workers: Workers, client: AsyncClient) -> None:
+    workers.start()
+    handle = await wf.app.start(wf.retried, "f", 2, workflow_id="flaky")
+    assert await handle.result(timeout=DEADLINE) == "ok after 3"
+    info = await client.workflow_info("flaky")
+    assert (info.entries[0].state, info.entries[0].attempts) == ("done", 3)
+
+
+async def test_an_exhausted_step_raises_in_the_workflow_where_it_is_caught(
+    workers: Workers, client: AsyncClient
+) -> None:
+    workers.start()
+    handle = await wf.app.start(wf.catches, "c", workflow_id="catches")
+    assert await handle.result(timeout=DEADLINE) == "caught ValueError: never works"
+    assert len(workers.runs("doomed", "c")) == 2  # max_attempts
+
+
+async def test_an_uncaught_failure_runs_compensations_in_reverse(
+    workers: Workers, client: AsyncClient
+) -> None:
+    workers.start()
+    handle = await wf.app.start(wf.saga, "s", workflow_id="saga")
+    with pytest.raises(WorkflowFailed) as failed:
+        await handle.result(timeout=DEADLINE)
+    assert failed.value.status == "failed"
+    assert failed.value.error.startswith("StepFailed: ") and "Permanent: not allowed" in failed.value.error
+    assert [r["what"] for r in workers.runs("undo", "s")] == ["b", "a"]
+    assert len(workers.runs("forbidden", "s")) == 1  # permanent: no retry
+
+
+async def test_a_durable_sleep_survives_a_server_restart(
+    servers: Servers, server: ServerProcess, workers: Workers, client: AsyncClient, tmp_path: Path
+) -> None:
+    workers.start()
+    handle = await wf.app.start(wf.sleeper, "z", 3.0, workflow_id="sleeper")
+    wait_until(lambda: len(workers.runs("add", "z-before")) == 1, DEADLINE, "asleep")
+    await eventually(lambda: _pending(client, "sleeper", "sleep"), DEADLINE, "sleeping")
+    kill9(server)
+    restarted = servers.start("--storage", "sqlite", port=server.port, cwd=server.cwd)
+    assert restarted.port == server.port
+    assert await handle.result(timeout=DEADLINE) == "awake"
+    assert [r["key"] for r in workers.runs("add")] == ["z-before", "z-after"]
+
+
+async def test_signals_before_and_after_the_wait_and_the_timeout(
+    workers: Workers, client: AsyncClient
+) -> None:
+    workers.start()
+    early = await wf.app.start(wf.approval, "a", 60.0, workflow_id="early")
+    await wf.app.signal("early", "approval", {"ok": 1})  # may arrive before the workflow waits
+    await eventually(
+        lambda: _pending(client, "early", "signal"), DEADLINE, "waiting"
+    )  # now it waits for the second
+    await wf.app.signal("early", "approval", {"ok": 2})
+    assert await early.result(timeout=DEADLINE) == [{"ok": 1}, {"ok": 2}]
+    late = await wf.app.start(wf.approval, "t", 1.0, workflow_id="late")
+    assert await late.result(timeout=DEADLINE) == "timed out"
+
+
+async def test_fan_out_of_100_steps_over_three_workers(workers: Workers, client: AsyncClient) -> None:
+    for _ in range(3):
+        workers.start()
+    handle = await wf.app.start(wf.fan_out, "g", 100, workflow_id="fan")
+    assert await handle.result(timeout=DEADLINE) == sum(range(100))
+    runs = workers.runs("add")
+    assert sorted(r["key"] for r in runs) == sorted(f"g-{i}" for i in range(100))
+    assert len({r["pid"] for r in runs}) > 1  # the steps ran in more than one worker
+
+
+async def test_a_child_workflow_and_cancel_that_reaches_it(workers: Workers, client: AsyncClient) -> None:
+    workers.start()
+    handle = await wf.app.start(wf.parent, "p", workflow_id="parent")
+    assert await handle.result(timeout=DEADLINE) == {"child": [3, 13, 113]}
+    assert (await client.workflow_info("parent/1")).status == "completed"
+    waiting = await wf.app.start(wf.waits_forever, "w", workflow_id="forever")
+    await eventually(lambda: _status(client, "forever/2", "running"), DEADLINE, "child started")
+    await wf.app.cancel("forever")
+    with pytest.raises(WorkflowFailed) as cancelled:
+        await waiting.result(timeout=DEADLINE)
+    assert cancelled.value.status == "cancelled"
+    assert [r["what"] for r in workers.runs("undo", "w")] == ["first"]
+    await eventually(lambda: _status(client, "forever/2", "cancelled"), DEADLINE, "child cancelled")
+
+
+async def test_changed_code_fails_the_workflow_with_non_determinism(
+    workers: Workers, client: AsyncClient
+) -> None:
+    before = workers.start()
+    handle = await wf.app.start(wf.evolving, "e", workflow_id="evolving")
+    await eventually(lambda: _pending(client, "evolving", "signal"), DEADLINE, "waiting")
+    before.terminate()
+    before.wait(DEADLINE)
+    workers.start({"DURABLE_VARIANT": "renamed"})
+    await wf.app.signal("evolving", "go")
+    with pytest.raises(WorkflowFailed) as failed:
+        await handle.result(timeout=DEADLINE)
+    assert failed.value.error.startswith("NonDeterminism: the workflow's code asked for step")
+    assert workers.runs("undo", "e") == []  # the new step never ran in place of the recorded one
+
+
+async def _pending(client: AsyncClient, workflow_id: str, kind: str) -> bool:
+    info = await client.workflow_info(workflow_id)
+    return any(e.kind == kind and e.state == "pending" for e in info.entries)
+
+
+async def _status(client: AsyncClient, workflow_id: str, status: str) -> bool:
+    try:
+        return (await client.workflow_info(workflow_id)).status == status
+    except Exception:
+        return False

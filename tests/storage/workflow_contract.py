@@ -1,0 +1,105 @@
+"""The storage contract for durable workflows (``Store.workflows``), part of ``StoreContract``.
+
+The journal's rules (``querator.storage.journal``) are run against each backend's rows, so a backend that
+stores or compares versions wrongly fails here, whichever backend it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from msgspec.structs import replace
+
+from querator.storage.base import Store
+from querator.storage.journal import BUSY, CLAIMED, SUSPEND, Ending, append, claim, start
+from querator.storage.workflows import Entry, Workflow
+from querator.wire.workflows import COMPLETED, DONE, RUNNING, STEP
+
+SECOND = 1_000_000
+NOW = 1_700_000_000 * SECOND
+DAY = 86_400 * SECOND
+
+
+def new(workflow_id: str, **fields: object) -> Workflow:
+    return replace(
+        Workflow(id=workflow_id, name="checkout", queue="durable", input=b'{"args":[1]}'), **fields
+    )
+
+
+class WorkflowContract:
+    """Every backend's workflow rows."""
+
+    async def put_new(self, store: Store, wf: Workflow) -> Workflow:
+        _, write = start(None, wf, NOW)
+        assert write is not None
+        stored = replace(write, version=1)
+        assert await store.workflows.put_workflow(stored, 0)
+        return stored
+
+    async def test_a_new_workflow_round_trips(self, store: Store) -> None:
+        wf = await self.put_new(store, new("wf-1", encoding="application/json", parent_id="p", parent_seq=3))
+        got = await store.workflows.get_workflow("wf-1")
+        assert got == wf
+        assert (got.status, got.created_at, got.version) == (RUNNING, NOW, 1)
+        assert await store.workflows.get_workflow("wf-2") is None
+
+    async def test_put_replaces_only_the_version_it_read(self, store: Store) -> None:
+        wf = await self.put_new(store, new("wf-1"))
+        assert not await store.workflows.put_workflow(new("wf-1", version=1), 0)  # exists already
+        claimed, write = claim(wf, "wf-1", NOW, NOW + 30 * SECOND)
+        assert claimed.outcome == CLAIMED and write is not None
+        first = replace(write, version=2)
+        assert await store.workflows.put_workflow(first, 1)
+        stale = replace(first, fence=9)
+        assert not await store.workflows.put_workflow(stale, 1)  # a second writer that read version 1
+        got = await store.workflows.get_workflow("wf-1")
+        assert got is not None and (got.fence, got.version) == (1, 2)
+        again, no_write = claim(got, "wf-1", NOW + SECOND, NOW + 31 * SECOND)
+        assert again.outcome == BUSY and no_write is None
+
+    async def test_concurrent_writers_of_one_version_one_wins(self, store: Store) -> None:
+        wf = await self.put_new(store, new("wf-1"))
+        writes = [store.workflows.put_workflow(replace(wf, fence=f, version=2), 1) for f in range(1, 6)]
+        results = await asyncio.gather(*writes)
+        assert sorted(results) == [False, False, False, False, True]
+
+    async def test_a_journal_round_trips(self, store: Store) -> None:
+        wf = await self.put_new(store, new("wf-1"))
+        _, claimed = claim(wf, "wf-1", NOW, NOW + 30 * SECOND)
+        assert claimed is not None
+        write = replace(claimed, version=2)
+        assert await store.workflows.put_workflow(write, 1)
+        entries = [Entry(seq=1, kind=STEP, name="charge", state=DONE, value=b'"r-1"', attempts=2)]
+        _, appended = append(write, "wf-1", 1, entries, Ending(SUSPEND, wake_at=NOW + DAY), NOW, 0, DAY)
+        assert appended is not None
+        assert await store.workflows.put_workflow(replace(appended, version=3), 2)
+        got = await store.workflows.get_workflow("wf-1")
+        assert got is not None
+        assert got.entries == entries
+        assert (got.claim_deadline, got.timer_at) == (0, NOW + DAY)
+
+    async def test_lists_by_status_in_id_order(self, store: Store) -> None:
+        for workflow_id in ("c", "a", "b", "d"):
+            await self.put_new(store, new(workflow_id))
+        done = await store.workflows.get_workflow("b")
+        assert done is not None
+        assert await store.workflows.put_workflow(replace(done, status=COMPLETED, version=2), 1)
+        assert [w.id for w in await store.workflows.list_workflows("", "", 10)] == ["a", "b", "c", "d"]
+        assert [w.id for w in await store.workflows.list_workflows(RUNNING, "", 10)] == ["a", "c", "d"]
+        assert [w.id for w in await store.workflows.list_workflows(RUNNING, "b", 1)] == ["c"]
+        assert [w.id for w in await store.workflows.list_workflows(COMPLETED, "", 10)] == ["b"]
+
+    @pytest.mark.parametrize("expired", [True, False])
+    async def test_purge_drops_expired_records(self, store: Store, expired: bool) -> None:
+        wf = await self.put_new(store, new("wf-1"))
+        # Expires long after a backend's own TTL could act (a year): only purge may drop it.
+        expires_at = NOW + (-SECOND if expired else 365 * DAY)
+        ended = replace(wf, status=COMPLETED, version=2, expires_at=expires_at)
+        assert await store.workflows.put_workflow(ended, 1)
+        purged = await store.workflows.purge_workflows(NOW)
+        remaining = await store.workflows.get_workflow("wf-1")
+        if expired and purged:
+            assert remaining is None
+        else:
+            assert remaining is not None
