@@ -61,7 +61,7 @@ from querator.service._validation import (
 from querator.service._workflows import DEFAULT_RETENTION_US, Workflows
 from querator.storage.base import DEFAULT_DEDUP_WINDOW, Item, QueueRecord, Store
 from querator.storage.operations import LEASE_TOKEN_KEY, moved_copies, new_lease_token_key
-from querator.tenancy import Tenancy
+from querator.tenancy import CALLER, Tenancy
 from querator.tenancy import permissions as perm
 from querator.wire import messages as m
 
@@ -112,12 +112,17 @@ class Service:
         )
         self.metrics = Metrics(self.clock, self.cluster, self.manager, self.ready)
         self.proxy = Proxy(self.cluster.node_id, cluster_auth, cluster_tls, self.metrics.forwarded)
-        self.workflows = Workflows(
-            store.workflows, self.clock, self.produce, self._queue_exists, workflow_retention_us
-        )
         self.tenancy = Tenancy(store, self.clock, self.metrics.registry)
         if tenancy:
             self.tenancy.enable(bootstrap_keys)
+        self.workflows = Workflows(
+            store.workflows,
+            self.clock,
+            self._produce_own,
+            self._queue_exists,
+            workflow_retention_us,
+            authorize=self._authorize_queue if tenancy else None,
+        )
         self._closing = False
         self._started = False
         self._purger: asyncio.Task[None] | None = None
@@ -241,6 +246,21 @@ class Service:
 
     async def _queue_exists(self, name: str) -> bool:
         return await self.store.get_queue(name) is not None
+
+    async def _produce_own(self, req: m.QueueProduceRequest) -> m.QueueProduceResponse:
+        """A produce of the server's own (a workflow's activation), whoever's request caused it: the
+        route that did was authorized for what it asked, not for the queue the activation goes to."""
+        token = CALLER.set(None)
+        try:
+            return await self.produce(req)
+        finally:
+            CALLER.reset(token)
+
+    async def _authorize_queue(self, name: str, permission: str) -> None:
+        """403 unless the caller holds ``permission`` in the namespace of queue ``name`` (``_system`` for
+        "" or a queue that is gone): for routes that name a queue only indirectly (workflows)."""
+        record = await self.manager.record(name) if name else None
+        await self.tenancy.authorize(record.namespace if record else SYSTEM_NAMESPACE, permission)
 
     # -- routing --------------------------------------------------------------------------------------------
 
