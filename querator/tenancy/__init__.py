@@ -11,31 +11,17 @@ authorization of every route by them. Off unless the server runs with ``--tenanc
 """
 
 from querator.tenancy import _permissions as permissions
-from querator.tenancy._access import BOOTSTRAP_ADMIN, CACHE_TTL_S, CALLER, Access, Principal, hash_key
-from querator.tenancy._api import ANONYMOUS, Tenancy
-from querator.tenancy._permissions import (
-    ADMIN,
-    NAMESPACE_OWNER,
-    PERMISSIONS,
-    PUBLIC_VIEWER,
-    STANDARD_ROLES,
-    SYSTEM,
-)
+from querator.tenancy._access import CACHE_TTL_S, CALLER, Access, Principal
+from querator.tenancy._api import Tenancy
+from querator.tenancy._permissions import STANDARD_ROLES, SYSTEM
 
 __all__ = [
-    "ADMIN",
-    "ANONYMOUS",
-    "BOOTSTRAP_ADMIN",
     "CACHE_TTL_S",
     "CALLER",
-    "NAMESPACE_OWNER",
-    "PERMISSIONS",
-    "PUBLIC_VIEWER",
     "STANDARD_ROLES",
     "SYSTEM",
     "Access",
     "Principal",
     "Tenancy",
-    "hash_key",
     "permissions",
 ]

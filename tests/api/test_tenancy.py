@@ -18,6 +18,13 @@ from tests.conftest import Api, ServerFactory
 KEY = re.compile(r"qtr-([a-z0-9]{1,16})-[0-9A-Za-z]{43}")
 
 
+def _tag(key: str) -> str:
+    """The tag of an API key, which must have the reference's form."""
+    found = KEY.fullmatch(key)
+    assert found is not None, key
+    return found.group(1)
+
+
 @pytest.fixture
 async def admin(start_server: ServerFactory, clock: FakeClock) -> Caller:
     return Caller(await tenant_server(start_server, clock), BOOTSTRAP_KEY)
@@ -236,7 +243,7 @@ async def test_api_keys_are_shown_once_and_stored_as_hashes(admin: Caller) -> No
     user_id = await admin.user("dave")
     other = await admin.user("erin")
     created = await admin.ok("/v1/apikeys.create", {"user_id": user_id, "name": "ci"})
-    assert KEY.fullmatch(created["key"]) and KEY.fullmatch(created["key"]).group(1) == "live"  # type: ignore[union-attr]
+    assert _tag(created["key"]) == "live"
     assert created["prefix"] == created["key"][: len("qtr-live-") + 8]
     await admin.new_key(other)
     listed = (await admin.ok("/v1/apikeys.list", {"user_id": user_id}))["items"]
@@ -262,10 +269,9 @@ async def test_a_key_tag_comes_from_the_request_then_the_namespace_then_live(adm
     user_id = await admin.user("f")
     await admin.namespace("tagged", api_key_tag="stage")
     await admin.namespace("plain")
-    tag = lambda key: KEY.fullmatch(key).group(1)  # type: ignore[union-attr]  # noqa: E731
-    assert tag(await admin.new_key(user_id, key_tag="dev", namespace_scope="tagged")) == "dev"
-    assert tag(await admin.new_key(user_id, namespace_scope="tagged")) == "stage"
-    assert tag(await admin.new_key(user_id, namespace_scope="plain")) == "live"
+    assert _tag(await admin.new_key(user_id, key_tag="dev", namespace_scope="tagged")) == "dev"
+    assert _tag(await admin.new_key(user_id, namespace_scope="tagged")) == "stage"
+    assert _tag(await admin.new_key(user_id, namespace_scope="plain")) == "live"
 
 
 KEY_ERRORS = [
