@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 from collections.abc import Iterable
 from typing import Final
@@ -15,7 +16,7 @@ from querator import _tasks
 from querator.auth import DEFAULT_TAG, generate_key
 from querator.clock import Clock, from_datetime, sleep_until, to_datetime
 from querator.errors import InvalidOption, QueratorError, RequestFailed
-from querator.ksuid import KsuidGenerator
+from querator.ksuid import KSUID_MAX_VALUE, KsuidGenerator, format_ksuid
 from querator.storage.base import Store
 from querator.tenancy import _permissions as p
 from querator.tenancy._access import Access, Principal, hash_key
@@ -378,14 +379,14 @@ class Tenancy:
             await self.directory.add_namespace(Namespace(name=p.SYSTEM, created_at=now))
         anonymous = await self.directory.user_named(ANONYMOUS)
         if anonymous is None:
-            anonymous = User(id=self._new_id(), username=ANONYMOUS, created_at=now, updated_at=now)
+            anonymous = User(id=_fixed_id(ANONYMOUS), username=ANONYMOUS, created_at=now, updated_at=now)
             await self.directory.add_user(anonymous)
         self.access.anonymous = Principal(user_id=anonymous.id)
         roles = {}
         for name, permissions in p.STANDARD_ROLES.items():
             role = await self.directory.role_named(p.SYSTEM, name)
             if role is None:
-                role = Role(id=self._new_id(), namespace=p.SYSTEM, name=name, created_at=now)
+                role = Role(id=_fixed_id(name), namespace=p.SYSTEM, name=name, created_at=now)
                 role.permissions = list(permissions)
                 await self.directory.add_role(role)
             elif role.permissions != list(permissions):
@@ -414,6 +415,13 @@ class Tenancy:
                 await self.access.flush()
             except QueratorError as e:
                 log.warning("writing api keys' last use failed (tried again later): %s", e.message)
+
+
+def _fixed_id(label: str) -> str:
+    """The id of what every node's bootstrap makes (the anonymous user, the standard roles): the same on
+    every node, so nodes bootstrapping one store at once write the same records, never two of each."""
+    digest = hashlib.sha256(f"querator bootstrap {label}".encode()).digest()
+    return format_ksuid(int.from_bytes(digest[:20]) & KSUID_MAX_VALUE)
 
 
 def _standard(name: str) -> InvalidOption:

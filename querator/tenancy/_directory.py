@@ -97,9 +97,12 @@ class Directory:
     # -- users ------------------------------------------------------------------------------------------
 
     async def add_user(self, user: User) -> None:
+        """Stores a new user; adding the same id again is not an error (every node's bootstrap adds
+        the anonymous user under one id)."""
         if not await self.store.add_record(USERNAME, user.username, user.id.encode()):
             owner = await self.store.get_record(USERNAME, user.username)
-            if owner is not None and await self.get_user(owner.decode()) is not None:
+            owner_id = owner.decode() if owner is not None else user.id
+            if owner_id != user.id and await self.get_user(owner_id) is not None:
                 raise InvalidOption(f"username is already taken; '{user.username}' is already taken")
             await self.store.put_record(USERNAME, user.username, user.id.encode())  # a stale index
         await self._put(USER, user.id, user)
@@ -180,7 +183,8 @@ class Directory:
     async def add_role(self, role: Role) -> None:
         name_key = f"{role.namespace}:{role.name}"
         if not await self.store.add_record(ROLE_NAME, name_key, role.id.encode()):
-            if await self.role_named(role.namespace, role.name) is not None:
+            existing = await self.role_named(role.namespace, role.name)
+            if existing is not None and existing.id != role.id:  # the same id: a bootstrap again
                 raise InvalidOption(f"role already exists; '{role.namespace}:{role.name}' already exists")
             await self.store.put_record(ROLE_NAME, name_key, role.id.encode())  # a stale index
         await self._put(ROLE, f"{role.namespace}:{role.id}", role)

@@ -3,10 +3,14 @@ between two writes leaves behind (docs/tenancy.md "Rules and storage"), on the m
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
+from querator.clock import FakeClock
 from querator.errors import InvalidOption
 from querator.storage.memory import MemoryStore
+from querator.tenancy import STANDARD_ROLES, Tenancy
 from querator.tenancy._directory import BINDING_USER, USER, USERNAME, Directory
 from querator.tenancy._model import Binding, User
 
@@ -58,3 +62,38 @@ async def test_a_binding_cut_short_is_listed_without_granting_and_can_be_deleted
     assert await directory.list_bindings("ns", "", 10) == []
     await directory.add_binding(Binding(id="b2", namespace="ns", user_id="u1", role_id="r1"))
     assert [b.id for b in await directory.bindings_of("u1", "ns")] == ["b2"]
+
+
+class _SharedStore(MemoryStore):
+    """A store shared by several nodes: every read and write lets the others run (memory alone never
+    yields, so concurrent bootstraps would not interleave)."""
+
+    async def get_record(self, kind: str, key: str) -> bytes | None:
+        await asyncio.sleep(0)
+        return await super().get_record(kind, key)
+
+    async def add_record(self, kind: str, key: str, value: bytes) -> bool:
+        await asyncio.sleep(0)
+        return await super().add_record(kind, key, value)
+
+    async def put_record(self, kind: str, key: str, value: bytes) -> None:
+        await asyncio.sleep(0)
+        await super().put_record(kind, key, value)
+
+
+async def test_nodes_bootstrapping_one_store_at_once_make_one_of_each() -> None:
+    """The anonymous user and the standard roles get the same ids on every node (docs/tenancy.md)."""
+    store = _SharedStore()
+    nodes = [Tenancy(store, FakeClock()) for _ in range(3)]
+    for node in nodes:
+        node.enable()
+    await asyncio.gather(*(node.start() for node in nodes))
+    try:
+        directory = Directory(store)
+        assert [u.username for u in await directory.list_users("", 10)] == ["anonymous"]
+        roles = await directory.list_roles("_system", "", 10)
+        assert sorted(r.name for r in roles) == sorted(STANDARD_ROLES)
+        assert len(await directory.list_bindings("_system", "", 10)) == 1  # Open Door, once
+    finally:
+        for node in nodes:
+            await node.stop()
