@@ -248,6 +248,12 @@ class ApiKeys:
     def __bool__(self) -> bool:
         return bool(self._hashes or self.cluster or self._forwards_need_certificate)
 
+    def take_hashes(self) -> tuple[bytes, ...]:
+        """The configured hashes, which stop being checked here: with tenancy they are the bootstrap
+        admin's keys, checked by ``querator.tenancy`` (docs/tenancy.md "Migration")."""
+        hashes, self._hashes = self._hashes, ()
+        return hashes
+
     def authenticate(
         self, method: str, path: str, headers: Mapping[str, str], certified: bool = False
     ) -> Forwarded | None:

@@ -26,6 +26,7 @@ import msgspec
 
 from querator import __version__, cli_schedules
 from querator import _cli_workflows as workflows_cli
+from querator import _tenancy_cli as tenancy_cli
 from querator.auth import generate_key, key_hash
 from querator.client import DEFAULT_ENDPOINT, AsyncClient, ConnectionFailed, new_queue_info
 from querator.config import ConfigError, ServerConfig, environment, load, option_name
@@ -48,8 +49,8 @@ def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         default = f.metadata.get("default", f.default)
         help_text = f"{f.metadata.get('help', '')} (env {env}; default {default})"
         flag = "--" + option_name(f.name)
-        if f.type in (bool, "bool"):  # a switch: its flag takes no value
-            p.add_argument(flag, dest=f.name, action="store_const", const=True, help=help_text)
+        if f.type in (bool, "bool"):  # a switch: alone it turns on; it may also say on, off, true...
+            p.add_argument(flag, dest=f.name, nargs="?", const=True, help=help_text)
         else:
             p.add_argument(flag, dest=f.name, help=help_text)
 
@@ -281,6 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--tag", default="live", help="lowercase letters or digits shown in the key (default live)"
     )
     _client_parsers(sub)
+    tenancy_cli.add_parsers(sub, [_global_options(with_defaults=False)], _timestamp)
     worker_cli.add_parser(sub)
     return parser
 
@@ -458,6 +460,7 @@ COMMANDS: dict[str, Command] = {
     "cluster": _cluster,
     "workflows": workflows_cli.command,
     "schedules": cli_schedules.command,
+    **dict.fromkeys(tenancy_cli.GROUPS, tenancy_cli.run),
 }
 
 

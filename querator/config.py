@@ -141,6 +141,13 @@ class ServerConfig:
     api_keys_file: str = field(
         default="", metadata={"help": "file of API key hashes, one per line ('#' starts a comment)"}
     )
+    tenancy: bool = field(
+        default=False,
+        metadata={
+            "help": "on: namespaces, users, API keys and roles authorize every request "
+            "(docs/tenancy.md); the --api-keys keys become the bootstrap admin's"
+        },
+    )
     cluster_secret_file: str = field(
         default="",
         metadata={
@@ -275,9 +282,10 @@ class ServerConfig:
                 )
             advertise = advertise or self._default_advertise_address()
             _host_port("advertise-address", advertise)
-            if (self.api_keys.strip() or self.api_keys_file) and not self.cluster_secret_file:
+            if (self.api_keys.strip() or self.api_keys_file or self.tenancy) and not self.cluster_secret_file:
                 raise ConfigError(
-                    "cluster-secret-file is required with api keys in a cluster; the nodes authenticate "
+                    "cluster-secret-file is required with api keys or tenancy in a cluster; the nodes "
+                    "authenticate "
                     "the requests they forward to each other with it"
                 )
         return replace(
@@ -487,8 +495,17 @@ _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,47}")
 """An unquoted Cassandra keyspace name."""
 
 
-BOOL_TEXT = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
-"""How the environment spells a switch."""
+BOOL_TEXT = {
+    "true": True,
+    "1": True,
+    "yes": True,
+    "on": True,
+    "false": False,
+    "0": False,
+    "no": False,
+    "off": False,
+}
+"""How the environment, flags and files spell a switch."""
 
 
 def option_name(name: str) -> str:
@@ -542,7 +559,7 @@ def _cast(name: str, value: Any, kind: Any) -> Any:
             return value
         if isinstance(value, str) and value.strip().lower() in BOOL_TEXT:
             return BOOL_TEXT[value.strip().lower()]
-        raise ConfigError(f"{option_name(name)} is invalid; '{value}' is not true or false")
+        raise ConfigError(f"{option_name(name)} is invalid; '{value}' is not on or off")
     if kind in (int, "int"):
         # YAML gives ints, the environment and flags give strings; anything else (1.5, true) is refused
         # rather than truncated.

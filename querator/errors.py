@@ -6,7 +6,8 @@ and match the prefix. The HTTP layer maps these to replies in one place; anythin
     QueratorError
      +-- InvalidOption      400  bad request, unknown queue, item not leased, body too large
      +-- Unauthorized       401  missing, malformed or unknown API key
- +-- Conflict           409  a workflow's journal refused a write: another worker claimed it since
+     +-- Forbidden          403  the caller may not do this (tenancy: docs/tenancy.md)
+     +-- Conflict           409  a workflow's journal refused a write: another worker claimed it since
      +-- RequestFailed      453  valid request that cannot succeed: shutting down, missing resource
      +-- RetryRequest       454  try again: overloaded, storage hiccup, partition moved
      |    |                      (``outcome_unknown``: the failed request may have been carried out)
@@ -56,6 +57,12 @@ class Unauthorized(QueratorError):
     """The caller did not prove who it is."""
 
     code = 401
+
+
+class Forbidden(QueratorError):
+    """The caller is known but lacks the permission (tenancy)."""
+
+    code = 403
 
 
 class Conflict(QueratorError):
@@ -149,6 +156,7 @@ _BY_CODE: dict[int, type[QueratorError]] = {
     for cls in (
         InvalidOption,
         Unauthorized,
+        Forbidden,
         Conflict,
         RequestFailed,
         RetryRequest,

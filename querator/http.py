@@ -36,6 +36,7 @@ from querator.console import CONSOLE_PREFIX, add_console
 from querator.errors import (
     CODE_TEXT,
     ClientContentError,
+    Forbidden,
     InvalidOption,
     NotImplementedRoute,
     QueratorError,
@@ -43,6 +44,8 @@ from querator.errors import (
     try_again,
 )
 from querator.service import MAX_NAME, Service
+from querator.tenancy import CALLER, SYSTEM, Access, Principal, Tenancy
+from querator.tenancy import permissions as perm
 from querator.wire import JSON, decode, encode, negotiate_accept
 from querator.wire import messages as m
 
@@ -167,11 +170,12 @@ def _api_app(
     """An application with the v1 routes, authenticated by ``api_keys`` but for GETs of the open paths
     (the admin address's, with ``admin``) and of the console's files (with ``console``)."""
     middlewares = []
-    if api_keys:
+    access = service.tenancy.access if service.tenancy.enabled else None
+    if api_keys or access:
         open_paths = ADMIN_OPEN_PATHS if admin else OPEN_PATHS
         prefix = CONSOLE_PREFIX if console else None
         # The admin address tells anyone why it is not ready, as it does without the console.
-        middlewares.append(_authenticate(api_keys, open_paths, prefix, ready_details=admin))
+        middlewares.append(_authenticate(api_keys, access, open_paths, prefix, ready_details=admin))
     app = web.Application(
         client_max_size=max(IMPORT_BODY, max_produce_body) + 1, handler_args={}, middlewares=middlewares
     )
@@ -220,6 +224,7 @@ def _api_app(
         ("/v1/workflows.claim", _rpc(w.claim, m.WorkflowsClaimRequest, SMALL_BODY, shield=True)),
         ("/v1/workflows.append", _rpc(w.append, m.WorkflowsAppendRequest, max_produce_body, shield=True)),
         *_schedule_routes(s),
+        *_tenancy_routes(s.tenancy),
     ]
     latency = service.metrics.latency
     for path, handler in routes:
@@ -241,17 +246,67 @@ def _schedule_routes(s: Service) -> list[tuple[str, Handler]]:
     ]
 
 
+def _tenancy_routes(t: Tenancy) -> list[tuple[str, Handler]]:
+    """The routes of namespaces, users, API keys, roles and role bindings (docs/tenancy.md)."""
+    size = DEFAULT_BODY
+    return [
+        ("/v1/namespaces.create", _rpc(t.create_namespace, m.NamespaceInfo, size, shield=True)),
+        ("/v1/namespaces.update", _rpc(t.update_namespace, m.NamespaceInfo, size, shield=True)),
+        ("/v1/namespaces.list", _rpc(t.list_namespaces, m.NamespacesListRequest, size)),
+        (
+            "/v1/namespaces.delete",
+            _rpc(t.delete_namespace, m.NamespacesDeleteRequest, size, shield=True),
+        ),
+        ("/v1/users.create", _rpc(t.create_user, m.UserCreateRequest, size, shield=True)),
+        ("/v1/users.list", _rpc(t.list_users, m.UsersListRequest, size)),
+        ("/v1/users.delete", _rpc(t.delete_user, m.UsersDeleteRequest, size, shield=True)),
+        ("/v1/apikeys.create", _rpc(t.create_key, m.APIKeyCreateRequest, size, shield=True)),
+        ("/v1/apikeys.list", _rpc(t.list_keys, m.APIKeysListRequest, size)),
+        ("/v1/apikeys.delete", _rpc(t.delete_key, m.APIKeysDeleteRequest, size, shield=True)),
+        ("/v1/roles.create", _rpc(t.create_role, m.RoleCreateRequest, size, shield=True)),
+        ("/v1/roles.list", _rpc(t.list_roles, m.RolesListRequest, size)),
+        ("/v1/roles.update", _rpc(t.update_role, m.RoleUpdateRequest, size, shield=True)),
+        ("/v1/roles.delete", _rpc(t.delete_role, m.RolesDeleteRequest, size, shield=True)),
+        (
+            "/v1/rolebindings.create",
+            _rpc(t.create_binding, m.RoleBindingCreateRequest, size, shield=True),
+        ),
+        ("/v1/rolebindings.list", _rpc(t.list_bindings, m.RoleBindingsListRequest, size)),
+        (
+            "/v1/rolebindings.delete",
+            _rpc(t.delete_binding, m.RoleBindingDeleteRequest, size, shield=True),
+        ),
+    ]
+
+
 def _authenticate(
-    keys: ApiKeys, open_paths: frozenset[str], open_prefix: str | None, ready_details: bool
+    keys: ApiKeys | None,
+    access: Access | None,
+    open_paths: frozenset[str],
+    open_prefix: str | None,
+    ready_details: bool,
 ) -> Any:
+    """The middleware that checks who a request is: ``keys`` checks forwards (and, without tenancy, the
+    configured keys); with tenancy, ``access`` finds the caller (docs/tenancy.md), which the service then
+    authorizes. A verified forward has no caller: its first node authorized it. GETs of ``open_paths``
+    and of the console's files (under ``open_prefix``) pass without a key."""
+
     @web.middleware
     async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
         # Before routing, as the reference does: a caller without a key learns nothing, not even which
         # paths exist. Only the GETs of probes (and of the console's files, which hold no data) pass
         # (POST /health is an ordinary 501).
         forwarded = None
+        caller = None
         try:
-            forwarded = keys.authenticate(request.method, request.path, request.headers, _certified(request))
+            if keys:
+                forwarded = keys.authenticate(
+                    request.method, request.path, request.headers, _certified(request)
+                )
+            if access is not None and forwarded is None:
+                caller = await access.authenticate(request.headers.get("Authorization"))
+                if request.method == "GET":
+                    await _check_get(request, access, caller)
         except QueratorError as e:
             path = request.path
             if request.method != "GET" or not (
@@ -261,9 +316,13 @@ def _authenticate(
                 return _error_reply(e, _accept_or_json(request))
             request[READY_DETAILS] = ready_details
         verified = None
-        if forwarded is not None and keys.cluster is not None:
+        if forwarded is not None and keys is not None and keys.cluster is not None:
             verified = request[VERIFIED_FORWARD] = _VerifiedForward(keys.cluster, forwarded)
-        response = await handler(request)
+        token = CALLER.set(caller)
+        try:
+            response = await handler(request)
+        finally:
+            CALLER.reset(token)
         if verified is not None and not response.prepared:  # (a reply written early signed itself)
             verified.sign(response)
         return response
@@ -290,6 +349,15 @@ def _check_forgery(request: web.Request, content_type: str | None) -> None:
         and request.headers.get("Sec-Fetch-Site") in CROSS_SITE
     ):
         raise InvalidOption("request is invalid; a browser sent it for another site (Sec-Fetch-Site)")
+
+
+async def _check_get(request: web.Request, access: Access, caller: Principal) -> None:
+    """The GET routes the service does not serve: /metrics needs ``system.metrics`` in ``_system``,
+    and /ready says why a node is not ready only to holders of ``system.health``."""
+    if request.path == "/metrics" and not await access.may(caller, SYSTEM, perm.SYSTEM_METRICS):
+        raise Forbidden("access denied")
+    if request.path == "/ready":
+        request[READY_DETAILS] = await access.may(caller, SYSTEM, perm.SYSTEM_HEALTH)
 
 
 def _certified(request: web.Request) -> bool:

@@ -132,6 +132,8 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
             cluster=cluster,
             cluster_auth=cluster_auth,
             cluster_tls=cluster_tls,
+            tenancy=config.tenancy,
+            bootstrap_keys=keys.take_hashes() if config.tenancy else (),
         )
         await service.start()
     except BaseException as e:
@@ -198,7 +200,7 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
             " (https)" if api_tls else "",
             config.storage,
             _where(config),
-            "required" if keys else "off",
+            "tenancy" if config.tenancy else "required" if keys else "off",
             f"; admin on {config.admin_address}" if config.admin_address else "",
             "" if config.no_ui else f"; console at {config.admin_address or config.address}/ui/",
         )

@@ -30,6 +30,7 @@ from querator.client._lock_queue import set_limit as change_limit
 from querator.client._renew import keep_renewed, stopped
 from querator.client._retries import DEFAULT_RETRIES, Retries, with_retries
 from querator.client._schedules import ScheduleCalls
+from querator.client._tenancy import TenancyMethods
 from querator.client._transport import Transport, http_timeout_s
 from querator.client._workflows import WorkflowCalls
 from querator.duration import parse_duration
@@ -43,7 +44,7 @@ DEFAULT_TIMEOUT = 30.0
 R = TypeVar("R", bound=m.Message)
 
 
-class AsyncClient(ScheduleCalls, WorkflowCalls):
+class AsyncClient(ScheduleCalls, WorkflowCalls, TenancyMethods):
     """An asyncio client of one Querator server.
 
     The aiohttp session is created on first use, in the running loop, and must be used from that loop only;

@@ -19,6 +19,7 @@ from querator.schedules import ALL, CATCH_UP_POLICIES, MAX_CATCH_UP, ONE, Schedu
 from querator.service._validation import check_printable, check_stored_name, has_space
 from querator.storage.base import LIST_PAGE_BYTES
 from querator.storage.schedules import ScheduleRecord, ScheduleStore
+from querator.tenancy import permissions as perm
 from querator.wire import messages as m
 
 MAX_SCHEDULE_NAME: Final = 96
@@ -33,6 +34,8 @@ FIRE_TIMEOUT: Final = "30s"
 
 QueueExists = Callable[[str], Awaitable[bool]]
 OwnerOf = Callable[[str], str]
+Authorize = Callable[[str, str], Awaitable[None]]
+"""403 unless the caller holds a permission in the namespace of a queue ("": ``_system``)."""
 
 
 class Schedules:
@@ -45,8 +48,10 @@ class Schedules:
         queue_exists: QueueExists,
         owner_of: OwnerOf,
         scheduler: Scheduler,
+        authorize: Authorize | None = None,
     ) -> None:
         self._store = store
+        self._authorize = authorize
         self._owner_of = owner_of
         self._clock = clock
         self._queue_exists = queue_exists
@@ -56,6 +61,7 @@ class Schedules:
         check_new_schedule_name(info.name)
         now = self._clock.now()
         record = await self._definition(info, ScheduleRecord(name=info.name, start=now, created_at=now))
+        await self._check(record.queue, perm.QUEUE_UPDATE)
         record.updated_at = now
         if not await self._store.add_schedule(record):
             raise InvalidOption(f"invalid schedule; '{info.name}' already exists")
@@ -67,6 +73,8 @@ class Schedules:
         time zone) starts from now: no tick before the update fires under it."""
         current = await self._existing(info.name)
         record = await self._definition(info, dataclasses.replace(current))
+        await self._check(current.queue, perm.QUEUE_UPDATE)
+        await self._check(record.queue, perm.QUEUE_UPDATE)
         now = self._clock.now()
         if (record.cron, record.time_zone) != (current.cron, current.time_zone):
             record.start = max(now, current.start)
@@ -74,24 +82,29 @@ class Schedules:
         return await self._replace(record)
 
     async def info(self, req: m.SchedulesRequest) -> m.ScheduleInfo:
-        return self._info(await self._existing(req.name))
+        current = await self._existing(req.name)
+        await self._check(current.queue, perm.QUEUE_STATS)
+        return self._info(current)
 
     async def list(self, req: m.SchedulesListRequest) -> m.SchedulesListResponse:
         if req.limit < 0:
             raise InvalidOption("limit is invalid; limit cannot be negative")
         if req.limit > MAX_SCHEDULES_LIMIT:
             raise InvalidOption(f"limit is invalid; cannot be greater than {MAX_SCHEDULES_LIMIT}")
+        await self._check("", perm.QUEUE_LIST)  # schedules of every queue: a _system matter
         records = await self._store.list_schedules(req.pivot, req.limit or DEFAULT_SCHEDULES_LIMIT)
         return m.SchedulesListResponse(items=[self._info(r) for r in _page(records)])
 
     async def delete(self, req: m.SchedulesRequest) -> None:
         check_schedule_name(req.name)
+        await self._check((await self._existing(req.name)).queue, perm.QUEUE_UPDATE)
         if not await self._store.delete_schedule(req.name):
             raise _missing(req.name)
         self._scheduler.changed()
 
     async def pause(self, req: m.SchedulesRequest) -> m.ScheduleInfo:
         current = await self._existing(req.name)
+        await self._check(current.queue, perm.QUEUE_UPDATE)
         if current.paused:
             return self._info(current)
         return await self._replace(
@@ -101,6 +114,7 @@ class Schedules:
     async def resume(self, req: m.SchedulesRequest) -> m.ScheduleInfo:
         """Unpauses; ticks that came while paused never fire (the schedule starts again from now)."""
         current = await self._existing(req.name)
+        await self._check(current.queue, perm.QUEUE_UPDATE)
         if not current.paused:
             return self._info(current)
         now = self._clock.now()
@@ -108,6 +122,12 @@ class Schedules:
             current, paused=False, start=max(now, current.start), updated_at=self._updated(current)
         )
         return await self._replace(resumed)
+
+    async def _check(self, queue: str, permission: str) -> None:
+        """With tenancy: managing a schedule is changing what flows into its queue (``queue.update``),
+        reading one is the queue's ``queue.stats``, listing them all ``queue.list`` in ``_system``."""
+        if self._authorize is not None:
+            await self._authorize(queue, permission)
 
     def _updated(self, current: ScheduleRecord) -> int:
         return max(self._clock.now(), current.updated_at + 1)

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+from collections.abc import Iterable
 
 import msgspec
 
@@ -63,6 +64,8 @@ from querator.service._workflows import DEFAULT_RETENTION_US, Workflows
 from querator.storage.base import DEFAULT_DEDUP_WINDOW, Item, QueueRecord, Store
 from querator.storage.operations import LEASE_TOKEN_KEY, moved_copies, new_lease_token_key
 from querator.storage.schedules import ScheduleRecord
+from querator.tenancy import CALLER, Tenancy
+from querator.tenancy import permissions as perm
 from querator.wire import messages as m
 
 DEDUP_PURGE_INTERVAL_US = 60 * MICROS
@@ -94,7 +97,11 @@ class Service:
         cluster: ClusterNode | None = None,
         cluster_auth: ClusterAuth | None = None,
         cluster_tls: ssl.SSLContext | None = None,
+        tenancy: bool = False,
+        bootstrap_keys: Iterable[bytes] = (),
     ) -> None:
+        """``tenancy``: authorize every request by namespaces, users and roles (docs/tenancy.md), with
+        ``bootstrap_keys`` (SHA-256 digests) as the keys of the bootstrap admin."""
         self.clock: Clock = clock or SystemClock()
         self.store = store
         self.cluster = cluster or ClusterNode(None, self.clock, "")
@@ -110,10 +117,23 @@ class Service:
         self.proxy = Proxy(self.cluster.node_id, cluster_auth, cluster_tls, self.metrics.forwarded)
         self.scheduler = Scheduler(store, self.clock, self.router.owns_schedule, self._fire_tick)
         self.schedules = Schedules(
-            store, self.clock, self._queue_exists, self.router.schedule_owner, self.scheduler
+            store,
+            self.clock,
+            self._queue_exists,
+            self.router.schedule_owner,
+            self.scheduler,
+            authorize=self._authorize_queue if tenancy else None,
         )
+        self.tenancy = Tenancy(store, self.clock, self.metrics.registry)
+        if tenancy:
+            self.tenancy.enable(bootstrap_keys)
         self.workflows = Workflows(
-            store.workflows, self.clock, self.produce, self._queue_exists, workflow_retention_us
+            store.workflows,
+            self.clock,
+            self._produce_own,
+            self._queue_exists,
+            workflow_retention_us,
+            authorize=self._authorize_queue if tenancy else None,
         )
         self._closing = False
         self._started = False
@@ -125,6 +145,12 @@ class Service:
         try:
             await self.cluster.start()
         except BaseException:
+            await self.store.close()
+            raise
+        try:
+            await self.tenancy.start()
+        except BaseException:
+            await self.cluster.stop()
             await self.store.close()
             raise
         self.cluster.on_change(self._cluster_changed)
@@ -141,6 +167,7 @@ class Service:
                 await self._purger
         await self.scheduler.stop()
         await self.manager.shutdown()
+        await self.tenancy.stop()
         await self.cluster.stop()
         await self.proxy.close()
         await self.store.close()
@@ -183,9 +210,12 @@ class Service:
             record = await self.manager.record(req.queue_name)
             if record is None:
                 raise InvalidOption(f"queue does not exist; no such queue named '{req.queue_name}'")
+            await self.tenancy.authorize(record.namespace, perm.QUEUE_STATS)
             records = [record]
         else:
-            records = await self._queues_of(namespace(req.namespace))
+            listed = namespace(req.namespace)
+            await self.tenancy.authorize(listed, perm.QUEUE_LIST)
+            records = await self._queues_of(listed)
         cluster = self.cluster
         return m.ClusterInfoResponse(
             node_id=cluster.node_id,
@@ -231,18 +261,36 @@ class Service:
     async def _queue_exists(self, name: str) -> bool:
         return await self.store.get_queue(name) is not None
 
+    async def _produce_own(self, req: m.QueueProduceRequest) -> m.QueueProduceResponse:
+        """A produce of the server's own (a workflow's activation), whoever's request caused it: the
+        route that did was authorized for what it asked, not for the queue the activation goes to."""
+        token = CALLER.set(None)
+        try:
+            return await self.produce(req)
+        finally:
+            CALLER.reset(token)
+
+    async def _authorize_queue(self, name: str, permission: str) -> None:
+        """403 unless the caller holds ``permission`` in the namespace of queue ``name`` (``_system`` for
+        "" or a queue that is gone): for routes that name a queue only indirectly (workflows)."""
+        record = await self.manager.record(name) if name else None
+        await self.tenancy.authorize(record.namespace if record else SYSTEM_NAMESPACE, permission)
+
     # -- routing --------------------------------------------------------------------------------------------
 
-    async def _record(self, name: str, forwarded_by: str = "") -> QueueRecord:
-        """The settings of the queue a request names (400 when there is none): what it is checked and
-        routed by. Never waits for an engine."""
+    async def _record(self, name: str, permission: str, forwarded_by: str = "") -> QueueRecord:
+        """The settings of the queue a request names (400 when there is none), once the caller may use
+        ``permission`` in its namespace (403): what it is checked and routed by. Never waits for an
+        engine."""
         if self._closing:
             if forwarded_by:
                 # The forwarding node's client should try again, and reach the next owner.
                 raise RetryRequest(NOT_SERVING)
             raise shutting_down("service")
         check_stored_name(name)
-        return await self.manager.settings(name)
+        record = await self.manager.settings(name)
+        await self.tenancy.authorize(record.namespace, permission)
+        return record
 
     async def _at_partition(
         self, record: QueueRecord, partition: int, forwarded_by: str = "", within_s: float | None = None
@@ -314,6 +362,7 @@ class Service:
     async def refresh(self, req: m.QueuesInfoRequest) -> None:
         """Another node changed or deleted a queue: its engine here takes the new settings, or stops."""
         check_stored_name(req.queue_name)
+        await self.tenancy.authorize(SYSTEM_NAMESPACE, perm.QUEUE_UPDATE)  # a client's, not a node's, call
         record = await self.store.get_queue(req.queue_name)
         if record is None:
             await self.manager.forget(req.queue_name)
@@ -336,13 +385,13 @@ class Service:
 
     async def produce(self, req: m.QueueProduceRequest, forwarded_by: str = "") -> m.QueueProduceResponse:
         """Stores the request's items; the reply names each one's id (docs/extensions.md)."""
-        record = await self._record(req.queue_name, forwarded_by)
+        record = await self._record(req.queue_name, perm.QUEUE_PRODUCE, forwarded_by)
         timeout_us = check_produce(req)
         target = await self._at_queue(record, forwarded_by, seconds(timeout_us))
         return await target.produce(req, timeout_us)
 
     async def lease(self, req: m.QueueLeaseRequest, forwarded_by: str = "") -> m.QueueLeaseResponse:
-        record = await self._record(req.queue_name, forwarded_by)
+        record = await self._record(req.queue_name, perm.QUEUE_LEASE, forwarded_by)
         timeout_us = check_lease(req)
         target = await self._at_queue(record, forwarded_by, seconds(timeout_us))
         if isinstance(target, RemoteQueue):
@@ -388,7 +437,7 @@ class Service:
             queue.release(reply.partition, [i.id for i in reply.items])
 
     async def complete(self, req: m.QueueCompleteRequest, forwarded_by: str = "") -> None:
-        record = await self._record(req.queue_name, forwarded_by)
+        record = await self._record(req.queue_name, perm.QUEUE_COMPLETE, forwarded_by)
         check_partition(record, req.partition)
         timeout_us = check_complete(req)
         await (await self._at_partition(record, req.partition, forwarded_by, seconds(timeout_us))).complete(
@@ -396,14 +445,14 @@ class Service:
         )
 
     async def retry(self, req: m.QueueRetryRequest, forwarded_by: str = "") -> None:
-        record = await self._record(req.queue_name, forwarded_by)
+        record = await self._record(req.queue_name, perm.QUEUE_RETRY, forwarded_by)
         check_partition(record, req.partition)
         check_retry(req)
         await (await self._at_partition(record, req.partition, forwarded_by)).retry(req)
 
     async def renew(self, req: m.QueueRenewRequest, forwarded_by: str = "") -> m.QueueRenewResponse:
         """Extends the leases of leased items (docs/extensions.md): lease_deadline = now + lease_timeout."""
-        record = await self._record(req.queue_name, forwarded_by)
+        record = await self._record(req.queue_name, perm.QUEUE_LEASE, forwarded_by)
         check_partition(record, req.partition)
         lease_timeout_us = check_renew(req, record)
         return await (await self._at_partition(record, req.partition, forwarded_by)).renew(
@@ -412,15 +461,15 @@ class Service:
 
     async def redrive(self, req: m.QueueRedriveRequest) -> m.QueueRedriveResponse:
         """Moves items of a dead-letter queue into a target queue (docs/extensions.md)."""
-        source = await self._record(req.queue_name)
+        source = await self._record(req.queue_name, perm.QUEUE_LEASE)
         check_redrive_target(req)
-        target = await self._record(req.target_queue)
+        target = await self._record(req.target_queue, perm.QUEUE_PRODUCE)
         deadline = self.clock.now() + check_redrive(req)
         moved = await redrive(self, source, target, req.limit, deadline, self.clock)
         return m.QueueRedriveResponse(moved=moved)
 
     async def stats(self, req: m.QueueStatsRequest, forwarded_by: str = "") -> m.QueueStatsResponse:
-        record = await self._record(req.queue_name, forwarded_by)
+        record = await self._record(req.queue_name, perm.QUEUE_STATS, forwarded_by)
         logical: list[m.QueueLogicalStats] = []
         for target in await self._everywhere(record, forwarded_by):
             # Each owner reports its own logical queue, as the reference reports several.
@@ -428,13 +477,13 @@ class Service:
         return m.QueueStatsResponse(queue_name=req.queue_name, logical_queues=logical)
 
     async def clear(self, req: m.QueueClearRequest, forwarded_by: str = "") -> None:
-        record = await self._record(req.queue_name, forwarded_by)
+        record = await self._record(req.queue_name, perm.QUEUE_CLEAR, forwarded_by)
         check_clear(req)
         for target in await self._everywhere(record, forwarded_by):
             await target.clear(req)
 
     async def reload(self, req: m.QueueReloadRequest, forwarded_by: str = "") -> None:
-        record = await self._record(req.queue_name, forwarded_by)
+        record = await self._record(req.queue_name, perm.QUEUE_UPDATE, forwarded_by)
         for target in await self._everywhere(record, forwarded_by):
             await target.reload(req)
 
@@ -466,6 +515,8 @@ class Service:
         owner = namespace(info.namespace)
         check_printable("namespace name", owner)
         check_lease_token_setting(info.lease_token)
+        await self.tenancy.authorize(owner, perm.QUEUE_CREATE)
+        await self.tenancy.check_namespace(owner)
         if self._closing:
             raise shutting_down("service")
         if await self.manager.record(info.queue_name) is not None:
@@ -496,6 +547,7 @@ class Service:
         current = await self.manager.record(info.queue_name)
         if current is None:
             raise InvalidOption(f"queue does not exist; no such queue named '{info.queue_name}'")
+        await self.tenancy.authorize(current.namespace, perm.QUEUE_UPDATE)
         await self._check_dead_queue(info.queue_name, info.dead_queue)
         record = QueueRecord(
             name=current.name,
@@ -523,6 +575,8 @@ class Service:
 
     async def delete_queue(self, req: m.QueuesDeleteRequest) -> None:
         check_new_name(req.queue_name)
+        current = await self.manager.record(req.queue_name)
+        await self.tenancy.authorize(current.namespace if current else SYSTEM_NAMESPACE, perm.QUEUE_DELETE)
         # Every node's engine stops writing before the items go.
         await self.manager.delete(req.queue_name, before_items=self._refresh_elsewhere)
 
@@ -531,10 +585,12 @@ class Service:
         record = await self.manager.record(req.queue_name)
         if record is None:
             raise InvalidOption(f"queue does not exist; no such queue named '{req.queue_name}'")
+        await self.tenancy.authorize(record.namespace, perm.QUEUE_STATS)
         return queue_info(record)
 
     async def list_queues(self, req: m.QueuesListRequest) -> m.QueuesListResponse:
         listed = check_queues_list(req)
+        await self.tenancy.authorize(listed, perm.QUEUE_LIST)
         records = await self.manager.list_queues(req.pivot, req.limit or DEFAULT_LIST_LIMIT, listed)
         return m.QueuesListResponse(items=[queue_info(r) for r in records])
 
@@ -570,7 +626,7 @@ class Service:
     async def _list(
         self, req: m.StorageItemsListRequest, forwarded_by: str, scheduled: bool
     ) -> m.StorageItemsListResponse:
-        record = await self._record(req.queue_name, forwarded_by)
+        record = await self._record(req.queue_name, perm.QUEUE_STATS, forwarded_by)
         check_partition(record, req.partition)
         check_list_items(req)
         if not req.limit:
@@ -582,13 +638,13 @@ class Service:
     async def import_items(
         self, req: m.StorageItemsImportRequest, forwarded_by: str = ""
     ) -> m.StorageItemsImportResponse:
-        record = await self._record(req.queue_name, forwarded_by)
+        record = await self._record(req.queue_name, perm.QUEUE_PRODUCE, forwarded_by)
         check_partition(record, req.partition)
         check_import(req)
         return await (await self._at_partition(record, req.partition, forwarded_by)).import_items(req)
 
     async def delete_items(self, req: m.StorageItemsDeleteRequest, forwarded_by: str = "") -> None:
-        record = await self._record(req.queue_name, forwarded_by)
+        record = await self._record(req.queue_name, perm.QUEUE_CLEAR, forwarded_by)
         check_partition(record, req.partition)
         check_delete(req)
         await (await self._at_partition(record, req.partition, forwarded_by)).delete_items(req)

@@ -35,6 +35,7 @@ from querator.service._validation import (
 from querator.storage import journal
 from querator.storage.journal import CLAIMED, FINISHED, Effects, Ending
 from querator.storage.workflows import Signal, Workflow, WorkflowRows
+from querator.tenancy import permissions as perm
 from querator.wire import messages as m
 from querator.wire.workflows import RUNNING
 
@@ -54,6 +55,9 @@ RESULT_POLL_US: Final = MICROS
 
 Produce = Callable[[m.QueueProduceRequest], Awaitable[m.QueueProduceResponse]]
 QueueExists = Callable[[str], Awaitable[bool]]
+Authorize = Callable[[str, str], Awaitable[None]]
+"""With tenancy (docs/tenancy.md): raises 403 unless the caller holds a permission (second argument) in
+the namespace of a queue (first argument; "" for ``_system``)."""
 Rule = Callable[[Workflow | None], tuple[T, Workflow | None]]
 
 
@@ -67,8 +71,10 @@ class Workflows:
         produce: Produce,
         queue_exists: QueueExists,
         retention_us: int = DEFAULT_RETENTION_US,
+        authorize: Authorize | None = None,
     ) -> None:
         self._rows = rows
+        self._authorize = authorize
         self._clock = clock
         self._produce = produce
         self._queue_exists = queue_exists
@@ -85,6 +91,8 @@ class Workflows:
         check_start(req)
         if not await self._queue_exists(req.queue_name):
             raise InvalidOption(f"queue does not exist; no such queue named '{req.queue_name}'")
+        if self._authorize is not None:
+            await self._authorize(req.queue_name, perm.QUEUE_PRODUCE)
         now = self._clock.now()
         new = Workflow(
             id=req.workflow_id,
@@ -108,16 +116,21 @@ class Workflows:
         wf = await self._rows.get_workflow(req.workflow_id)
         if wf is None:
             raise journal.not_found(req.workflow_id)
+        if self._authorize is not None:
+            await self._authorize(wf.queue, perm.QUEUE_STATS)
         return workflow_info(wf, journal=True)
 
     async def list(self, req: m.WorkflowsListRequest) -> m.WorkflowsListResponse:
         limit = check_list_workflows(req)
+        if self._authorize is not None:  # workflows of every queue: a _system matter
+            await self._authorize("", perm.QUEUE_LIST)
         # A backend's page ends early at LIST_PAGE_RECORD_BYTES of records (storage.workflows).
         found = await self._rows.list_workflows(req.status, req.pivot, limit)
         return m.WorkflowsListResponse(workflows=[workflow_info(wf, journal=False) for wf in found])
 
     async def signal(self, req: m.WorkflowsSignalRequest) -> m.Reply:
         check_signal(req)
+        await self._check(req.workflow_id, perm.QUEUE_PRODUCE)
         sent = Signal(id=req.signal_id or secrets.token_hex(12), name=req.name, payload=req.payload)
         now = self._clock.now()
         await self._apply(req.workflow_id, lambda wf: journal.signal(wf, req.workflow_id, sent, now))
@@ -125,6 +138,7 @@ class Workflows:
 
     async def cancel(self, req: m.WorkflowsCancelRequest) -> m.Reply:
         check_workflow_id(req.workflow_id)
+        await self._check(req.workflow_id, perm.QUEUE_PRODUCE)
         await self.cancel_one(req.workflow_id)
         return m.OK_REPLY
 
@@ -136,6 +150,7 @@ class Workflows:
         """The workflow once it finished, or as it is when ``request_timeout`` passed."""
         check_workflow_id(req.workflow_id)
         deadline = self._clock.now() + request_timeout(req.request_timeout)
+        await self._check(req.workflow_id, perm.QUEUE_STATS)
         event = self._finished.setdefault(req.workflow_id, asyncio.Event())
         self._waiting[req.workflow_id] += 1
         try:
@@ -155,11 +170,20 @@ class Workflows:
                 del self._waiting[req.workflow_id]
                 self._finished.pop(req.workflow_id, None)
 
+    async def _check(self, workflow_id: str, permission: str) -> None:
+        """With tenancy, 403 unless the caller holds ``permission`` in the namespace of the workflow's
+        queue (a workflow not found is left to the route's own answer)."""
+        if self._authorize is not None:
+            wf = await self._rows.get_workflow(workflow_id)
+            if wf is not None:
+                await self._authorize(wf.queue, permission)
+
     # -- workers ---------------------------------------------------------------------------------------
 
     async def claim(self, req: m.WorkflowsClaimRequest) -> m.WorkflowsClaimResponse:
         check_workflow_id(req.workflow_id)
         until = self._clock.now() + claim_timeout(req.claim_timeout)
+        await self._check(req.workflow_id, perm.QUEUE_LEASE)
         now = self._clock.now()
         outcome, _ = await self._write(
             req.workflow_id, lambda wf: journal.claim(wf, req.workflow_id, now, until)
@@ -174,6 +198,7 @@ class Workflows:
 
     async def append(self, req: m.WorkflowsAppendRequest) -> m.WorkflowsAppendResponse:
         check_workflow_append(req)
+        await self._check(req.workflow_id, perm.QUEUE_LEASE)
         now = self._clock.now()
         entries = [workflow_entry(e) for e in req.entries]
         if req.fence == 0:

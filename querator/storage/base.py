@@ -200,9 +200,32 @@ class QueueRecord:
     dedup_window: int = DEFAULT_DEDUP_WINDOW
 
 
-class Store(ScheduleStore, Protocol):
-    """A storage backend: queue metadata, the partitions of every queue, schedules (``ScheduleStore``) and
-    durable workflows."""
+class Records(Protocol):
+    """Small documents by kind and key, beside the queues: tenancy's namespaces, users, keys, roles and
+    bindings (docs/tenancy.md). Each write is atomic on its own record only; rules that span records
+    (uniqueness, cascades) are written once above this, in ``querator.tenancy``.
+    """
+
+    async def get_record(self, kind: str, key: str) -> bytes | None:
+        """The record's value, or None when there is none."""
+
+    async def add_record(self, kind: str, key: str, value: bytes) -> bool:
+        """Stores a new record; False (and no change) when the key is taken."""
+
+    async def put_record(self, kind: str, key: str, value: bytes) -> None:
+        """Stores a record, replacing any value it had."""
+
+    async def delete_record(self, kind: str, key: str) -> None:
+        """Removes a record; absent is not an error."""
+
+    async def list_records(self, kind: str, start: str, end: str, limit: int) -> list[tuple[str, bytes]]:
+        """Up to ``limit`` (key, value) pairs of ``kind`` with ``start <= key < end`` ("" end: no bound),
+        in key order (code point order, which is UTF-8 byte order)."""
+
+
+class Store(ScheduleStore, Records, Protocol):
+    """A storage backend: queue metadata, the partitions of every queue, schedules (``ScheduleStore``),
+    durable workflows, and ``Records`` (tenancy)."""
 
     @property
     def workflows(self) -> WorkflowRows:

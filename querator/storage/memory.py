@@ -7,6 +7,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterable, Sequence
 from functools import partial
 
+from querator.storage._memory_records import MemoryRecords
 from querator.storage.base import (
     ClearOptions,
     Deadlines,
@@ -266,8 +267,8 @@ class MemoryWorkflowRows:
         return len(expired)
 
 
-class MemoryStore(MemorySchedules):
-    """Queues, partitions, schedules and durable workflows in process memory."""
+class MemoryStore(MemorySchedules, MemoryRecords):
+    """Queues, partitions, schedules, durable workflows and tenancy's records in process memory."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -12,6 +12,7 @@ class MemorySchedules:
     """Schedules in process memory; mixed into ``MemoryStore``."""
 
     def __init__(self) -> None:
+        super().__init__()  # the other mixins of MemoryStore
         self._schedules: dict[str, ScheduleRecord] = {}
 
     async def get_schedule(self, name: str) -> ScheduleRecord | None:

@@ -442,3 +442,171 @@ class SchedulesListRequest(Message):
 
 class SchedulesListResponse(Message):
     items: list[ScheduleInfo] = []
+
+
+# -- tenancy (docs/tenancy.md) ----------------------------------------------------------------------------
+
+
+class NamespaceInfo(Message):
+    name: str = ""
+    description: str = ""
+    created_at: datetime | None = None
+    api_key_tag: str = ""
+
+
+class NamespacesListRequest(Message):
+    pivot: str = ""
+    limit: int = 0
+
+
+class NamespacesListResponse(Message):
+    items: list[NamespaceInfo] = []
+
+
+class NamespacesDeleteRequest(Message):
+    name: str = ""
+
+
+class User(Message):
+    id: str = ""
+    username: str = ""
+    external_id: str = ""
+    email: str = ""
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class UserCreateRequest(Message):
+    username: str = ""
+    email: str = ""
+    external_id: str = ""
+
+
+class UserCreateResponse(Message):
+    id: str = ""
+
+
+class UsersListRequest(Message):
+    limit: int = 0
+    pivot: str = ""
+
+
+class UsersListResponse(Message):
+    items: list[User] = []
+
+
+class UsersDeleteRequest(Message):
+    id: str = ""
+
+
+class APIKeyMetadata(Message):
+    id: str = ""
+    user_id: str = ""
+    namespace_scope: str = ""
+    name: str = ""
+    prefix: str = ""
+    expires_at: datetime | None = None
+    last_used_at: datetime | None = None
+    created_at: datetime | None = None
+
+
+class APIKeyCreateRequest(Message):
+    user_id: str = ""
+    name: str = ""
+    namespace_scope: str = ""
+    expires_at: datetime | None = None
+    key_tag: str = ""
+
+
+class APIKeyCreateResponse(Message):
+    id: str = ""
+    key: str = ""
+    prefix: str = ""
+
+
+class APIKeysListRequest(Message):
+    user_id: str = ""
+    limit: int = 0
+    pivot: str = ""
+
+
+class APIKeysListResponse(Message):
+    items: list[APIKeyMetadata] = []
+
+
+class APIKeysDeleteRequest(Message):
+    id: str = ""
+
+
+class Role(Message):
+    id: str = ""
+    namespace: str = ""
+    name: str = ""
+    permissions: list[str] = []
+    created_at: datetime | None = None
+
+
+class RoleCreateRequest(Message):
+    namespace: str = ""
+    name: str = ""
+    permissions: list[str] = []
+
+
+class RoleCreateResponse(Message):
+    id: str = ""
+
+
+class RoleUpdateRequest(Message):
+    namespace: str = ""
+    name: str = ""
+    permissions: list[str] = []
+
+
+class RolesListRequest(Message):
+    namespace: str = ""
+    limit: int = 0
+    pivot: str = ""
+
+
+class RolesListResponse(Message):
+    items: list[Role] = []
+
+
+class RolesDeleteRequest(Message):
+    namespace: str = ""
+    name: str = ""
+
+
+class RoleBinding(Message):
+    id: str = ""
+    namespace: str = ""
+    user_id: str = ""
+    role_id: str = ""
+    created_at: datetime | None = None
+
+
+class RoleBindingCreateRequest(Message):
+    namespace: str = ""
+    role_name: str = ""
+    user_id: str = ""
+
+
+class RoleBindingCreateResponse(Message):
+    id: str = ""
+
+
+class RoleBindingsListRequest(Message):
+    namespace: str = ""
+    user_id_filter: str = ""
+    limit: int = 0
+    pivot: str = ""
+
+
+class RoleBindingsListResponse(Message):
+    items: list[RoleBinding] = []
+
+
+class RoleBindingDeleteRequest(Message):
+    namespace: str = ""
+    role_name: str = ""
+    user_id: str = ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import socket
 import subprocess
@@ -28,6 +29,7 @@ from querator import wire
 from querator.client import AsyncClient, Client, ConnectionFailed
 from querator.errors import (
     ClientContentError,
+    Forbidden,
     InvalidOption,
     NotImplementedRoute,
     QueratorError,
@@ -488,7 +490,7 @@ async def fake() -> AsyncIterator[tuple[Fake, str]]:
         (454, RetryRequest),
         (455, ClientContentError),
         (501, NotImplementedRoute),
-        (403, QueratorError),
+        (403, Forbidden),
         (418, QueratorError),
         (500, QueratorError),
     ],
@@ -558,10 +560,10 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("QUERATOR_")}
 
 
-@pytest.fixture(scope="module")
-def cli_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+@contextlib.contextmanager
+def serving(log_path: Path, *args: str) -> Iterator[str]:
+    """A ``querator serve --storage memory`` process with ``args``, on a free port, until the block ends."""
     port = free_port()
-    log_path = tmp_path_factory.mktemp("server") / "server.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
             [
@@ -573,6 +575,7 @@ def cli_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 "memory",
                 "--address",
                 f"127.0.0.1:{port}",
+                *args,
             ],
             cwd=ROOT,
             env=_clean_env(),
@@ -602,6 +605,12 @@ def cli_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+@pytest.fixture(scope="module")
+def cli_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with serving(tmp_path_factory.mktemp("server") / "server.log") as url:
+        yield url
 
 
 def cli(

@@ -50,7 +50,7 @@ STRUCTS: dict[str, type[m.Message]] = {
     for name, cls in vars(m).items()
     if isinstance(cls, type) and issubclass(cls, m.Message) and cls is not m.Message
 }
-RPC_STATUSES = {"200", "400", "401", "453", "454", "455", "500"}
+RPC_STATUSES = {"200", "400", "401", "403", "453", "454", "455", "500"}
 CONFLICTS = {"/v1/workflows.append"}
 """The routes that also answer 409: a write that lost to another writer (docs/durable.md)."""
 BODY_TYPES = {"application/json", "application/protobuf"}

@@ -145,6 +145,7 @@ def test_defaults_wire_external_etcd_and_cassandra(rendered: Render) -> None:
     assert env["QUERATOR_CASSANDRA_HOSTS"] == "cassandra"
     assert env["QUERATOR_CASSANDRA_CONSISTENCY"] == "LOCAL_QUORUM"
     assert "QUERATOR_API_KEYS_FILE" not in env and "QUERATOR_CLUSTER_SECRET_FILE" not in env
+    assert "QUERATOR_TENANCY" not in env
 
 
 @pytest.mark.parametrize(("case", "replicas"), [("defaults", 3), ("replicas-3", 3), ("replicas-7", 7)])
@@ -235,6 +236,8 @@ def test_auth_reads_every_credential_from_its_secret(rendered: Render) -> None:
     # The *_FILE settings name a file inside the volume of the right Secret and key.
     volumes = {v["name"]: v["secret"] for v in pod["volumes"] if "secret" in v}
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    # Tenancy on: the hashes of apiKeys are the bootstrap admin's keys (docs/tenancy.md).
+    assert env["QUERATOR_TENANCY"] == {"name": "QUERATOR_TENANCY", "value": "on"}
     for var, secret, key in [
         ("QUERATOR_API_KEYS_FILE", "querator-api-keys", "hashes"),
         ("QUERATOR_CLUSTER_SECRET_FILE", "querator-cluster", "secret"),

@@ -61,6 +61,12 @@ REJECTED: list[tuple[str, dict[str, Any], str]] = [
         {"apiKeys": {"existingSecret": "keys"}, "tests": {"enabled": False}},
         "cluster.secret.existingSecret is required with apiKeys",
     ),
+    (
+        "tenancy-without-cluster-secret",
+        {"tenancy": {"enabled": True}},
+        "cluster.secret.existingSecret is required with tenancy",
+    ),
+    ("tenancy-not-a-boolean", {"tenancy": {"enabled": "yes"}}, "enabled"),
 ]
 
 ACCEPTED: list[tuple[str, dict[str, Any]]] = [

@@ -906,3 +906,45 @@ class StoreContract(ScheduleContract, WorkflowContract):
         assert await names("", 10, "other") == ["aa", "ab"]
         assert await names("", 10, "none") == []
         assert (await store.list_queues("d", 1, "_system"))[0] == QueueRecord(name="d")
+
+
+class RecordsContract:
+    """``Records`` (tenancy's storage, docs/tenancy.md): every backend binds it next to ``StoreContract``
+    with the same ``store`` fixture."""
+
+    async def test_a_record_is_added_once(self, store: Store) -> None:
+        assert await store.get_record("user", "a") is None
+        assert await store.add_record("user", "a", b"first")
+        assert not await store.add_record("user", "a", b"second")
+        assert await store.get_record("user", "a") == b"first"
+        assert await store.get_record("apikey", "a") is None  # kinds are separate
+
+    async def test_put_replaces_and_delete_removes(self, store: Store) -> None:
+        await store.put_record("role", "r", b"one")
+        await store.put_record("role", "r", b"two")
+        assert await store.get_record("role", "r") == b"two"
+        await store.delete_record("role", "r")
+        await store.delete_record("role", "r")  # absent is not an error
+        assert await store.get_record("role", "r") is None
+        assert await store.add_record("role", "r", b"three")
+
+    async def test_lists_are_key_ranges_in_order(self, store: Store) -> None:
+        for key in ["b:2", "a:1", "b:1", "c", "b:10", "é"]:
+            await store.add_record("binding", key, key.encode())
+        await store.add_record("other", "b:3", b"")
+        assert [k for k, _ in await store.list_records("binding", "", "", 100)] == [
+            "a:1",
+            "b:1",
+            "b:10",
+            "b:2",
+            "c",
+            "é",
+        ]
+        assert await store.list_records("binding", "b:", "b;", 100) == [
+            ("b:1", b"b:1"),
+            ("b:10", b"b:10"),
+            ("b:2", b"b:2"),
+        ]
+        assert [k for k, _ in await store.list_records("binding", "b:10", "b;", 1)] == ["b:10"]
+        assert await store.list_records("binding", "d", "", 10) == [("é", "é".encode())]
+        assert await store.list_records("binding", "ê", "", 10) == []

@@ -42,7 +42,7 @@ from querator.storage.cassandra._schema import SCHEMA_VERSION
 from querator.storage.cassandra._session import Cql
 from querator.storage.cassandra._statements import Statement
 from querator.storage.operations import RetryEntry
-from tests.storage.contract import NOW, SECOND, Part, StoreContract, ids, item, payloads
+from tests.storage.contract import NOW, SECOND, Part, RecordsContract, StoreContract, ids, item, payloads
 
 EPOCH = 1
 
@@ -65,7 +65,7 @@ async def opened_store(
         await store.close()
 
 
-class TestCassandraStore(StoreContract):
+class TestCassandraStore(StoreContract, RecordsContract):
     @pytest.fixture
     async def store(self, cassandra_settings: CassandraSettings) -> AsyncIterator[Store]:
         # The store's own clock (TTLs of source-id rows, live segments) runs in the contract's time,

@@ -8,10 +8,10 @@ import pytest
 
 from querator.storage.base import Store
 from querator.storage.memory import MemoryStore
-from tests.storage.contract import StoreContract
+from tests.storage.contract import RecordsContract, StoreContract
 
 
-class TestMemoryStore(StoreContract):
+class TestMemoryStore(StoreContract, RecordsContract):
     @pytest.fixture
     async def store(self) -> AsyncIterator[Store]:
         store = MemoryStore()

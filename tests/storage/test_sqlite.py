@@ -22,10 +22,10 @@ from querator.storage.sqlite import (
     SqliteStorageError,
     SqliteStore,
 )
-from tests.storage.contract import NOW, SECOND, Part, StoreContract, ids, item, payloads
+from tests.storage.contract import NOW, SECOND, Part, RecordsContract, StoreContract, ids, item, payloads
 
 
-class TestSqliteStore(StoreContract):
+class TestSqliteStore(StoreContract, RecordsContract):
     @pytest.fixture
     async def store(self, tmp_path: Path) -> AsyncIterator[Store]:
         store = SqliteStore(tmp_path / "querator.sqlite")

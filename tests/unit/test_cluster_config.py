@@ -109,8 +109,13 @@ def test_flags_beat_environment() -> None:
         ({"cluster_grace_period": "-1s"}, "cluster-grace-period is invalid; '-1s' is negative"),
         (
             {"cluster": "etcd://a:2379", "api_keys": "0" * 64},
-            "cluster-secret-file is required with api keys in a cluster",
+            "cluster-secret-file is required with api keys or tenancy in a cluster",
         ),
+        (
+            {"cluster": "etcd://a:2379", "tenancy": "on"},
+            "cluster-secret-file is required with api keys or tenancy in a cluster",
+        ),
+        ({"tenancy": "maybe"}, "tenancy is invalid; 'maybe' is not on or off"),
         (
             {"tls_cert_file": "c.pem"},
             "tls-key-file is invalid; tls-cert-file and tls-key-file are set together",

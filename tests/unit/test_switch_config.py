@@ -38,4 +38,4 @@ def test_yaml_gives_a_boolean(tmp_path: Path) -> None:
 def test_anything_else_is_refused(text: str) -> None:
     with pytest.raises(ConfigError) as e:
         load(None, {"QUERATOR_NO_UI": text}, {})
-    assert str(e.value) == f"no-ui is invalid; '{text}' is not true or false"
+    assert str(e.value) == f"no-ui is invalid; '{text}' is not on or off"

@@ -59,6 +59,10 @@ SCHEMA: Final = (
     # Lists by status: a few buckets per status, so no partition holds every running workflow.
     """CREATE TABLE IF NOT EXISTS {ks}.workflows_by_status (
         status text, bucket int, id text, PRIMARY KEY ((status, bucket), id))""",
+    # Tenancy's records (docs/tenancy.md): a partition per kind, rows sorted by key, written with
+    # lightweight transactions only. Kinds hold at most thousands of small rows.
+    """CREATE TABLE IF NOT EXISTS {ks}.records (
+        kind text, key text, value blob, PRIMARY KEY ((kind), key))""",
 )
 
 

@@ -130,6 +130,14 @@ class Statement(Enum):
         "SELECT id FROM {ks}.workflows_by_status WHERE status = ? AND bucket = ? AND id >= ? LIMIT ?"
     )
 
+    # -- tenancy's records (_records.py): lightweight transactions only, as queue records ---------------
+    GET_RECORD = "SELECT value FROM {ks}.records WHERE kind = ? AND key = ?"
+    ADD_RECORD = "INSERT INTO {ks}.records (kind, key, value) VALUES (?, ?, ?) IF NOT EXISTS"
+    SET_RECORD = "UPDATE {ks}.records SET value = ? WHERE kind = ? AND key = ? IF EXISTS"
+    DELETE_RECORD = "DELETE FROM {ks}.records WHERE kind = ? AND key = ? IF EXISTS"
+    LIST_RECORDS = "SELECT key, value FROM {ks}.records WHERE kind = ? AND key >= ? LIMIT ?"
+    LIST_RECORDS_TO = "SELECT key, value FROM {ks}.records WHERE kind = ? AND key >= ? AND key < ? LIMIT ?"
+
     def cql(self, keyspace: str) -> str:
         """The statement's text for ``keyspace``."""
         return str(self.value).replace("{ks}", keyspace)

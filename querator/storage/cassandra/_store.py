@@ -9,6 +9,7 @@ from typing import Final
 from querator.storage.base import Partition, QueueRecord
 from querator.storage.cassandra._codec import queue_record, queue_row
 from querator.storage.cassandra._partition import CassandraPartition, Segments, SendHook
+from querator.storage.cassandra._records import CassandraRecords
 from querator.storage.cassandra._schedules import CassandraSchedules
 from querator.storage.cassandra._session import Connection, Cql
 from querator.storage.cassandra._settings import CassandraSettings
@@ -19,8 +20,9 @@ THREADS: Final = 4
 """Worker threads for transactions: one per partition at a time, a few partitions in parallel."""
 
 
-class CassandraStore(CassandraSchedules):
-    """Queue records, partitions, schedules and durable workflows in a Cassandra keyspace.
+class CassandraStore(CassandraSchedules, CassandraRecords):
+    """Queue records, partitions, schedules, durable workflows and tenancy's records (``CassandraRecords``)
+    in a Cassandra keyspace.
 
     Args:
         settings: How to connect and which keyspace to use.

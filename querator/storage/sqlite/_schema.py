@@ -89,6 +89,13 @@ SCHEMA: Final = (
     ) WITHOUT ROWID""",
     "CREATE INDEX IF NOT EXISTS workflows_by_status ON workflows (status, id)",
     "CREATE INDEX IF NOT EXISTS workflows_expiring ON workflows (expires_at) WHERE expires_at > 0",
+    # Tenancy's records (docs/tenancy.md): like probe, created by IF NOT EXISTS, so no migration.
+    """CREATE TABLE IF NOT EXISTS records (
+        kind TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value BLOB NOT NULL,
+        PRIMARY KEY (kind, key)
+    ) WITHOUT ROWID""",
 )
 
 MIGRATIONS: Final = {

@@ -14,6 +14,7 @@ from querator.storage.sqlite._codec import queue_record, queue_row
 from querator.storage.sqlite._errors import SqliteStorageError
 from querator.storage.sqlite._jobs import Job, noop
 from querator.storage.sqlite._partition import SqlitePartition
+from querator.storage.sqlite._records import SqliteRecords
 from querator.storage.sqlite._schedules import SqliteSchedules
 from querator.storage.sqlite._schema import MIN_SQLITE
 from querator.storage.sqlite._statements import (
@@ -44,9 +45,9 @@ def _probe(worker: Worker) -> None:
     worker.conn.execute(SQL_PROBE)
 
 
-class SqliteStore(SqliteSchedules):
-    """Queue records, the items of every partition, schedules and durable workflows in one sqlite database
-    (WAL mode).
+class SqliteStore(SqliteSchedules, SqliteRecords):
+    """Queue records, the items of every partition, schedules, durable workflows and tenancy's records
+    (``SqliteRecords``) in one sqlite database (WAL mode).
 
     Args:
         path: The database file; created with its schema when missing. ``":memory:"`` works for tests.

@@ -47,14 +47,14 @@ INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 # What a route decodes: every ``*Request`` class, plus QueueInfo (queues.create and queues.update) and
-# ScheduleInfo (schedules.create and schedules.update).
+# ScheduleInfo (schedules.create and update) and NamespaceInfo (namespaces.create and update).
 REQUEST_TYPES: list[type[m.Message]] = sorted(
     (
         cls
         for cls in vars(m).values()
         if isinstance(cls, type)
         and issubclass(cls, m.Message)
-        and (cls.__name__.endswith("Request") or cls in (m.QueueInfo, m.ScheduleInfo))
+        and (cls.__name__.endswith("Request") or cls in (m.QueueInfo, m.ScheduleInfo, m.NamespaceInfo))
     ),
     key=lambda cls: cls.__name__,
 )

@@ -104,6 +104,9 @@ the render with a message naming the values.
 {{- if and .Values.apiKeys.existingSecret (not .Values.cluster.secret.existingSecret) }}
 {{- fail "cluster.secret.existingSecret is required with apiKeys: the nodes authenticate the requests they forward to each other with it" }}
 {{- end }}
+{{- if and .Values.tenancy.enabled (not .Values.cluster.secret.existingSecret) }}
+{{- fail "cluster.secret.existingSecret is required with tenancy: the nodes authenticate the requests they forward to each other with it" }}
+{{- end }}
 {{- if and .Values.tls.mutual (not .Values.tls.caSecret) }}
 {{- fail "tls.caSecret is required with tls.mutual: the nodes verify each other's client certificates against it" }}
 {{- end }}

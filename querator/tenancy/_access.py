@@ -1,0 +1,226 @@
+"""Who a request is (authentication) and what it may do (authorization), with tenancy on
+(docs/tenancy.md "Authentication" and "Authorization", docs/adr/0021).
+
+A request's caller is a ``Principal``, set for the request in ``CALLER`` by the HTTP layer; the
+service asks ``authorize`` before it acts. Lookups are cached for ``cache_ttl_s`` (a few seconds): a key
+or binding written on another node is honoured here, and a deleted one refused, within that delay.
+What this node itself deletes is forgotten at once. ``last_used_at`` is kept in memory and written in
+batches (``flush``), never once per request.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import logging
+from collections.abc import Iterable
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Final, Generic, TypeVar
+
+from prometheus_client import CollectorRegistry, Counter
+
+from querator.auth import KEY_PATTERN
+from querator.clock import Clock
+from querator.errors import Forbidden, QueratorError, Unauthorized
+from querator.tenancy._directory import Directory
+from querator.tenancy._model import ApiKey
+from querator.tenancy._permissions import SYSTEM
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+CACHE_TTL_S: Final = 5.0
+"""Seconds a key lookup or a user's permissions in a namespace are reused: the longest a change made on
+another node takes to be honoured here (docs/adr/0021)."""
+MAX_CACHED: Final = 100_000
+"""Entries a cache holds at most; past it, it starts afresh (a flood of distinct keys must not grow it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a request is. ``bootstrap``: a key of ``--api-keys``, the bootstrap admin, allowed anything."""
+
+    user_id: str
+    scope: str = ""
+    """The namespace the key is scoped to ("" for none)."""
+    key_id: str = ""
+    bootstrap: bool = False
+
+
+BOOTSTRAP_ADMIN: Final = Principal(user_id="", bootstrap=True)
+
+CALLER: ContextVar[Principal | None] = ContextVar("querator_caller", default=None)
+"""The caller of the request being served; None for calls that need no check (a verified forward,
+whose first node authorized it, and the server's own calls)."""
+
+
+def hash_key(key: str) -> str:
+    """The stored form of a key: its SHA-256 as unpadded URL-safe base64 (the reference's)."""
+    return _stored(hashlib.sha256(key.encode()).digest())
+
+
+def _stored(digest: bytes) -> str:
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+class _Cache(Generic[T]):
+    """Values with an expiry on the clock's monotonic seconds."""
+
+    def __init__(self, clock: Clock, ttl_s: float) -> None:
+        self._clock = clock
+        self._ttl_s = ttl_s
+        self._entries: dict[object, tuple[float, T]] = {}
+
+    def get(self, key: object) -> T | None:
+        entry = self._entries.get(key)
+        if entry is None or entry[0] < self._clock.monotonic():
+            return None
+        return entry[1]
+
+    def put(self, key: object, value: T) -> None:
+        if len(self._entries) >= MAX_CACHED:
+            self._entries.clear()
+        self._entries[key] = (self._clock.monotonic() + self._ttl_s, value)
+
+    def drop(self, key: object) -> None:
+        self._entries.pop(key, None)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+class Access:
+    """Authenticates keys and authorizes callers against the directory."""
+
+    def __init__(
+        self,
+        directory: Directory,
+        clock: Clock,
+        bootstrap_hashes: Iterable[bytes] = (),
+        registry: CollectorRegistry | None = None,
+        cache_ttl_s: float = CACHE_TTL_S,
+    ) -> None:
+        self._directory = directory
+        self._clock = clock
+        self.bootstrap_hashes = tuple(bootstrap_hashes)
+        self._keys: _Cache[ApiKey] = _Cache(clock, cache_ttl_s)
+        self._grants: _Cache[frozenset[str]] = _Cache(clock, cache_ttl_s)
+        self._used: dict[str, int] = {}
+        self.anonymous = Principal(user_id="")
+        self._failures = Counter(
+            "querator_auth_failures",
+            "Requests refused 401 because of their Authorization header, by reason.",
+            ["reason"],
+            registry=registry,
+        )
+
+    # -- authentication ---------------------------------------------------------------------------------
+
+    async def authenticate(self, authorization: str | None) -> Principal:
+        """The caller of a request with this Authorization header (None: anonymous).
+
+        Raises:
+            Unauthorized: a malformed header, or a key that is malformed, unknown or expired.
+        """
+        if authorization is None:
+            return self.anonymous
+        if not authorization.startswith("Bearer "):
+            raise self._refuse("header", "invalid authorization header format")
+        key = authorization[len("Bearer ") :].strip()
+        if not KEY_PATTERN.fullmatch(key):
+            raise self._refuse("malformed", "api key is invalid")
+        digest = hashlib.sha256(key.encode()).digest()
+        bootstrap = False
+        for known in self.bootstrap_hashes:  # every hash, every time: no early exit to time
+            bootstrap |= hmac.compare_digest(digest, known)
+        if bootstrap:
+            return BOOTSTRAP_ADMIN
+        key_hash = _stored(digest)
+        stored = await self._key(key_hash)
+        if stored is None or not hmac.compare_digest(stored.key_hash, key_hash):
+            raise self._refuse("unknown", "api key does not exist")
+        now = self._clock.now()
+        if stored.expires_at and stored.expires_at <= now:
+            raise self._refuse("expired", "api key has expired")
+        self._used[stored.id] = now
+        return Principal(user_id=stored.user_id, scope=stored.namespace_scope, key_id=stored.id)
+
+    async def _key(self, key_hash: str) -> ApiKey | None:
+        """The live key with this hash whose user exists; cached, failures included (briefly), so an
+        unknown key costs the store once per TTL."""
+        cached = self._keys.get(key_hash)
+        if cached is not None:
+            return cached if cached.id else None
+        try:
+            key = await self._directory.key_with_hash(key_hash)
+            if key is not None and await self._directory.get_user(key.user_id) is None:
+                key = None  # its user was deleted: the cascade may not have reached the key yet
+        except QueratorError as e:
+            log.warning("api key lookup failed: %s", e.message)
+            raise self._refuse("storage", "api key is invalid") from None
+        self._keys.put(key_hash, key or _NO_KEY)
+        return key
+
+    def _refuse(self, reason: str, message: str) -> Unauthorized:
+        """A 401, counted by ``reason`` in /metrics (``querator_auth_failures_total``)."""
+        self._failures.labels(reason).inc()
+        return Unauthorized(message)
+
+    def forget_key(self, key_hash: str) -> None:
+        self._keys.drop(key_hash)
+        self._grants.clear()
+
+    def forget_user(self) -> None:
+        """A user was deleted here: every cached key and grant may be theirs."""
+        self._keys.clear()
+        self._grants.clear()
+
+    def forget_grants(self) -> None:
+        """A role or binding changed here."""
+        self._grants.clear()
+
+    async def flush(self) -> None:
+        """Writes the last use of every key used since the previous flush."""
+        used, self._used = self._used, {}
+        for key_id, used_at in used.items():
+            await self._directory.touch_key(key_id, used_at)
+
+    # -- authorization ----------------------------------------------------------------------------------
+
+    async def authorize(self, namespace: str, permission: str) -> None:
+        """Raises 403 ``access denied`` unless the request's caller holds ``permission`` in ``namespace``."""
+        caller = CALLER.get()
+        if caller is not None and not await self.may(caller, namespace, permission):
+            raise Forbidden("access denied")
+
+    async def may(self, caller: Principal, namespace: str, permission: str) -> bool:
+        """The cascade (docs/tenancy.md "Authorization"): a key scoped to another namespace reaches only
+        ``_system``, with what the user holds there; otherwise what the user holds in the namespace, then
+        in ``_system`` (its admins administer every namespace)."""
+        if caller.bootstrap:
+            return True
+        if caller.scope and caller.scope != namespace:
+            return namespace == SYSTEM and permission in await self._granted(caller.user_id, SYSTEM)
+        if permission in await self._granted(caller.user_id, namespace):
+            return True
+        return namespace != SYSTEM and permission in await self._granted(caller.user_id, SYSTEM)
+
+    async def _granted(self, user_id: str, namespace: str) -> frozenset[str]:
+        cached = self._grants.get((user_id, namespace))
+        if cached is not None:
+            return cached
+        granted: set[str] = set()
+        for binding in await self._directory.bindings_of(user_id, namespace):
+            role = await self._directory.get_role(binding.namespace, binding.role_id)
+            if role is None and namespace != SYSTEM:  # a standard role, bound in another namespace
+                role = await self._directory.get_role(SYSTEM, binding.role_id)
+            if role is not None:
+                granted.update(role.permissions)
+        result = frozenset(granted)
+        self._grants.put((user_id, namespace), result)
+        return result
+
+
+_NO_KEY: Final = ApiKey(id="", user_id="", key_hash="", prefix="")

@@ -1,0 +1,99 @@
+"""``querator.tenancy._directory``: the rules over records that HTTP tests cannot reach -- what a crash
+between two writes leaves behind (docs/tenancy.md "Rules and storage"), on the memory store."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from querator.clock import FakeClock
+from querator.errors import InvalidOption
+from querator.storage.memory import MemoryStore
+from querator.tenancy import STANDARD_ROLES, Tenancy
+from querator.tenancy._directory import BINDING_USER, USER, USERNAME, Directory
+from querator.tenancy._model import Binding, User
+
+
+@pytest.fixture
+def directory() -> Directory:
+    return Directory(MemoryStore())
+
+
+async def test_a_username_index_left_by_a_crash_is_taken_over(directory: Directory) -> None:
+    """A create that claimed the name and died before writing the user: the name is free again."""
+    await directory.store.add_record(USERNAME, "ann", b"lost-id")
+    await directory.add_user(User(id="u2", username="ann"))
+    assert (await directory.user_named("ann")) == User(id="u2", username="ann")
+
+
+async def test_a_live_username_stays_taken(directory: Directory) -> None:
+    await directory.add_user(User(id="u1", username="ann"))
+    with pytest.raises(InvalidOption, match="username is already taken; 'ann' is already taken"):
+        await directory.add_user(User(id="u2", username="ann"))
+
+
+async def test_an_index_whose_entity_is_gone_reads_as_missing(directory: Directory) -> None:
+    await directory.add_user(User(id="u1", username="ann"))
+    await directory.store.delete_record(USER, "u1")  # the delete died after the entity
+    assert await directory.user_named("ann") is None
+
+
+async def test_a_binding_index_left_by_a_crash_does_not_block_the_binding(directory: Directory) -> None:
+    binding = Binding(id="b2", namespace="ns", user_id="u1", role_id="r1")
+    await directory.store.add_record("binding.unique", "ns:u1:r1", b"b1")  # b1 was never written
+    await directory.add_binding(binding)
+    assert await directory.list_bindings("ns", "", 10) == [binding]
+    assert await directory.bindings_of("u1", "ns") == [binding]
+    with pytest.raises(InvalidOption, match="role binding already exists"):
+        await directory.add_binding(Binding(id="b3", namespace="ns", user_id="u1", role_id="r1"))
+
+
+async def test_a_binding_cut_short_is_listed_without_granting_and_can_be_deleted(
+    directory: Directory,
+) -> None:
+    """A delete that died after its first write: the grant is gone, the listing still shows the binding,
+    and deleting it again finishes the job."""
+    await directory.add_binding(Binding(id="b1", namespace="ns", user_id="u1", role_id="r1"))
+    await directory.store.delete_record(BINDING_USER, "u1:ns:b1")
+    assert await directory.bindings_of("u1", "ns") == []
+    assert [b.id for b in await directory.list_bindings("ns", "", 10)] == ["b1"]
+    await directory.delete_binding("ns", "u1", "r1")
+    assert await directory.list_bindings("ns", "", 10) == []
+    await directory.add_binding(Binding(id="b2", namespace="ns", user_id="u1", role_id="r1"))
+    assert [b.id for b in await directory.bindings_of("u1", "ns")] == ["b2"]
+
+
+class _SharedStore(MemoryStore):
+    """A store shared by several nodes: every read and write lets the others run (memory alone never
+    yields, so concurrent bootstraps would not interleave)."""
+
+    async def get_record(self, kind: str, key: str) -> bytes | None:
+        await asyncio.sleep(0)
+        return await super().get_record(kind, key)
+
+    async def add_record(self, kind: str, key: str, value: bytes) -> bool:
+        await asyncio.sleep(0)
+        return await super().add_record(kind, key, value)
+
+    async def put_record(self, kind: str, key: str, value: bytes) -> None:
+        await asyncio.sleep(0)
+        await super().put_record(kind, key, value)
+
+
+async def test_nodes_bootstrapping_one_store_at_once_make_one_of_each() -> None:
+    """The anonymous user and the standard roles get the same ids on every node (docs/tenancy.md)."""
+    store = _SharedStore()
+    nodes = [Tenancy(store, FakeClock()) for _ in range(3)]
+    for node in nodes:
+        node.enable()
+    await asyncio.gather(*(node.start() for node in nodes))
+    try:
+        directory = Directory(store)
+        assert [u.username for u in await directory.list_users("", 10)] == ["anonymous"]
+        roles = await directory.list_roles("_system", "", 10)
+        assert sorted(r.name for r in roles) == sorted(STANDARD_ROLES)
+        assert len(await directory.list_bindings("_system", "", 10)) == 1  # Open Door, once
+    finally:
+        for node in nodes:
+            await node.stop()
