@@ -84,16 +84,29 @@ export function parseMetrics(text) {
   return out;
 }
 
-// Every queue of the default namespace, page by page (queues.list pages start at their pivot).
-export async function allQueues(max = 10000) {
-  const queues = [];
+// Every record of a list route that pages from an inclusive pivot (`key` names a record's id): queues,
+// schedules. The pivot comes back first on each next page, so it is dropped.
+export async function listAll(route, itemsField, key, max = 10000, pageSize = 1000) {
+  const records = [];
   let pivot = "";
-  while (queues.length < max) {
-    const page = (await call("queues.list", { pivot, limit: 1000 })).items || [];
-    const fresh = pivot ? page.filter((q) => q.queue_name !== pivot) : page;
-    queues.push(...fresh);
-    if (page.length < 1000 || fresh.length === 0) break;
-    pivot = page[page.length - 1].queue_name;
+  while (records.length < max) {
+    const page = (await call(route, { pivot, limit: pageSize }))[itemsField] || [];
+    const fresh = pivot ? page.filter((r) => r[key] !== pivot) : page;
+    records.push(...fresh);
+    if (page.length < pageSize || fresh.length === 0) break;
+    pivot = page[page.length - 1][key];
   }
-  return queues;
+  return records;
+}
+
+// Every queue of the default namespace.
+export function allQueues() {
+  return listAll("queues.list", "items", "queue_name");
+}
+
+// Text as base64 of its UTF-8 bytes, as JSON carries payloads.
+export function base64Of(text) {
+  let raw = "";
+  for (const b of new TextEncoder().encode(text)) raw += String.fromCharCode(b);
+  return btoa(raw);
 }

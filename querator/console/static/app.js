@@ -6,21 +6,27 @@ import * as queues from "./pages/queues.js";
 import * as queue from "./pages/queue.js";
 import * as dead from "./pages/dead.js";
 import * as cluster from "./pages/cluster.js";
+import * as workflows from "./pages/workflows.js";
+import * as workflow from "./pages/workflow.js";
+import * as schedules from "./pages/schedules.js";
 
-// The sections in the navigation; a new section (workflows, schedules) is one line here and a page module.
+// The sections in the navigation; a new section is one line here and a page module. `within`: the pages
+// reached from the section, under which it stays marked as current.
 const NAV = [
-  { path: "queues", label: "Queues", page: queues },
-  { path: "cluster", label: "Cluster", page: cluster },
+  { path: "queues", label: "Queues", page: queues, within: ["queue", "dead"] },
+  { path: "workflows", label: "Workflows", page: workflows, within: ["workflow"] },
+  { path: "schedules", label: "Schedules", page: schedules, within: [] },
+  { path: "cluster", label: "Cluster", page: cluster, within: [] },
 ];
 // Pages reached from others, by the first part of the hash.
-const PAGES = { queue, dead, ...Object.fromEntries(NAV.map((n) => [n.path, n.page])) };
+const PAGES = { queue, dead, workflow, ...Object.fromEntries(NAV.map((n) => [n.path, n.page])) };
 
 const main = document.getElementById("main");
 let stop = null;
 
 function renderNav(current) {
   mount(document.getElementById("nav"), NAV.map((n) => {
-    const active = current === n.path || (n.path === "queues" && (current === "queue" || current === "dead"));
+    const active = current === n.path || n.within.includes(current);
     return h("li", {}, h("a", { href: `#/${n.path}`, "aria-current": active ? "page" : false }, n.label));
   }));
   document.getElementById("forget-key").hidden = !apiKey();

@@ -94,19 +94,30 @@ export function payloadAs(bytes, view) {
   return text;
 }
 
-// A payload with a choice of view; JSON first when it parses.
-export function payloadView(base64) {
-  const bytes = bytesOf(base64);
-  let initial = "text";
+function parsesAsJson(bytes) {
   try {
     JSON.parse(new TextDecoder().decode(bytes));
-    initial = "json";
-  } catch {}
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+// A value (base64) as pretty JSON when it parses, else as text.
+export function valueText(base64) {
+  const bytes = bytesOf(base64);
+  return payloadAs(bytes, parsesAsJson(bytes) ? "json" : "text");
+}
+
+// A payload with a choice of view; JSON first when it parses.
+export function payloadView(base64, label = "Payload") {
+  const bytes = bytesOf(base64);
+  const initial = parsesAsJson(bytes) ? "json" : "text";
   const pre = h("pre", { class: "payload", tabindex: "0" });
-  const select = h("select", { "aria-label": "Show payload as", onchange: () => (pre.textContent = payloadAs(bytes, select.value)) },
+  const select = h("select", { "aria-label": `Show ${label.toLowerCase()} as`, onchange: () => (pre.textContent = payloadAs(bytes, select.value)) },
     ["text", "json", "hex"].map((v) => h("option", { value: v, selected: v === initial }, v === "json" ? "JSON" : v)));
   pre.textContent = payloadAs(bytes, initial);
-  return h("div", { class: "payload-box" }, h("label", {}, `Payload (${bytes.length} bytes) as `, select), pre);
+  return h("div", { class: "payload-box" }, h("label", {}, `${label} (${bytes.length} bytes) as `, select), pre);
 }
 
 const STATUS_MS = 8000;

@@ -1,0 +1,169 @@
+// One durable workflow (workflows.info): its state, its journal as a timeline by seq, its signals, its
+// result or error, its parent and children; a signal can be sent to it and it can be cancelled. The
+// page refreshes while the workflow runs; the forms stay outside what it redraws, so typing is kept.
+import { call, base64Of } from "../api.js";
+import { h, mount, route, time, number, payloadView, valueText, errorBox, confirmed, say, refreshKeepingFocus } from "../dom.js";
+import { statusBadge } from "./workflows.js";
+
+const REFRESH_MS = 3000;
+const ENTRY_STATES = { done: "done", error: "failed", pending: "pending" };
+
+// A child workflow's id: its parent's, a slash and the seq of the entry that started it (docs/durable.md).
+function childId(parentId, seq) {
+  return `${parentId}/${seq}`;
+}
+
+export async function render(main, params, ctx) {
+  const id = params[0] || "";
+  let info = await call("workflows.info", { workflow_id: id });
+  const body = h("div");
+  const problem = h("div");
+  const actions = h("div", { class: "actions" });
+  const signalBox = h("div");
+  const cancel = h("button", { type: "button", id: "cancel-workflow", class: "danger", onclick: async () => {
+    if (!confirmed(`Cancel workflow '${id}'? Its compensations run and its children are cancelled.`)) return;
+    try {
+      await call("workflows.cancel", { workflow_id: id });
+      say(`Cancel of ${id} requested.`);
+      mount(problem);
+    } catch (e) {
+      mount(problem, errorBox(e));
+    }
+    load();
+  } }, "Cancel workflow…");
+  const signal = h("button", { type: "button", id: "signal-workflow", onclick: () => mount(signalBox, signalForm(info, signalBox, () => load())) }, "Send signal…");
+  mount(actions, signal, cancel);
+  mount(main,
+    h("p", { class: "crumbs" }, h("a", { href: "#/workflows" }, "Workflows"), " / "),
+    h("div", { class: "page-head" }, h("h1", {}, id), actions),
+    signalBox, problem, body);
+
+  function draw() {
+    const running = info.status === "running";
+    actions.hidden = !running;
+    if (!running) mount(signalBox);
+    const entries = [...(info.entries || [])].sort((a, b) => a.seq - b.seq);
+    const children = entries.filter((e) => e.kind === "child");
+    refreshKeepingFocus(body, () => mount(body,
+      h("dl", { class: "pairs", id: "workflow-info" },
+        h("dt", {}, "Status"), h("dd", { id: "workflow-status" }, statusBadge(info.status),
+          info.cancel_requested && running ? h("span", { class: "tag" }, "cancel requested") : null),
+        h("dt", {}, "Name"), h("dd", {}, info.name),
+        h("dt", {}, "Task queue"), h("dd", {}, h("a", { href: route("queue", info.queue_name) }, info.queue_name)),
+        h("dt", {}, "Parent"), h("dd", { class: "mono" }, info.parent_id
+          ? [h("a", { href: route("workflow", info.parent_id), id: "workflow-parent" }, info.parent_id), ` (its step #${info.parent_seq})`]
+          : h("span", { class: "muted" }, "none")),
+        h("dt", {}, "Children"), h("dd", { class: "mono", id: "workflow-children" }, children.length
+          ? children.map((e, i) => [i ? ", " : "", h("a", { href: route("workflow", childId(id, e.seq)) }, childId(id, e.seq))])
+          : h("span", { class: "muted" }, "none")),
+        h("dt", {}, "Created"), h("dd", {}, time(info.created_at)),
+        h("dt", {}, "Updated"), h("dd", {}, time(info.updated_at)),
+        h("dt", {}, "Finished"), h("dd", {}, time(info.finished_at)),
+        h("dt", {}, "Dropped"), h("dd", {}, time(info.expires_at)),
+        h("dt", {}, "Claims"), h("dd", {}, number(info.fence || 0), info.claim_deadline ? [" · held until ", time(info.claim_deadline)] : null),
+        h("dt", {}, "Encoding"), h("dd", {}, info.encoding || "—")),
+      outcome(info),
+      info.input ? payloadView(info.input, "Input") : null,
+      h("section", { "aria-labelledby": "s-journal" }, h("h2", { id: "s-journal" }, `Journal (${entries.length})`),
+        entries.length ? h("ol", { class: "timeline", id: "journal" }, entries.map((e) => journalEntry(id, e)))
+          : h("p", { class: "muted" }, "Nothing recorded yet: no worker has run it.")),
+      h("section", { "aria-labelledby": "s-signals" }, h("h2", { id: "s-signals" }, "Signals"), signalTable(info.signals || []))));
+  }
+
+  async function load() {
+    try {
+      info = await call("workflows.info", { workflow_id: id });
+      draw();
+      mount(problem);
+      main.dataset.loaded = String(Number(main.dataset.loaded || 0) + 1);
+    } catch (e) {
+      if (e.status === 401) return ctx.onAuth(e);
+      mount(problem, errorBox(e));
+    }
+  }
+
+  draw();
+  main.dataset.loaded = String(Number(main.dataset.loaded || 0) + 1);
+  const timer = setInterval(() => info.status === "running" && !document.hidden && load(), REFRESH_MS);
+  return () => clearInterval(timer);
+}
+
+function outcome(info) {
+  if (info.status === "completed") {
+    return h("section", { "aria-labelledby": "s-result", id: "workflow-result" }, h("h2", { id: "s-result" }, "Result"),
+      h("pre", { class: "payload", tabindex: "0" }, valueText(info.result)));
+  }
+  if (info.error) {
+    return h("section", { "aria-labelledby": "s-error", id: "workflow-error" }, h("h2", { id: "s-error" }, info.status === "cancelled" ? "Cancelled" : "Error"),
+      h("pre", { class: "payload error-text", tabindex: "0" }, info.error));
+  }
+  return null;
+}
+
+function journalEntry(workflowId, e) {
+  const facts = [];
+  if (e.attempts) facts.push(`${e.attempts} attempt(s)`);
+  if (e.group_size) facts.push(`awaited with #${e.group} (${e.group_size} together)`);
+  const waking = e.wake_at && e.state === "pending" ? (e.kind === "sleep" ? "wakes" : e.kind === "signal" ? "gives up" : "runs again") : "wake at";
+  return h("li", { dataset: { seq: String(e.seq), kind: e.kind, state: e.state }, class: `entry entry-${e.state}` },
+    h("div", { class: "entry-head" },
+      h("span", { class: "seq" }, `#${e.seq}`),
+      h("span", { class: "badge" }, e.kind),
+      h("strong", { class: "mono" }, e.name),
+      h("span", { class: `badge state-${e.state}` }, ENTRY_STATES[e.state] || e.state),
+      facts.length ? h("span", { class: "muted" }, facts.join(" · ")) : null,
+      e.wake_at ? h("span", {}, `${waking} `, time(e.wake_at)) : null,
+      e.kind === "child" ? h("a", { href: route("workflow", childId(workflowId, e.seq)), class: "mono" }, childId(workflowId, e.seq)) : null),
+    e.value ? h("pre", { class: "payload", tabindex: "0" }, valueText(e.value)) : null,
+    e.error ? h("pre", { class: "payload error-text", tabindex: "0" }, e.error) : null);
+}
+
+function signalTable(signals) {
+  if (!signals.length) return h("p", { class: "muted" }, "No signals.");
+  return h("div", { class: "table-wrap" }, h("table", { class: "data", id: "signals-table" },
+    h("thead", {}, h("tr", {}, ["Id", "Name", "Sent", "Received by", "Payload"].map((t) => h("th", { scope: "col" }, t)))),
+    h("tbody", {}, signals.map((s) => h("tr", { dataset: { name: s.name } },
+      h("td", { class: "mono" }, s.id),
+      h("td", {}, s.name),
+      h("td", {}, time(s.sent_at)),
+      h("td", {}, s.taken_by ? `#${s.taken_by}` : h("span", { class: "muted" }, "waiting")),
+      h("td", { class: "mono" }, s.payload ? valueText(s.payload) : h("span", { class: "muted" }, "none")))))));
+}
+
+// Sending a signal: a name and a payload in the workflow's encoding (checked as JSON when it is JSON).
+function signalForm(info, container, done) {
+  const json = /json/i.test(info.encoding || "");
+  const error = h("div");
+  const name = h("input", { id: "signal-name", name: "signal-name", required: true, autocomplete: "off", spellcheck: "false" });
+  const payload = h("textarea", { id: "signal-payload", name: "signal-payload", rows: "4", spellcheck: "false", placeholder: json ? '{"approved": true}' : "" });
+  const form = h("form", { class: "card grid-form", id: "signal-form", onsubmit: async (e) => {
+    e.preventDefault();
+    let text = payload.value;
+    if (json) {
+      // An empty payload is JSON's null, which the workflow's code receives as None.
+      text = text.trim() || "null";
+      try {
+        JSON.parse(text);
+      } catch (err) {
+        mount(error, errorBox(new Error(`payload is not JSON; ${err.message}`)));
+        return;
+      }
+    }
+    try {
+      await call("workflows.signal", { workflow_id: info.workflow_id, name: name.value.trim(), payload: base64Of(text) });
+      say(`Signal ${name.value.trim()} sent.`);
+      mount(container);
+      done();
+    } catch (err) {
+      mount(error, errorBox(err));
+    }
+  } },
+  h("h2", {}, "Send a signal"),
+  h("label", { for: "signal-name" }, "Signal name"), name,
+  h("label", { for: "signal-payload" }, json ? "Payload (JSON)" : `Payload (${info.encoding || "text"})`), payload,
+  error,
+  h("div", { class: "actions" }, h("button", { type: "submit", class: "primary" }, "Send signal"),
+    h("button", { type: "button", onclick: () => mount(container) }, "Close")));
+  setTimeout(() => name.focus());
+  return form;
+}
