@@ -3,9 +3,10 @@
 Every step run appends a JSON line to ``$DURABLE_RECORDS/<pid>.jsonl`` (appends of one short line do not
 interleave), so a test counts the side effects of every process: a step that ran twice shows twice.
 ``hold`` waits for the file ``$DURABLE_RECORDS/release-<key>``, which the test creates when ready.
-``$DURABLE_VARIANT`` changes the code of ``evolving``, as a deploy would. ``taken_over`` and
-``five_ticks`` serve the fault tests (tests/integration/test_durable_faults.py and
-tests/reliability/test_durable_checker.py): their steps return which run made the recorded result.
+``$DURABLE_VARIANT`` changes the code of ``evolving``, as a deploy would. ``approved_order`` serves the
+console's tests (tests/integration/test_console_durable.py); ``taken_over`` and ``five_ticks`` serve the
+fault tests (tests/integration/test_durable_faults.py and tests/reliability/test_durable_checker.py): their
+steps return which run made the recorded result.
 """
 
 from __future__ import annotations
@@ -160,6 +161,15 @@ async def approval(ctx: Context, key: str, timeout_s: float) -> Any:
         return "timed out"
     second = await ctx.wait_for_signal("approval", timeout=timedelta(seconds=timeout_s))
     return [decision, second]
+
+
+@app.workflow()
+async def approved_order(ctx: Context, key: str) -> dict[str, Any]:
+    """Waits for one ``approval`` signal between two steps (the console's tests send it)."""
+    total = await ctx.run(add, f"{key}-1", 40, 2)
+    decision = await ctx.wait_for_signal("approval")
+    await ctx.run(add, f"{key}-2", 0, 0)
+    return {"total": total, "decision": decision}
 
 
 @app.workflow()
