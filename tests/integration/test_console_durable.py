@@ -91,6 +91,11 @@ async def _listed_by_status(page: Page) -> None:
     await expect(ids).to_have_text(["family", "family/1", "order-1041", "order-1042", "stuck", "stuck/2"])
     await expect(page.locator('#workflows-table tr[data-id="stuck/2"] a').last).to_have_text("stuck")
     await page.screenshot(path=screenshot_path("workflows"), full_page=True)
+    # Paging from the last id: nothing after stuck/2.
+    await page.get_by_role("button", name="Next →").click()
+    await expect(page.locator("#workflows-table tbody")).to_have_text("No more workflows.")
+    await page.get_by_role("button", name="← Previous").click()
+    await expect(ids).to_have_count(6)
     await page.get_by_label("Status").select_option("running")
     await expect(ids).to_have_text(["order-1042", "stuck", "stuck/2"])
     await page.get_by_label("Status").select_option("completed")

@@ -85,15 +85,17 @@ export function parseMetrics(text) {
 }
 
 // Every record of a list route that pages from an inclusive pivot (`key` names a record's id): queues,
-// schedules. The pivot comes back first on each next page, so it is dropped.
-export async function listAll(route, itemsField, key, max = 10000, pageSize = 1000) {
+// schedules. The pivot comes back first on each next page, so it is dropped. `endsEarly`: the route may
+// end a page before `limit` (schedules.list at 4 MiB of payloads), so only a page with nothing after
+// the pivot is the last.
+export async function listAll(route, itemsField, key, { pageSize = 1000, endsEarly = false, max = 10000 } = {}) {
   const records = [];
   let pivot = "";
   while (records.length < max) {
     const page = (await call(route, { pivot, limit: pageSize }))[itemsField] || [];
     const fresh = pivot ? page.filter((r) => r[key] !== pivot) : page;
     records.push(...fresh);
-    if (page.length < pageSize || fresh.length === 0) break;
+    if ((page.length < pageSize && !endsEarly) || fresh.length === 0) break;
     pivot = page[page.length - 1][key];
   }
   return records;

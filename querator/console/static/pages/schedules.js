@@ -59,7 +59,7 @@ export async function render(main, _params, ctx) {
 
   async function load() {
     try {
-      const schedules = await listAll("schedules.list", "items", "name", 10000, LIST_PAGE);
+      const schedules = await listAll("schedules.list", "items", "name", { pageSize: LIST_PAGE, endsEarly: true });
       refreshKeepingFocus(table, () => mount(table, h("table", { class: "data", id: "schedules-table" },
         h("thead", {}, h("tr", {}, ["Name", "Cron", "Time zone", "Queue", "Last tick", "Next tick", "Owner", "State", ""].map((t) => h("th", { scope: "col" }, t)))),
         h("tbody", {}, schedules.length ? schedules.map(row) : h("tr", {}, h("td", { colspan: "9", class: "muted" }, "No schedules."))))));

@@ -49,7 +49,8 @@ export async function render(main, params, ctx) {
 
   function draw() {
     prev.disabled = state.pivots.length <= 1;
-    next.disabled = state.rows.length < PAGE;
+    // A page may end before PAGE (at 4 MiB of stored records), so only an empty page is surely the last.
+    next.disabled = state.rows.length === 0;
     pageInfo.textContent = ` page ${state.pivots.length} · ${state.rows.length} workflow(s) `;
     refreshKeepingFocus(table, () => mount(table, h("table", { class: "data", id: "workflows-table" },
       h("thead", {}, h("tr", {}, ["Id", "Name", "Status", "Queue", "Created", "Finished", "Parent"].map((t) => h("th", { scope: "col" }, t)))),
@@ -61,7 +62,7 @@ export async function render(main, params, ctx) {
         h("td", {}, time(w.created_at)),
         h("td", {}, time(w.finished_at)),
         h("td", { class: "mono" }, w.parent_id ? h("a", { href: route("workflow", w.parent_id) }, w.parent_id) : h("span", { class: "muted" }, "—"))))
-        : h("tr", {}, h("td", { colspan: "7", class: "muted" }, state.status ? `No ${state.status} workflows.` : "No workflows."))))));
+        : h("tr", {}, h("td", { colspan: "7", class: "muted" }, `No ${state.pivots.length > 1 ? "more " : ""}${state.status ? `${state.status} ` : ""}workflows.`))))));
   }
 
   await load();
