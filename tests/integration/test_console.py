@@ -259,3 +259,26 @@ async def test_no_ui_turns_it_off(servers: Servers) -> None:
     refused.value.close()
     assert refused.value.code == 400  # any GET but the probes: "only POST"
     assert "console at" not in server.stderr()
+
+
+async def test_items_page_on_past_a_page_that_ended_early(browser: Browser, servers: Servers) -> None:
+    """items.list ends a page at 4 MiB of payloads, however many items were asked for: a short page is
+    not the last one. Next was disabled on any page shorter than the console's page size before, and
+    the items after the first 4 MiB could not be reached."""
+    server = await servers.astart("--storage", "memory")
+    async with AsyncClient(server.url) as client:
+        await client.create_queue("big")
+        for n in range(7):
+            await client.produce("big", [bytes([n]) * 700_000])  # 6 would pass 4 MiB: a page of 5
+    page, problems = await _page(browser, server)
+    await page.goto(server.url + "/ui/#/queue/big")
+    rows = page.locator("#items-table tbody tr[data-id]")
+    await expect(rows).to_have_count(5)
+    next_page = page.get_by_role("button", name="Next →")
+    await expect(next_page).to_be_enabled()
+    await next_page.click()
+    await expect(rows).to_have_count(2)
+    await next_page.click()
+    await expect(rows).to_have_count(0)
+    await expect(next_page).to_be_disabled()
+    assert problems == []

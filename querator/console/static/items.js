@@ -52,7 +52,8 @@ export function itemBrowser(options) {
 
   function draw() {
     prev.disabled = state.pivots.length <= 1;
-    next.disabled = state.items.length < PAGE;
+    // A page may end before PAGE (at 4 MiB of payloads), so only an empty page is surely the last.
+    next.disabled = state.items.length === 0;
     pageInfo.textContent = ` page ${state.pivots.length} · ${state.items.length} item(s) `;
     const all = options.selectable ? h("input", { type: "checkbox", "aria-label": "Select every item of this page", onchange: () => {
       for (const i of state.items) all.checked ? state.selected.add(i.id) : state.selected.delete(i.id);
