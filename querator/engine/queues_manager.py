@@ -5,7 +5,8 @@ costs nothing for queues nobody touches; their partitions' lifecycles start with
 cluster it runs over the partitions the ring gives this node (``Owned``), claimed in storage first; when
 the ring moves partitions, or storage says another node took one over, the engine is handed off: it
 finishes its batch, answers what waits with 454, and the next request spawns it over the new set.
-``ClusterCounters`` counts the hand-offs by reason and the writes storage refused (docs/cluster.md).
+``ClusterCounters`` counts the hand-offs by reason and the writes storage refused (docs/cluster.md);
+``hand_offs`` lists the recent ones, partition by partition (``querator.engine.hand_off_log``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 
 from querator import _tasks
 from querator.clock import Clock
+from querator.engine.hand_off_log import Direction, HandOffEntry, HandOffLog, Outcome
 from querator.engine.logical_queue import DeadLetter
 from querator.engine.queue import Queue
 from querator.errors import InvalidOption, RetryRequest, shutting_down
@@ -25,6 +27,9 @@ from querator.storage.base import QueueRecord, Store
 
 Owned = Callable[[str, int], Sequence[int]]
 """The partitions (of a queue with that many) this node serves now."""
+
+Owner = Callable[[str, int], str]
+"""The node id that owns a partition of a queue now."""
 
 log = logging.getLogger(__name__)
 
@@ -59,9 +64,11 @@ class QueuesManager:
         dead_letter: DeadLetter,
         max_requests_per_queue: int = 100,
         owned: Owned | None = None,
+        owner: Owner | None = None,
     ) -> None:
         """``dead_letter``: stores dead items in their dead queue, wherever its partition 0 is served.
-        ``owned`` None: this node serves every partition (a node alone)."""
+        ``owned`` None: this node serves every partition (a node alone). ``owner`` names the other node
+        of each hand-off in ``hand_offs``."""
         self.store = store
         self.clock = clock
         self._max_requests = max_requests_per_queue
@@ -75,6 +82,11 @@ class QueuesManager:
         self._spawning = asyncio.Lock()
         self._closing = False
         self.counters = ClusterCounters()
+        self.hand_offs = HandOffLog()
+        self._owner = owner
+        self._owners: dict[str, tuple[str, ...]] = {}
+        """The owner of each partition of a running queue as of its spawn or the last ring change: who
+        had the partitions a hand-off gives this node."""
 
     async def get(self, name: str, within: float | None = None) -> Queue:
         """The running queue; 400 when no such queue exists.
@@ -123,6 +135,7 @@ class QueuesManager:
         name = queue.name
         if self._queues.get(name) is queue:
             del self._queues[name]
+            self._owners.pop(name, None)
         queue.stop_accepting(moved)
         task = _tasks.start(queue.shutdown(), f"stop:{name}")
         self._stopping[name] = task
@@ -153,7 +166,13 @@ class QueuesManager:
             owned=self._owned(record.name, record.requested_partitions),
             on_stale=stale,
         )
+        self._note_owners(queue)
         return queue
+
+    def _note_owners(self, queue: Queue) -> None:
+        if self._owner is not None:
+            count = queue.settings.requested_partitions
+            self._owners[queue.name] = tuple(self._owner(queue.name, n) for n in range(count))
 
     def rebalance(self) -> None:
         """Hands off every running queue whose partitions the ring now gives to another set of nodes."""
@@ -163,6 +182,8 @@ class QueuesManager:
         for queue in list(self._queues.values()):
             if tuple(self._owned(queue.name, queue.settings.requested_partitions)) != queue.owned:
                 self.hand_off(queue, HandOff.RING)
+            else:
+                self._note_owners(queue)  # its partitions stay, others' may have moved between nodes
 
     def hand_off_all(self) -> None:
         """Stops serving every partition (this node may lose them: its cluster lease is not certain)."""
@@ -175,7 +196,39 @@ class QueuesManager:
         if self._queues.get(queue.name) is queue:
             log.info("queue %s: handing off partitions %s (%s)", queue.name, list(queue.owned), reason.value)
             self.counters.hand_offs[reason] += 1
-            self._stop(queue, moved=True)
+            entries = self._log_hand_off(queue, reason)
+            stopping = self._stop(queue, moved=True)
+
+            def stopped(task: asyncio.Task[None]) -> None:
+                failed = task.cancelled() or task.exception() is not None
+                for entry in entries:
+                    entry.outcome = Outcome.FAILED if failed else Outcome.STOPPED
+
+            stopping.add_done_callback(stopped)
+
+    def _log_hand_off(self, queue: Queue, reason: HandOff) -> list[HandOffEntry]:
+        """Adds the partitions ``queue``'s hand-off moves to ``hand_offs``. A ring change moves those
+        that changed owner; a lost lease or a fenced write gives up every partition the engine served."""
+        name, count = queue.name, queue.settings.requested_partitions
+        before = set(queue.owned)
+        owned_now = set(self._owned(name, count)) if self._owned is not None else set()
+        after = owned_now if reason is HandOff.RING else set()
+        owners_before = self._owners.get(name, ())
+        now = self.clock.now()
+        entries: list[HandOffEntry] = []
+        for partition in sorted(before ^ after):
+            if partition in before:
+                other = ""  # still this node's on the ring (a lost lease, a fenced write): no other yet
+                if self._owner is not None and partition not in owned_now:
+                    other = self._owner(name, partition)
+                direction = Direction.GIVEN
+            else:
+                other = owners_before[partition] if partition < len(owners_before) else ""
+                direction = Direction.TAKEN
+            entries.append(HandOffEntry(now, name, partition, direction, other, reason.value))
+        for entry in entries:
+            self.hand_offs.add(entry)
+        return entries
 
     def find(self, name: str) -> Queue | None:
         """The queue if its engine runs on this node now (never waits for one to start)."""

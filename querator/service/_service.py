@@ -20,7 +20,7 @@ import msgspec
 
 from querator import _tasks
 from querator.auth import ClusterAuth
-from querator.clock import MICROS, Clock, SystemClock, seconds, sleep_until
+from querator.clock import MICROS, Clock, SystemClock, seconds, sleep_until, to_datetime
 from querator.cluster.node import ClusterNode
 from querator.cluster.proxy import Proxy
 from querator.cluster.remote_queue import CALL_TIMEOUT_S, RemoteQueue
@@ -112,6 +112,7 @@ class Service:
             self._dead_letter,
             max_requests_per_queue,
             owned=self.router.owned if self.cluster.clustered else None,
+            owner=self.cluster.owner if self.cluster.clustered else None,
         )
         self.metrics = Metrics(self.clock, self.cluster, self.manager, self.ready)
         self.proxy = Proxy(self.cluster.node_id, cluster_auth, cluster_tls, self.metrics.forwarded)
@@ -203,8 +204,9 @@ class Service:
         return ""
 
     async def cluster_info(self, req: m.ClusterInfoRequest) -> m.ClusterInfoResponse:
-        """The members, the ring's revision and the owner of each partition (of one queue, or of every
-        queue of a namespace)."""
+        """The members, the ring's revision, the owner of each partition (of one queue, or of every
+        queue of a namespace) and this node's recent hand-offs (of every queue: queue names and node ids
+        are what the members list and the ring reveal anyway)."""
         if req.queue_name:
             check_stored_name(req.queue_name)
             record = await self.manager.record(req.queue_name)
@@ -228,6 +230,18 @@ class Service:
                 m.ClusterPartition(queue_name=r.name, partition=n, owner=cluster.owner(r.name, n))
                 for r in records
                 for n in range(r.requested_partitions)
+            ],
+            hand_offs=[
+                m.ClusterHandOff(
+                    at=to_datetime(e.at_us),
+                    queue_name=e.queue,
+                    partition=e.partition,
+                    direction=e.direction.value,
+                    other_node=e.other_node,
+                    reason=e.reason,
+                    outcome=e.outcome.value,
+                )
+                for e in self.manager.hand_offs.newest_first()
             ],
         )
 

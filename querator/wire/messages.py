@@ -280,11 +280,22 @@ class ClusterPartition(Message):
     owner: str = ""
 
 
+class ClusterHandOff(Message):
+    at: datetime | None = None
+    queue_name: str = ""
+    partition: int = 0
+    direction: str = ""
+    other_node: str = ""
+    reason: str = ""
+    outcome: str = ""
+
+
 class ClusterInfoResponse(Message):
     node_id: str = ""
     revision: int = 0
     members: list[ClusterMember] = []
     partitions: list[ClusterPartition] = []
+    hand_offs: list[ClusterHandOff] = []
 
 
 # -- durable workflows (docs/durable.md) ---------------------------------------------------------------------

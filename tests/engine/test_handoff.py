@@ -15,6 +15,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from querator.clock import FakeClock
 from querator.cluster.node import ClusterNode
+from querator.engine.hand_off_log import MAX_HAND_OFFS, Direction, Outcome
 from querator.engine.logical_queue import PARTITION_MOVED
 from querator.engine.queues_manager import HandOff, QueuesManager
 from querator.errors import RetryRequest, StaleOwnerError
@@ -190,4 +191,48 @@ async def test_a_fenced_write_hands_off_and_both_are_counted(manager: QueuesMana
     }
     assert samples[("querator_cluster_fenced_writes_total", ())] == 1
     assert [samples[("querator_cluster_hand_offs_total", (r.value,))] for r in HandOff] == [1, 0, 1]
+    await manager.shutdown()
+
+
+async def test_the_hand_off_log_names_the_partitions_that_moved_and_stays_bounded() -> None:
+    """A ring change logs, partition by partition, what this node gave (to the new owner) and took
+    (from the old one); the log keeps only the newest ``MAX_HAND_OFFS`` entries."""
+    store = MemoryStore()
+    await store.open()
+    await store.add_queue(
+        QueueRecord(name="q", lease_timeout=MINUTE, expire_timeout=60 * MINUTE, requested_partitions=4)
+    )
+    ring = Ring([0, 2])
+    owners = {0: "me", 1: "b", 2: "me", 3: "c"}
+    clock = FakeClock()
+    manager = QueuesManager(store, clock, nowhere, owned=ring, owner=lambda queue, n: owners[n])
+    old = await manager.get("q")
+    ring.owned, owners[1], owners[2] = [0, 1], "me", "b"  # b left partition 1 to this node, took 2
+    manager.rebalance()
+    taken, given = manager.hand_offs.newest_first()[::-1]  # logged by partition
+    assert (given.partition, given.direction, given.other_node) == (2, Direction.GIVEN, "b")
+    assert (taken.partition, taken.direction, taken.other_node) == (1, Direction.TAKEN, "b")
+    assert {given.reason, taken.reason} == {"ring"}
+    assert given.at_us == clock.now()
+
+    async def stopped() -> bool:
+        return old.logical._task.done()
+
+    await eventually(stopped)
+    assert {given.outcome, taken.outcome} == {Outcome.STOPPED}
+
+    await manager.get("q")  # serving 0 and 1 now; losing the lease gives up both, to no node yet
+    manager.hand_off_all()
+    assert [
+        (e.partition, e.direction, e.other_node, e.reason) for e in manager.hand_offs.newest_first()[:2]
+    ] == [
+        (1, Direction.GIVEN, "", "lease"),
+        (0, Direction.GIVEN, "", "lease"),
+    ]
+    for _ in range(MAX_HAND_OFFS):
+        await manager.get("q")
+        manager.hand_off_all()
+    entries = manager.hand_offs.newest_first()
+    assert len(entries) == MAX_HAND_OFFS
+    assert given not in entries, "the oldest went first"
     await manager.shutdown()
