@@ -204,9 +204,9 @@ class Service:
         return ""
 
     async def cluster_info(self, req: m.ClusterInfoRequest) -> m.ClusterInfoResponse:
-        """The members, the ring's revision, the owner of each partition (of one queue, or of every
-        queue of a namespace) and this node's recent hand-offs (of every queue: queue names and node ids
-        are what the members list and the ring reveal anyway)."""
+        """The members, the ring's revision, and the owner of each partition and this node's recent
+        hand-offs (of one queue, or of every queue of a namespace: never those of a queue the caller
+        may not see)."""
         if req.queue_name:
             check_stored_name(req.queue_name)
             record = await self.manager.record(req.queue_name)
@@ -219,6 +219,7 @@ class Service:
             await self.tenancy.authorize(listed, perm.QUEUE_LIST)
             records = await self._queues_of(listed)
         cluster = self.cluster
+        names = {r.name for r in records}
         return m.ClusterInfoResponse(
             node_id=cluster.node_id,
             revision=cluster.ring.revision,
@@ -242,6 +243,7 @@ class Service:
                     outcome=e.outcome.value,
                 )
                 for e in self.manager.hand_offs.newest_first()
+                if e.queue in names
             ],
         )
 

@@ -57,13 +57,18 @@ def value(found: Samples, name: str, **labels: str) -> float:
     return found.get((name, frozenset(labels.items())), 0.0)
 
 
-async def owned_by(server: ServerProcess) -> dict[str, int]:
-    """How many partitions of ``q`` each node owns, by the server's ring."""
+async def owners(server: ServerProcess) -> dict[int, str]:
+    """The owner of each partition of ``q``, by the server's ring."""
     async with AsyncClient(server.url) as client:
         info = await client.cluster_info("q")
+    return {p.partition: p.owner for p in info.partitions}
+
+
+async def owned_by(server: ServerProcess) -> dict[str, int]:
+    """How many partitions of ``q`` each node owns, by the server's ring."""
     counts: dict[str, int] = {}
-    for p in info.partitions:
-        counts[p.owner] = counts.get(p.owner, 0) + 1
+    for owner in (await owners(server)).values():
+        counts[owner] = counts.get(owner, 0) + 1
     return counts
 
 
@@ -125,6 +130,7 @@ async def test_cluster_metrics_of_real_nodes(servers: Servers, etcd: EtcdServer,
 
     # A third node joins: the ring gives it some partitions, and each node whose share changed hands
     # its engine off (once).
+    owners_before = await owners(nodes[0])
     ring_before = await owned_by(nodes[0])
     nodes.append(await servers.astart(*node_args(etcd, 2, tmp_path)))
     async with AsyncClient(nodes[2].url) as client:
@@ -142,6 +148,18 @@ async def test_cluster_metrics_of_real_nodes(servers: Servers, etcd: EtcdServer,
         return counts == [int(moved[0]), int(moved[1]), 0]
 
     await eventually(handed_off, DEADLINE, f"the nodes whose partitions moved count a hand-off ({moved})")
+    # Each node's cluster.info lists, in JSON and in protobuf alike, the partitions it gave the new node.
+    owners_after = await owners(nodes[0])
+    for n in range(2):
+        given = {p for p, o in owners_before.items() if o == f"node-{n}" and owners_after[p] == "node-2"}
+        for protobuf in (False, True):
+            async with AsyncClient(nodes[n].url, protobuf=protobuf) as client:
+                logged = (await client.cluster_info("q")).hand_offs
+            assert {(h.queue_name, h.partition) for h in logged} == {("q", p) for p in given}, (n, protobuf)
+            assert {(h.direction, h.other_node, h.reason) for h in logged} <= {("given", "node-2", "ring")}
+        async with AsyncClient(nodes[n].url) as client:  # only those of the queues asked about
+            await client.create_queue("r", partitions=1)
+            assert (await client.cluster_info("r")).hand_offs == []
     await serve_q_everywhere(nodes)
     await partitions_owned_match_the_ring(nodes)
 
