@@ -1,5 +1,6 @@
 """The console's cluster page on three real ``querator serve --cluster`` nodes and a real etcd: it shows
-the members and the owner of each partition, and follows the ring when a node is killed."""
+the members and the owner of each partition, and follows the ring when a node is killed, listing the
+partitions this node took over among its recent hand-offs."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ __all__ = ["browser"]  # the fixture, for pytest
 
 pytestmark = pytest.mark.integration
 
-PARTITIONS = 12
+PARTITIONS = 16  # node-2 owns 4; when it goes, the ring gives node-0 one of them, node-1 the rest
 
 
 async def test_the_cluster_page_follows_the_ring(
@@ -49,6 +50,9 @@ async def test_the_cluster_page_follows_the_ring(
     await expect(owners).to_have_text([expected[n] for n in range(PARTITIONS)])
     for node_id in ("node-0", "node-1", "node-2"):
         await expect(page.locator(f'#members-table tr[data-node="{node_id}"]')).to_contain_text("serving")
+    await expect(page.locator("#no-hand-offs")).to_be_visible()
+    async with AsyncClient(nodes[0].url) as client:  # node-0 serves the queue: a ring change hands it off
+        await client.produce("orders", ["x"])
     await page.screenshot(path=screenshot_path("cluster"), full_page=True)
     await page.get_by_label("Queue").fill("no-such")
     await expect(page.locator("#owners-table")).to_have_count(0)
@@ -64,6 +68,17 @@ async def test_the_cluster_page_follows_the_ring(
     # The partitions node-2 had moved; the others stayed where they were (consistent hashing).
     moved = {n for n in range(PARTITIONS) if expected[n] != after[n]}
     assert moved == {n for n in range(PARTITIONS) if expected[n] == "node-2"}
+    # node-0's own log lists the partitions it took over from node-2 (a busy machine may add lease
+    # hand-offs, all given, to no node yet).
+    taken = sorted(n for n in moved if after[n] == "node-0")
+    assert taken, "the ring gives node-0 some of node-2's partitions"
+    rows = page.locator('#hand-offs-table tr[data-direction="taken"]')
+    await expect(rows).to_have_count(len(taken))
+    assert sorted(int(p) for p in await rows.locator('td[data-col="partition"]').all_inner_texts()) == taken
+    await expect(rows.locator('td[data-col="other"]')).to_have_text(["node-2"] * len(taken))
+    await expect(rows.locator('td[data-col="direction"]')).to_have_text(["taken from"] * len(taken))
+    await expect(rows.first).to_contain_text("the ring changed")
+    await expect(rows.first.locator("time")).to_be_visible()
     await page.screenshot(path=screenshot_path("cluster-after-kill"), full_page=True)
 
     # One queue's page shows the same owners, per partition.

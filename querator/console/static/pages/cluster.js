@@ -1,12 +1,15 @@
 // The cluster as this node sees it: the members and their state, the ring's revision, which node owns
-// each partition, and this node's hand-offs (from its /metrics).
+// each partition, this node's hand-offs by reason (from its /metrics) and its recent hand-offs (its own
+// log, from cluster.info: the page asks the node that serves it, never the other members).
 import { call, metrics } from "../api.js";
-import { h, mount, number, route, errorBox, refreshKeepingFocus } from "../dom.js";
+import { h, mount, number, route, time, errorBox, refreshKeepingFocus } from "../dom.js";
 
 const REFRESH_MS = 3000;
 // Partitions listed at most (a filter narrows them): thousands of rows would slow every refresh.
 const MAX_ROWS = 2000;
 const STATES = { serving: "serving", grace: "gone, in its grace period", joining: "joining" };
+const DIRECTIONS = { given: "given to", taken: "taken from" };
+const REASONS = { ring: "the ring changed", lease: "this node's lease was uncertain", fenced: "storage refused a write" };
 
 export async function render(main, _params, ctx) {
   const body = h("div");
@@ -43,7 +46,8 @@ export async function render(main, _params, ctx) {
               h("th", { scope: "row" }, mem.node_id, mem.node_id === info.node_id ? h("span", { class: "tag" }, "this node") : null),
               h("td", { class: "mono" }, mem.address || "—"),
               h("td", {}, h("span", { class: `state state-${mem.state}` }, STATES[mem.state] || mem.state || "—")),
-              h("td", { class: "num" }, number(owned.get(mem.node_id) || 0))))))))));
+              h("td", { class: "num" }, number(owned.get(mem.node_id) || 0)))))))),
+        handOffsSection(info)));
       count.textContent = shown.length > MAX_ROWS ? `the first ${MAX_ROWS} of ${shown.length} partitions` : `${shown.length} partitions`;
       refreshKeepingFocus(owners, () => mount(owners, byQueue.size ? h("div", { class: "table-wrap" }, h("table", { class: "data", id: "owners-table" },
         h("thead", {}, h("tr", {}, ["Queue", "Partition", "Owner"].map((t) => h("th", { scope: "col" }, t)))),
@@ -63,4 +67,23 @@ export async function render(main, _params, ctx) {
   await load();
   const timer = setInterval(() => !document.hidden && load(), REFRESH_MS);
   return () => clearInterval(timer);
+}
+
+// This node's log (the last 100, newest first, of the queues this page lists), so each partition it gave
+// or took shows when, from or to which node and why.
+function handOffsSection(info) {
+  const rows = info.hand_offs || [];
+  return h("section", { "aria-labelledby": "s-hand-offs" }, h("h2", { id: "s-hand-offs" }, "Recent hand-offs"),
+    h("p", { class: "muted" }, `What ${info.node_id || "this node"} gave and took, newest first: this node's own log, since it started (at most 100).`),
+    rows.length ? h("div", { class: "table-wrap" }, h("table", { class: "data", id: "hand-offs-table" },
+      h("thead", {}, h("tr", {}, ["Time", "Queue", "Partition", "Direction", "Other node", "Reason", "Engine"].map((t) => h("th", { scope: "col" }, t)))),
+      h("tbody", {}, rows.map((e) => h("tr", { dataset: { direction: e.direction || "", queue: e.queue_name || "", partition: String(e.partition || 0) } },
+        h("td", {}, time(e.at)),
+        h("th", { scope: "row" }, h("a", { href: route("queue", e.queue_name) }, e.queue_name)),
+        h("td", { class: "num", dataset: { col: "partition" } }, String(e.partition || 0)),
+        h("td", { dataset: { col: "direction" } }, DIRECTIONS[e.direction] || e.direction || "—"),
+        h("td", { dataset: { col: "other" } }, e.other_node || h("span", { class: "muted" }, "not known yet")),
+        h("td", { title: e.reason || "" }, REASONS[e.reason] || e.reason || "—"),
+        h("td", {}, e.outcome || "—"))))))
+      : h("p", { class: "muted", id: "no-hand-offs" }, "No hand-offs since this node started."));
 }
