@@ -133,6 +133,12 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="alternating node and floor runs")
     parser.add_argument("--protobuf", action="store_true", help="binary protobuf instead of JSON")
     parser.add_argument("--no-floor", action="store_true", help="measure the node alone")
+    parser.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        help="repeatable: a flag for querator serve (--server-arg=--no-ui)",
+    )
     parser.add_argument("--client", help=argparse.SUPPRESS)  # internal: run as one client process
     args = parser.parse_args()
     batches = args.batch or [1, 10]
@@ -143,7 +149,7 @@ async def main() -> None:
         f"{os.cpu_count()} CPUs, {args.processes} client processes x {args.clients} cycles, "
         f"{'protobuf' if args.protobuf else 'JSON'}, {args.storage}, {args.duration}s runs"
     )
-    node = Server(args.storage, "FULL", [])
+    node = Server(args.storage, "FULL", args.server_arg)
     floor = None if args.no_floor else Floor()
     try:
         for _ in range(args.rounds):
