@@ -1,0 +1,354 @@
+"""Durable workflows of 3 no-op steps: querator.durable on memory and sqlite beside DBOS on PostgreSQL.
+
+    python bench/durable_bench.py --rounds 3 --duration 5 --clients 1 --clients 16
+
+Each system runs the same workflow, ``three_noops``: three steps in a row, each returning the time it
+started (``time.perf_counter``, one clock for every process of the machine), for ``--clients`` closed
+loops that each start a workflow and wait for its result, again and again.
+
+- ``memory``, ``sqlite``: a ``querator serve`` node (sqlite with ``synchronous=FULL``, bench.py's node)
+  and ``--workers`` worker processes (``Durable.run``, ``--concurrency`` each); this process starts the
+  workflows (``Durable.start``) and waits for their results (``WorkflowHandle.result``).
+- ``dbos``: DBOS Transact (the ``bench`` extra) on a throwaway local PostgreSQL started by
+  ``scripts/postgres.sh`` (fsync and synchronous_commit on, its defaults). DBOS is a library: a workflow
+  runs in the process that starts it, so ``--workers`` DBOS processes each run their share of the client
+  loops (``DBOS.start_workflow_async``, ``get_result``).
+
+What is measured, for the workflows started and finished inside the ``--duration`` window (after
+``--warmup`` seconds of the same load):
+
+- workflows/s;
+- per-step latency: the time from one step's start to the next step's start in the same run (two per
+  workflow). With no-op steps it is what one step costs the workflow: recording its result durably and
+  going on to the next one. The same definition for both systems;
+- workflow latency: from the start call to its result in the caller's hands;
+- CPU per workflow of the store (the node; PostgreSQL: its postmaster and backends) and of the
+  application processes (querator: this process's clients and the workers; DBOS: its processes), since
+  the machine may be shared (docs/benchmarks.md).
+
+Rounds alternate the systems, each started once for the run. Needs the ``bench`` extra for ``dbos``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from worker_bench import cpu_s
+
+from bench import Server, free_port
+from querator.client import AsyncClient
+from querator.durable import Context, Durable, WorkflowDef
+
+ROOT = Path(__file__).resolve().parents[1]
+QUEUE = "bench-durable"
+SYSTEMS = ("memory", "sqlite", "dbos")
+
+
+@dataclass
+class Sample:
+    """What one round's closed loops saw in their measurement window."""
+
+    workflows: int = 0
+    seconds: float = 0.0
+    steps_s: list[float] = field(default_factory=list)
+    workflows_s: list[float] = field(default_factory=list)
+
+    def add(self, other: Sample) -> None:
+        self.workflows += other.workflows
+        self.seconds = max(self.seconds, other.seconds)
+        self.steps_s += other.steps_s
+        self.workflows_s += other.workflows_s
+
+
+async def closed_loops(
+    one: Callable[[], Awaitable[list[float]]], clients: int, warmup_s: float, duration_s: float
+) -> Sample:
+    """Runs ``clients`` loops of ``one()`` (a workflow's run, returning its steps' start times) for
+    ``warmup_s + duration_s``; records the runs that started and finished inside the last ``duration_s``."""
+    sample = Sample(seconds=duration_s)
+    begin = time.perf_counter() + warmup_s
+    end = begin + duration_s
+
+    async def loop() -> None:
+        while (started := time.perf_counter()) < end:
+            stamps = await one()
+            finished = time.perf_counter()
+            if started >= begin and finished <= end:
+                sample.workflows += 1
+                sample.workflows_s.append(finished - started)
+                sample.steps_s += [b - a for a, b in itertools.pairwise(stamps)]
+
+    await asyncio.gather(*(loop() for _ in range(clients)))
+    return sample
+
+
+def percentile_ms(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000 if ordered else float("nan")
+
+
+# -- querator ----------------------------------------------------------------------------------------------
+
+
+def querator_app(endpoint: str, concurrency: int) -> tuple[Durable, WorkflowDef]:
+    app = Durable(endpoint, queue=QUEUE, concurrency=concurrency)
+
+    @app.step(name="bench.noop")
+    async def noop() -> float:
+        return time.perf_counter()
+
+    @app.workflow(name="bench.three_noops")
+    async def three_noops(ctx: Context) -> list[float]:
+        return [await ctx.run(noop), await ctx.run(noop), await ctx.run(noop)]
+
+    return app, three_noops
+
+
+class Querator:
+    """A node of ``storage`` and its worker processes; this process is the client."""
+
+    def __init__(self, storage: str, workers: int, concurrency: int) -> None:
+        self.name = storage
+        self.server = Server(storage, "FULL", [])
+        self.app, self.workflow = querator_app(self.server.endpoint, concurrency)
+        self.command = [sys.executable, __file__, "--role", "worker", "--endpoint", self.server.endpoint]
+        self.command += ["--concurrency", str(concurrency)]
+        self.count = workers
+        self.workers: list[subprocess.Popen[bytes]] = []
+
+    async def ready(self) -> None:
+        async with AsyncClient(self.server.endpoint) as client:
+            await self.server.wait_ready(client)
+        self.start_workers()
+        await (await self.app.start(self.workflow)).result(timeout=30)  # the workers are up
+
+    def start_workers(self) -> None:
+        self.workers = [subprocess.Popen(self.command) for _ in range(self.count)]
+
+    def cpu(self) -> tuple[float, float]:
+        """CPU seconds so far of the store and of the application (this process and the workers)."""
+        app = time.process_time() + sum(cpu_s(w.pid) for w in self.workers)
+        return cpu_s(self.server.proc.pid), app
+
+    async def round(self, clients: int, warmup_s: float, duration_s: float) -> Sample:
+        async def one() -> list[float]:
+            handle = await self.app.start(self.workflow)
+            stamps: list[float] = await handle.result(timeout=60)
+            return stamps
+
+        return await closed_loops(one, clients, warmup_s, duration_s)
+
+    async def stop(self) -> None:
+        await self.app.close()
+        for worker in self.workers:
+            worker.terminate()
+        for worker in self.workers:
+            worker.wait(30)
+        self.server.stop()
+
+
+async def run_worker(endpoint: str, concurrency: int) -> None:
+    app, _ = querator_app(endpoint, concurrency)
+    await app.run()
+
+
+# -- DBOS --------------------------------------------------------------------------------------------------
+
+
+class Dbos:
+    """A local PostgreSQL and ``workers`` DBOS processes, driven over their stdin and stdout."""
+
+    def __init__(self, workers: int) -> None:
+        self.name = "dbos"
+        self.dir = tempfile.mkdtemp(prefix="querator-bench-postgres-")
+        url = subprocess.run(
+            [ROOT / "scripts" / "postgres.sh", "start", self.dir, str(free_port())],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        self.postmaster = int(Path(self.dir, "data", "postmaster.pid").read_text().split()[0])
+        self.workers = [
+            subprocess.Popen(
+                [sys.executable, __file__, "--role", "dbos", "--postgres", f"{url}/dbos_bench"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(workers)
+        ]
+
+    async def ready(self) -> None:
+        for worker in self.workers:
+            assert worker.stdout is not None
+            line = await asyncio.to_thread(worker.stdout.readline)
+            if line.strip() != "ready":
+                raise SystemExit(f"a DBOS process did not start: {line!r}")
+
+    def cpu(self) -> tuple[float, float]:
+        return postgres_cpu_s(self.postmaster), sum(cpu_s(w.pid) for w in self.workers)
+
+    async def round(self, clients: int, warmup_s: float, duration_s: float) -> Sample:
+        shares = [
+            clients // len(self.workers) + (n < clients % len(self.workers)) for n in range(len(self.workers))
+        ]
+        for worker, share in zip(self.workers, shares, strict=True):
+            assert worker.stdin is not None
+            worker.stdin.write(json.dumps([share, warmup_s, duration_s]) + "\n")
+            worker.stdin.flush()
+        sample = Sample()
+        for worker in self.workers:
+            assert worker.stdout is not None
+            sample.add(Sample(**json.loads(await asyncio.to_thread(worker.stdout.readline))))
+        return sample
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self.shutdown)
+
+    def shutdown(self) -> None:
+        for worker in self.workers:
+            assert worker.stdin is not None
+            worker.stdin.close()  # the end of its rounds
+        for worker in self.workers:
+            worker.wait(30)
+        subprocess.run([ROOT / "scripts" / "postgres.sh", "stop", self.dir], check=True, capture_output=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def postgres_cpu_s(postmaster: int) -> float:
+    """CPU seconds of a PostgreSQL server: the postmaster with its reaped children, and its live ones."""
+    fields = Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()
+    total = sum(int(f) for f in fields[11:15]) / 100  # utime, stime, cutime, cstime (USER_HZ = 100)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            child = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # it exited meanwhile
+        if int(child[1]) == postmaster:
+            total += (int(child[11]) + int(child[12])) / 100
+    return total
+
+
+async def run_dbos(url: str) -> None:
+    """A DBOS process: runs the rounds its parent writes on stdin (``[clients, warmup_s, duration_s]``)
+    and answers each with its ``Sample`` as a JSON line."""
+    from dbos import DBOS
+
+    @DBOS.step()
+    async def noop() -> float:
+        return time.perf_counter()
+
+    @DBOS.workflow()
+    async def three_noops() -> list[float]:
+        return [await noop(), await noop(), await noop()]
+
+    DBOS(config={"name": "durable-bench", "system_database_url": url, "log_level": "WARNING"})
+    DBOS.launch()
+
+    async def one() -> list[float]:
+        handle = await DBOS.start_workflow_async(three_noops)
+        return await handle.get_result()
+
+    print("ready", flush=True)
+    try:
+        while line := await asyncio.to_thread(sys.stdin.readline):
+            clients, warmup_s, duration_s = json.loads(line)
+            sample = await closed_loops(one, clients, warmup_s, duration_s) if clients else Sample()
+            print(json.dumps(sample.__dict__), flush=True)
+    finally:
+        DBOS.destroy()
+
+
+# -- the run -----------------------------------------------------------------------------------------------
+
+
+def row(name: str, clients: int, sample: Sample, store_s: float, app_s: float) -> str:
+    n = max(sample.workflows, 1)
+    return (
+        f"| {name} | {clients} | {sample.workflows / sample.seconds:,.0f} "
+        f"| {percentile_ms(sample.steps_s, 0.5):.2f} | {percentile_ms(sample.steps_s, 0.99):.2f} "
+        f"| {percentile_ms(sample.workflows_s, 0.5):.2f} | {percentile_ms(sample.workflows_s, 0.99):.2f} "
+        f"| {store_s / n * 1000:.2f} | {app_s / n * 1000:.2f} |"
+    )
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--system", action="append", choices=SYSTEMS, help="repeatable; default all")
+    parser.add_argument("--clients", type=int, action="append", help="repeatable; default 1 and 16")
+    parser.add_argument("--workers", type=int, default=1, help="worker (or DBOS) processes per system")
+    parser.add_argument("--concurrency", type=int, default=16, help="a querator worker's concurrency")
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds measured per round")
+    parser.add_argument("--warmup", type=float, default=1.0, help="seconds of load before each measurement")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--role", default="bench", choices=["bench", "worker", "dbos"], help=argparse.SUPPRESS
+    )
+    parser.add_argument("--endpoint", help=argparse.SUPPRESS)
+    parser.add_argument("--postgres", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.role == "worker":
+        return await run_worker(args.endpoint, args.concurrency)
+    if args.role == "dbos":
+        return await run_dbos(args.postgres)
+    clients = args.clients or [1, 16]
+    print(
+        f"# {time.strftime('%Y-%m-%d %H:%M')} {platform.node()} {os.cpu_count()} cpus, python "
+        f"{platform.python_version()}, {args.workers} worker process(es), concurrency {args.concurrency}, "
+        f"{args.duration:.0f} s per round after {args.warmup:.0f} s of warm-up",
+        flush=True,
+    )
+    systems: list[Querator | Dbos] = []
+    results: dict[tuple[str, int], list[tuple[Sample, float, float]]] = {}
+    try:
+        for name in args.system or SYSTEMS:
+            system = Dbos(args.workers) if name == "dbos" else Querator(name, args.workers, args.concurrency)
+            systems.append(system)
+            await system.ready()
+        print(
+            "| system | clients | workflows/s | step p50 ms | step p99 ms | workflow p50 ms "
+            "| workflow p99 ms | store CPU ms/wf | app CPU ms/wf |\n|---|---|---|---|---|---|---|---|---|",
+            flush=True,
+        )
+        for _ in range(args.rounds):
+            for system in systems:
+                for n in clients:
+                    store, app = system.cpu()
+                    sample = await system.round(n, args.warmup, args.duration)
+                    store_after, app_after = system.cpu()
+                    # The warm-up's CPU is counted too: scale it to the measured window.
+                    share = args.duration / (args.warmup + args.duration)
+                    cost = ((store_after - store) * share, (app_after - app) * share)
+                    results.setdefault((system.name, n), []).append((sample, *cost))
+                    print(row(system.name, n, sample, *cost), flush=True)
+        print("\nMedian of the rounds (by workflows/s):")
+        for (name, n), runs in results.items():
+            sample, store_s, app_s = sorted(runs, key=lambda r: r[0].workflows)[len(runs) // 2]
+            print(row(name, n, sample, store_s, app_s))
+    finally:
+        for system in systems:
+            await system.stop()
+
+
+if __name__ == "__main__":
+    try:
+        import uvloop
+
+        uvloop.run(main())
+    except ImportError:
+        asyncio.run(main())
