@@ -6,9 +6,9 @@ Each system runs the same workflow, ``three_noops``: three steps in a row, each 
 started (``time.perf_counter``, one clock for every process of the machine), for ``--clients`` closed
 loops that each start a workflow and wait for its result, again and again.
 
-- ``memory``, ``sqlite``: a ``querator serve`` node (sqlite with ``synchronous=FULL``, bench.py's node)
-  and ``--workers`` worker processes (``Durable.run``, ``--concurrency`` each); this process starts the
-  workflows (``Durable.start``) and waits for their results (``WorkflowHandle.result``).
+- ``memory``, ``sqlite``: a ``querator serve`` node (bench.py's node; sqlite with ``--sqlite-synchronous``,
+  FULL by default) and ``--workers`` worker processes (``Durable.run``, ``--concurrency`` each); this
+  process starts the workflows (``Durable.start``) and waits for their results (``WorkflowHandle.result``).
 - ``dbos``: DBOS Transact (the ``bench`` extra) on a throwaway local PostgreSQL started by
   ``scripts/postgres.sh`` (fsync and synchronous_commit on, its defaults). DBOS is a library: a workflow
   runs in the process that starts it, so ``--workers`` DBOS processes each run their share of the client
@@ -21,7 +21,10 @@ What is measured, for the workflows started and finished inside the ``--duration
 - per-step latency: the time from one step's start to the next step's start in the same run (two per
   workflow). With no-op steps it is what one step costs the workflow: recording its result durably and
   going on to the next one. The same definition for both systems;
-- workflow latency: from the start call to its result in the caller's hands;
+- workflow latency: from the start call to its result in the caller's hands; of it, the way in (``in``:
+  from the start call to the first step's start) and the way out (``out``: from the last step's start to
+  the result in the caller's hands), at p50;
+- the node's requests per workflow by route and their mean time in it (its own request histogram);
 - CPU per workflow of the store (the node; PostgreSQL: its postmaster and backends) and of the
   application processes (querator: this process's clients and the workers; DBOS: its processes), since
   the machine may be shared (docs/benchmarks.md).
@@ -37,6 +40,7 @@ import itertools
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -46,6 +50,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import aiohttp
 from worker_bench import cpu_s
 
 from bench import Server, free_port
@@ -55,6 +60,9 @@ from querator.durable import Context, Durable, WorkflowDef
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "bench-durable"
 SYSTEMS = ("memory", "sqlite", "dbos")
+ROUTE_SAMPLE = re.compile(
+    r'^querator_request_duration_seconds_(count|sum)\{code="2\d\d",route="([^"]+)"\} (\S+)$', re.MULTILINE
+)
 
 
 @dataclass
@@ -65,12 +73,18 @@ class Sample:
     seconds: float = 0.0
     steps_s: list[float] = field(default_factory=list)
     workflows_s: list[float] = field(default_factory=list)
+    firsts_s: list[float] = field(default_factory=list)
+    """From the start call to the first step's start: the way in (start, activation, lease, claim)."""
+    lasts_s: list[float] = field(default_factory=list)
+    """From the last step's start to the result in the caller's hands: the way out."""
 
     def add(self, other: Sample) -> None:
         self.workflows += other.workflows
         self.seconds = max(self.seconds, other.seconds)
         self.steps_s += other.steps_s
         self.workflows_s += other.workflows_s
+        self.firsts_s += other.firsts_s
+        self.lasts_s += other.lasts_s
 
 
 async def closed_loops(
@@ -90,6 +104,8 @@ async def closed_loops(
                 sample.workflows += 1
                 sample.workflows_s.append(finished - started)
                 sample.steps_s += [b - a for a, b in itertools.pairwise(stamps)]
+                sample.firsts_s.append(stamps[0] - started)
+                sample.lasts_s.append(finished - stamps[-1])
 
     await asyncio.gather(*(loop() for _ in range(clients)))
     return sample
@@ -120,13 +136,15 @@ def querator_app(endpoint: str, concurrency: int) -> tuple[Durable, WorkflowDef]
 class Querator:
     """A node of ``storage`` and its worker processes; this process is the client."""
 
-    def __init__(self, storage: str, workers: int, concurrency: int) -> None:
+    def __init__(self, storage: str, synchronous: str, workers: int, concurrency: int) -> None:
         self.name = storage
-        self.server = Server(storage, "FULL", [])
+        self.server = Server(storage, synchronous, [])
         self.app, self.workflow = querator_app(self.server.endpoint, concurrency)
         self.command = [sys.executable, __file__, "--role", "worker", "--endpoint", self.server.endpoint]
         self.command += ["--concurrency", str(concurrency)]
         self.count = workers
+        self.runs = 0
+        """Workflows this process started on the node, warm-ups included."""
         self.workers: list[subprocess.Popen[bytes]] = []
 
     async def ready(self) -> None:
@@ -134,6 +152,7 @@ class Querator:
             await self.server.wait_ready(client)
         self.start_workers()
         await (await self.app.start(self.workflow)).result(timeout=30)  # the workers are up
+        self.runs += 1
 
     def start_workers(self) -> None:
         self.workers = [subprocess.Popen(self.command) for _ in range(self.count)]
@@ -145,11 +164,30 @@ class Querator:
 
     async def round(self, clients: int, warmup_s: float, duration_s: float) -> Sample:
         async def one() -> list[float]:
+            self.runs += 1
             handle = await self.app.start(self.workflow)
             stamps: list[float] = await handle.result(timeout=60)
             return stamps
 
         return await closed_loops(one, clients, warmup_s, duration_s)
+
+    async def routes(self) -> list[str]:
+        """Rows of the node's requests per workflow, by route, and their mean time in the node (from its
+        ``querator_request_duration_seconds``): where a workflow's time goes, whatever the machine's load."""
+        async with aiohttp.ClientSession() as session, session.get(f"{self.server.endpoint}/metrics") as r:
+            text = await r.text()
+        counts: dict[str, float] = {}
+        sums: dict[str, float] = {}
+        for match in ROUTE_SAMPLE.finditer(text):
+            kind, route, value = match.groups()
+            into = counts if kind == "count" else sums
+            into[route] = into.get(route, 0.0) + float(value)
+        return [
+            f"| {self.name} | {route} | {counts[route] / self.runs:.2f} "
+            f"| {sums[route] / counts[route] * 1000:.2f} |"
+            for route in sorted(counts, key=counts.__getitem__, reverse=True)
+            if counts[route] >= self.runs / 100  # not the set-up's calls
+        ]
 
     async def stop(self) -> None:
         await self.app.close()
@@ -245,7 +283,11 @@ def postgres_cpu_s(postmaster: int) -> float:
 async def run_dbos(url: str) -> None:
     """A DBOS process: runs the rounds its parent writes on stdin (``[clients, warmup_s, duration_s]``)
     and answers each with its ``Sample`` as a JSON line."""
-    from dbos import DBOS
+    try:
+        from dbos import DBOS
+    except ImportError:
+        print("no dbos: install the bench extra (pip install -e '.[bench]')", flush=True)
+        raise SystemExit(1) from None
 
     @DBOS.step()
     async def noop() -> float:
@@ -281,48 +323,36 @@ def row(name: str, clients: int, sample: Sample, store_s: float, app_s: float) -
         f"| {name} | {clients} | {sample.workflows / sample.seconds:,.0f} "
         f"| {percentile_ms(sample.steps_s, 0.5):.2f} | {percentile_ms(sample.steps_s, 0.99):.2f} "
         f"| {percentile_ms(sample.workflows_s, 0.5):.2f} | {percentile_ms(sample.workflows_s, 0.99):.2f} "
+        f"| {percentile_ms(sample.firsts_s, 0.5):.2f} | {percentile_ms(sample.lasts_s, 0.5):.2f} "
         f"| {store_s / n * 1000:.2f} | {app_s / n * 1000:.2f} |"
     )
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--system", action="append", choices=SYSTEMS, help="repeatable; default all")
-    parser.add_argument("--clients", type=int, action="append", help="repeatable; default 1 and 16")
-    parser.add_argument("--workers", type=int, default=1, help="worker (or DBOS) processes per system")
-    parser.add_argument("--concurrency", type=int, default=16, help="a querator worker's concurrency")
-    parser.add_argument("--duration", type=float, default=5.0, help="seconds measured per round")
-    parser.add_argument("--warmup", type=float, default=1.0, help="seconds of load before each measurement")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument(
-        "--role", default="bench", choices=["bench", "worker", "dbos"], help=argparse.SUPPRESS
-    )
-    parser.add_argument("--endpoint", help=argparse.SUPPRESS)
-    parser.add_argument("--postgres", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.role == "worker":
-        return await run_worker(args.endpoint, args.concurrency)
-    if args.role == "dbos":
-        return await run_dbos(args.postgres)
+async def run_bench(args: argparse.Namespace) -> None:
+    """Starts the systems, runs the rounds, prints their rows and the summaries."""
     clients = args.clients or [1, 16]
     print(
         f"# {time.strftime('%Y-%m-%d %H:%M')} {platform.node()} {os.cpu_count()} cpus, python "
         f"{platform.python_version()}, {args.workers} worker process(es), concurrency {args.concurrency}, "
-        f"{args.duration:.0f} s per round after {args.warmup:.0f} s of warm-up",
+        f"{args.duration:.0f} s per round after {args.warmup:.0f} s of warm-up, sqlite synchronous "
+        f"{args.sqlite_synchronous}",
         flush=True,
     )
     systems: list[Querator | Dbos] = []
     results: dict[tuple[str, int], list[tuple[Sample, float, float]]] = {}
     try:
         for name in args.system or SYSTEMS:
-            system = Dbos(args.workers) if name == "dbos" else Querator(name, args.workers, args.concurrency)
+            system = (
+                Dbos(args.workers)
+                if name == "dbos"
+                else Querator(name, args.sqlite_synchronous, args.workers, args.concurrency)
+            )
             systems.append(system)
             await system.ready()
         print(
             "| system | clients | workflows/s | step p50 ms | step p99 ms | workflow p50 ms "
-            "| workflow p99 ms | store CPU ms/wf | app CPU ms/wf |\n|---|---|---|---|---|---|---|---|---|",
+            "| workflow p99 ms | in p50 ms | out p50 ms | store CPU ms/wf | app CPU ms/wf |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|",
             flush=True,
         )
         for _ in range(args.rounds):
@@ -340,15 +370,45 @@ async def main() -> None:
         for (name, n), runs in results.items():
             sample, store_s, app_s = sorted(runs, key=lambda r: r[0].workflows)[len(runs) // 2]
             print(row(name, n, sample, store_s, app_s))
+        print("\nRequests per workflow in the node, by route, and their mean time there (whole run):")
+        print("| system | route | requests/wf | mean ms |\n|---|---|---|---|")
+        for system in systems:
+            if isinstance(system, Querator):
+                print("\n".join(await system.routes()))
     finally:
         for system in systems:
             await system.stop()
 
 
+async def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--system", action="append", choices=SYSTEMS, help="repeatable; default all")
+    parser.add_argument("--clients", type=int, action="append", help="repeatable; default 1 and 16")
+    parser.add_argument("--sqlite-synchronous", default="FULL", choices=["FULL", "NORMAL"])
+    parser.add_argument("--workers", type=int, default=1, help="worker (or DBOS) processes per system")
+    parser.add_argument("--concurrency", type=int, default=16, help="a querator worker's concurrency")
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds measured per round")
+    parser.add_argument("--warmup", type=float, default=1.0, help="seconds of load before each measurement")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--role", default="bench", choices=["bench", "worker", "dbos"], help=argparse.SUPPRESS
+    )
+    parser.add_argument("--endpoint", help=argparse.SUPPRESS)
+    parser.add_argument("--postgres", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.role == "worker":
+        return await run_worker(args.endpoint, args.concurrency)
+    if args.role == "dbos":
+        return await run_dbos(args.postgres)
+    await run_bench(args)
+
+
 if __name__ == "__main__":
     try:
         import uvloop
-
-        uvloop.run(main())
     except ImportError:
         asyncio.run(main())
+    else:
+        uvloop.run(main())
