@@ -219,22 +219,23 @@ class Dbos:
             text=True,
         ).stdout.strip()
         self.postmaster = int(Path(self.dir, "data", "postmaster.pid").read_text().split()[0])
-        self.workers = [
-            subprocess.Popen(
-                [sys.executable, __file__, "--role", "dbos", "--postgres", f"{url}/dbos_bench"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-            for _ in range(workers)
-        ]
+        self.command = [sys.executable, __file__, "--role", "dbos", "--postgres", f"{url}/dbos_bench"]
+        self.count = workers
+        self.workers: list[subprocess.Popen[str]] = []
 
     async def ready(self) -> None:
-        for worker in self.workers:
+        # One after the other: the first one's launch creates DBOS's tables, which the others then find.
+        for _ in range(self.count):
+            worker = self.spawn()
             assert worker.stdout is not None
             line = await asyncio.to_thread(worker.stdout.readline)
             if line.strip() != "ready":
                 raise SystemExit(f"a DBOS process did not start: {line!r}")
+
+    def spawn(self) -> subprocess.Popen[str]:
+        worker = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.workers.append(worker)
+        return worker
 
     def cpu(self) -> tuple[float, float]:
         return postgres_cpu_s(self.postmaster), sum(cpu_s(w.pid) for w in self.workers)
