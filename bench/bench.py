@@ -80,7 +80,30 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class Server:
+class Child:
+    """A server child process on ``endpoint``: waited for until it answers, its CPU time read from /proc."""
+
+    proc: subprocess.Popen[bytes]
+    endpoint: str
+
+    async def wait_ready(self, client: AsyncClient) -> None:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                await client.health()
+                return
+            except Exception:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise
+                await asyncio.sleep(0.05)
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU the process has used so far (/proc/<pid>/stat)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Server(Child):
     """A `querator serve` child process on a free port and a temporary data dir."""
 
     def __init__(self, storage: str, synchronous: str, extra: list[str]) -> None:
@@ -109,27 +132,11 @@ class Server:
         )
         self.endpoint = f"http://127.0.0.1:{self.port}"
 
-    async def wait_ready(self, client: AsyncClient) -> None:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                await client.health()
-                return
-            except Exception:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise
-                await asyncio.sleep(0.05)
-
     def rss_mb(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
         return 0.0
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU the node has used so far (/proc/<pid>/stat)."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
         self.proc.terminate()

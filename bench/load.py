@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import PAYLOAD, Server, free_port, fresh_queue
+from bench import PAYLOAD, Child, Server, free_port, fresh_queue
 from querator.client import AsyncClient
 
 REQUESTS_PER_CYCLE = 3
@@ -53,7 +53,7 @@ class Run:
         )
 
 
-class Floor:
+class Floor(Child):
     """bench/floor.py as a child process."""
 
     def __init__(self) -> None:
@@ -61,21 +61,6 @@ class Floor:
         self.endpoint = f"http://127.0.0.1:{self.port}"
         floor = Path(__file__).with_name("floor.py")
         self.proc = subprocess.Popen([sys.executable, str(floor), "--port", str(self.port)])
-
-    async def wait_ready(self, client: AsyncClient) -> None:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                await client.health()
-                return
-            except Exception:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise
-                await asyncio.sleep(0.05)
-
-    def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -101,7 +86,7 @@ async def client_process(endpoint: str, batch: int, clients: int, duration: floa
     print(json.dumps({"items": items, "requests": cycles * REQUESTS_PER_CYCLE}))
 
 
-async def drive(target: Server | Floor, name: str, args: argparse.Namespace, batch: int) -> Run:
+async def drive(target: Child, name: str, args: argparse.Namespace, batch: int) -> Run:
     """Runs the client processes against ``target`` and measures its CPU over the run."""
     async with AsyncClient(target.endpoint) as client:
         await target.wait_ready(client)

@@ -5,27 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TypeVar
 
+from querator.client._caller import Caller
 from querator.wire import messages as m
 
-R = TypeVar("R", bound=m.Message)
 
-
-class TenancyMethods:
+class TenancyMethods(Caller):
     """Mixed into ``AsyncClient``, which provides ``call``. Lists are idempotent; the rest is not retried
     after a reply that leaves the outcome unknown."""
-
-    async def call(
-        self,
-        path: str,
-        msg: m.Message,
-        reply_type: type[R],
-        *,
-        seconds: float | None = None,
-        idempotent: bool = False,
-    ) -> R:
-        raise NotImplementedError
 
     # -- namespaces -------------------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ refused with the server's message), shows its next tick, and is paused, resumed 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -21,17 +21,13 @@ from tests.integration import durable_app as wf
 from .browser import browser, screenshot_path
 from .conftest import ServerProcess, Servers, WorkerProcesses, eventually
 from .test_console import _accept_dialogs, _page
+from .test_durable import client, server
 
-__all__ = ["browser"]  # the fixture, for pytest
+__all__ = ["browser", "client", "server"]  # fixtures, for pytest (the node and client of test_durable.py)
 
 pytestmark = pytest.mark.integration
 
 DEADLINE_S = 30.0
-
-
-@pytest.fixture
-def server(servers: Servers) -> ServerProcess:
-    return servers.start("--storage", "sqlite")
 
 
 @pytest.fixture
@@ -44,15 +40,6 @@ def worker(server: ServerProcess, tmp_path: Path) -> Iterator[WorkerProcesses]:
         yield workers
     finally:
         workers.close()
-
-
-@pytest.fixture
-async def client(server: ServerProcess, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[AsyncClient]:
-    """A client of the node; the test's ``app.start`` calls go there too."""
-    monkeypatch.setattr(wf.app.worker, "endpoint", server.url)
-    async with AsyncClient(server.url) as c:
-        yield c
-    await wf.app.close()
 
 
 async def _waiting_for_signal(client: AsyncClient, workflow_id: str) -> bool:
