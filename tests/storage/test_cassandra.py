@@ -16,6 +16,7 @@ from cassandra import OperationTimedOut, Unavailable, WriteTimeout, WriteType
 from cassandra.cluster import NoHostAvailable, ResponseFuture
 from cassandra.connection import ConnectionShutdown
 from cassandra.protocol import ErrorMessage, OverloadedErrorMessage, ServerError
+from msgspec.structs import replace
 
 from querator.clock import SystemClock
 from querator.errors import StaleOwnerError, StorageError
@@ -42,6 +43,8 @@ from querator.storage.cassandra._schema import SCHEMA_VERSION
 from querator.storage.cassandra._session import Cql
 from querator.storage.cassandra._statements import Statement
 from querator.storage.operations import RetryEntry
+from querator.storage.workflows import Workflow
+from tests.conftest import eventually
 from tests.storage.contract import NOW, SECOND, Part, RecordsContract, StoreContract, ids, item, payloads
 
 EPOCH = 1
@@ -606,3 +609,21 @@ async def test_the_row_counter_matches_what_the_tail_stores(store: CassandraStor
         owner, stored = await counters()
         assert owner == stored
     assert (await segments(store))[-1] >= 3  # rolls happened, each carrying the ten leased items
+
+
+async def test_a_workflow_past_its_ttl_reads_as_gone(store: CassandraStore) -> None:
+    """A finished workflow's columns expire by their TTL while the row its first INSERT made stays with
+    its key alone; reading that row decoded a missing record and failed (the contract's purge test hit
+    it whenever its one-second TTL ran out before the read)."""
+    started = Workflow(id="old", name="n", queue="q", version=1)
+    assert await store.workflows.put_workflow(started, 0)
+    ended = replace(started, status="completed", version=2, expires_at=store.clock_now() + SECOND)
+    assert await store.workflows.put_workflow(ended, 1)
+
+    async def expired() -> bool:
+        rows = await store._connection.call(lambda cql: cql.rows(Statement.GET_WORKFLOW, ("old",)))
+        return bool(rows) and rows[0]["record"] is None
+
+    await eventually(expired, timeout=30)
+    assert await store.workflows.get_workflow("old") is None
+    assert await store.workflows.list_workflows("", "", 10) == []

@@ -36,7 +36,10 @@ class CassandraWorkflowRows:
 
     async def get_workflow(self, workflow_id: str) -> Workflow | None:
         rows = await self._connection.call(lambda cql: cql.rows(Statement.GET_WORKFLOW, (workflow_id,)))
-        return decode_workflow(rows[0]["record"]) if rows else None
+        # A finished record's columns expire by their TTL, but the row the first INSERT made stays with
+        # its key alone: such a row is a workflow dropped after its retention.
+        record = rows[0]["record"] if rows else None
+        return decode_workflow(record) if record is not None else None
 
     async def put_workflow(self, workflow: Workflow, expected_version: int) -> bool:
         record = encode_workflow(workflow)
@@ -73,7 +76,7 @@ class CassandraWorkflowRows:
                 # One read each, as the page takes them; an index row may outlive its record's status.
                 for workflow_id in heapq.merge(*ids):
                     rows = cql.rows(Statement.GET_WORKFLOW, (workflow_id,))
-                    if rows:
+                    if rows and rows[0]["record"] is not None:  # (expired: see get_workflow)
                         yield rows[0]["record"]
 
             return workflow_page(records(), status, limit)
