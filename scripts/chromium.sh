@@ -30,9 +30,10 @@ if [ ! -x "$launcher" ]; then
     arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
     cat >"$work/chromium" <<LAUNCHER
 #!/bin/sh
-here=\$(dirname "\$0")
-export LD_LIBRARY_PATH="\$here/root/usr/lib/$arch:\$here/root/usr/lib/$arch/pulseaudio\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
-exec "\$here/root/usr/lib/chromium/chromium" "\$@"
+# Every path is inside the unpacked packages beside this launcher, never the machine's own.
+lib="\$(dirname "\$0")/root/usr/lib"
+export LD_LIBRARY_PATH="\$lib/$arch:\$lib/$arch/pulseaudio\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+exec "\$lib/chromium/chromium" "\$@"
 LAUNCHER
     chmod +x "$work/chromium"
     rm -rf "$dir/root"
