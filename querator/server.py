@@ -27,7 +27,7 @@ from querator import tls
 from querator.auth import ApiKeyError, ApiKeys, ClusterAuth, read_hashes, read_secret
 from querator.clock import SystemClock
 from querator.cluster.etcd import EtcdError
-from querator.cluster.local_members import LocalMembers
+from querator.cluster.local_members import LocalMembers, process_id
 from querator.cluster.membership import MembershipError
 from querator.cluster.node import LOCAL_NODE, ClusterNode
 from querator.cluster.proxy import CONNECTIONS, POLL_CONNECTIONS
@@ -357,9 +357,10 @@ def _cluster_auth(config: ServerConfig, role: ProcessRole | None = None) -> Clus
         ) from None
     except ApiKeyError as e:
         raise ConfigError(str(e)) from None
-    if not secret and role is not None:
-        secret = role.secret
-    return ClusterAuth(secret, config.node_id or LOCAL_NODE) if secret else None
+    node_id = config.node_id or LOCAL_NODE
+    if role is not None:  # one of a node's processes: a member of its own
+        secret, node_id = secret or role.secret, process_id(node_id, role.index)
+    return ClusterAuth(secret, node_id) if secret else None
 
 
 def _api_keys(
