@@ -402,6 +402,10 @@ def run(config: ServerConfig, role: ProcessRole | None = None) -> int:
     """Runs ``serve`` on uvloop when it is installed, or, for more than one process, the supervisor
     (docs/processes.md); the exit status."""
     if config.processes > 1 and role is None:
+        # What every process would read and refuse alike is refused once, here, with one line.
+        _api_keys(config, _cluster_auth(config))
+        tls.server_context(config)
+        tls.cluster_context(config)
         return supervise(config)
     gc.freeze()  # what is loaded by now lives as long as the process: no collection need scan it again
     gc.set_threshold(GC_THRESHOLD)

@@ -114,6 +114,35 @@ def test_a_data_dir_of_another_process_count_is_refused(servers: Servers, tmp_pa
         )
 
 
+def test_a_file_every_process_needs_is_checked_once(servers: Servers, tmp_path: Path) -> None:
+    missing = str(tmp_path / "missing.pem")
+    server = start_refused(
+        servers,
+        "--processes",
+        "2",
+        "--storage",
+        "memory",
+        "--tls-cert-file",
+        missing,
+        "--tls-key-file",
+        missing,
+    )
+    assert server.stderr().startswith("querator: tls-cert-file is invalid; ")
+
+
+def test_processes_that_cannot_open_their_store_stop_the_node(servers: Servers, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "processes").write_text("2\n")
+    (data / "querator.db").write_text("not a database, but long enough to be taken for one" * 100)
+    server = servers.spawn(*sqlite_args(data))
+    assert server.wait(START_DEADLINE) == 2, server.describe()
+    assert "querator: data-dir is invalid; " in server.stderr()
+    assert "refused its settings (exit status 2): stopping" in server.stderr()
+    assert "Traceback" not in server.stderr()
+    assert server.stderr().count("process 0 started") == 1  # not restarted: a setting to fix
+
+
 @pytest.mark.parametrize("storage", ["memory", "sqlite"])
 async def test_every_partition_is_served_through_either_process(
     servers: Servers, tmp_path: Path, storage: str
