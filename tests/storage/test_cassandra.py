@@ -42,6 +42,7 @@ from querator.storage.cassandra._dedup import (
 from querator.storage.cassandra._schema import SCHEMA_VERSION
 from querator.storage.cassandra._session import Cql
 from querator.storage.cassandra._statements import Statement
+from querator.storage.cassandra._workflows import _bucket
 from querator.storage.operations import RetryEntry
 from querator.storage.workflows import Workflow
 from tests.conftest import eventually
@@ -638,3 +639,14 @@ async def test_a_key_only_row_reads_as_gone_and_its_id_starts_again(store: Cassa
     assert await store.workflows.put_workflow(started, 0)
     assert await store.workflows.get_workflow("old") == started
     assert await store.workflows.list_workflows("", "", 10) == [started]
+
+
+async def test_a_stale_index_row_does_not_list_a_workflow_twice(store: CassandraStore) -> None:
+    """An index row written with the record's TTL can outlive it by up to a second (expiry counts whole
+    seconds from each write); an id started again in that second has a row under each status."""
+    started = Workflow(id="again", name="n", queue="q", version=1)
+    assert await store.workflows.put_workflow(started, 0)
+    stale = ("completed", _bucket("again"), "again", 0)
+    await store._connection.call(lambda cql: cql.rows(Statement.INDEX_WORKFLOW, stale))
+    assert await store.workflows.list_workflows("", "", 10) == [started]
+    assert await store.workflows.list_workflows("completed", "", 10) == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import itertools
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Final
@@ -73,8 +74,9 @@ class CassandraWorkflowRows:
                     ids.append([r["id"] for r in rows])
 
             def records() -> Iterator[bytes]:
-                # One read each, as the page takes them; an index row may outlive its record's status.
-                for workflow_id in heapq.merge(*ids):
+                # One read each, as the page takes them; an index row may outlive its record's status, so
+                # an id started again may have a row under each status (grouped: they come together).
+                for workflow_id, _ in itertools.groupby(heapq.merge(*ids)):
                     rows = cql.rows(Statement.GET_WORKFLOW, (workflow_id,))
                     if rows and rows[0]["record"] is not None:  # (expired: see get_workflow)
                         yield rows[0]["record"]
