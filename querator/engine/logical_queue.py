@@ -374,10 +374,13 @@ class LogicalQueue:
         # most of a transaction waiting for a round trip, and sqlite commits waiting ones as a group.
         # Each partition's requests are answered as soon as its own transaction ends. Every transaction
         # ends before the batch does, even when one raised: none may outlive it into the next batch.
-        applied = await asyncio.gather(
-            *(self._transact(t, now, has_dead_queue) for t in plan.transactions.values()),
-            return_exceptions=True,
-        )
+        transactions = list(plan.transactions.values())
+        if len(transactions) == 1:  # the usual batch: no task to create for it (docs/benchmarks.md)
+            applied: list[int | BaseException] = [await self._transact(transactions[0], now, has_dead_queue)]
+        else:
+            applied = await asyncio.gather(
+                *(self._transact(t, now, has_dead_queue) for t in transactions), return_exceptions=True
+            )
         self._leases = [lease for lease in self._leases if not lease.future.done()]
         for outcome in applied:
             if isinstance(outcome, BaseException):
