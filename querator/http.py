@@ -14,12 +14,11 @@ import importlib.resources
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 from aiohttp import web
 from aiohttp.web_request import BaseRequest
-from prometheus_client import Histogram
 
 from querator import __version__
 from querator.auth import (
@@ -43,6 +42,7 @@ from querator.errors import (
     StorageError,
     try_again,
 )
+from querator.metrics import LightHistogram, Observer
 from querator.service import MAX_NAME, Service
 from querator.tenancy import CALLER, SYSTEM, Access, Principal, Tenancy
 from querator.tenancy import permissions as perm
@@ -104,10 +104,6 @@ VERIFIED_FORWARD: web.RequestKey[_VerifiedForward] = web.RequestKey("verified_fo
 M = TypeVar("M", bound=m.Message)
 R = TypeVar("R", bound=m.Message)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-class Observer(Protocol):
-    def observe(self, amount: float) -> None: ...
 
 
 def create_app(
@@ -373,7 +369,7 @@ CLIENT_GONE = 499
 """The status a request is counted under when its client went away before the answer (nginx's)."""
 
 
-def _timed(handler: Handler, path: str, latency: Histogram) -> Handler:
+def _timed(handler: Handler, path: str, latency: LightHistogram) -> Handler:
     """``handler``, timed into ``latency`` by route and status code (a code's child made once)."""
     by_code: dict[int, Observer] = {}
 
