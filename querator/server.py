@@ -166,8 +166,6 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
         apps.append(create_admin_app(service, console, keys, config.max_produce_body))
     limits = config.listener_config()
     listeners = [Listener(limits) for _ in apps]
-    for app, listener in zip(apps, listeners, strict=True):
-        app.middlewares.insert(0, listener.middleware())  # outermost: it marks where requests start and end
     runners = [
         # A client that disconnects cancels its handler (as under aiohttp's test server): a lease parked
         # for it must not live on and take items for nobody (querator.http).
@@ -183,6 +181,7 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
         for runner, listener, sock, context in zip(runners, listeners, sockets, contexts, strict=True):
             await runner.setup()
             assert runner.server is not None
+            runner.server.request_handler = listener.tracked(runner.server.request_handler)
             protocol = protocol_factory(runner.server, keepalive_timeout=limits.idle_timeout)
             listening.append(
                 await loop.create_server(
