@@ -439,7 +439,7 @@ def _handler(
             content_type = request.headers.get("Content-Type")
             _check_forgery(request, content_type)
             body = await _read_body(request, limit)
-            if (verified := request.get(VERIFIED_FORWARD)) is not None:
+            if (verified := _verified_forward(request)) is not None:
                 verified.check_body(body)
             pending = call(request, decode(body, content_type, type_))
             result = await (asyncio.shield(pending) if shield else pending)
@@ -466,7 +466,7 @@ def _handler(
 
 async def _deliver(request: web.Request, response: web.Response, undelivered: Callable[[], None]) -> None:
     """Writes the reply now rather than after the handler, to learn whether it could be written."""
-    if (verified := request.get(VERIFIED_FORWARD)) is not None:
+    if (verified := _verified_forward(request)) is not None:
         verified.sign(response)
     try:
         await response.prepare(request)
@@ -476,6 +476,12 @@ async def _deliver(request: web.Request, response: web.Response, undelivered: Ca
     except asyncio.CancelledError:
         undelivered()
         raise
+
+
+def _verified_forward(request: web.Request) -> _VerifiedForward | None:
+    """The forward's signature check, if the request is a signed forward. Looked up only when the
+    forwarded header is there: a request's ``get`` of a missing key raises and catches a KeyError."""
+    return request.get(VERIFIED_FORWARD) if FORWARDED_HEADER in request.headers else None
 
 
 def _extensions_level(request: web.Request) -> int:
