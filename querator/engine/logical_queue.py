@@ -131,6 +131,7 @@ class LogicalQueue:
         self._clients: set[str] = set()
         self._in_flight = 0
         self._wake = asyncio.Event()
+        self._loop = asyncio.get_running_loop()  # every request makes a future on it
         self._closing = False
         self.counters = ItemCounters()
         self._task = _tasks.start(self._run(), f"logical-queue:{queue.settings.name}")
@@ -279,7 +280,7 @@ class LogicalQueue:
     # -- the loop ---------------------------------------------------------------------------------------
 
     def _future(self) -> asyncio.Future[Any]:
-        return asyncio.get_running_loop().create_future()
+        return self._loop.create_future()
 
     async def _submit(self, request: Request, limited: bool = True) -> Any:
         if self._closing or self._task.done():
@@ -475,6 +476,8 @@ class LogicalQueue:
         # Concurrently, as batches: one partition waiting out a storage timeout (a reload after a
         # failure, say) must not hold up the others for as long.
         due = [p for p in self.partitions.values() if p.due]
+        if not due:  # after most batches: gather() of nothing still costs a future per wake
+            return
         for p in due:
             p.due = False
         await asyncio.gather(*(self._lifecycle(p) if p.ids is not None else self._load(p) for p in due))
