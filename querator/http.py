@@ -537,8 +537,8 @@ def _accept_or_json(request: web.Request) -> str:
 async def _read_body(request: web.Request, limit: int) -> bytes:
     """The request body, refused as soon as it is known to exceed ``limit`` (never buffered whole), or
     to be compressed (see ``protocol_factory``)."""
-    encoding = request.headers.get("Content-Encoding", "")
-    if encoding.strip().lower() not in ("", "identity"):
+    encoding = request.headers.get("Content-Encoding")
+    if encoding and encoding.strip().lower() not in ("", "identity"):
         # 400 rather than HTTP's 415: clients know duh's codes only (docs/semantics.md §1.4), and for them,
         # as for the reference, a body that cannot be read as it is is a bad request.
         raise InvalidOption(
