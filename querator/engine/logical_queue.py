@@ -39,6 +39,7 @@ from querator.engine._requests import (
     settle,
 )
 from querator.engine._stats import ItemCounters, LogicalStats
+from querator.engine._wake import Wake
 from querator.engine.backlog import Backlog
 from querator.engine.distribution import Distribution
 from querator.errors import (
@@ -130,8 +131,8 @@ class LogicalQueue:
         self._leases: list[Lease] = []
         self._clients: set[str] = set()
         self._in_flight = 0
-        self._wake = asyncio.Event()
         self._loop = asyncio.get_running_loop()  # every request makes a future on it
+        self._wake = Wake(self._loop)
         self._closing = False
         self.counters = ItemCounters()
         self._task = _tasks.start(self._run(), f"logical-queue:{queue.settings.name}")
