@@ -98,9 +98,26 @@ class Child:
                 await asyncio.sleep(0.05)
 
     def cpu_seconds(self) -> float:
-        """User + system CPU the process has used so far (/proc/<pid>/stat)."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """User + system CPU the process and its live descendants have used so far (/proc): a node of
+        several processes (``serve --processes N``) is its supervisor and its children."""
+        return sum(_cpu_ticks(pid) for pid in _tree(self.proc.pid)) / os.sysconf("SC_CLK_TCK")
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its live descendants."""
+    pids = [pid]
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        for child in task.read_text().split():
+            pids += _tree(int(child))
+    return pids
+
+
+def _cpu_ticks(pid: int) -> int:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:  # ended since it was listed
+        return 0
+    return int(fields[11]) + int(fields[12])
 
 
 class Server(Child):

@@ -2,12 +2,14 @@
 
     python bench/load.py --storage memory --batch 1 --batch 10 --processes 4 --clients 8 --protobuf
     python bench/load.py --storage sqlite --rounds 3 --duration 5
+    python bench/load.py --op produce --op lease --op complete --op cycle --server-arg=--processes=2
 
 A Python client saturates before a node does (bench.py's single client process shows the client's limit,
-not the node's), so here ``--processes`` client processes each run ``--clients`` concurrent cycles
-(produce a batch of 1 KiB items, lease a batch, complete it). The harness reads the node's CPU time from
-/proc before and after each run and reports the node's CPU per request and per item, which does not
-depend on how fast the clients are, and items/s.
+not the node's), so here ``--processes`` client processes each run ``--clients`` concurrent loops of one
+``--op``: a cycle (produce a batch of 1 KiB items, lease a batch, complete it), or produce, lease (of a
+queue filled before the run) or complete (of items leased before the run) alone. The harness reads the
+node's CPU time from /proc before and after each run and reports the node's CPU per request and per item,
+which does not depend on how fast the clients are, and items/s.
 
 The floor (bench/floor.py) is a bare aiohttp + uvloop app that decodes the same requests with the same
 codec and answers replies of the same size, driven the same way: what the node spends beyond it is the
@@ -19,19 +21,30 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from floor import ID
+
 from bench import PAYLOAD, Child, Server, free_port, fresh_queue
 from querator.client import AsyncClient
 
-REQUESTS_PER_CYCLE = 3
-"""A cycle is a produce, a lease and a complete."""
+OPS = ("cycle", "produce", "lease", "complete")
+"""What a client loops on: a cycle is a produce, a lease and a complete; the others are one request each,
+leases of a queue filled before the run, completes of items leased before it."""
+REQUESTS_PER_OP = {"cycle": 3, "produce": 1, "lease": 1, "complete": 1}
+FILL_BATCH = 1000
+"""Items per request when filling the queue and leasing it before a lease or complete run."""
+FILL_ITEMS_PER_S = 40_000
+"""Items filled per second of the run per batch size: more than a node leases or completes here, so the
+queue never runs dry (a run that did says so)."""
 
 
 @dataclass
@@ -42,14 +55,15 @@ class Run:
     requests: int
     seconds: float
     cpu_s: float
+    dry: int
 
     def line(self) -> str:
         per_request_us = self.cpu_s / max(self.requests, 1) * 1e6
         per_item_us = self.cpu_s / max(self.items, 1) * 1e6
         return (
-            f"{self.target:6} batch {self.batch:4}: {self.items / self.seconds:9.0f} items/s, "
+            f"{self.target:15} batch {self.batch:4}: {self.items / self.seconds:9.0f} items/s, "
             f"{self.requests / self.seconds:7.0f} requests/s, server CPU {per_request_us:6.1f} us/request, "
-            f"{per_item_us:6.1f} us/item"
+            f"{per_item_us:6.1f} us/item{f', RAN DRY {self.dry} times' if self.dry else ''}"
         )
 
 
@@ -67,23 +81,74 @@ class Floor(Child):
         self.proc.wait(30)
 
 
-async def client_process(endpoint: str, batch: int, clients: int, duration: float, protobuf: bool) -> None:
-    """One client process: ``clients`` cycles at once for ``duration`` seconds; prints its counts."""
-    items = cycles = 0
-    async with AsyncClient(endpoint, protobuf=protobuf, limit=clients * 2, retries=None) as client:
+async def client_process(
+    args: argparse.Namespace, batch: int, shares: list[list[tuple[int, list[str]]]]
+) -> None:
+    """One client process: ``clients`` loops of ``op`` at once for ``duration`` seconds; prints its counts.
+    A complete run completes ``shares[n]`` in loop ``n``."""
+    items = requests = dry = 0
+    limit = args.clients * 2
+    async with AsyncClient(args.client, protobuf=args.protobuf, limit=limit, retries=None) as client:
+
+        async def lease(n: int) -> tuple[int, list[str]]:
+            nonlocal dry
+            reply = await client.lease("bench", batch, f"load-{os.getpid()}-{n}", request_timeout="5s")
+            dry += not reply.items
+            return reply.partition, [i.id for i in reply.items]
 
         async def loop(n: int, deadline: float) -> None:
-            nonlocal items, cycles
+            nonlocal items, requests, dry
+            share = (itertools.cycle if args.repeat else iter)(shares[n]) if shares else None
             while time.perf_counter() < deadline:
-                await client.produce("bench", [PAYLOAD] * batch)
-                reply = await client.lease("bench", batch, f"load-{os.getpid()}-{n}", request_timeout="5s")
-                await client.complete("bench", reply.partition, [i.id for i in reply.items])
-                items += len(reply.items)
-                cycles += 1
+                if args.op == "produce":
+                    await client.produce("bench", [PAYLOAD] * batch)
+                elif args.op == "lease":
+                    await lease(n)
+                elif args.op == "complete":
+                    assert share is not None
+                    partition, ids = next(share, (0, []))
+                    if not ids:
+                        dry += 1
+                        break
+                    await client.complete("bench", partition, ids)
+                else:
+                    await client.produce("bench", [PAYLOAD] * batch)
+                    partition, ids = await lease(n)
+                    await client.complete("bench", partition, ids)
+                items += batch
+                requests += REQUESTS_PER_OP[args.op]
 
-        deadline = time.perf_counter() + duration
-        await asyncio.gather(*(loop(n, deadline) for n in range(clients)))
-    print(json.dumps({"items": items, "requests": cycles * REQUESTS_PER_CYCLE}))
+        deadline = time.perf_counter() + args.duration
+        await asyncio.gather(*(loop(n, deadline) for n in range(args.clients)))
+    print(json.dumps({"items": items, "requests": requests, "dry": dry}))
+
+
+async def fill(target: Child, args: argparse.Namespace, batch: int, ids_file: Path) -> None:
+    """Before a lease or complete run of the node: fills its queue, and for a complete run leases it all
+    and writes each client loop's share of the ids in batches of ``batch``."""
+    total = int(FILL_ITEMS_PER_S * args.duration * max(1, min(batch, 10) // 2))
+    processes, loops = args.processes, args.processes * args.clients
+    async with AsyncClient(target.endpoint, protobuf=True) as client:
+        for _ in range(0, total, FILL_BATCH):
+            await client.produce("bench", [PAYLOAD] * FILL_BATCH)
+        if args.op != "complete":
+            return
+        batches: list[tuple[int, list[str]]] = []
+        while True:
+            reply = await client.lease("bench", FILL_BATCH, "fill", request_timeout="100ms")
+            ids = [i.id for i in reply.items]
+            batches += [(reply.partition, ids[k : k + batch]) for k in range(0, len(ids), batch)]
+            if len(ids) < FILL_BATCH:
+                break
+    per_loop = [batches[k::loops] for k in range(loops)]
+    shares = [per_loop[k::processes] for k in range(processes)]
+    await asyncio.to_thread(ids_file.write_text, json.dumps(shares))
+
+
+def floor_ids(args: argparse.Namespace, batch: int, ids_file: Path) -> None:
+    """The floor keeps no items: its complete run completes made-up ids of the node's length, the same
+    request over and over (``--repeat``)."""
+    ids_file.write_text(json.dumps([[[(0, [ID] * batch)]] * args.clients] * args.processes))
 
 
 async def drive(target: Child, name: str, args: argparse.Namespace, batch: int) -> Run:
@@ -92,18 +157,28 @@ async def drive(target: Child, name: str, args: argparse.Namespace, batch: int) 
         await target.wait_ready(client)
         if isinstance(target, Server):
             await fresh_queue(client, "bench", 1)
-    command = [sys.executable, __file__, "--client", target.endpoint, "--batch", str(batch)]
+    command = [sys.executable, __file__, "--client", target.endpoint, "--batch", str(batch), "--op", args.op]
     command += ["--clients", str(args.clients), "--duration", str(args.duration)]
     command += ["--protobuf"] if args.protobuf else []
-    before_s, started = target.cpu_seconds(), time.perf_counter()
-    procs = [
-        await asyncio.create_subprocess_exec(*command, stdout=subprocess.PIPE) for _ in range(args.processes)
-    ]
-    outputs = [json.loads((await p.communicate())[0]) for p in procs]
-    seconds, cpu_s = time.perf_counter() - started, target.cpu_seconds() - before_s
+    with tempfile.TemporaryDirectory() as tmp:
+        ids_file = Path(tmp) / "ids.json"
+        if isinstance(target, Server) and args.op in ("lease", "complete"):
+            await fill(target, args, batch, ids_file)
+        elif args.op == "complete":
+            floor_ids(args, batch, ids_file)
+        command += ["--ids", str(ids_file)] if ids_file.exists() else []
+        command += ["--repeat"] if isinstance(target, Floor) else []
+        before_s, started = target.cpu_seconds(), time.perf_counter()
+        procs = [
+            await asyncio.create_subprocess_exec(*command, "--index", str(k), stdout=subprocess.PIPE)
+            for k in range(args.processes)
+        ]
+        outputs = [json.loads((await p.communicate())[0]) for p in procs]
+        seconds, cpu_s = time.perf_counter() - started, target.cpu_seconds() - before_s
     items = sum(o["items"] for o in outputs)
     requests = sum(o["requests"] for o in outputs)
-    return Run(name, batch, items, requests, seconds, cpu_s)
+    dry = sum(o["dry"] for o in outputs)
+    return Run(f"{name} {args.op}", batch, items, requests, seconds, cpu_s, dry)
 
 
 async def main() -> None:
@@ -113,7 +188,7 @@ async def main() -> None:
     parser.add_argument("--storage", default="memory", choices=["memory", "sqlite"])
     parser.add_argument("--batch", type=int, action="append", help="repeatable; default 1 and 10")
     parser.add_argument("--processes", type=int, default=4, help="client processes")
-    parser.add_argument("--clients", type=int, default=8, help="concurrent cycles per client process")
+    parser.add_argument("--clients", type=int, default=8, help="concurrent loops per client process")
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per run")
     parser.add_argument("--rounds", type=int, default=2, help="alternating node and floor runs")
     parser.add_argument("--protobuf", action="store_true", help="binary protobuf instead of JSON")
@@ -124,24 +199,31 @@ async def main() -> None:
         default=[],
         help="repeatable: a flag for querator serve (--server-arg=--no-ui)",
     )
+    parser.add_argument("--op", action="append", choices=OPS, help="repeatable; default cycle")
     parser.add_argument("--client", help=argparse.SUPPRESS)  # internal: run as one client process
+    parser.add_argument("--ids", help=argparse.SUPPRESS)  # internal: a complete run's ids
+    parser.add_argument("--repeat", action="store_true", help=argparse.SUPPRESS)  # internal: floor's ids
+    parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)  # internal: whose ids
     args = parser.parse_args()
     batches = args.batch or [1, 10]
     if args.client:
-        await client_process(args.client, batches[0], args.clients, args.duration, args.protobuf)
+        args.op = args.op[0]
+        shares = json.loads(Path(args.ids).read_text())[args.index] if args.ids else []  # noqa: ASYNC240
+        await client_process(args, batches[0], shares)
         return
     print(
-        f"{os.cpu_count()} CPUs, {args.processes} client processes x {args.clients} cycles, "
+        f"{os.cpu_count()} CPUs, {args.processes} client processes x {args.clients} loops, "
         f"{'protobuf' if args.protobuf else 'JSON'}, {args.storage}, {args.duration}s runs"
     )
     node = Server(args.storage, "FULL", args.server_arg)
     floor = None if args.no_floor else Floor()
     try:
         for _ in range(args.rounds):
-            for batch in batches:
-                print((await drive(node, "node", args, batch)).line(), flush=True)
+            for op, batch in itertools.product(args.op or ["cycle"], batches):
+                run = argparse.Namespace(**{**vars(args), "op": op})
+                print((await drive(node, "node", run, batch)).line(), flush=True)
                 if floor is not None:
-                    print((await drive(floor, "floor", args, batch)).line(), flush=True)
+                    print((await drive(floor, "floor", run, batch)).line(), flush=True)
     finally:
         node.stop()
         if floor is not None:

@@ -36,9 +36,9 @@ is enforced within a quarter of the shorter timeout (a second at most) of passin
 aiohttp's keep-alive timer (``idle_timeout``) closes an idle connection. Handling a request is never
 timed: a lease may wait its full request_timeout.
 
-Only aiohttp's public surface is used: ``runner.server`` is the protocol factory, and ``middleware``
-tells the connection when a request's headers are in (aiohttp calls the application only then) and when
-its handler is done.
+Only aiohttp's public surface is used: ``runner.server`` is the protocol factory, and ``tracked`` wraps
+its request handler to tell the connection when a request's headers are in (aiohttp calls the handler
+only then) and when its handling is done.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ from querator.config import ListenerConfig
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+RequestHandler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+"""What an aiohttp ``web.Server`` calls with each request."""
 
 
 class _Phase(enum.Enum):
@@ -78,7 +79,7 @@ class Listener:
         self.open = 0
         """Connections being served (refused ones are not counted)."""
         self._refusing = False
-        # aiohttp's protocol object -> ours, so the middleware finds the connection of a request.
+        # aiohttp's protocol object -> ours, so ``tracked`` finds the connection of a request.
         self._connections: dict[asyncio.BaseProtocol, _Connection] = {}
         self._per_client: dict[str, int] = {}
         """Connections being served, by client address."""
@@ -90,12 +91,13 @@ class Listener:
         """A factory for ``loop.create_server``: aiohttp's protocols (from ``inner``), under these limits."""
         return lambda: _Connection(self, inner)
 
-    def middleware(self) -> Any:
-        """The aiohttp middleware marking where each request's headers end and its handling ends; it must
-        be the application's outermost."""
+    def tracked(self, handler: RequestHandler) -> RequestHandler:
+        """``handler`` (an aiohttp server's ``request_handler``), marking where each request's headers end
+        and its handling ends. Wrapping the server's handler rather than being the application's
+        outermost middleware spares every request aiohttp's middleware chain when the application has
+        no other middleware (docs/benchmarks.md, "Small requests")."""
 
-        @web.middleware
-        async def track(request: web.Request, handler: Handler) -> web.StreamResponse:
+        async def track(request: web.BaseRequest) -> web.StreamResponse:
             connection = self._connections.get(request.protocol)
             if connection is None:  # already closed
                 return await handler(request)
@@ -182,7 +184,7 @@ class _Connection(asyncio.Protocol):
         self._inner: Any = None  # aiohttp's RequestHandler, once admitted
         self._transport: asyncio.Transport | None = None
         self.phase = _Phase.HEADERS
-        self._request: web.Request | None = None
+        self._request: web.BaseRequest | None = None
         self._loop = asyncio.get_running_loop()
         self.client = ""
         """The client's address (host only)."""
@@ -241,9 +243,9 @@ class _Connection(asyncio.Protocol):
             self.write_deadline = None
             self._inner.resume_writing()
 
-    # -- from the middleware
+    # -- from ``tracked``
 
-    def headers_received(self, request: web.Request) -> None:
+    def headers_received(self, request: web.BaseRequest) -> None:
         self.phase = _Phase.BODY
         self.idle_since = None
         self._request = request

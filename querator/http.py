@@ -14,12 +14,11 @@ import importlib.resources
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 from aiohttp import web
 from aiohttp.web_request import BaseRequest
-from prometheus_client import Histogram
 
 from querator import __version__
 from querator.auth import (
@@ -43,6 +42,7 @@ from querator.errors import (
     StorageError,
     try_again,
 )
+from querator.metrics import LightHistogram, Observer
 from querator.service import MAX_NAME, Service
 from querator.tenancy import CALLER, SYSTEM, Access, Principal, Tenancy
 from querator.tenancy import permissions as perm
@@ -104,10 +104,6 @@ VERIFIED_FORWARD: web.RequestKey[_VerifiedForward] = web.RequestKey("verified_fo
 M = TypeVar("M", bound=m.Message)
 R = TypeVar("R", bound=m.Message)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-class Observer(Protocol):
-    def observe(self, amount: float) -> None: ...
 
 
 def create_app(
@@ -373,7 +369,7 @@ CLIENT_GONE = 499
 """The status a request is counted under when its client went away before the answer (nginx's)."""
 
 
-def _timed(handler: Handler, path: str, latency: Histogram) -> Handler:
+def _timed(handler: Handler, path: str, latency: LightHistogram) -> Handler:
     """``handler``, timed into ``latency`` by route and status code (a code's child made once)."""
     by_code: dict[int, Observer] = {}
 
@@ -443,7 +439,7 @@ def _handler(
             content_type = request.headers.get("Content-Type")
             _check_forgery(request, content_type)
             body = await _read_body(request, limit)
-            if (verified := request.get(VERIFIED_FORWARD)) is not None:
+            if (verified := _verified_forward(request)) is not None:
                 verified.check_body(body)
             pending = call(request, decode(body, content_type, type_))
             result = await (asyncio.shield(pending) if shield else pending)
@@ -470,7 +466,7 @@ def _handler(
 
 async def _deliver(request: web.Request, response: web.Response, undelivered: Callable[[], None]) -> None:
     """Writes the reply now rather than after the handler, to learn whether it could be written."""
-    if (verified := request.get(VERIFIED_FORWARD)) is not None:
+    if (verified := _verified_forward(request)) is not None:
         verified.sign(response)
     try:
         await response.prepare(request)
@@ -480,6 +476,12 @@ async def _deliver(request: web.Request, response: web.Response, undelivered: Ca
     except asyncio.CancelledError:
         undelivered()
         raise
+
+
+def _verified_forward(request: web.Request) -> _VerifiedForward | None:
+    """The forward's signature check, if the request is a signed forward. Looked up only when the
+    forwarded header is there: a request's ``get`` of a missing key raises and catches a KeyError."""
+    return request.get(VERIFIED_FORWARD) if FORWARDED_HEADER in request.headers else None
 
 
 def _extensions_level(request: web.Request) -> int:
@@ -535,8 +537,8 @@ def _accept_or_json(request: web.Request) -> str:
 async def _read_body(request: web.Request, limit: int) -> bytes:
     """The request body, refused as soon as it is known to exceed ``limit`` (never buffered whole), or
     to be compressed (see ``protocol_factory``)."""
-    encoding = request.headers.get("Content-Encoding", "")
-    if encoding.strip().lower() not in ("", "identity"):
+    encoding = request.headers.get("Content-Encoding")
+    if encoding and encoding.strip().lower() not in ("", "identity"):
         # 400 rather than HTTP's 415: clients know duh's codes only (docs/semantics.md §1.4), and for them,
         # as for the reference, a body that cannot be read as it is is a bad request.
         raise InvalidOption(

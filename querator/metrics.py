@@ -12,14 +12,17 @@ ids or clients.
 from __future__ import annotations
 
 import asyncio
+import bisect
+import itertools
 from collections import Counter as Tally
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Counter, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from querator.clock import Clock, seconds
 from querator.cluster.node import ClusterNode
@@ -55,12 +58,11 @@ class Metrics:
 
     def __init__(self, clock: Clock, cluster: ClusterNode, manager: QueuesManager, ready: Ready) -> None:
         self.registry = CollectorRegistry()
-        self.latency = Histogram(
+        self.latency = LightHistogram(
             "querator_request_duration_seconds",
             "Time to answer an API request, by route and status code (499: the client went away).",
-            ["route", "code"],
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
+            ("route", "code"),
+            self.registry,
         )
         self._forwards = Counter(
             "querator_cluster_forwards",
@@ -69,12 +71,11 @@ class Metrics:
             ["route", "code"],
             registry=self.registry,
         )
-        self._forward_latency = Histogram(
+        self._forward_latency = LightHistogram(
             "querator_cluster_forward_duration_seconds",
             "Time from forwarding a request to the owner's reply (or the failure), by route.",
-            ["route"],
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
+            ("route",),
+            self.registry,
         )
         ProcessCollector(registry=self.registry)
         self._queues = _QueueCollector(clock)
@@ -108,6 +109,53 @@ class Metrics:
                 return encode(self.registry), content_type
             finally:
                 self._queues.snapshot = []
+
+
+class Observer:
+    """One series of a ``LightHistogram``: counts per bucket and the sum."""
+
+    __slots__ = ("counts", "total_s")
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LATENCY_BUCKETS) + 1)  # the last: above every bucket (+Inf only)
+        self.total_s = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        self.total_s += seconds
+
+
+class LightHistogram(Collector):
+    """A latency histogram over ``LATENCY_BUCKETS`` by label values, exported as prometheus_client's
+    ``Histogram`` would be (without its ``_created`` samples).
+
+    Every request observes one: prometheus_client's takes a lock and updates an object per bucket, about
+    2 us a request; this adds to one list entry (docs/benchmarks.md, "Small requests"). Observed and
+    collected on the event loop only.
+    """
+
+    def __init__(self, name: str, documentation: str, labels: tuple[str, ...], registry: CollectorRegistry):
+        self._name = name
+        self._documentation = documentation
+        self._labels = labels
+        self._series: dict[tuple[str, ...], Observer] = {}
+        registry.register(self)
+
+    def labels(self, *values: str) -> Observer:
+        """The series of these label values, made on first use."""
+        series = self._series.get(values)
+        if series is None:
+            series = self._series[values] = Observer()
+        return series
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self._name, self._documentation, labels=self._labels)
+        bounds = [*map(floatToGoString, LATENCY_BUCKETS), "+Inf"]
+        for values, series in sorted(self._series.items()):
+            family.add_metric(
+                values, list(zip(bounds, itertools.accumulate(series.counts), strict=True)), series.total_s
+            )
+        yield family
 
 
 async def _gauges(queue: Queue) -> QueueGauges | None:

@@ -199,9 +199,7 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
         apps.append(create_admin_app(service, console, keys, config.max_produce_body))
     limits = config.listener_config()
     listeners = [Listener(limits) for _ in apps]
-    for app, listener in zip(apps, listeners, strict=True):
-        app.middlewares.insert(0, listener.middleware())  # outermost: it marks where requests start and end
-    private = _private_listener(role, apps[0], limits)
+    private = _private_listener(role, limits)
     runners = [
         # A client that disconnects cancels its handler (as under aiohttp's test server): a lease parked
         # for it must not live on and take items for nobody (querator.http).
@@ -217,6 +215,10 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
         for runner, listener, sock, context in zip(runners, listeners, sockets, contexts, strict=True):
             await runner.setup()
             assert runner.server is not None
+            runner.server.request_handler = listener.tracked(runner.server.request_handler)
+            if private is not None and runner is runners[0]:
+                # Each wrapper finds only its own listener's connections and passes the others on.
+                runner.server.request_handler = private[0].tracked(runner.server.request_handler)
             protocol = protocol_factory(runner.server, keepalive_timeout=limits.idle_timeout)
             listening.append(
                 await loop.create_server(
@@ -315,7 +317,7 @@ def _warn_if_exposed(setting: str, file: str) -> None:
 
 
 def _private_listener(
-    role: ProcessRole | None, app: web.Application, limits: ListenerConfig
+    role: ProcessRole | None, limits: ListenerConfig
 ) -> tuple[Listener, socket.socket] | None:
     """The limits and the socket of a process's private address, where the node's other processes
     forward to it (the supervisor opened it); None for a node of one process.
@@ -327,7 +329,6 @@ def _private_listener(
     listener = Listener(
         replace(limits, max_connections=(CONNECTIONS + POLL_CONNECTIONS) * (role.count - 1) or 1)
     )
-    app.middlewares.insert(0, listener.middleware())  # finds only its own connections, passes others on
     return listener, socket.socket(fileno=role.private_fd)
 
 

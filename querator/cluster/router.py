@@ -45,6 +45,9 @@ class Router:
         self._ring: Ring | None = None
         self._owners_of: dict[tuple[str, int], list[str]] = {}
         """The owners of each queue's partitions under ``_ring``: produce and lease ask on every call."""
+        self._owner_of: dict[tuple[str, int], str] = {}
+        """The owner of each (queue, partition) under ``_ring``: complete and retry ask on every call,
+        and a hash ring look-up hashes the key each time."""
 
     def owned(self, queue: str, count: int) -> list[int]:
         """The partitions of ``queue`` (of ``count``) this node owns."""
@@ -66,7 +69,10 @@ class Router:
             RetryRequest: another node owns it and the request was forwarded already, or the owner is
                 unavailable.
         """
-        owner = self._node.owner(queue, partition)
+        ring = self._current_ring()
+        owner = self._owner_of.get((queue, partition))
+        if owner is None:
+            owner = self._owner_of[queue, partition] = ring.owner(queue, partition)
         return HERE if owner == self._node.node_id else self._remote(owner, forwarded_by)
 
     def queue(self, queue: str, count: int, forwarded_by: str) -> Route:
@@ -106,10 +112,14 @@ class Router:
             if s.node_id != self._node.node_id and s.address
         ]
 
-    def _owners(self, queue: str, count: int) -> list[str]:
+    def _current_ring(self) -> Ring:
         ring = self._node.ring
         if ring is not self._ring:  # a new ring: every answer may have changed
-            self._ring, self._owners_of = ring, {}
+            self._ring, self._owners_of, self._owner_of = ring, {}, {}
+        return ring
+
+    def _owners(self, queue: str, count: int) -> list[str]:
+        ring = self._current_ring()
         owners = self._owners_of.get((queue, count))
         if owners is None:
             owners = self._owners_of[queue, count] = sorted({ring.owner(queue, n) for n in range(count)})

@@ -39,6 +39,7 @@ from querator.engine._requests import (
     settle,
 )
 from querator.engine._stats import ItemCounters, LogicalStats
+from querator.engine._wake import Wake
 from querator.engine.backlog import Backlog
 from querator.engine.distribution import Distribution
 from querator.errors import (
@@ -130,7 +131,8 @@ class LogicalQueue:
         self._leases: list[Lease] = []
         self._clients: set[str] = set()
         self._in_flight = 0
-        self._wake = asyncio.Event()
+        self._loop = asyncio.get_running_loop()  # every request makes a future on it
+        self._wake = Wake(self._loop)
         self._closing = False
         self.counters = ItemCounters()
         self._task = _tasks.start(self._run(), f"logical-queue:{queue.settings.name}")
@@ -279,7 +281,7 @@ class LogicalQueue:
     # -- the loop ---------------------------------------------------------------------------------------
 
     def _future(self) -> asyncio.Future[Any]:
-        return asyncio.get_running_loop().create_future()
+        return self._loop.create_future()
 
     async def _submit(self, request: Request, limited: bool = True) -> Any:
         if self._closing or self._task.done():
@@ -374,10 +376,13 @@ class LogicalQueue:
         # most of a transaction waiting for a round trip, and sqlite commits waiting ones as a group.
         # Each partition's requests are answered as soon as its own transaction ends. Every transaction
         # ends before the batch does, even when one raised: none may outlive it into the next batch.
-        applied = await asyncio.gather(
-            *(self._transact(t, now, has_dead_queue) for t in plan.transactions.values()),
-            return_exceptions=True,
-        )
+        transactions = list(plan.transactions.values())
+        if len(transactions) == 1:  # the usual batch: no task to create for it (docs/benchmarks.md)
+            applied: list[int | BaseException] = [await self._transact(transactions[0], now, has_dead_queue)]
+        else:
+            applied = await asyncio.gather(
+                *(self._transact(t, now, has_dead_queue) for t in transactions), return_exceptions=True
+            )
         self._leases = [lease for lease in self._leases if not lease.future.done()]
         for outcome in applied:
             if isinstance(outcome, BaseException):
@@ -472,6 +477,8 @@ class LogicalQueue:
         # Concurrently, as batches: one partition waiting out a storage timeout (a reload after a
         # failure, say) must not hold up the others for as long.
         due = [p for p in self.partitions.values() if p.due]
+        if not due:  # after most batches: gather() of nothing still costs a future per wake
+            return
         for p in due:
             p.due = False
         await asyncio.gather(*(self._lifecycle(p) if p.ids is not None else self._load(p) for p in due))

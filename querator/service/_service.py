@@ -423,11 +423,13 @@ class Service:
         target = await self._at_queue(record, forwarded_by, seconds(timeout_us))
         if isinstance(target, RemoteQueue):
             return await target.lease(req, timeout_us)
+        others = self.router.other_owners(record.name, record.requested_partitions, forwarded_by)
+        if not others:  # this node owns every partition (or the request was forwarded): wait here
+            return await target.lease(req, timeout_us)
         until = self.clock.now() + timeout_us
         while True:
             # Asking the other owners takes at most half of what is left of the request's time.
             budget_s = min(PROBE_TIMEOUT_S, seconds(until - self.clock.now()) / 2)
-            others = self.router.other_owners(record.name, record.requested_partitions, forwarded_by)
             if others and target.engine.un_leased() == 0 and budget_s > PROBE_MIN_S:
                 # Nothing to lease here now: items may wait at another owner.
                 found = await self._lease_elsewhere(req, others, budget_s)
@@ -439,6 +441,7 @@ class Service:
             except LeaseTimedOut:
                 if self.clock.now() >= until:
                     raise
+            others = self.router.other_owners(record.name, record.requested_partitions, forwarded_by)
 
     async def _lease_elsewhere(
         self, req: m.QueueLeaseRequest, others: list[Remote], budget_s: float

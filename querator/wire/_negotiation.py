@@ -32,6 +32,8 @@ def _media(header: str | None) -> str | None:
     """JSON or PROTOBUF for a Content-Type/Accept value, None when unrecognized."""
     if not header or header == JSON:
         return JSON
+    if header == PROTOBUF:
+        return PROTOBUF
     media = _cut(header).strip().lower()
     if media in _JSON_MEDIA:
         return JSON

@@ -42,6 +42,7 @@ from querator.storage.cassandra._dedup import (
 from querator.storage.cassandra._schema import SCHEMA_VERSION
 from querator.storage.cassandra._session import Cql
 from querator.storage.cassandra._statements import Statement
+from querator.storage.cassandra._workflows import _bucket
 from querator.storage.operations import RetryEntry
 from querator.storage.workflows import Workflow
 from tests.conftest import eventually
@@ -611,19 +612,41 @@ async def test_the_row_counter_matches_what_the_tail_stores(store: CassandraStor
     assert (await segments(store))[-1] >= 3  # rolls happened, each carrying the ten leased items
 
 
-async def test_a_workflow_past_its_ttl_reads_as_gone(store: CassandraStore) -> None:
-    """A finished workflow's columns expire by their TTL while the row its first INSERT made stays with
-    its key alone; reading that row decoded a missing record and failed (the contract's purge test hit
-    it whenever its one-second TTL ran out before the read)."""
+async def test_a_finished_workflow_leaves_no_row_past_its_ttl(store: CassandraStore) -> None:
+    """Every column of a finished record carries its TTL and no write sets a row marker, so nothing of the
+    row stays: the first write was an INSERT, whose key outlived the TTL and kept the id taken."""
     started = Workflow(id="old", name="n", queue="q", version=1)
     assert await store.workflows.put_workflow(started, 0)
     ended = replace(started, status="completed", version=2, expires_at=store.clock_now() + SECOND)
     assert await store.workflows.put_workflow(ended, 1)
 
-    async def expired() -> bool:
-        rows = await store._connection.call(lambda cql: cql.rows(Statement.GET_WORKFLOW, ("old",)))
-        return bool(rows) and rows[0]["record"] is None
+    async def gone() -> bool:
+        return await store._connection.call(lambda cql: cql.rows(Statement.GET_WORKFLOW, ("old",))) == []
 
-    await eventually(expired, timeout=30)
+    await eventually(gone, timeout=30)
     assert await store.workflows.get_workflow("old") is None
     assert await store.workflows.list_workflows("", "", 10) == []
+
+
+async def test_a_key_only_row_reads_as_gone_and_its_id_starts_again(store: CassandraStore) -> None:
+    """What a record first written by an INSERT (before the first write became an UPDATE) leaves after its
+    TTL: its key alone. Reading it decoded a missing record and failed; starting its id again was refused."""
+    await store._connection.call(
+        lambda cql: cql.rows_statement(f"INSERT INTO {cql.keyspace}.workflows (id) VALUES ('old')")
+    )
+    assert await store.workflows.get_workflow("old") is None
+    started = Workflow(id="old", name="n", queue="q", version=1)
+    assert await store.workflows.put_workflow(started, 0)
+    assert await store.workflows.get_workflow("old") == started
+    assert await store.workflows.list_workflows("", "", 10) == [started]
+
+
+async def test_a_stale_index_row_does_not_list_a_workflow_twice(store: CassandraStore) -> None:
+    """An index row written with the record's TTL can outlive it by up to a second (expiry counts whole
+    seconds from each write); an id started again in that second has a row under each status."""
+    started = Workflow(id="again", name="n", queue="q", version=1)
+    assert await store.workflows.put_workflow(started, 0)
+    stale = ("completed", _bucket("again"), "again", 0)
+    await store._connection.call(lambda cql: cql.rows(Statement.INDEX_WORKFLOW, stale))
+    assert await store.workflows.list_workflows("", "", 10) == [started]
+    assert await store.workflows.list_workflows("completed", "", 10) == []

@@ -15,6 +15,7 @@ from querator.storage.base import Store
 from querator.storage.journal import BUSY, CLAIMED, SUSPEND, Ending, append, claim, start
 from querator.storage.workflows import LIST_PAGE_RECORD_BYTES, Entry, Workflow
 from querator.wire.workflows import COMPLETED, DONE, RUNNING, STEP
+from tests.conftest import eventually
 
 SECOND = 1_000_000
 NOW = 1_700_000_000 * SECOND
@@ -116,3 +117,22 @@ class WorkflowContract:
             assert remaining is None
         else:
             assert remaining is not None
+
+    async def test_a_workflow_dropped_after_its_retention_starts_again(self, store: Store) -> None:
+        """Once its record is dropped (a purge, or a TTL on Cassandra), the id starts a fresh workflow:
+        on Cassandra the row the first write made used to outlive the TTL and refuse the start."""
+        wf = await self.put_new(store, new("wf-1"))
+        ended = replace(wf, status=COMPLETED, version=2, expires_at=NOW + SECOND)
+        assert await store.workflows.put_workflow(ended, 1)
+
+        async def dropped() -> bool:
+            await store.workflows.purge_workflows(NOW + 2 * SECOND)
+            return await store.workflows.get_workflow("wf-1") is None
+
+        await eventually(dropped, timeout=30)
+        again = await self.put_new(store, new("wf-1", input=b'{"args":[2]}'))
+        got = await store.workflows.get_workflow("wf-1")
+        assert got == again
+        assert (got.status, got.version, got.input, got.expires_at) == (RUNNING, 1, b'{"args":[2]}', 0)
+        assert await store.workflows.list_workflows("", "", 10) == [again]
+        assert await store.workflows.list_workflows(COMPLETED, "", 10) == []

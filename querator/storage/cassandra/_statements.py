@@ -122,7 +122,10 @@ class Statement(Enum):
     # -- durable workflows (_workflows.py): records replaced by compare-and-set on their version, and an
     # index by status for lists ----------------------------------------------------------------------------
     GET_WORKFLOW = "SELECT record FROM {ks}.workflows WHERE id = ?"
-    ADD_WORKFLOW = "INSERT INTO {ks}.workflows (id, version, record) VALUES (?, ?, ?) IF NOT EXISTS"
+    # An UPDATE, not an INSERT: an INSERT's row marker would outlive the columns' TTL and keep the id taken.
+    ADD_WORKFLOW = (
+        "UPDATE {ks}.workflows USING TTL ? SET version = ?, record = ? WHERE id = ? IF version = null"
+    )
     PUT_WORKFLOW = "UPDATE {ks}.workflows USING TTL ? SET version = ?, record = ? WHERE id = ? IF version = ?"
     INDEX_WORKFLOW = "INSERT INTO {ks}.workflows_by_status (status, bucket, id) VALUES (?, ?, ?) USING TTL ?"
     UNINDEX_WORKFLOW = "DELETE FROM {ks}.workflows_by_status WHERE status = ? AND bucket = ? AND id = ?"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import itertools
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Final
@@ -36,8 +37,8 @@ class CassandraWorkflowRows:
 
     async def get_workflow(self, workflow_id: str) -> Workflow | None:
         rows = await self._connection.call(lambda cql: cql.rows(Statement.GET_WORKFLOW, (workflow_id,)))
-        # A finished record's columns expire by their TTL, but the row the first INSERT made stays with
-        # its key alone: such a row is a workflow dropped after its retention.
+        # A record first written by an INSERT (before ADD_WORKFLOW became an UPDATE) leaves its key alone
+        # once its columns' TTL passes: such a row is a workflow dropped after its retention.
         record = rows[0]["record"] if rows else None
         return decode_workflow(record) if record is not None else None
 
@@ -50,7 +51,7 @@ class CassandraWorkflowRows:
 
         def put(cql: Cql) -> bool:
             if expected_version == 0:
-                applied, _ = cql.applied(Statement.ADD_WORKFLOW, (w.id, w.version, record))
+                applied, _ = cql.applied(Statement.ADD_WORKFLOW, (ttl_s, w.version, record, w.id))
             else:
                 applied, _ = cql.applied(
                     Statement.PUT_WORKFLOW, (ttl_s, w.version, record, w.id, expected_version)
@@ -73,8 +74,9 @@ class CassandraWorkflowRows:
                     ids.append([r["id"] for r in rows])
 
             def records() -> Iterator[bytes]:
-                # One read each, as the page takes them; an index row may outlive its record's status.
-                for workflow_id in heapq.merge(*ids):
+                # One read each, as the page takes them; an index row may outlive its record's status, so
+                # an id started again may have a row under each status (grouped: they come together).
+                for workflow_id, _ in itertools.groupby(heapq.merge(*ids)):
                     rows = cql.rows(Statement.GET_WORKFLOW, (workflow_id,))
                     if rows and rows[0]["record"] is not None:  # (expired: see get_workflow)
                         yield rows[0]["record"]

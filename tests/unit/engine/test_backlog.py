@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from querator.engine.backlog import MAX_RUNS, Backlog
+from querator.engine.backlog import JOIN_US, MAX_RUNS, Backlog
 
-STEP = 1_000
+STEP = 2 * JOIN_US
 
 
 def test_leases_take_the_oldest_and_newcomers_join_the_tail() -> None:
@@ -32,3 +32,11 @@ def test_past_max_runs_the_two_closest_in_time_merge() -> None:
     # Run 5 joined run 4 (its item now looks as old as run 4's); every other run is as it was.
     assert b.queued_at(4) == times[4] and b.queued_at(5) == times[4] and b.queued_at(6) == times[6]
     assert b.queued_at(MAX_RUNS) == times[-1] + 10 * STEP and b.queued_at(MAX_RUNS + 1) is None
+
+
+def test_items_that_come_soon_after_the_tail_run_join_it() -> None:
+    b = Backlog()
+    b.sync(1, now=0)
+    b.sync(3, now=JOIN_US - 1)  # within JOIN_US: the same run, as old as its first items
+    b.sync(4, now=JOIN_US)  # a run of its own
+    assert [b.queued_at(skip) for skip in range(5)] == [0, 0, 0, JOIN_US, None]
