@@ -128,9 +128,13 @@ class _Supervisor:
         status = 0
         try:
             done, _ = await asyncio.wait([*keepers, stopping], return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                if task is not stopping and isinstance(task.exception(), _GiveUp):
-                    status = task.exception().status  # type: ignore[union-attr]
+            for task in done - {stopping}:
+                error = task.exception()
+                if isinstance(error, _GiveUp):
+                    status = error.status
+                elif error is not None:  # a bug here must not leave the node running unsupervised
+                    log.error("supervising a process failed: %r", error)
+                    status = EXIT_FAILING
         finally:
             self._stop.set()
             await self._stop_all()
