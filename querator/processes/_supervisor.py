@@ -28,8 +28,10 @@ from pathlib import Path
 
 from querator.clock import SystemClock
 from querator.config import ConfigError, ServerConfig, split_address
-from querator.processes._data_dir import check_processes
+from querator.errors import StorageError
+from querator.processes._data_dir import check_processes, database
 from querator.processes._role import ProcessRole, role_env
+from querator.storage.sqlite import SqliteStore
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +116,7 @@ class _Supervisor:
         self._parent_read, self._parent_write = os.pipe()  # the processes see end of file when we go
 
     async def run(self) -> int:
+        await self._create_shared()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._stop.set)
@@ -145,6 +148,27 @@ class _Supervisor:
             os.close(self._parent_read)
         log.info("stopped")
         return status
+
+    async def _create_shared(self) -> None:
+        """Creates (or migrates) the sqlite database the processes share before any opens it: processes
+        creating one database at once find it locked (``SQLITE_BUSY``) while another sets it up."""
+        config = self._config
+        if config.storage == "memory":
+            path, synchronous, setting = self._shared_db, "OFF", "storage memory is unavailable"
+        elif config.storage == "sqlite":
+            path, synchronous, setting = (
+                str(database(config.data_dir, 0)),
+                config.sqlite_synchronous,
+                "data-dir is invalid",
+            )
+        else:
+            return
+        store = SqliteStore(path, synchronous=synchronous)
+        try:
+            await store.open()
+        except StorageError as e:
+            raise ConfigError(f"{setting}; {e.message}") from None
+        await store.close()
 
     async def _keep(self, index: int) -> None:
         """Runs process ``index`` until the node stops, restarting it when it ends."""
