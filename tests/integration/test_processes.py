@@ -9,7 +9,8 @@
   allowed: a lease in flight at the kill expires and is delivered again), and after its restart every
   partition is served again.
 - A restart of the whole node keeps its items (sqlite), each in its process's database.
-- A supervisor killed with SIGKILL takes its processes with it (they see its pipe close).
+- SIGTERM to the supervisor answers a waiting lease with 453 and stops every process; a supervisor
+  killed with SIGKILL takes its processes with it (they see its pipe close).
 """
 
 from __future__ import annotations
