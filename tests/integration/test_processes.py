@@ -8,7 +8,8 @@
 - kill -9 of one process while producers and consumers run loses no acknowledged item (duplicates are
   allowed: a lease in flight at the kill expires and is delivered again), and after its restart every
   partition is served again.
-- A restart of the whole node keeps its items (sqlite), each in its process's database.
+- A restart of the whole node keeps its items (sqlite), each in its process's database; on Cassandra a
+  process restarted after kill -9 claims its partitions again and finds their items.
 - SIGTERM to the supervisor answers a waiting lease with 453 and stops every process; a supervisor
   killed with SIGKILL takes its processes with it (they see its pipe close).
 """
@@ -27,6 +28,7 @@ from querator.auth import generate_key, key_hash
 from querator.client import AsyncClient, ConnectionFailed
 from querator.cluster.ring import Ring
 from querator.errors import QueratorError, RequestFailed, RetryRequest
+from tests.cassandra_node import CassandraNode
 
 from .conftest import (
     START_DEADLINE,
@@ -38,6 +40,7 @@ from .conftest import (
     terminate,
     wait_until,
 )
+from .test_cassandra import cassandra_args
 
 pytestmark = pytest.mark.integration
 
@@ -343,3 +346,36 @@ def test_the_processes_stop_with_a_killed_supervisor(servers: Servers) -> None:
     kill9(server)
 
     wait_until(lambda: all(_gone(pid) for pid in pids), START_DEADLINE, "the processes stopped")
+
+
+async def test_a_cassandra_node_of_two_processes_keeps_every_partition_through_a_kill9(
+    servers: Servers, cassandra_node: CassandraNode, keyspace: str
+) -> None:
+    """Each process uses the keyspace as one process does, fencing its own partitions: the restarted
+    one claims its partitions again and finds their items."""
+    server = await servers.astart("--processes", str(PROCESSES), *cassandra_args(cassandra_node, keyspace))
+    await all_listening(server)
+    queue = split_queue("shared")
+
+    async def produce_spread(prefix: str, count: int) -> None:
+        for n in range(count):  # fresh connections, which the kernel spreads over the processes
+            async with AsyncClient(server.url) as one:
+                await one.produce(queue, [f"{prefix}-{n}"])
+
+    async def listed(client: AsyncClient) -> list[str]:
+        found: list[str] = []
+        for partition in range(PARTITIONS):
+            found += [i.payload.decode() for i in (await client.list_items(queue, partition)).items]
+        return sorted(found)
+
+    async with AsyncClient(server.url) as client:
+        await client.create_queue(queue, lease_timeout="1m", expire_timeout="1h", partitions=PARTITIONS)
+        await produce_spread("before", 20)
+        os.kill(children(server)[1], signal.SIGKILL)
+        await eventually(
+            lambda: _true(server.stderr().count("querator listening on") > PROCESSES), DEADLINE, "restarted"
+        )
+        await produce_spread("after", 20)
+        expected = sorted([f"before-{n}" for n in range(20)] + [f"after-{n}" for n in range(20)])
+        assert await listed(client) == expected, server.describe()
+    assert terminate(server) == 0, server.describe()
