@@ -550,11 +550,10 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0911
 
         setup_logging(config.log_level, config.log_format)
         try:
-            run(config)
+            return run(config)
         except ConfigError as e:  # found only when starting, e.g. an address that cannot be bound
             print(f"querator: {e}", file=sys.stderr)
             return 2
-        return 0
     return run_client(args)
 
 

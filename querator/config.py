@@ -34,6 +34,8 @@ DEFAULT_CLUSTER_PREFIX = "/querator"
 _NODE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 _PREFIX = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*")
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
+MAX_PROCESSES = 256
+"""The most processes one node runs (``--processes``): far beyond any machine's cores, but bounded."""
 MIN_ETCD_LEASE_TTL = 2
 """Seconds; etcd silently rounds shorter leases up to about this (1.5 x its election timeout)."""
 
@@ -47,6 +49,13 @@ class ServerConfig:
     """Everything ``querator serve`` needs. Sizes are bytes."""
 
     address: str = field(default="localhost:2319", metadata={"help": "host:port to listen on"})
+    processes: int = field(
+        default=1,
+        metadata={
+            "help": "processes serving the node on one port, splitting the queues' partitions "
+            "(docs/processes.md)"
+        },
+    )
     storage: str = field(default="sqlite", metadata={"help": "storage backend: memory, sqlite or cassandra"})
     data_dir: str = field(default="querator-data", metadata={"help": "directory of the sqlite store"})
     sqlite_synchronous: str = field(
@@ -223,6 +232,10 @@ class ServerConfig:
     def validated(self) -> ServerConfig:  # noqa: C901, PLR0912
         """This config, normalised; raises ConfigError naming the first bad setting."""
         _check_address("address", self.address)
+        if not 1 <= self.processes <= MAX_PROCESSES:
+            raise ConfigError(
+                f"processes is invalid; '{self.processes}' is not a whole number from 1 to {MAX_PROCESSES}"
+            )
         if self.storage not in STORAGE_KINDS:
             raise ConfigError(
                 f"storage is invalid; '{self.storage}' is not one of ({', '.join(STORAGE_KINDS)})"
@@ -273,6 +286,11 @@ class ServerConfig:
         node_id, advertise = self.node_id, self.advertise_address
         if self.cluster:
             _parse_cluster(self.cluster)
+            if self.processes > 1:
+                raise ConfigError(
+                    "processes is invalid; more than one process per node is not supported with --cluster "
+                    "yet (docs/processes.md)"
+                )
             # Only a cluster node needs an id: a single node must start whatever its host is called.
             node_id = node_id or socket.gethostname()
             if not _NODE_ID.fullmatch(node_id):

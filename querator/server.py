@@ -16,7 +16,9 @@ import signal
 import socket
 import stat
 import sys
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 from aiohttp import web
@@ -25,18 +27,25 @@ from querator import tls
 from querator.auth import ApiKeyError, ApiKeys, ClusterAuth, read_hashes, read_secret
 from querator.clock import SystemClock
 from querator.cluster.etcd import EtcdError
+from querator.cluster.local_members import LocalMembers, process_id
 from querator.cluster.membership import MembershipError
 from querator.cluster.node import LOCAL_NODE, ClusterNode
-from querator.config import ConfigError, ServerConfig, split_address
+from querator.cluster.proxy import CONNECTIONS, POLL_CONNECTIONS
+from querator.config import ConfigError, ListenerConfig, ServerConfig, split_address
 from querator.connections import Listener
 from querator.duration import MICROSECOND, parse_duration
 from querator.errors import StorageError
 from querator.http import create_admin_app, create_app, protocol_factory
+from querator.processes import ProcessRole, check_processes, database, role_from_env, supervise
 from querator.service import Service
 from querator.storage.base import Store
 from querator.storage.memory import MemoryStore
+from querator.storage.split import SplitStore
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from querator.storage.sqlite import SqliteStore
+
+log = logging.getLogger("querator.server")  # its name also when run as __main__ (a process of a node)
 
 BACKLOG = 1024
 """Connections the kernel queues before we accept them."""
@@ -50,26 +59,43 @@ them, and promoted them to older generations whose collections scan everything (
 "Garbage collection")."""
 
 
-def make_store(config: ServerConfig) -> Store:
-    """The storage backend the config names."""
+def make_store(config: ServerConfig, role: ProcessRole | None = None) -> Store:
+    """The storage backend the config names; for one of several processes (``role``), its partitions
+    in a store of its own and the rest in the store they share (``SplitStore``, docs/processes.md)."""
     if config.storage == "memory":
+        if role is not None:
+            return SplitStore(_sqlite(role.shared_db, "OFF"), MemoryStore())
         return MemoryStore()
     if config.storage == "cassandra":
         from querator.storage.cassandra import CassandraStore
 
         # A single node owns every partition: its start time is an epoch that grows across restarts,
-        # so a restarted node fences out any write still in flight from its previous life.
+        # so a restarted node fences out any write still in flight from its previous life. Several
+        # processes each own their partitions the same way.
         clock = SystemClock()
         return CassandraStore(config.cassandra_settings(), epoch=clock.now(), now=clock.now)
-    from querator.storage.sqlite import SqliteStore
-
     try:
         Path(config.data_dir).mkdir(mode=0o700, parents=True, exist_ok=True)  # its files hold payloads
     except OSError as e:
         raise ConfigError(
             f"data-dir is invalid; cannot create '{config.data_dir}': {e.strerror or e}"
         ) from None
-    return SqliteStore(Path(config.data_dir) / "querator.db", synchronous=config.sqlite_synchronous)
+    check_processes(config.data_dir, config.processes)
+    shared = _sqlite(database(config.data_dir, 0), config.sqlite_synchronous)
+    if role is None:
+        return shared
+    local = (
+        shared
+        if role.index == 0
+        else _sqlite(database(config.data_dir, role.index), config.sqlite_synchronous)
+    )
+    return SplitStore(shared, local)
+
+
+def _sqlite(path: str | Path, synchronous: str) -> SqliteStore:
+    from querator.storage.sqlite import SqliteStore
+
+    return SqliteStore(path, synchronous=synchronous)
 
 
 class _JsonFormatter(logging.Formatter):
@@ -100,32 +126,38 @@ def setup_logging(level: str, fmt: str) -> None:
 
 # Long on purpose: the start and stop sequence of a node, in order: each step undoes on failure.
 async def serve(  # noqa: C901, PLR0912, PLR0915
-    config: ServerConfig, stop: asyncio.Event | None = None
+    config: ServerConfig, stop: asyncio.Event | None = None, role: ProcessRole | None = None
 ) -> None:
-    """Serves until SIGINT/SIGTERM (or ``stop`` is set), then shuts down gracefully."""
+    """Serves until SIGINT/SIGTERM (or ``stop`` is set), then shuts down gracefully. ``role``: this is
+    one of the node's processes (docs/processes.md)."""
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    cluster_auth = _cluster_auth(config)
-    keys = _api_keys(config, cluster_auth)
-    api_tls, cluster_tls = tls.server_context(config), tls.cluster_context(config)
+    if role is not None:
+        _stop_with_supervisor(role, stop)
+    cluster_auth = _cluster_auth(config, role)
+    keys = _api_keys(config, cluster_auth, role)
+    # The processes of a node forward over their private loopback sockets, in plain HTTP.
+    api_tls, cluster_tls = tls.server_context(config), None if role else tls.cluster_context(config)
     cluster_config = config.cluster_config()  # reads etcd's TLS files and password: fail before binding
     _raise_open_files_limit(config.max_connections * (2 if config.admin_address else 1) + FD_RESERVE)
     # Bind before anything else, so that an address we cannot use fails before storage is touched.
-    sockets = [_listen("address", config.address)]
+    reuse_port = role is not None  # the node's processes share its addresses, the kernel spreads them
+    sockets = [_listen("address", config.address, reuse_port)]
     if config.admin_address:
         try:
-            sockets.append(_listen("admin-address", config.admin_address))
+            sockets.append(_listen("admin-address", config.admin_address, reuse_port))
         except BaseException:
             sockets[0].close()
             raise
     clock = SystemClock()
-    cluster = ClusterNode(cluster_config, clock, config.address)
+    local = LocalMembers(LOCAL_NODE, role.index, role.addresses) if role else None
+    cluster = ClusterNode(cluster_config, clock, config.address, local)
     try:
         service = Service(
-            make_store(config),
+            make_store(config, role),
             clock,
             max_requests_per_queue=config.max_requests_per_queue,
             workflow_retention_us=parse_duration(config.workflow_retention) // MICROSECOND,
@@ -134,6 +166,7 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
             cluster_tls=cluster_tls,
             tenancy=config.tenancy,
             bootstrap_keys=keys.take_hashes() if config.tenancy else (),
+            dedup_at_partition_zero=role is not None and config.storage != "cassandra",
         )
         await service.start()
     except BaseException as e:
@@ -145,7 +178,7 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
             # A store that cannot open (an unusable or damaged data dir) is a setting to fix, not a bug.
             raise ConfigError(f"{_storage_setting(config)}; {e.message}") from None
         raise
-    if cluster.clustered and config.storage != "cassandra":
+    if config.cluster and config.storage != "cassandra":
         log.warning(
             "cluster mode on %s storage: each node keeps the items of the partitions it owns in its own "
             "store, and they stay there when a partition moves; use --storage cassandra to share them",
@@ -166,6 +199,7 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
         apps.append(create_admin_app(service, console, keys, config.max_produce_body))
     limits = config.listener_config()
     listeners = [Listener(limits) for _ in apps]
+    private = _private_listener(role, limits)
     runners = [
         # A client that disconnects cancels its handler (as under aiohttp's test server): a lease parked
         # for it must not live on and take items for nobody (querator.http).
@@ -182,6 +216,9 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
             await runner.setup()
             assert runner.server is not None
             runner.server.request_handler = listener.tracked(runner.server.request_handler)
+            if private is not None and runner is runners[0]:
+                # Each wrapper finds only its own listener's connections and passes the others on.
+                runner.server.request_handler = private[0].tracked(runner.server.request_handler)
             protocol = protocol_factory(runner.server, keepalive_timeout=limits.idle_timeout)
             listening.append(
                 await loop.create_server(
@@ -193,9 +230,17 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
                     ssl_handshake_timeout=limits.header_timeout if context else None,
                 )
             )
+            if private is not None and runner is runners[0]:
+                private_listener, private_sock = private
+                listening.append(
+                    await loop.create_server(
+                        private_listener.protocol_factory(protocol), sock=private_sock, backlog=BACKLOG
+                    )
+                )
         log.info(
-            "querator listening on %s%s (storage %s%s; api keys %s)%s%s",
+            "querator listening on %s%s%s (storage %s%s; api keys %s)%s%s",
             config.address,
+            f" as process {role.index} of {role.count}, forwarded to at {cluster.address}" if role else "",
             " (https)" if api_tls else "",
             config.storage,
             _where(config),
@@ -240,10 +285,10 @@ def _raise_open_files_limit(needed: int) -> None:
         )
 
 
-def _listen(name: str, address: str) -> socket.socket:
+def _listen(name: str, address: str, reuse_port: bool = False) -> socket.socket:
     host, port = split_address(address)
     try:
-        return socket.create_server((host, port), backlog=BACKLOG)
+        return socket.create_server((host, port), backlog=BACKLOG, reuse_port=reuse_port)
     except OSError as e:
         raise ConfigError(f"{name} is invalid; cannot listen on '{address}': {e.strerror or e}") from None
 
@@ -271,8 +316,39 @@ def _warn_if_exposed(setting: str, file: str) -> None:
         )
 
 
-def _cluster_auth(config: ServerConfig) -> ClusterAuth | None:
-    """What signs and checks forwarded requests; None without a cluster secret."""
+def _private_listener(
+    role: ProcessRole | None, limits: ListenerConfig
+) -> tuple[Listener, socket.socket] | None:
+    """The limits and the socket of a process's private address, where the node's other processes
+    forward to it (the supervisor opened it); None for a node of one process.
+
+    Its own limits: every other process may hold its pooled connections to it, long-polled leases
+    included, and none of them should count against the clients' ``max-connections``."""
+    if role is None:
+        return None
+    listener = Listener(
+        replace(limits, max_connections=(CONNECTIONS + POLL_CONNECTIONS) * (role.count - 1) or 1)
+    )
+    return listener, socket.socket(fileno=role.private_fd)
+
+
+def _stop_with_supervisor(role: ProcessRole, stop: asyncio.Event) -> None:
+    """Stops this process when its supervisor is gone (killed, say): the pipe it holds the write end of
+    reads end of file then."""
+    loop = asyncio.get_running_loop()
+
+    def gone() -> None:
+        loop.remove_reader(role.parent_fd)
+        if not stop.is_set():
+            log.warning("the supervisor is gone: stopping")
+            stop.set()
+
+    loop.add_reader(role.parent_fd, gone)
+
+
+def _cluster_auth(config: ServerConfig, role: ProcessRole | None = None) -> ClusterAuth | None:
+    """What signs and checks forwarded requests; None without a cluster secret (for one of a node's
+    processes, the supervisor's secret when none is configured)."""
     _warn_if_exposed("cluster-secret-file", config.cluster_secret_file)
     try:
         secret = read_secret(config.cluster_secret_file)
@@ -282,10 +358,15 @@ def _cluster_auth(config: ServerConfig) -> ClusterAuth | None:
         ) from None
     except ApiKeyError as e:
         raise ConfigError(str(e)) from None
-    return ClusterAuth(secret, config.node_id or LOCAL_NODE) if secret else None
+    node_id = config.node_id or LOCAL_NODE
+    if role is not None:  # one of a node's processes: a member of its own
+        secret, node_id = secret or role.secret, process_id(node_id, role.index)
+    return ClusterAuth(secret, node_id) if secret else None
 
 
-def _api_keys(config: ServerConfig, cluster_auth: ClusterAuth | None) -> ApiKeys:
+def _api_keys(
+    config: ServerConfig, cluster_auth: ClusterAuth | None, role: ProcessRole | None = None
+) -> ApiKeys:
     _warn_if_exposed("api-keys-file", config.api_keys_file)
     try:
         hashes = read_hashes(config.api_keys_file, config.api_keys)
@@ -298,7 +379,10 @@ def _api_keys(config: ServerConfig, cluster_auth: ClusterAuth | None) -> ApiKeys
         ) from None
     except ApiKeyError as e:
         raise ConfigError(str(e)) from None
-    return ApiKeys(hashes, cluster_auth, forwards_need_certificate=bool(config.tls_client_ca_file))
+    # A node's processes forward to each other over loopback in plain HTTP, without certificates.
+    return ApiKeys(
+        hashes, cluster_auth, forwards_need_certificate=bool(config.tls_client_ca_file) and role is None
+    )
 
 
 def _storage_setting(config: ServerConfig) -> str:
@@ -315,13 +399,41 @@ def _where(config: ServerConfig) -> str:
     return ""
 
 
-def run(config: ServerConfig) -> None:
-    """Runs ``serve`` on uvloop when it is installed."""
+def run(config: ServerConfig, role: ProcessRole | None = None) -> int:
+    """Runs ``serve`` on uvloop when it is installed, or, for more than one process, the supervisor
+    (docs/processes.md); the exit status."""
+    if config.processes > 1 and role is None:
+        # What every process would read and refuse alike is refused once, here, with one line.
+        _api_keys(config, _cluster_auth(config))
+        tls.server_context(config)
+        tls.cluster_context(config)
+        return supervise(config)
     gc.freeze()  # what is loaded by now lives as long as the process: no collection need scan it again
     gc.set_threshold(GC_THRESHOLD)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
-        asyncio.run(serve(config))
+        asyncio.run(serve(config, role=role))
     else:
-        uvloop.run(serve(config))
+        uvloop.run(serve(config, role=role))
+    return 0
+
+
+def _main() -> int:
+    """One process of a node the supervisor runs (``python -m querator.server``): its settings and
+    role come from the environment."""
+    given = role_from_env()
+    if given is None:
+        print("querator: querator.server is started by 'querator serve --processes N'", file=sys.stderr)
+        return 2
+    config, role = given
+    setup_logging(config.log_level, config.log_format)
+    try:
+        return run(config, role)
+    except ConfigError as e:
+        print(f"querator: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

@@ -1,28 +1,42 @@
 """Fixtures for the in-process tests: a real HTTP server on loopback per test, a FakeClock, both backends.
 
 ``api`` speaks raw JSON so the tests pin the exact wire shapes an existing Querator client sees.
+
+With ``QUERATOR_TEST_PROCESSES=N`` (N > 1) every server is a node of N members as ``serve --processes N``
+builds it (docs/processes.md): each its own service, ``SplitStore`` and HTTP server, on the member set of
+``LocalMembers``, forwarding to each other over loopback, signed; the tests talk to member 0. Only the
+operating system's part (the supervisor, ``SO_REUSEPORT``) is left out, which the integration tests of
+``tests/integration/test_processes.py`` cover with real processes; this keeps the whole suite, FakeClock
+included, runnable against the split of the partitions.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import msgspec
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from querator.auth import ApiKeys, ClusterAuth
 from querator.clock import Clock, FakeClock, SystemClock
+from querator.cluster.local_members import LocalMembers
+from querator.cluster.node import LOCAL_NODE, ClusterNode
 from querator.http import create_app
 from querator.service import Service
 from querator.storage.base import Store
 from querator.storage.cassandra import CassandraSettings
 from querator.storage.memory import MemoryStore
+from querator.storage.split import LocalStore, SplitStore
 from querator.storage.sqlite import SqliteStore
 from tests.cassandra_node import CassandraNode
 
@@ -149,6 +163,73 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 5.0)
 
 ServerFactory = Callable[..., Awaitable[Api]]
 
+TEST_PROCESSES = int(os.environ.get("QUERATOR_TEST_PROCESSES", "1"))
+"""Members of each test server's node (module docstring)."""
+SECRET = b"a-test-secret-of-at-least-32-characters"
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skips the tests of what only a node of one process does when the servers have several."""
+    if TEST_PROCESSES > 1 and item.get_closest_marker("one_process") is not None:
+        pytest.skip("pins what a node of one process does (QUERATOR_TEST_PROCESSES is set)")
+
+
+class Node:
+    """The services of a node's members, standing in for member 0's: what a test asks of its server's
+    service goes to member 0, but ``shutdown`` stops them all (a restart in a test restarts the node)."""
+
+    def __init__(self, members: list[Service], runners: list[web.AppRunner]) -> None:
+        self.members = members
+        self._runners = runners
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.members[0], name)
+
+    async def shutdown(self) -> None:
+        for service in self.members:
+            if not service._closing:
+                await service.shutdown()
+
+    async def close(self) -> None:
+        await self.shutdown()
+        for runner in self._runners:
+            await runner.cleanup()
+
+
+async def start_node(
+    backend: str, path: Path, clock: Clock, count: int, **service_kw: Any
+) -> tuple[Node, str]:
+    """A node of ``count`` members over ``backend`` (sqlite files named after ``path``) and its URL."""
+    sockets = [socket.create_server(("127.0.0.1", 0)) for _ in range(count)]
+    addresses = [f"127.0.0.1:{s.getsockname()[1]}" for s in sockets]
+    members: list[Service] = []
+    runners: list[web.AppRunner] = []
+    for index, sock in enumerate(sockets):
+        if backend == "memory":
+            shared: Store = SqliteStore(path.with_suffix(".shared.sqlite"), synchronous="OFF")
+            local: LocalStore = MemoryStore()
+        else:
+            shared = local = SqliteStore(path.with_suffix(".sqlite"))
+            if index:
+                local = SqliteStore(path.with_suffix(f".{index}.sqlite"))
+        local_members = LocalMembers(LOCAL_NODE, index, addresses)
+        auth = ClusterAuth(SECRET, local_members.node_id)
+        service = Service(
+            SplitStore(shared, local),
+            clock,
+            cluster=ClusterNode(None, clock, "", local_members),
+            cluster_auth=auth,
+            dedup_at_partition_zero=True,
+            **service_kw,
+        )
+        await service.start()
+        runner = web.AppRunner(create_app(service, api_keys=ApiKeys([], auth)), handler_cancellation=True)
+        await runner.setup()
+        await web.SockSite(runner, sock).start()
+        members.append(service)
+        runners.append(runner)
+    return Node(members, runners), f"http://{addresses[0]}"
+
 
 @pytest.fixture(params=["memory", "sqlite"])
 def backend(request: pytest.FixtureRequest) -> str:
@@ -164,8 +245,15 @@ def clock() -> FakeClock:
 async def start_server(backend: str, tmp_path: Path) -> AsyncIterator[ServerFactory]:
     """Starts servers on a backend; the same ``data`` name re-opens the same sqlite file (restart)."""
     running: list[tuple[Service, TestServer, aiohttp.ClientSession]] = []
+    nodes: list[tuple[Node, aiohttp.ClientSession]] = []
 
     async def start(clock: Clock | None = None, data: str = "db", **service_kw: Any) -> Api:
+        if TEST_PROCESSES > 1:
+            node, url = await start_node(
+                backend, tmp_path / data, clock or SystemClock(), TEST_PROCESSES, **service_kw
+            )
+            nodes.append((node, aiohttp.ClientSession()))
+            return Api(nodes[-1][1], url, cast(Service, node))
         store: Store = MemoryStore() if backend == "memory" else SqliteStore(tmp_path / f"{data}.sqlite")
         service = Service(store, clock or SystemClock(), **service_kw)
         await service.start()
@@ -178,6 +266,9 @@ async def start_server(backend: str, tmp_path: Path) -> AsyncIterator[ServerFact
     yield start
     for service, server, session in reversed(running):
         await stop(service, server, session)
+    for node, session in reversed(nodes):
+        await node.close()
+        await session.close()
 
 
 async def stop(service: Service, server: TestServer, session: aiohttp.ClientSession) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from querator import _tasks
 from querator.clock import Clock, TimerHandle
+from querator.cluster.local_members import LocalMembers
 from querator.cluster.membership import Member, MemberSet, Membership
 from querator.cluster.ring import Placement, Ring
 from querator.config import ClusterConfig
@@ -38,14 +39,24 @@ class MemberState:
 
 
 class ClusterNode:
-    """Membership and placement of this node; ``start`` joins, ``stop`` leaves."""
+    """Membership and placement of this node; ``start`` joins, ``stop`` leaves.
 
-    def __init__(self, config: ClusterConfig | None, clock: Clock, address: str) -> None:
+    ``local``: the member set of this node's own processes (``serve --processes N``), in place of
+    etcd's; this node is then one of them, with the id and private address ``local`` gives it.
+    """
+
+    def __init__(
+        self, config: ClusterConfig | None, clock: Clock, address: str, local: LocalMembers | None = None
+    ) -> None:
         self._config = config
         self._clock = clock
         self.node_id = config.node_id if config else LOCAL_NODE
         self.address = config.advertise_address if config else address
-        self._membership = Membership(config, clock=clock) if config else None
+        self._membership: Membership | LocalMembers | None = (
+            Membership(config, clock=clock) if config else None
+        )
+        if local is not None:
+            self.node_id, self.address, self._membership = local.node_id, local.address, local
         self._placement = Placement(config.grace_period if config else 0.0, clock)
         self._ring = Ring([self.node_id], 0)
         self._follower: asyncio.Task[None] | None = None
@@ -133,7 +144,7 @@ class ClusterNode:
                 found.append(MemberState(node_id, member.address, "serving"))
         return found
 
-    async def _follow(self, membership: Membership) -> None:
+    async def _follow(self, membership: Membership | LocalMembers) -> None:
         async for members in membership.changes():
             self._update(members)
 

@@ -290,6 +290,10 @@ class MemoryStore(MemorySchedules, MemoryRecords):
             part = self._partitions[key] = MemoryPartition(self._dedup.setdefault(queue, {}))
         return part
 
+    async def partition_queues(self) -> list[str]:
+        """The names of the queues with a partition here."""
+        return sorted({queue for queue, _ in self._partitions})
+
     async def delete_partitions(self, queue: str, count: int) -> None:
         for number in range(count):
             self._partitions.pop((queue, number), None)

@@ -69,6 +69,7 @@ def test_the_rules_cover_what_an_operator_needs() -> None:
     }
 
 
+@pytest.mark.one_process
 async def test_the_rules_use_only_exported_metrics(api: Api) -> None:
     await api.create("q")
     await api.produce_n("q", 1)

@@ -169,6 +169,7 @@ async def metrics(api: Api) -> dict[tuple[str, str], float]:
     return found
 
 
+@pytest.mark.one_process
 async def test_metrics_match_a_scripted_workload(api: Api, clock: FakeClock) -> None:
     await api.create("dead")
     await api.create("q", lease_timeout="10s", max_attempts=2, dead_queue="dead", requested_partitions=2)
@@ -219,6 +220,7 @@ CLUSTER_FAMILIES = {
 }
 
 
+@pytest.mark.one_process
 async def test_metrics_parse_as_openmetrics_with_status_codes(api: Api) -> None:
     """Prometheus asks for OpenMetrics, whose strict parser refuses two families of one name (the
     gauge of leased items and the counter of deliveries once shared one); every request is counted
@@ -262,6 +264,7 @@ async def test_metrics_parse_as_openmetrics_with_status_codes(api: Api) -> None:
         assert values[("querator_cluster_fenced_writes_total", ())] == 0
 
 
+@pytest.mark.one_process
 async def test_the_grafana_dashboard_uses_only_exported_metrics(api: Api) -> None:
     await api.create("q")
     await api.produce_n("q", 1)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from querator.clock import MICROS, FakeClock
 from querator.engine.distribution import FAIRNESS_US
 from tests.conftest import Api, eventually
@@ -50,6 +52,7 @@ async def test_a_partition_left_behind_is_not_starved(api: Api, clock: FakeClock
     assert partitions == [(1, 4), (0, 3)]
 
 
+@pytest.mark.one_process
 async def test_many_partitions_one_consumer(api: Api) -> None:
     await api.create("q", requested_partitions=10)
     for _ in range(10):

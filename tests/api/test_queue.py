@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from querator.clock import FakeClock, to_datetime
 from tests.conftest import Api, eventually
 
@@ -134,6 +136,7 @@ async def test_lease_takes_head_in_fifo_order(api: Api, clock: FakeClock) -> Non
     assert all(s["is_leased"] for s in (await api.items("q", limit=20)))
 
 
+@pytest.mark.one_process
 async def test_round_robin_fairness_in_one_batch(start_server: object, clock: FakeClock) -> None:
     api: Api = await start_server(clock)  # type: ignore[operator]
     await api.create("q")

@@ -45,6 +45,7 @@ async def ticks_become(api: Api, expected: list[str]) -> None:
         assert await references(api) == expected
 
 
+@pytest.mark.one_process
 async def test_create_info_and_list(api: Api) -> None:
     await api.create("q")
     created = await api.post(
@@ -124,6 +125,7 @@ async def test_names_that_do_not_exist_or_exist_already(api: Api) -> None:
     assert error.message == "limit is invalid; cannot be greater than 1000"
 
 
+@pytest.mark.one_process
 async def test_each_tick_produces_one_item_named_by_its_time(api: Api, clock: FakeClock) -> None:
     await api.create("q")
     await api.post("/v1/schedules.create", schedule("s"))
@@ -151,6 +153,7 @@ async def test_a_tick_takes_the_item_template(api: Api, clock: FakeClock) -> Non
     )
 
 
+@pytest.mark.one_process
 async def test_pause_stops_ticks_and_resume_skips_what_came_meanwhile(api: Api, clock: FakeClock) -> None:
     await api.create("q")
     await api.post("/v1/schedules.create", schedule("s"))
@@ -165,6 +168,7 @@ async def test_pause_stops_ticks_and_resume_skips_what_came_meanwhile(api: Api, 
     await ticks_become(api, ["s@2026-01-01T12:00:01Z", "s@2026-01-01T12:00:07Z"])
 
 
+@pytest.mark.one_process
 async def test_update_and_delete(api: Api, clock: FakeClock) -> None:
     await api.create("q")
     await api.create("other")
@@ -233,6 +237,7 @@ async def test_a_restart_catches_up_by_policy_and_fires_nothing_twice(
     assert info["last_tick"] == "2026-01-01T12:02:20Z"
 
 
+@pytest.mark.one_process
 async def test_clock_jumps_fire_nothing_twice_and_catch_up_by_policy(api: Api, clock: FakeClock) -> None:
     await api.create("q")
     await api.create("marks")

@@ -102,6 +102,7 @@ SQL_DELETE_PARTITION_ITEMS: Final = (
     "DELETE FROM items WHERE part IN (SELECT key FROM partitions WHERE queue = ? AND number < ?)"
 )
 SQL_DELETE_PARTITIONS: Final = "DELETE FROM partitions WHERE queue = ? AND number < ?"
+SQL_PARTITION_QUEUES: Final = "SELECT DISTINCT queue FROM partitions ORDER BY queue"
 
 _QUEUE_COLUMNS = (
     "name, namespace, lease_timeout, expire_timeout, dead_queue, max_attempts, reference, "

@@ -25,6 +25,7 @@ from querator.storage.sqlite._statements import (
     SQL_DELETE_QUEUE_DEDUP,
     SQL_GET_QUEUE,
     SQL_LIST_QUEUES,
+    SQL_PARTITION_QUEUES,
     SQL_PROBE,
     SQL_PURGE_DEDUP,
     SQL_PUT_QUEUE,
@@ -146,6 +147,14 @@ class SqliteStore(SqliteSchedules, SqliteRecords):
         if part is None:
             part = self._partitions[name] = SqlitePartition(self, queue, number)
         return part
+
+    async def partition_queues(self) -> list[str]:
+        """The names of the queues with a partition here."""
+
+        def job(worker: Worker) -> list[str]:
+            return [row[0] for row in worker.conn.execute(SQL_PARTITION_QUEUES)]
+
+        return await self._submit(job)
 
     async def delete_partitions(self, queue: str, count: int) -> None:
         def job(worker: Worker) -> None:

@@ -1,0 +1,17 @@
+"""Several processes serving one node: ``querator serve --processes N`` (docs/processes.md).
+
+With N > 1 the ``serve`` process becomes a supervisor (``supervise``): it starts N processes, each told
+its role (``ProcessRole``, read back by ``role_from_env``). Every process binds the public address with
+``SO_REUSEPORT`` and serves the partitions the ring gives it among the processes' fixed member set
+(``querator.cluster.local_members``), forwarding the rest as a cluster node forwards to another node.
+A sqlite data dir records how many processes wrote it (``check_processes``), and each process writes
+its partitions to its own database file (``database``).
+"""
+
+from __future__ import annotations
+
+from querator.processes._data_dir import check_processes, database
+from querator.processes._role import ProcessRole, role_from_env
+from querator.processes._supervisor import supervise
+
+__all__ = ["ProcessRole", "check_processes", "database", "role_from_env", "supervise"]

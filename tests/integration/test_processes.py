@@ -1,0 +1,381 @@
+"""A node of several processes (``querator serve --processes N``, docs/processes.md), with real processes.
+
+- Bad values of ``--processes`` are refused with one line before anything starts; so is a data dir
+  written with another number of processes, and ``--cluster`` with more than one.
+- The processes split a queue's partitions and forward to each other: every partition is served
+  whichever process a connection lands on; API keys on, the forwards are signed with the supervisor's
+  secret of the run.
+- kill -9 of one process while producers and consumers run loses no acknowledged item (duplicates are
+  allowed: a lease in flight at the kill expires and is delivered again), and after its restart every
+  partition is served again.
+- A restart of the whole node keeps its items (sqlite), each in its process's database; on Cassandra a
+  process restarted after kill -9 claims its partitions again and finds their items.
+- SIGTERM to the supervisor answers a waiting lease with 453 and stops every process; a supervisor
+  killed with SIGKILL takes its processes with it (they see its pipe close).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from querator.auth import generate_key, key_hash
+from querator.client import AsyncClient, ConnectionFailed
+from querator.cluster.ring import Ring
+from querator.errors import QueratorError, RequestFailed, RetryRequest
+from tests.cassandra_node import CassandraNode
+
+from .conftest import (
+    START_DEADLINE,
+    ServerProcess,
+    Servers,
+    eventually,
+    kill9,
+    start_refused,
+    terminate,
+    wait_until,
+)
+from .test_cassandra import cassandra_args
+
+pytestmark = pytest.mark.integration
+
+PROCESSES = 2
+PARTITIONS = 4
+DEADLINE = 60.0
+MEMBERS = [f"local-{i}" for i in range(PROCESSES)]
+
+
+def split_queue(prefix: str) -> str:
+    """A queue name whose partitions the ring gives to every process (some names land on one only)."""
+    ring = Ring(MEMBERS, 1)
+    for n in range(1000):
+        name = f"{prefix}{n}"
+        if {ring.owner(name, p) for p in range(PARTITIONS)} == set(MEMBERS):
+            return name
+    raise AssertionError("no queue name splits over the processes")
+
+
+def children(server: ServerProcess) -> list[int]:
+    """The pids of the supervisor's processes, as the kernel lists them."""
+    listed = Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text()
+    return [int(pid) for pid in listed.split()]
+
+
+def sqlite_args(data: Path) -> tuple[str, ...]:
+    return ("--processes", str(PROCESSES), "--storage", "sqlite", "--data-dir", str(data))
+
+
+async def all_listening(server: ServerProcess) -> None:
+    """Waits until every process logged that it listens: before then the kernel gives the port's
+    connections to those that do, which is fine, but a test that kills one must know both are up."""
+    await eventually(
+        lambda: _true(server.stderr().count("querator listening on") >= PROCESSES),
+        START_DEADLINE,
+        "every process listens",
+    )
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("0", "querator: processes is invalid; '0' is not a whole number from 1 to 256\n"),
+        ("257", "querator: processes is invalid; '257' is not a whole number from 1 to 256\n"),
+        ("two", "querator: processes is invalid; 'two' is not a whole number\n"),
+    ],
+)
+def test_bad_process_counts_are_refused(servers: Servers, value: str, message: str) -> None:
+    server = start_refused(servers, "--processes", value, "--storage", "memory")
+    assert server.stderr() == message
+
+
+def test_processes_with_a_cluster_are_refused(servers: Servers) -> None:
+    server = start_refused(
+        servers, "--processes", "2", "--storage", "memory", "--cluster", "etcd://127.0.0.1:2379"
+    )
+    assert server.stderr().startswith("querator: processes is invalid; more than one process per node is")
+
+
+def test_a_data_dir_of_another_process_count_is_refused(servers: Servers, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    node = servers.start(*sqlite_args(data))
+    assert terminate(node) == 0, node.describe()
+    assert (data / "processes").read_text() == "2\n"
+    for count in ("1", "3"):
+        refused = start_refused(servers, "--processes", count, "--storage", "sqlite", "--data-dir", str(data))
+        assert refused.stderr() == (
+            f"querator: processes is invalid; the data dir {data} was written by 2 process(es), each keeping "
+            "its own partitions: start it with --processes 2 (moving partitions between processes is not "
+            "supported yet)\n"
+        )
+
+
+def test_a_file_every_process_needs_is_checked_once(servers: Servers, tmp_path: Path) -> None:
+    missing = str(tmp_path / "missing.pem")
+    server = start_refused(
+        servers,
+        "--processes",
+        "2",
+        "--storage",
+        "memory",
+        "--tls-cert-file",
+        missing,
+        "--tls-key-file",
+        missing,
+    )
+    assert server.stderr().startswith("querator: tls-cert-file is invalid; ")
+
+
+def test_a_damaged_shared_database_is_refused_before_any_process_starts(
+    servers: Servers, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "processes").write_text("2\n")
+    (data / "querator.db").write_text("not a database, but long enough to be taken for one" * 100)
+    server = start_refused(servers, *sqlite_args(data))
+    assert server.stderr().startswith("querator: data-dir is invalid; sqlite storage error; ")
+
+
+@pytest.mark.parametrize("storage", ["memory", "sqlite"])
+async def test_every_partition_is_served_through_either_process(
+    servers: Servers, tmp_path: Path, storage: str
+) -> None:
+    key = generate_key("t")
+    server = await servers.astart(
+        "--processes",
+        str(PROCESSES),
+        "--storage",
+        storage,
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--api-keys",
+        key_hash(key),
+    )
+    await all_listening(server)
+    queue = split_queue("spread")
+    async with AsyncClient(server.url, api_key=key) as client:
+        await client.create_queue(queue, lease_timeout="1m", expire_timeout="1h", partitions=PARTITIONS)
+        info = await client.cluster_info(queue)
+        assert sorted(m.node_id for m in info.members) == MEMBERS
+        assert {p.owner for p in info.partitions} == set(MEMBERS)
+        # Many connections: the kernel spreads them over both processes, which forward what is not theirs.
+        for n in range(40):
+            async with AsyncClient(server.url, api_key=key) as one:
+                await one.produce(queue, [f"item-{n}"])
+        seen: set[int] = set()
+        for partition in range(PARTITIONS):
+            listed = await client.list_items(queue, partition)
+            seen.update(int(i.payload.decode().split("-")[1]) for i in listed.items)
+        assert seen == set(range(40))
+        # A dedup id produced twice through different connections is stored once.
+        for _ in range(4):
+            async with AsyncClient(server.url, api_key=key) as one:
+                await one.produce(queue, ["once"], dedup_id="d-1")
+        stats = await client.stats(queue)
+        assert sum(p.total for lq in stats.logical_queues for p in lq.partitions) == 41
+    assert terminate(server) == 0, server.describe()
+    assert server.stderr().count("querator.processes._supervisor: stopped") == 1
+
+
+class Load:
+    """Producers and consumers of one queue until ``stop``: what was acknowledged, what was leased."""
+
+    def __init__(self, client: AsyncClient, queue: str) -> None:
+        self.client = client
+        self.queue = queue
+        self.acked: set[str] = set()
+        self.delivered: set[str] = set()
+        """Payloads a lease handed out (a complete whose reply was lost may have removed them)."""
+        self.stop = asyncio.Event()
+
+    async def produce(self, producer: int) -> None:
+        seq = 0
+        while not self.stop.is_set():
+            batch = [f"p{producer}-{seq + i:06d}" for i in range(3)]
+            seq += len(batch)
+            try:
+                await self.client.produce(self.queue, batch, request_timeout="5s")
+            except (QueratorError, ConnectionFailed):
+                continue  # not acknowledged: it may or may not be stored
+            self.acked.update(batch)
+
+    async def consume(self) -> None:
+        while not self.stop.is_set():
+            with contextlib.suppress(QueratorError, ConnectionFailed):
+                await self.lease_once(10, "1s")
+
+    async def lease_once(self, batch_size: int, timeout: str) -> int | None:
+        """Leases and completes up to ``batch_size`` items; their partition (None when none came)."""
+        reply = await self.client.lease(
+            self.queue, batch_size=batch_size, client_id="c", request_timeout=timeout
+        )
+        if not reply.items:
+            return None
+        self.delivered.update(i.bytes.decode() for i in reply.items)
+        await self.client.complete(self.queue, reply.partition, [i.id for i in reply.items])
+        return reply.partition
+
+    async def drained(self) -> bool:
+        with contextlib.suppress(RetryRequest):  # a partition of the restarted process loading
+            await self.lease_once(100, "500ms")
+        return self.acked <= self.delivered
+
+
+async def test_kill9_of_one_process_loses_no_acknowledged_item(servers: Servers, tmp_path: Path) -> None:
+    server = await servers.astart(*sqlite_args(tmp_path / "data"))
+    await all_listening(server)
+    queue = split_queue("kill")
+    async with AsyncClient(server.url) as client:
+        await client.create_queue(queue, lease_timeout="2s", expire_timeout="1h", partitions=PARTITIONS)
+        load = Load(client, queue)
+        workers = [asyncio.create_task(load.produce(i)) for i in range(4)]
+        workers += [asyncio.create_task(load.consume()) for _ in range(2)]
+        await eventually(lambda: _true(len(load.acked) >= 200), DEADLINE, "200 items acknowledged")
+        victim = children(server)[1]
+        os.kill(victim, signal.SIGKILL)
+        # The supervisor restarts it; the load goes on meanwhile.
+        await eventually(
+            lambda: _true(server.stderr().count("querator listening on") > PROCESSES), DEADLINE, "restarted"
+        )
+        assert victim not in children(server) and len(children(server)) == PROCESSES
+        more = len(load.acked) + 100
+        await eventually(lambda: _true(len(load.acked) >= more), DEADLINE, "producing after the restart")
+        load.stop.set()
+        await asyncio.gather(*workers)
+        try:
+            await eventually(load.drained, DEADLINE, "every acknowledged item leased")
+        except AssertionError as e:
+            missing = sorted(load.acked - load.delivered)
+            raise AssertionError(
+                f"{e}: {len(missing)} never leased, {missing[:5]}\n{server.describe()}"
+            ) from e
+
+        # Every partition is served after the restart: each answers its listing, takes items (produced
+        # through fresh connections, which the kernel spreads over the processes) and gives them out.
+        async def every_partition_holds() -> bool:
+            async with AsyncClient(server.url) as one:
+                await one.produce(queue, ["more"])
+            stats = await client.stats(queue)
+            totals = {p.partition: p.total for lq in stats.logical_queues for p in lq.partitions}
+            return sorted(totals) == list(range(PARTITIONS)) and all(totals.values())
+
+        await eventually(every_partition_holds, DEADLINE, "items in every partition")
+        for partition in range(PARTITIONS):
+            assert (await client.list_items(queue, partition)).items
+        leased_from: set[int | None] = set()
+
+        async def every_partition_leased() -> bool:
+            leased_from.add(await load.lease_once(1, "1s"))
+            return set(range(PARTITIONS)) <= leased_from
+
+        await eventually(every_partition_leased, DEADLINE, "a lease from every partition")
+    assert terminate(server) == 0, server.describe()
+
+
+async def test_a_restarted_node_keeps_its_items(servers: Servers, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    server = await servers.astart(*sqlite_args(data))
+    await all_listening(server)
+    queue = split_queue("keep")
+    async with AsyncClient(server.url) as client:
+        await client.create_queue(queue, lease_timeout="1m", expire_timeout="1h", partitions=PARTITIONS)
+        for n in range(30):
+            await client.produce(queue, [f"kept-{n}"])
+    assert terminate(server) == 0, server.describe()
+    assert sorted(p.name for p in data.glob("querator*.db")) == ["querator-1.db", "querator.db"]
+
+    again = await servers.astart(*sqlite_args(data))
+    await all_listening(again)
+    async with AsyncClient(again.url) as client:
+        found: list[str] = []
+        for partition in range(PARTITIONS):
+            found += [i.payload.decode() for i in (await client.list_items(queue, partition)).items]
+        assert sorted(found) == sorted(f"kept-{n}" for n in range(30))
+
+
+async def test_sigterm_answers_a_waiting_lease_and_stops_every_process(servers: Servers) -> None:
+    server = await servers.astart("--processes", str(PROCESSES), "--storage", "memory")
+    await all_listening(server)
+    queue = split_queue("idle")
+    pids = children(server)
+    async with AsyncClient(server.url) as client:
+        await client.create_queue(queue, lease_timeout="1m", expire_timeout="1h", partitions=PARTITIONS)
+        waiting = asyncio.create_task(
+            client.lease(queue, batch_size=1, client_id="patient", request_timeout="1m")
+        )
+
+        async def parked() -> bool:
+            assert not waiting.done(), "the lease returned before the shutdown"
+            stats = await client.stats(queue)
+            return sum(lq.lease_waiting for lq in stats.logical_queues) == 1
+
+        await eventually(parked, DEADLINE, "the lease is waiting")
+        server.proc.send_signal(signal.SIGTERM)
+        # The lease would wait a minute for items; the shutdown must answer it long before that.
+        with pytest.raises(RequestFailed) as failed:
+            await asyncio.wait_for(waiting, 30)
+    assert failed.value.code == 453
+    assert failed.value.message in ("queue is shutting down", "service is shutting down")
+    assert await asyncio.to_thread(server.wait) == 0, server.describe()
+    assert server.stderr().count("querator.server: stopped") == PROCESSES
+    assert all(_gone(pid) for pid in pids)  # the supervisor waited for them before it exited
+
+
+def _gone(pid: int) -> bool:
+    """Ended: no such process, or one that is only waiting to be reaped."""
+    try:
+        status = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return status.rpartition(")")[2].split()[0] == "Z"
+
+
+def test_the_processes_stop_with_a_killed_supervisor(servers: Servers) -> None:
+    server = servers.start("--processes", str(PROCESSES), "--storage", "memory")
+    wait_until(lambda: len(children(server)) == PROCESSES, START_DEADLINE, "both processes started")
+    pids = children(server)
+    kill9(server)
+
+    wait_until(lambda: all(_gone(pid) for pid in pids), START_DEADLINE, "the processes stopped")
+
+
+async def test_a_cassandra_node_of_two_processes_keeps_every_partition_through_a_kill9(
+    servers: Servers, cassandra_node: CassandraNode, keyspace: str
+) -> None:
+    """Each process uses the keyspace as one process does, fencing its own partitions: the restarted
+    one claims its partitions again and finds their items."""
+    server = await servers.astart("--processes", str(PROCESSES), *cassandra_args(cassandra_node, keyspace))
+    await all_listening(server)
+    queue = split_queue("shared")
+
+    async def produce_spread(prefix: str, count: int) -> None:
+        for n in range(count):  # fresh connections, which the kernel spreads over the processes
+            async with AsyncClient(server.url) as one:
+                await one.produce(queue, [f"{prefix}-{n}"])
+
+    async def listed(client: AsyncClient) -> list[str]:
+        found: list[str] = []
+        for partition in range(PARTITIONS):
+            found += [i.payload.decode() for i in (await client.list_items(queue, partition)).items]
+        return sorted(found)
+
+    async with AsyncClient(server.url) as client:
+        await client.create_queue(queue, lease_timeout="1m", expire_timeout="1h", partitions=PARTITIONS)
+        await produce_spread("before", 20)
+        os.kill(children(server)[1], signal.SIGKILL)
+        await eventually(
+            lambda: _true(server.stderr().count("querator listening on") > PROCESSES), DEADLINE, "restarted"
+        )
+        await produce_spread("after", 20)
+        expected = sorted([f"before-{n}" for n in range(20)] + [f"after-{n}" for n in range(20)])
+        assert await listed(client) == expected, server.describe()
+    assert terminate(server) == 0, server.describe()
