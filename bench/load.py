@@ -2,7 +2,7 @@
 
     python bench/load.py --storage memory --batch 1 --batch 10 --processes 4 --clients 8 --protobuf
     python bench/load.py --storage sqlite --rounds 3 --duration 5
-    python bench/load.py --op produce --op lease --op complete --op cycle --server-arg=--processes=2
+    python bench/load.py --op cycle --partitions 8 --no-floor --server-arg=--processes=2
 
 A Python client saturates before a node does (bench.py's single client process shows the client's limit,
 not the node's), so here ``--processes`` client processes each run ``--clients`` concurrent loops of one
@@ -134,12 +134,12 @@ async def fill(target: Child, args: argparse.Namespace, batch: int, ids_file: Pa
         if args.op != "complete":
             return
         batches: list[tuple[int, list[str]]] = []
-        while True:
-            reply = await client.lease("bench", FILL_BATCH, "fill", request_timeout="100ms")
+        leased = 0
+        while leased < total:  # a lease takes from one partition: several may end short
+            reply = await client.lease("bench", FILL_BATCH, "fill", request_timeout="1s")
             ids = [i.id for i in reply.items]
             batches += [(reply.partition, ids[k : k + batch]) for k in range(0, len(ids), batch)]
-            if len(ids) < FILL_BATCH:
-                break
+            leased += len(ids)
     per_loop = [batches[k::loops] for k in range(loops)]
     shares = [per_loop[k::processes] for k in range(processes)]
     await asyncio.to_thread(ids_file.write_text, json.dumps(shares))
@@ -156,10 +156,27 @@ async def drive(target: Child, name: str, args: argparse.Namespace, batch: int) 
     async with AsyncClient(target.endpoint) as client:
         await target.wait_ready(client)
         if isinstance(target, Server):
-            await fresh_queue(client, "bench", 1)
-    command = [sys.executable, __file__, "--client", target.endpoint, "--batch", str(batch), "--op", args.op]
-    command += ["--clients", str(args.clients), "--duration", str(args.duration)]
-    command += ["--protobuf"] if args.protobuf else []
+            await fresh_queue(client, "bench", args.partitions)
+    if args.driver == "go":
+        # One Go process of every loop: it costs the shared cores a fraction of the Python clients.
+        command = [args.loadgen, "-url", target.endpoint, "-batch", str(batch)]
+        command += ["-workers", str(args.processes * args.clients), "-duration", f"{args.duration}s"]
+        command += [] if args.protobuf else ["-json"]
+        clients = 1
+    else:
+        command = [
+            sys.executable,
+            __file__,
+            "--client",
+            target.endpoint,
+            "--batch",
+            str(batch),
+            "--op",
+            args.op,
+        ]
+        command += ["--clients", str(args.clients), "--duration", str(args.duration)]
+        command += ["--protobuf"] if args.protobuf else []
+        clients = args.processes
     with tempfile.TemporaryDirectory() as tmp:
         ids_file = Path(tmp) / "ids.json"
         if isinstance(target, Server) and args.op in ("lease", "complete"):
@@ -167,11 +184,15 @@ async def drive(target: Child, name: str, args: argparse.Namespace, batch: int) 
         elif args.op == "complete":
             floor_ids(args, batch, ids_file)
         command += ["--ids", str(ids_file)] if ids_file.exists() else []
-        command += ["--repeat"] if isinstance(target, Floor) else []
+        command += ["--repeat"] if isinstance(target, Floor) and args.driver == "python" else []
+
+        def index(k: int) -> list[str]:
+            return ["--index", str(k)] if args.driver == "python" else []
+
         before_s, started = target.cpu_seconds(), time.perf_counter()
         procs = [
-            await asyncio.create_subprocess_exec(*command, "--index", str(k), stdout=subprocess.PIPE)
-            for k in range(args.processes)
+            await asyncio.create_subprocess_exec(*command, *index(k), stdout=subprocess.PIPE)
+            for k in range(clients)
         ]
         outputs = [json.loads((await p.communicate())[0]) for p in procs]
         seconds, cpu_s = time.perf_counter() - started, target.cpu_seconds() - before_s
@@ -194,18 +215,35 @@ async def main() -> None:
     parser.add_argument("--protobuf", action="store_true", help="binary protobuf instead of JSON")
     parser.add_argument("--no-floor", action="store_true", help="measure the node alone")
     parser.add_argument(
+        "--partitions", type=int, default=1, help="of the queue; a node of N processes splits partitions"
+    )
+    parser.add_argument(
         "--server-arg",
         action="append",
         default=[],
         help="repeatable: a flag for querator serve (--server-arg=--no-ui)",
     )
     parser.add_argument("--op", action="append", choices=OPS, help="repeatable; default cycle")
+    parser.add_argument(
+        "--driver",
+        default="python",
+        choices=["python", "go"],
+        help="the clients: Python processes, or one Go process (bench/loadgen, cycles only) of as many loops",
+    )
     parser.add_argument("--client", help=argparse.SUPPRESS)  # internal: run as one client process
     parser.add_argument("--ids", help=argparse.SUPPRESS)  # internal: a complete run's ids
     parser.add_argument("--repeat", action="store_true", help=argparse.SUPPRESS)  # internal: floor's ids
     parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)  # internal: whose ids
     args = parser.parse_args()
     batches = args.batch or [1, 10]
+    if args.driver == "go":
+        if set(args.op or ["cycle"]) != {"cycle"}:
+            parser.error("--driver go runs cycles only")
+        build = Path(__file__).parent.parent / "scripts" / "loadgen.sh"
+        built = await asyncio.create_subprocess_exec(str(build), stdout=subprocess.PIPE)
+        args.loadgen = (await built.communicate())[0].decode().strip()
+        if built.returncode:
+            parser.error("--driver go needs Go to build bench/loadgen")
     if args.client:
         args.op = args.op[0]
         shares = json.loads(Path(args.ids).read_text())[args.index] if args.ids else []  # noqa: ASYNC240

@@ -1,0 +1,3 @@
+module querator.dev/bench/loadgen
+
+go 1.22
