@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from querator.client import AsyncClient
-from querator.errors import QueratorError
+from querator.errors import QueratorError, RequestFailed
 
 from .etcd_server import etcd  # noqa: F401 - the session's etcd fixture, for every integration test
 
@@ -191,6 +191,26 @@ def kill9(server: ServerProcess) -> None:
     os.kill(server.pid, signal.SIGKILL)
     status = server.wait()
     assert status == -signal.SIGKILL, server.describe()
+
+
+async def sigterm_while_a_lease_waits(server: ServerProcess, client: AsyncClient, queue: str) -> None:
+    """Parks a lease on the empty ``queue``, stops the server with SIGTERM, and checks that the lease,
+    which would wait a minute for items, is answered 453 long before (docs/architecture.md, "Shutdown")."""
+    waiting = asyncio.create_task(
+        client.lease(queue, batch_size=1, client_id="patient", request_timeout="1m")
+    )
+
+    async def parked() -> bool:
+        assert not waiting.done(), "the lease returned before the shutdown"
+        stats = await client.stats(queue)
+        return sum(lq.lease_waiting for lq in stats.logical_queues) == 1
+
+    await eventually(parked, 60.0, "the lease is waiting")
+    server.proc.send_signal(signal.SIGTERM)
+    with pytest.raises(RequestFailed) as failed:
+        await asyncio.wait_for(waiting, 30)
+    assert failed.value.code == 453
+    assert failed.value.message in ("queue is shutting down", "service is shutting down")
 
 
 def terminate(server: ServerProcess) -> int:

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import asyncio
-import signal
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from querator.client import AsyncClient, ConnectionFailed
-from querator.errors import QueratorError, RequestFailed, RetryRequest
+from querator.errors import QueratorError, RetryRequest
 from querator.wire import messages as m
 
-from .conftest import Held, ServerProcess, Servers, eventually, held, kill9
+from .conftest import Held, ServerProcess, Servers, eventually, held, kill9, sigterm_while_a_lease_waits
 
 PRODUCERS = 8
 PARTITIONS = 4
@@ -176,22 +175,7 @@ async def test_sigterm_answers_a_waiting_lease_and_exits_0(servers: Servers, tmp
     server = await servers.astart("--storage", "sqlite", "--data-dir", str(tmp_path / "data"))
     async with AsyncClient(server.url) as client:
         await client.create_queue("idle", lease_timeout="1m", expire_timeout="1h", partitions=2)
-        waiting = asyncio.create_task(
-            client.lease("idle", batch_size=1, client_id="patient", request_timeout="1m")
-        )
-
-        async def parked() -> bool:
-            assert not waiting.done(), "the lease returned before the shutdown"
-            stats = await client.stats("idle")
-            return sum(lq.lease_waiting for lq in stats.logical_queues) == 1
-
-        await eventually(parked, DEADLINE, "the lease is waiting")
-        server.proc.send_signal(signal.SIGTERM)
-        # The lease would wait a minute for items; the shutdown must answer it long before that.
-        with pytest.raises(RequestFailed) as failed:
-            await asyncio.wait_for(waiting, 30)
-    assert failed.value.code == 453
-    assert failed.value.message in ("queue is shutting down", "service is shutting down")
+        await sigterm_while_a_lease_waits(server, client, "idle")
     status = await asyncio.to_thread(server.wait)
     assert status == 0, server.describe()
     assert "stopped" in server.stderr()

@@ -27,7 +27,7 @@ import pytest
 from querator.auth import generate_key, key_hash
 from querator.client import AsyncClient, ConnectionFailed
 from querator.cluster.ring import Ring
-from querator.errors import QueratorError, RequestFailed, RetryRequest
+from querator.errors import QueratorError, RetryRequest
 from tests.cassandra_node import CassandraNode
 
 from .conftest import (
@@ -36,6 +36,7 @@ from .conftest import (
     Servers,
     eventually,
     kill9,
+    sigterm_while_a_lease_waits,
     start_refused,
     terminate,
     wait_until,
@@ -309,22 +310,7 @@ async def test_sigterm_answers_a_waiting_lease_and_stops_every_process(servers: 
     pids = children(server)
     async with AsyncClient(server.url) as client:
         await client.create_queue(queue, lease_timeout="1m", expire_timeout="1h", partitions=PARTITIONS)
-        waiting = asyncio.create_task(
-            client.lease(queue, batch_size=1, client_id="patient", request_timeout="1m")
-        )
-
-        async def parked() -> bool:
-            assert not waiting.done(), "the lease returned before the shutdown"
-            stats = await client.stats(queue)
-            return sum(lq.lease_waiting for lq in stats.logical_queues) == 1
-
-        await eventually(parked, DEADLINE, "the lease is waiting")
-        server.proc.send_signal(signal.SIGTERM)
-        # The lease would wait a minute for items; the shutdown must answer it long before that.
-        with pytest.raises(RequestFailed) as failed:
-            await asyncio.wait_for(waiting, 30)
-    assert failed.value.code == 453
-    assert failed.value.message in ("queue is shutting down", "service is shutting down")
+        await sigterm_while_a_lease_waits(server, client, queue)
     assert await asyncio.to_thread(server.wait) == 0, server.describe()
     assert server.stderr().count("querator.server: stopped") == PROCESSES
     assert all(_gone(pid) for pid in pids)  # the supervisor waited for them before it exited
