@@ -66,7 +66,8 @@ class Worker:
         self._protobuf = protobuf
         self._clients: dict[asyncio.AbstractEventLoop, AsyncClient] = {}
         self._closers: dict[asyncio.AbstractEventLoop, AsyncGenerator[None, None]] = {}
-        self._ensured: set[tuple[int, str]] = set()
+        self._ensured: dict[asyncio.AbstractEventLoop, set[str]] = {}
+        """The queues each loop's client has made sure of; dropped with the client (its id may be reused)."""
         self._stop: asyncio.Event | None = None
         self._signals = 0
         self._blocking: LoopThread | None = None
@@ -173,13 +174,11 @@ class Worker:
             # started, so a script that enqueues in asyncio.run() leaves no session open.
             closer = self._closers[loop] = _closed_with_loop(self, loop, client)
             await anext(closer)
-        if (
-            task is not None
-            and task.options.create_queue
-            and (id(client), task.options.queue) not in self._ensured
-        ):
-            await _ensure_queues(client, task.options)
-            self._ensured.add((id(client), task.options.queue))
+        if task is not None and task.options.create_queue:
+            ensured = self._ensured.setdefault(loop, set())
+            if task.options.queue not in ensured:
+                await _ensure_queues(client, task.options)
+                ensured.add(task.options.queue)
         return client
 
     async def close(self) -> None:
@@ -328,6 +327,7 @@ async def _closed_with_loop(
     finally:
         worker._clients.pop(loop, None)
         worker._closers.pop(loop, None)
+        worker._ensured.pop(loop, None)
         await client.close()
 
 

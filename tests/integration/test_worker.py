@@ -455,3 +455,15 @@ def test_the_worker_command_refuses_what_it_cannot_run(args: list[str], message:
     )
     assert run.returncode == 2 and run.stderr.startswith("querator: "), run.stderr
     assert message in run.stderr and run.stderr.count("\n") == 1  # one line, no traceback
+
+
+async def test_enqueue_makes_its_queue_on_the_next_node_after_the_client_closed(
+    servers: Servers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The worker remembered the queues it had made by its client's id(): a client closed and freed, then
+    # a new one at the same address (CPython reuses it at once), skipped making the queue on a new node.
+    for node in (servers.start("--storage", "memory"), servers.start("--storage", "memory")):
+        monkeypatch.setattr(tasks.worker, "endpoint", node.url)
+        assert await tasks.flaky.enqueue(0)
+        await tasks.worker.close()
+        assert not tasks.worker._ensured  # forgotten with the client, whatever address the next one gets
