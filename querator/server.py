@@ -166,7 +166,6 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
             cluster_tls=cluster_tls,
             tenancy=config.tenancy,
             bootstrap_keys=keys.take_hashes() if config.tenancy else (),
-            dedup_at_partition_zero=role is not None and config.storage != "cassandra",
         )
         await service.start()
     except BaseException as e:

@@ -219,7 +219,6 @@ async def start_node(
             clock,
             cluster=ClusterNode(None, clock, "", local_members),
             cluster_auth=auth,
-            dedup_at_partition_zero=True,
             **service_kw,
         )
         await service.start()

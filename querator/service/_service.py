@@ -100,13 +100,9 @@ class Service:
         cluster_tls: ssl.SSLContext | None = None,
         tenancy: bool = False,
         bootstrap_keys: Iterable[bytes] = (),
-        dedup_at_partition_zero: bool = False,
     ) -> None:
         """``tenancy``: authorize every request by namespaces, users and roles (docs/tenancy.md), with
-        ``bootstrap_keys`` (SHA-256 digests) as the keys of the bootstrap admin.
-        ``dedup_at_partition_zero``: each member keeps its partitions' de-duplication records apart
-        (``SplitStore``), so a produce carrying dedup ids goes to the owner of the queue's partition 0,
-        whose records are then the queue's (docs/processes.md)."""
+        ``bootstrap_keys`` (SHA-256 digests) as the keys of the bootstrap admin."""
         self.clock: Clock = clock or SystemClock()
         self.store = store
         self.cluster = cluster or ClusterNode(None, self.clock, "")
@@ -141,7 +137,10 @@ class Service:
             workflow_retention_us,
             authorize=self._authorize_queue if tenancy else None,
         )
-        self._dedup_at_partition_zero = dedup_at_partition_zero
+        self._split = store if isinstance(store, SplitStore) else None
+        """One of a node's processes (docs/processes.md): its partitions, and their de-duplication
+        records, are its own; a produce carrying dedup ids goes to the owner of partition 0, whose
+        records are then the queue's."""
         self._closing = False
         self._started = False
         self._purger: asyncio.Task[None] | None = None
@@ -388,8 +387,8 @@ class Service:
         record = await self.store.get_queue(req.queue_name)
         if record is None:
             await self.manager.forget(req.queue_name)
-            if isinstance(self.store, SplitStore):  # this member's partitions are its own to drop
-                await self.store.forget_partitions(req.queue_name)
+            if self._split is not None:  # this member's partitions are its own to drop
+                await self._split.forget_partitions(req.queue_name)
         else:
             await self.manager.refresh(record)
 
@@ -411,7 +410,7 @@ class Service:
         """Stores the request's items; the reply names each one's id (docs/extensions.md)."""
         record = await self._record(req.queue_name, perm.QUEUE_PRODUCE, forwarded_by)
         timeout_us = check_produce(req)
-        if self._dedup_at_partition_zero and any(i.dedup_id for i in req.items):
+        if self._split is not None and any(i.dedup_id for i in req.items):
             target = await self._at_partition(record, 0, forwarded_by, seconds(timeout_us))
         else:
             target = await self._at_queue(record, forwarded_by, seconds(timeout_us))
