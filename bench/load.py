@@ -157,43 +157,27 @@ async def drive(target: Child, name: str, args: argparse.Namespace, batch: int) 
         await target.wait_ready(client)
         if isinstance(target, Server):
             await fresh_queue(client, "bench", args.partitions)
-    if args.driver == "go":
-        # One Go process of every loop: it costs the shared cores a fraction of the Python clients.
-        command = [args.loadgen, "-url", target.endpoint, "-batch", str(batch)]
-        command += ["-workers", str(args.processes * args.clients), "-duration", f"{args.duration}s"]
-        command += [] if args.protobuf else ["-json"]
-        clients = 1
-    else:
-        command = [
-            sys.executable,
-            __file__,
-            "--client",
-            target.endpoint,
-            "--batch",
-            str(batch),
-            "--op",
-            args.op,
-        ]
-        command += ["--clients", str(args.clients), "--duration", str(args.duration)]
-        command += ["--protobuf"] if args.protobuf else []
-        clients = args.processes
     with tempfile.TemporaryDirectory() as tmp:
         ids_file = Path(tmp) / "ids.json"
         if isinstance(target, Server) and args.op in ("lease", "complete"):
             await fill(target, args, batch, ids_file)
         elif args.op == "complete":
             floor_ids(args, batch, ids_file)
-        command += ["--ids", str(ids_file)] if ids_file.exists() else []
-        command += ["--repeat"] if isinstance(target, Floor) and args.driver == "python" else []
-
-        def index(k: int) -> list[str]:
-            return ["--index", str(k)] if args.driver == "python" else []
-
+        if args.driver == "go":
+            # One Go process of every loop: it costs the shared cores a fraction of the Python clients.
+            command = [args.loadgen, "-url", target.endpoint, "-batch", str(batch)]
+            command += ["-workers", str(args.processes * args.clients), "-duration", f"{args.duration}s"]
+            commands = [command + ([] if args.protobuf else ["-json"])]
+        else:
+            command = [sys.executable, __file__, "--client", target.endpoint, "--op", args.op]
+            command += ["--batch", str(batch), "--clients", str(args.clients)]
+            command += ["--duration", str(args.duration)]
+            command += ["--protobuf"] if args.protobuf else []
+            command += ["--ids", str(ids_file)] if ids_file.exists() else []
+            command += ["--repeat"] if isinstance(target, Floor) else []
+            commands = [[*command, "--index", str(k)] for k in range(args.processes)]
         before_s, started = target.cpu_seconds(), time.perf_counter()
-        procs = [
-            await asyncio.create_subprocess_exec(*command, *index(k), stdout=subprocess.PIPE)
-            for k in range(clients)
-        ]
+        procs = [await asyncio.create_subprocess_exec(*c, stdout=subprocess.PIPE) for c in commands]
         outputs = [json.loads((await p.communicate())[0]) for p in procs]
         seconds, cpu_s = time.perf_counter() - started, target.cpu_seconds() - before_s
     items = sum(o["items"] for o in outputs)
