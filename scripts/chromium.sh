@@ -25,19 +25,19 @@ if [ ! -x "$launcher" ]; then
     (cd "$work" && apt-get download -qq "${packages[@]}" 2>&1 | grep -v "unsandboxed" >&2 || true)
     ls "$work"/*.deb >/dev/null  # fail here if nothing came
     for deb in "$work"/*.deb; do
-        dpkg -x "$deb" "$work/root"
+        dpkg -x "$deb" "$work/unpacked"
     done
     arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
     cat >"$work/chromium" <<LAUNCHER
 #!/bin/sh
 # Every path is inside the unpacked packages beside this launcher, never the machine's own.
-lib="\$(dirname "\$0")/root/usr/lib"
+lib="\$(dirname "\$0")/unpacked/usr/lib"
 export LD_LIBRARY_PATH="\$lib/$arch:\$lib/$arch/pulseaudio\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
 exec "\$lib/chromium/chromium" "\$@"
 LAUNCHER
     chmod +x "$work/chromium"
-    rm -rf "$dir/root"
-    mv "$work/root" "$dir/root"
+    rm -rf "$dir/root" "$dir/unpacked"  # root: where earlier versions unpacked
+    mv "$work/unpacked" "$dir/unpacked"
     # The launcher last, atomically: a concurrent run sees either no launcher or a complete install.
     mv "$work/chromium" "$launcher"
 fi
