@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs Debian's Chromium under .cache/chromium/ (once) and prints the path of a launcher for it.
-# The console's browser tests (tests/integration/console/) drive it with Playwright; Playwright's own
+# The console's browser tests (tests/integration/test_console*.py) drive it with Playwright; Playwright's own
 # browser download is not reachable from these machines, Debian's packages are. The packages are unpacked
 # with dpkg -x rather than installed, so nothing outside .cache/ changes: the launcher points the
 # dynamic linker at the unpacked libraries. Only the packages this machine lacks are fetched (apt works
