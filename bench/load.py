@@ -24,6 +24,7 @@ import asyncio
 import itertools
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -55,6 +56,7 @@ class Run:
     requests: int
     seconds: float
     cpu_s: float
+    client_cpu_s: float
     dry: int
 
     def line(self) -> str:
@@ -63,7 +65,8 @@ class Run:
         return (
             f"{self.target:15} batch {self.batch:4}: {self.items / self.seconds:9.0f} items/s, "
             f"{self.requests / self.seconds:7.0f} requests/s, server CPU {per_request_us:6.1f} us/request, "
-            f"{per_item_us:6.1f} us/item{f', RAN DRY {self.dry} times' if self.dry else ''}"
+            f"{per_item_us:6.1f} us/item, client CPU {self.client_cpu_s / max(self.requests, 1) * 1e6:5.1f} "
+            f"us/request{f', RAN DRY {self.dry} times' if self.dry else ''}"
         )
 
 
@@ -151,6 +154,12 @@ def floor_ids(args: argparse.Namespace, batch: int, ids_file: Path) -> None:
     ids_file.write_text(json.dumps([[[(0, [ID] * batch)]] * args.clients] * args.processes))
 
 
+def children_cpu_seconds() -> float:
+    """CPU time of the client processes this harness has waited for so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 async def drive(target: Child, name: str, args: argparse.Namespace, batch: int) -> Run:
     """Runs the client processes against ``target`` and measures its CPU over the run."""
     async with AsyncClient(target.endpoint) as client:
@@ -177,13 +186,15 @@ async def drive(target: Child, name: str, args: argparse.Namespace, batch: int) 
             command += ["--repeat"] if isinstance(target, Floor) else []
             commands = [[*command, "--index", str(k)] for k in range(args.processes)]
         before_s, started = target.cpu_seconds(), time.perf_counter()
+        clients_before_s = children_cpu_seconds()
         procs = [await asyncio.create_subprocess_exec(*c, stdout=subprocess.PIPE) for c in commands]
         outputs = [json.loads((await p.communicate())[0]) for p in procs]
         seconds, cpu_s = time.perf_counter() - started, target.cpu_seconds() - before_s
+        client_cpu_s = children_cpu_seconds() - clients_before_s
     items = sum(o["items"] for o in outputs)
     requests = sum(o["requests"] for o in outputs)
     dry = sum(o["dry"] for o in outputs)
-    return Run(f"{name} {args.op}", batch, items, requests, seconds, cpu_s, dry)
+    return Run(f"{name} {args.op}", batch, items, requests, seconds, cpu_s, client_cpu_s, dry)
 
 
 async def main() -> None:
