@@ -126,16 +126,20 @@ async def client_process(
     print(json.dumps({"items": items, "requests": requests, "dry": dry}))
 
 
-async def fill(target: Child, args: argparse.Namespace, batch: int, ids_file: Path) -> None:
+Share = list[tuple[int, list[str]]]
+"""What one client loop completes: (partition, ids) batches."""
+
+
+async def fill(target: Child, args: argparse.Namespace, batch: int) -> list[Share]:
     """Before a lease or complete run of the node: fills its queue, and for a complete run leases it all
-    and writes each client loop's share of the ids in batches of ``batch``."""
+    and returns each client loop's share of the ids in batches of ``batch``."""
     total = int(FILL_ITEMS_PER_S * args.duration * max(1, min(batch, 10) // 2))
-    processes, loops = args.processes, args.processes * args.clients
+    loops = args.processes * args.clients
     async with AsyncClient(target.endpoint, protobuf=True) as client:
         for _ in range(0, total, FILL_BATCH):
             await client.produce("bench", [PAYLOAD] * FILL_BATCH)
         if args.op != "complete":
-            return
+            return []
         batches: list[tuple[int, list[str]]] = []
         leased = 0
         while leased < total:  # a lease takes from one partition: several may end short
@@ -143,15 +147,22 @@ async def fill(target: Child, args: argparse.Namespace, batch: int, ids_file: Pa
             ids = [i.id for i in reply.items]
             batches += [(reply.partition, ids[k : k + batch]) for k in range(0, len(ids), batch)]
             leased += len(ids)
-    per_loop = [batches[k::loops] for k in range(loops)]
-    shares = [per_loop[k::processes] for k in range(processes)]
-    await asyncio.to_thread(ids_file.write_text, json.dumps(shares))
+    return [batches[k::loops] for k in range(loops)]
 
 
-def floor_ids(args: argparse.Namespace, batch: int, ids_file: Path) -> None:
+def write_shares(shares: list[Share], args: argparse.Namespace, ids_file: Path) -> None:
+    """Writes the client loops' shares in the driver's form: per Python process, per loop; or per Go
+    goroutine."""
+    if args.driver == "go":
+        ids_file.write_text(json.dumps([[{"partition": p, "ids": ids} for p, ids in s] for s in shares]))
+    else:
+        ids_file.write_text(json.dumps([shares[k :: args.processes] for k in range(args.processes)]))
+
+
+def floor_shares(args: argparse.Namespace, batch: int) -> list[Share]:
     """The floor keeps no items: its complete run completes made-up ids of the node's length, the same
     request over and over (``--repeat``)."""
-    ids_file.write_text(json.dumps([[[(0, [ID] * batch)]] * args.clients] * args.processes))
+    return [[(0, [ID] * batch)]] * (args.processes * args.clients)
 
 
 def children_cpu_seconds() -> float:
@@ -168,15 +179,21 @@ async def drive(target: Child, name: str, args: argparse.Namespace, batch: int) 
             await fresh_queue(client, "bench", args.partitions)
     with tempfile.TemporaryDirectory() as tmp:
         ids_file = Path(tmp) / "ids.json"
+        shares: list[Share] = []
         if isinstance(target, Server) and args.op in ("lease", "complete"):
-            await fill(target, args, batch, ids_file)
+            shares = await fill(target, args, batch)
         elif args.op == "complete":
-            floor_ids(args, batch, ids_file)
+            shares = floor_shares(args, batch)
+        if shares:
+            await asyncio.to_thread(write_shares, shares, args, ids_file)
         if args.driver == "go":
             # One Go process of every loop: it costs the shared cores a fraction of the Python clients.
-            command = [args.loadgen, "-url", target.endpoint, "-batch", str(batch)]
+            command = [args.loadgen, "-url", target.endpoint, "-op", args.op, "-batch", str(batch)]
             command += ["-workers", str(args.processes * args.clients), "-duration", f"{args.duration}s"]
-            commands = [command + ([] if args.protobuf else ["-json"])]
+            command += [] if args.protobuf else ["-json"]
+            command += ["-ids", str(ids_file)] if ids_file.exists() else []
+            command += ["-repeat"] if isinstance(target, Floor) else []
+            commands = [command]
         else:
             command = [sys.executable, __file__, "--client", target.endpoint, "--op", args.op]
             command += ["--batch", str(batch), "--clients", str(args.clients)]
@@ -223,7 +240,7 @@ async def main() -> None:
         "--driver",
         default="python",
         choices=["python", "go"],
-        help="the clients: Python processes, or one Go process (bench/loadgen, cycles only) of as many loops",
+        help="the clients: Python processes, or one Go process (bench/loadgen) of as many loops",
     )
     parser.add_argument("--client", help=argparse.SUPPRESS)  # internal: run as one client process
     parser.add_argument("--ids", help=argparse.SUPPRESS)  # internal: a complete run's ids
@@ -232,8 +249,6 @@ async def main() -> None:
     args = parser.parse_args()
     batches = args.batch or [1, 10]
     if args.driver == "go":
-        if set(args.op or ["cycle"]) != {"cycle"}:
-            parser.error("--driver go runs cycles only")
         build = Path(__file__).parent.parent / "scripts" / "loadgen.sh"
         built = await asyncio.create_subprocess_exec(str(build), stdout=subprocess.PIPE)
         args.loadgen = (await built.communicate())[0].decode().strip()

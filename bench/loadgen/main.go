@@ -1,11 +1,14 @@
-// Command loadgen drives a Querator node with produce -> lease -> complete cycles from many goroutines,
-// for bench/load.py --driver go: a client that costs the shared cores far less than Python clients, so
-// that what the node can do shows, not what its clients can (docs/benchmarks.md, "Small requests").
+// Command loadgen drives a Querator node from many goroutines, for bench/load.py --driver go: a client
+// that costs the shared cores far less than Python clients, so that what the node can do shows, not
+// what its clients can (docs/benchmarks.md, "Small requests"). Each goroutine loops on one -op: a
+// produce -> lease -> complete cycle, or produce, lease or complete alone (complete takes its leased
+// ids from -ids, a JSON list per goroutine of {"partition": N, "ids": [...]}, cycled with -repeat).
 //
-//	loadgen -url http://127.0.0.1:2319 -queue bench -batch 1 -workers 24 -duration 5s
+//	loadgen -url http://127.0.0.1:2319 -queue bench -op cycle -batch 1 -workers 24 -duration 5s
 //
-// It prints {"items": N, "requests": N, "dry": N} as bench/load.py's Python clients do. Bodies are binary
-// protobuf (or JSON with -json), encoded by hand: the five messages it needs do not justify generated code.
+// It prints {"items": N, "requests": N, "dry": N, "cpu_s": S} as bench/load.py's Python clients do, with
+// its own CPU time. Bodies are binary protobuf (or JSON with -json), encoded by hand: the five messages
+// it needs do not justify generated code.
 package main
 
 import (
@@ -45,8 +48,26 @@ type client struct {
 }
 
 type leased struct {
-	partition int
-	ids       []string
+	Partition int      `json:"partition"`
+	IDs       []string `json:"ids"`
+}
+
+// share is what one goroutine's completes complete, in order; with repeat, over and over.
+type share struct {
+	batches []leased
+	next    int
+	repeat  bool
+}
+
+func (s *share) take() (leased, bool) {
+	if s.next == len(s.batches) {
+		if !s.repeat || len(s.batches) == 0 {
+			return leased{}, false
+		}
+		s.next = 0
+	}
+	s.next++
+	return s.batches[s.next-1], true
 }
 
 func main() {
@@ -56,11 +77,21 @@ func main() {
 	workers := flag.Int("workers", 24, "concurrent cycles")
 	duration := flag.Duration("duration", 5*time.Second, "how long to run")
 	useJSON := flag.Bool("json", false, "JSON bodies instead of binary protobuf")
+	op := flag.String("op", "cycle", "cycle, produce, lease or complete")
+	idsFile := flag.String("ids", "", "for -op complete: the leased ids of each goroutine (JSON)")
+	repeat := flag.Bool("repeat", false, "complete the -ids over and over")
 	flag.Parse()
 	base, err := url.Parse(*baseURL)
 	if err != nil || base.Scheme != "http" {
 		fmt.Fprintln(os.Stderr, "loadgen: -url must be http://host:port")
 		os.Exit(2)
+	}
+	shares := make([][]leased, *workers)
+	if *op == "complete" {
+		if shares, err = readShares(*idsFile, *workers); err != nil {
+			fmt.Fprintln(os.Stderr, "loadgen:", err)
+			os.Exit(2)
+		}
 	}
 	payload := bytes.Repeat([]byte{'x'}, 1024)
 	var items, requests, dry atomic.Int64
@@ -79,24 +110,21 @@ func main() {
 				payload: payload,
 			}
 			clientID := "loadgen-" + strconv.Itoa(os.Getpid()) + "-" + strconv.Itoa(w)
+			mine := &share{batches: shares[w], repeat: *repeat}
 			for time.Now().Before(deadline) {
-				if err := c.produce(); err != nil {
-					errs <- err
-					return
-				}
-				got, err := c.lease(clientID)
+				moved, made, ranDry, err := c.step(*op, clientID, mine)
 				if err != nil {
 					errs <- err
 					return
 				}
-				if len(got.ids) == 0 {
+				items.Add(int64(moved))
+				requests.Add(int64(made))
+				if ranDry {
 					dry.Add(1)
-				} else if err := c.complete(got); err != nil {
-					errs <- err
-					return
+					if *op == "complete" {
+						return
+					}
 				}
-				items.Add(int64(len(got.ids)))
-				requests.Add(3)
 			}
 		}(w)
 	}
@@ -111,6 +139,50 @@ func main() {
 	cpu := time.Duration(usage.Utime.Nano() + usage.Stime.Nano())
 	fmt.Printf("{\"items\": %d, \"requests\": %d, \"dry\": %d, \"cpu_s\": %.3f}\n",
 		items.Load(), requests.Load(), dry.Load(), cpu.Seconds())
+}
+
+// readShares reads -ids: one list of leased batches per goroutine.
+func readShares(path string, workers int) ([][]leased, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var shares [][]leased
+	if err := json.Unmarshal(data, &shares); err != nil {
+		return nil, err
+	}
+	if len(shares) != workers {
+		return nil, fmt.Errorf("%s has %d shares for %d workers", path, len(shares), workers)
+	}
+	return shares, nil
+}
+
+// step runs one -op: the items it moved, the requests it made, and whether it found nothing to lease
+// (or, for complete, nothing left to complete).
+func (c *client) step(op, clientID string, mine *share) (int, int, bool, error) {
+	switch op {
+	case "produce":
+		return c.batch, 1, false, c.produce()
+	case "lease":
+		got, err := c.lease(clientID)
+		return len(got.IDs), 1, len(got.IDs) == 0, err
+	case "complete":
+		got, ok := mine.take()
+		if !ok {
+			return 0, 0, true, nil
+		}
+		return len(got.IDs), 1, false, c.complete(got)
+	case "cycle":
+		if err := c.produce(); err != nil {
+			return 0, 1, false, err
+		}
+		got, err := c.lease(clientID)
+		if err != nil || len(got.IDs) == 0 {
+			return 0, 2, err == nil, err
+		}
+		return len(got.IDs), 3, false, c.complete(got)
+	}
+	return 0, 0, false, fmt.Errorf("unknown -op %q", op)
 }
 
 func (c *client) produce() error {
@@ -158,9 +230,9 @@ func (c *client) lease(clientID string) (leased, error) {
 		if err := json.Unmarshal(reply, &r); err != nil {
 			return leased{}, err
 		}
-		got := leased{partition: r.Partition}
+		got := leased{Partition: r.Partition}
 		for _, i := range r.Items {
-			got.ids = append(got.ids, i.ID)
+			got.IDs = append(got.IDs, i.ID)
 		}
 		return got, nil
 	}
@@ -171,13 +243,13 @@ func (c *client) complete(got leased) error {
 	var body []byte
 	if c.json {
 		body, _ = json.Marshal(map[string]any{
-			"queue_name": c.queue, "partition": got.partition, "ids": got.ids, "request_timeout": "1m",
+			"queue_name": c.queue, "partition": got.Partition, "ids": got.IDs, "request_timeout": "1m",
 		})
 	} else {
 		body = appendString(nil, 1, c.queue)
-		body = appendVarint(body, 2, uint64(got.partition))
+		body = appendVarint(body, 2, uint64(got.Partition))
 		body = appendString(body, 3, "1m")
-		for _, id := range got.ids {
+		for _, id := range got.IDs {
 			body = appendString(body, 4, id)
 		}
 	}
@@ -361,11 +433,11 @@ func decodeLease(b []byte) (leased, error) {
 	err := fields(b, func(field int, value uint64, data []byte) {
 		switch field {
 		case 2:
-			got.partition = int(value)
+			got.Partition = int(value)
 		case 3:
 			if e := fields(data, func(f int, _ uint64, d []byte) {
 				if f == 4 {
-					got.ids = append(got.ids, string(d))
+					got.IDs = append(got.IDs, string(d))
 				}
 			}); e != nil {
 				itemErr = e
