@@ -42,7 +42,8 @@ class Lease(Request):
     writing: bool = False
     """A transaction that may lease items to it is in flight."""
     timer: TimerHandle | None = None
-    """Answers it at its deadline (see ``LogicalQueue._lease_due``)."""
+    """Answers it at its deadline once it is parked (see ``LogicalQueue._park``); until then the sweep
+    does (``LogicalQueue._expire_due``)."""
 
 
 @dataclass(eq=False)

@@ -8,8 +8,8 @@ partition, and settles each partition's futures as its transaction ends. Lease r
 nothing stay parked until items arrive or their request_timeout passes. Cold requests (stats, clear,
 storage listing...) run one at a time between batches. The lifecycle runs in the same task from
 per-partition timers armed at the earliest deadline, so nothing else ever mutates partition state and
-no lock is needed. (Deadline timers only answer requests and take them off the lists, never while the
-task is walking one.)
+no lock is needed. (The deadline sweep, ``_sweep``, only answers requests and takes them off the lists,
+never while the task is walking one.)
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from querator.engine._requests import (
     settle,
 )
 from querator.engine._stats import ItemCounters, LogicalStats
+from querator.engine._sweep import Sweep
 from querator.engine._wake import Wake
 from querator.engine.backlog import Backlog
 from querator.engine.distribution import Distribution
@@ -133,6 +134,7 @@ class LogicalQueue:
         self._in_flight = 0
         self._loop = asyncio.get_running_loop()  # every request makes a future on it
         self._wake = Wake(self._loop)
+        self._sweep = Sweep(clock, self._expire_due)
         self._closing = False
         self.counters = ItemCounters()
         self._task = _tasks.start(self._run(), f"logical-queue:{queue.settings.name}")
@@ -148,14 +150,8 @@ class LogicalQueue:
         client produce the items twice.
         """
         request = Produce(self._future(), items=items, deadline=self._clock.now() + request_timeout_us)
-        timer = self._clock.call_at(
-            request.deadline, lambda: self._expire_waiting(request, PRODUCE_TIMED_OUT)
-        )
-        try:
-            ids: list[str] = await self._submit(request)
-            return ids
-        finally:
-            timer.cancel()
+        ids: list[str] = await self._submit(request, deadline=request.deadline)
+        return ids
 
     async def lease(self, client_id: str, batch_size: int, request_timeout_us: int) -> tuple[int, list[Item]]:
         """Leases up to ``batch_size`` items from one partition, waiting up to ``request_timeout_us``."""
@@ -166,9 +162,8 @@ class LogicalQueue:
         self._clients.add(client_id)
         deadline = self._clock.now() + request_timeout_us
         request = Lease(self._future(), client_id=client_id, batch_size=batch_size, deadline=deadline)
-        request.timer = self._clock.call_at(request.deadline, lambda: self._lease_due(request))
         try:
-            result: tuple[int, list[Item]] = await self._submit(request)
+            result: tuple[int, list[Item]] = await self._submit(request, deadline=deadline)
             return result
         except asyncio.CancelledError:
             # The caller went away (its client disconnected) after the items were leased to it, before
@@ -180,8 +175,8 @@ class LogicalQueue:
                 self.release(partition, [i.id for i in items])
             raise
         finally:
-            assert request.timer is not None
-            request.timer.cancel()
+            if request.timer is not None:
+                request.timer.cancel()
             self._clients.discard(client_id)
 
     async def complete(self, partition: int, ids: list[str], tokens: list[str] | None = None) -> None:
@@ -283,13 +278,17 @@ class LogicalQueue:
     def _future(self) -> asyncio.Future[Any]:
         return self._loop.create_future()
 
-    async def _submit(self, request: Request, limited: bool = True) -> Any:
+    async def _submit(self, request: Request, limited: bool = True, deadline: int = 0) -> Any:
+        """Queues ``request`` and waits for its answer; one still waiting at ``deadline`` (if given) is
+        answered by the sweep (``_expire_due``)."""
         if self._closing or self._task.done():
             raise self._stop_error
         if limited and len(self._pending) >= self._max_requests:
             raise RetryRequest("queue is overloaded; try again later")
         self._pending.append(request)
         self._wake.set()
+        if deadline:
+            self._sweep.watch(deadline)
         self._in_flight += 1
         try:
             return await request.future
@@ -384,6 +383,7 @@ class LogicalQueue:
                 *(self._transact(t, now, has_dead_queue) for t in transactions), return_exceptions=True
             )
         self._leases = [lease for lease in self._leases if not lease.future.done()]
+        self._park()
         for outcome in applied:
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -588,22 +588,56 @@ class LogicalQueue:
 
     # -- parked leases ------------------------------------------------------------------------------------
 
+    def _park(self) -> None:
+        """Gives each lease a batch left waiting a timer of its own: a parked lease may wait long, while
+        other requests come and go, and the sweep's look at every waiting request would cost each of its
+        rounds a look at every parked lease."""
+        for lease in self._leases:
+            if lease.timer is None:
+                lease.timer = self._clock.call_at(lease.deadline, functools.partial(self._lease_due, lease))
+
     def _expire_parked(self) -> None:
-        # Deadline timers answer parked leases (_lease_due); one whose write ended after its deadline
-        # without items is answered here.
+        # Timers answer parked leases (_lease_due); one whose write ended after its deadline without
+        # items is answered here.
         now = self._clock.now()
         for lease in self._leases:
             if lease.deadline <= now:
                 fail_future(lease.future, LeaseTimedOut())
         self._leases = [lease for lease in self._leases if not lease.future.done()]
 
-    def _expire_waiting(self, request: Request, message: str) -> None:
-        if request in self._pending:
-            self._pending.remove(request)
-            fail_future(request.future, RetryRequest(message))
+    def _expire_due(self, now: int) -> int:
+        """The sweep: answers the produces and the leases not parked yet (waiting for their first batch,
+        or in it) whose deadline is past at ``now``; returns the next deadline of one still waiting (0:
+        none). See ``_lease_due`` for a lease whose write is in flight."""
+        next_at = 0
+        expired: list[tuple[Request, QueratorError]] = []
+        for req in [*self._pending, *self._leases]:
+            if req.future.done() or not isinstance(req, Produce | Lease):
+                continue
+            if isinstance(req, Lease) and req.timer is not None:
+                continue  # parked: its own timer answers it
+            due = req.deadline
+            if due <= now and isinstance(req, Lease) and req.writing:
+                due += LEASE_GRACE_US
+                if due <= now:
+                    expired.append((req, RetryRequest(LEASE_NOT_STORED)))
+                    continue
+            if due > now:
+                next_at = min(next_at or due, due)
+            else:
+                expired.append(
+                    (req, LeaseTimedOut() if isinstance(req, Lease) else RetryRequest(PRODUCE_TIMED_OUT))
+                )
+        for req, error in expired:
+            if req in self._pending:
+                self._pending.remove(req)
+            elif req in self._leases:
+                self._leases.remove(req)
+            fail_future(req.future, error)
+        return next_at
 
     def _lease_due(self, lease: Lease) -> None:
-        """Answers a lease at its deadline from the timer, not the loop, which may be stuck on storage
+        """Answers a parked lease at its deadline from a timer, not the loop, which may be stuck on storage
         (a load or a write waiting out Cassandra's timeouts) for longer than any client waits."""
         if not lease.writing:
             self._drop_lease(lease, LeaseTimedOut())
@@ -629,6 +663,7 @@ class LogicalQueue:
             fail_future(req.future, self._stop_error)
         self._pending.clear()
         self._leases.clear()
+        self._sweep.cancel()
         for p in self.partitions.values():
             if p.timer is not None:
                 p.timer.cancel()

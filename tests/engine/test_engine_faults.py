@@ -203,6 +203,35 @@ async def test_a_produce_not_taken_before_its_timeout_is_454() -> None:
     await lq.shutdown()
 
 
+async def test_waiting_requests_are_each_answered_at_their_own_deadline() -> None:
+    """One sweep timer serves every waiting request: a request with a shorter timeout behind a longer one
+    brings it forward, and the longer one is still answered at its own deadline, not before."""
+    clock = FakeClock()
+    lq = LogicalQueue(Settings(record()), [(0, MemoryPartition())], clock, no_dead_queue)
+    hold = asyncio.Event()
+    blocker = asyncio.ensure_future(lq.call(hold.wait))  # the loop is busy (a slow disk, say)
+    slow = asyncio.ensure_future(lq.produce([Item(payload=b"x")], 10 * MICROS))
+    quick = asyncio.ensure_future(lq.produce([Item(payload=b"y")], MICROS))
+    lease = asyncio.ensure_future(lq.lease("c", 1, 3 * MICROS))
+    await eventually(lambda: _true(len(lq._pending) == 3))
+    clock.advance(1)
+    with pytest.raises(RetryRequest, match=r"^request timeout; the items could not be stored"):
+        await asyncio.wait_for(quick, 5)
+    clock.advance(2)
+    with pytest.raises(RetryRequest, match=r"^request timeout; no items are in the queue"):
+        await asyncio.wait_for(lease, 5)
+    clock.advance(6.9)
+    for _ in range(3):
+        await asyncio.sleep(0)  # let a timer due now run
+    assert not slow.done()
+    clock.advance(0.1)
+    with pytest.raises(RetryRequest, match=r"^request timeout; the items could not be stored"):
+        await asyncio.wait_for(slow, 5)
+    hold.set()
+    await blocker
+    await lq.shutdown()
+
+
 async def test_requests_after_the_task_died_fail_fast() -> None:
     clock = FakeClock()
     lq = LogicalQueue(Settings(record()), [(0, MemoryPartition())], clock, no_dead_queue)
