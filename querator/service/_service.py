@@ -309,8 +309,12 @@ class Service:
                 raise RetryRequest(NOT_SERVING)
             raise shutting_down("service")
         check_stored_name(name)
-        record = await self.manager.settings(name)
-        await self.tenancy.authorize(record.namespace, permission)
+        # The running engine's settings without an await: most requests find one (and a coroutine per
+        # step is a measurable part of a small request: docs/benchmarks.md, "Small requests").
+        queue = self.manager.find(name)
+        record = queue.settings if queue is not None else await self.manager.settings(name)
+        if self.tenancy.enabled:
+            await self.tenancy.authorize(record.namespace, permission)
         return record
 
     async def _at_partition(
@@ -332,7 +336,7 @@ class Service:
     async def _target(self, name: str, route: Route, within_s: float | None) -> Target:
         if isinstance(route, Remote):
             return RemoteQueue(self.proxy, route)
-        queue = await self.manager.get(name, within_s)
+        queue = self.manager.find(name) or await self.manager.get(name, within_s)
         if not self.cluster.serving:  # lost while the engine spawned: it must not keep serving
             self.manager.hand_off(queue, HandOff.LEASE)
             raise RetryRequest(NOT_SERVING)
