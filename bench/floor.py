@@ -4,7 +4,8 @@ queue behind them, for bench/load.py to drive the same way it drives a node.
 Each handler reads the body, decodes it with the wire codec the server uses (JSON or protobuf by its
 Content-Type), and encodes the reply the server would give: a 200 ``Reply`` (produce's with its ids), a
 lease of ``batch_size`` 1 KiB items, or a complete's 200. What a node spends beyond this per request is
-the queue's own work.
+the queue's own work. It tunes the garbage collector as a node does (``querator.server``), so that
+neither is measured with a cost the other does not pay.
 
     python bench/floor.py --port 2400
 """
@@ -12,12 +13,14 @@ the queue's own work.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 from datetime import UTC, datetime
 
 import uvloop
 from aiohttp import web
 
+from querator.server import GC_THRESHOLD
 from querator.wire import decode, encode
 from querator.wire import messages as m
 
@@ -68,6 +71,8 @@ def main() -> None:
     app.router.add_post("/v1/queue.lease", lease)
     app.router.add_post("/v1/queue.complete", complete)
     app.router.add_get("/health", health)
+    gc.freeze()
+    gc.set_threshold(GC_THRESHOLD)
     web.run_app(app, host="127.0.0.1", port=args.port, print=None, loop=uvloop.new_event_loop())
 
 
