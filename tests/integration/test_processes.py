@@ -12,6 +12,8 @@
   process restarted after kill -9 claims its partitions again and finds their items.
 - SIGTERM to the supervisor answers a waiting lease with 453 and stops every process; a supervisor
   killed with SIGKILL takes its processes with it (they see its pipe close).
+- A process that keeps failing soon after its start (the code it runs from broke under the node) stops
+  the node with status 1, and no process is left behind.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -36,6 +39,7 @@ from .conftest import (
     Servers,
     eventually,
     kill9,
+    server_env,
     sigterm_while_a_lease_waits,
     start_refused,
     terminate,
@@ -332,6 +336,34 @@ def test_the_processes_stop_with_a_killed_supervisor(servers: Servers) -> None:
     kill9(server)
 
     wait_until(lambda: all(_gone(pid) for pid in pids), START_DEADLINE, "the processes stopped")
+
+
+async def test_a_process_that_keeps_failing_stops_the_node(servers: Servers, tmp_path: Path) -> None:
+    """The node started, then what its processes import broke under it (an upgrade in place that left a
+    dependency unimportable, here a module shadowing msgspec): each restart of a process that crashed
+    dies at once. After 5 failures in a row the supervisor gives up: status 1, one clear line, the other
+    process stopped, and the memory store's temporary directory removed."""
+    broken, temp = tmp_path / "broken", tmp_path / "temp"
+    broken.mkdir()
+    temp.mkdir()
+    path = os.pathsep.join([str(broken), server_env()["PYTHONPATH"]])
+    server = await servers.astart(
+        "--processes", str(PROCESSES), "--storage", "memory", env={"PYTHONPATH": path, "TMPDIR": str(temp)}
+    )
+    await all_listening(server)
+    pids = children(server)
+    assert len(list(temp.iterdir())) == 1  # the directory of the sqlite file the processes share
+    (broken / "msgspec.py").write_text('raise ImportError("msgspec is half-installed")\n')
+    os.kill(pids[1], signal.SIGKILL)  # a crash: the restarts then fail at their import
+
+    assert await asyncio.to_thread(server.wait, DEADLINE) == 1, server.describe()
+    log = server.stderr()
+    gave_up = r"ERROR .*: process \d failed 5 times in a row soon after starting: stopping\n"
+    assert re.search(gave_up, log), log
+    assert log.count("ImportError: msgspec is half-installed") >= 4  # the restarts, each failing
+    assert "querator.server: stopped" in log  # the other process, stopped by SIGTERM
+    assert all(_gone(pid) for pid in pids)
+    assert list(temp.iterdir()) == []
 
 
 async def test_a_cassandra_node_of_two_processes_keeps_every_partition_through_a_kill9(
