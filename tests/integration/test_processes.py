@@ -11,7 +11,8 @@
 - A restart of the whole node keeps its items (sqlite), each in its process's database; on Cassandra a
   process restarted after kill -9 claims its partitions again and finds their items.
 - SIGTERM to the supervisor answers a waiting lease with 453 and stops every process; a supervisor
-  killed with SIGKILL takes its processes with it (they see its pipe close).
+  killed with SIGKILL takes its processes with it (they see its pipe close), and the last of them
+  removes the memory store's temporary directory.
 - A process that keeps failing soon after its start (the code it runs from broke under the node) stops
   the node with status 1, and no process is left behind.
 """
@@ -329,13 +330,19 @@ def _gone(pid: int) -> bool:
     return status.rpartition(")")[2].split()[0] == "Z"
 
 
-def test_the_processes_stop_with_a_killed_supervisor(servers: Servers) -> None:
-    server = servers.start("--processes", str(PROCESSES), "--storage", "memory")
+def test_the_processes_stop_with_a_killed_supervisor(servers: Servers, tmp_path: Path) -> None:
+    """And the last of them removes the directory of the sqlite file they shared (the supervisor's to
+    remove, had it exited)."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    server = servers.start("--processes", str(PROCESSES), "--storage", "memory", env={"TMPDIR": str(temp)})
     wait_until(lambda: len(children(server)) == PROCESSES, START_DEADLINE, "both processes started")
     pids = children(server)
+    assert len(list(temp.iterdir())) == 1
     kill9(server)
 
     wait_until(lambda: all(_gone(pid) for pid in pids), START_DEADLINE, "the processes stopped")
+    wait_until(lambda: not any(temp.iterdir()), START_DEADLINE, "the shared directory removed")
 
 
 async def test_a_process_that_keeps_failing_stops_the_node(servers: Servers, tmp_path: Path) -> None:
