@@ -239,6 +239,7 @@ def _schedule_routes(s: Service) -> list[tuple[str, Handler]]:
         ("/v1/schedules.delete", _rpc(api.delete, m.SchedulesRequest, SMALL_BODY, shield=True)),
         ("/v1/schedules.pause", _rpc(api.pause, m.SchedulesRequest, SMALL_BODY, shield=True)),
         ("/v1/schedules.resume", _rpc(api.resume, m.SchedulesRequest, SMALL_BODY, shield=True)),
+        ("/v1/schedules.refresh", _rpc(api.refresh, m.SchedulesRequest, SMALL_BODY)),
     ]
 
 

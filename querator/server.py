@@ -36,7 +36,14 @@ from querator.connections import Listener
 from querator.duration import MICROSECOND, parse_duration
 from querator.errors import StorageError
 from querator.http import create_admin_app, create_app, protocol_factory
-from querator.processes import ProcessRole, check_processes, database, role_from_env, supervise
+from querator.processes import (
+    ProcessRole,
+    check_processes,
+    database,
+    role_from_env,
+    shared_dir_held,
+    supervise,
+)
 from querator.service import Service
 from querator.storage.base import Store
 from querator.storage.memory import MemoryStore
@@ -409,12 +416,16 @@ def run(config: ServerConfig, role: ProcessRole | None = None) -> int:
         return supervise(config)
     gc.freeze()  # what is loaded by now lives as long as the process: no collection need scan it again
     gc.set_threshold(GC_THRESHOLD)
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
-        asyncio.run(serve(config, role=role))
-    else:
-        uvloop.run(serve(config, role=role))
+    # A process of a memory node holds the directory of the sqlite file the processes share: the last
+    # one to stop removes it when the supervisor could not (killed).
+    shared_dir = os.path.dirname(role.shared_db) if role is not None and role.shared_db else ""
+    with shared_dir_held(shared_dir) if shared_dir else contextlib.nullcontext():
+        try:
+            import uvloop
+        except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
+            asyncio.run(serve(config, role=role))
+        else:
+            uvloop.run(serve(config, role=role))
     return 0
 
 

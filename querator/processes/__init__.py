@@ -5,13 +5,15 @@ its role (``ProcessRole``, read back by ``role_from_env``). Every process binds 
 ``SO_REUSEPORT`` and serves the partitions the ring gives it among the processes' fixed member set
 (``querator.cluster.local_members``), forwarding the rest as a cluster node forwards to another node.
 A sqlite data dir records how many processes wrote it (``check_processes``), and each process writes
-its partitions to its own database file (``database``).
+its partitions to its own database file (``database``). With memory storage, each holds the directory
+of the sqlite file they share while it runs, and the last one to let go removes it (``shared_dir_held``).
 """
 
 from __future__ import annotations
 
 from querator.processes._data_dir import check_processes, database
 from querator.processes._role import ProcessRole, role_from_env
+from querator.processes._shared_dir import held as shared_dir_held
 from querator.processes._supervisor import supervise
 
-__all__ = ["ProcessRole", "check_processes", "database", "role_from_env", "supervise"]
+__all__ = ["ProcessRole", "check_processes", "database", "role_from_env", "shared_dir_held", "supervise"]

@@ -3,7 +3,8 @@
 It opens what must outlive a process: one private listening socket per process on 127.0.0.1, where the
 others forward to it (a restarting process's forwards wait in that socket's backlog instead of being
 refused), the public port reserved for the processes to bind with ``SO_REUSEPORT`` (the kernel spreads
-connections among them), and, with memory storage, the directory of the sqlite file the processes share.
+connections among them), and, with memory storage, the directory of the sqlite file the processes share
+(``_shared_dir``: removed by the supervisor or, when it is killed, by its last process).
 It then starts each process (``python -m querator.server``) with its role in the environment
 (``_role``), restarts one that dies with a back-off, passes SIGTERM and SIGINT on and waits for all.
 A process that exits with the configuration error status (2) stops the node: restarting cannot fix a
@@ -31,6 +32,7 @@ from querator.config import ConfigError, ServerConfig, split_address
 from querator.errors import StorageError
 from querator.processes._data_dir import check_processes, database
 from querator.processes._role import ProcessRole, role_env
+from querator.processes._shared_dir import hold
 from querator.storage.sqlite import SqliteStore
 
 log = logging.getLogger(__name__)
@@ -68,6 +70,7 @@ def supervise(config: ServerConfig) -> int:
     config = replace(config, address=address, admin_address=admin_address)
     privates = [socket.create_server(("127.0.0.1", 0), backlog=BACKLOG) for _ in range(config.processes)]
     shared_dir = tempfile.mkdtemp(prefix="querator-") if config.storage == "memory" else ""
+    shared_lock = hold(shared_dir) if shared_dir else -1  # a process stopping after us removes it
     try:
         return asyncio.run(_Supervisor(config, privates, shared_dir).run())
     finally:
@@ -76,6 +79,7 @@ def supervise(config: ServerConfig) -> int:
                 sock.close()
         if shared_dir:
             shutil.rmtree(shared_dir, ignore_errors=True)
+            os.close(shared_lock)
 
 
 def _reserve(name: str, address: str) -> tuple[str, socket.socket]:

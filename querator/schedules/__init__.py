@@ -21,7 +21,7 @@ from querator.schedules._calendar import (
     plan,
     tick_time,
 )
-from querator.schedules._scheduler import Fire, Scheduler
+from querator.schedules._scheduler import RELOAD_US, Fire, Scheduler
 
 __all__ = [
     "ALL",
@@ -29,6 +29,7 @@ __all__ = [
     "LATE_AFTER_US",
     "MAX_CATCH_UP",
     "ONE",
+    "RELOAD_US",
     "SKIP",
     "Calendar",
     "Fire",

@@ -2,20 +2,22 @@
 checked completely before storage is touched, and the produce request of one tick.
 
 Schedules live in the store, which every node of a cluster shares (Cassandra), so any node answers
-these routes itself; the node that owns a schedule on the ring fires it (``querator.schedules``) and
-sees a change made elsewhere within ``RELOAD_US``.
+these routes itself; the node that owns a schedule on the ring fires it (``querator.schedules``). The
+node that changed one tells the owner (``schedules.refresh``), whose scheduler then reads the schedules
+again at once; an owner that cannot be told sees the change at its next reading, within ``RELOAD_US``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Final
 
 from querator.clock import MICROS, Clock, to_datetime
 from querator.duration import MICROSECOND, DurationError, format_micros, parse_duration
-from querator.errors import InvalidOption
-from querator.schedules import ALL, CATCH_UP_POLICIES, MAX_CATCH_UP, ONE, Scheduler, tick_time
+from querator.errors import InvalidOption, QueratorError
+from querator.schedules import ALL, CATCH_UP_POLICIES, MAX_CATCH_UP, ONE, RELOAD_US, Scheduler, tick_time
 from querator.service._validation import check_printable, check_stored_name, has_space
 from querator.storage.base import LIST_PAGE_BYTES
 from querator.storage.schedules import ScheduleRecord, ScheduleStore
@@ -29,17 +31,25 @@ DEFAULT_CATCH_UP_LIMIT: Final = 100
 MAX_JITTER_US: Final = 24 * 3600 * MICROS
 DEFAULT_SCHEDULES_LIMIT: Final = 100
 MAX_SCHEDULES_LIMIT: Final = 1000
+TELL_TIMEOUT_S: Final = RELOAD_US / MICROS
+"""How long a change waits for the schedule's owner to hear of it: no longer than the owner takes to
+read the schedules again by itself."""
 FIRE_TIMEOUT: Final = "30s"
 """The request timeout of a tick's produce: a tick that could not be stored in time is tried again."""
 
+log = logging.getLogger(__name__)
+
 QueueExists = Callable[[str], Awaitable[bool]]
 OwnerOf = Callable[[str], str]
+TellOwner = Callable[[str], Awaitable[None]]
+"""Tells the member that fires a schedule, when it is another, that the schedule changed."""
 Authorize = Callable[[str, str], Awaitable[None]]
 """403 unless the caller holds a permission in the namespace of a queue ("": ``_system``)."""
 
 
 class Schedules:
-    """The schedules routes over a store; ``scheduler`` hears of every change made here."""
+    """The schedules routes over a store; ``scheduler`` hears of every change made here, and so does the
+    schedule's owner through ``tell_owner``."""
 
     def __init__(
         self,
@@ -49,6 +59,7 @@ class Schedules:
         owner_of: OwnerOf,
         scheduler: Scheduler,
         authorize: Authorize | None = None,
+        tell_owner: TellOwner | None = None,
     ) -> None:
         self._store = store
         self._authorize = authorize
@@ -56,6 +67,7 @@ class Schedules:
         self._clock = clock
         self._queue_exists = queue_exists
         self._scheduler = scheduler
+        self._tell_owner = tell_owner
 
     async def create(self, info: m.ScheduleInfo) -> m.ScheduleInfo:
         check_new_schedule_name(info.name)
@@ -65,7 +77,7 @@ class Schedules:
         record.updated_at = now
         if not await self._store.add_schedule(record):
             raise InvalidOption(f"invalid schedule; '{info.name}' already exists")
-        self._scheduler.changed()
+        await self._changed(record.name)
         return self._info(record)
 
     async def update(self, info: m.ScheduleInfo) -> m.ScheduleInfo:
@@ -100,7 +112,7 @@ class Schedules:
         await self._check((await self._existing(req.name)).queue, perm.QUEUE_UPDATE)
         if not await self._store.delete_schedule(req.name):
             raise _missing(req.name)
-        self._scheduler.changed()
+        await self._changed(req.name)
 
     async def pause(self, req: m.SchedulesRequest) -> m.ScheduleInfo:
         current = await self._existing(req.name)
@@ -123,6 +135,29 @@ class Schedules:
         )
         return await self._replace(resumed)
 
+    async def refresh(self, req: m.SchedulesRequest) -> None:
+        """Another member changed the schedule ``req.name``, which this one fires: read the schedules
+        again now. Harmless to call: the scheduler only reads what is stored."""
+        check_new_schedule_name(req.name)  # every stored name passes it
+        await self._check("", perm.QUEUE_UPDATE)  # a client's call; a member's forward passes
+        self._scheduler.changed()
+
+    async def _changed(self, name: str) -> None:
+        """A schedule changed here: the schedulers of this member and of its owner read them again now;
+        an owner that cannot be told reads them within ``RELOAD_US`` anyway."""
+        self._scheduler.changed()
+        if self._tell_owner is None:
+            return
+        try:
+            await self._tell_owner(name)
+        except QueratorError as e:
+            log.warning(
+                "schedule %s changed, but its owner could not be told (it sees the change at its next "
+                "reading of the schedules): %s",
+                name,
+                e.message,
+            )
+
     async def _check(self, queue: str, permission: str) -> None:
         """With tenancy: managing a schedule is changing what flows into its queue (``queue.update``),
         reading one is the queue's ``queue.stats``, listing them all ``queue.list`` in ``_system``."""
@@ -142,7 +177,7 @@ class Schedules:
     async def _replace(self, record: ScheduleRecord) -> m.ScheduleInfo:
         if not await self._store.update_schedule(record):
             raise _missing(record.name)
-        self._scheduler.changed()
+        await self._changed(record.name)
         stored = await self._store.get_schedule(record.name)
         return self._info(stored or record)
 

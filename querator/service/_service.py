@@ -32,7 +32,7 @@ from querator.metrics import Metrics
 from querator.schedules import Scheduler
 from querator.service._conversion import queue_info, storage_item, stored_item
 from querator.service._local_queue import LocalQueue
-from querator.service._schedules import Schedules, tick_produce
+from querator.service._schedules import TELL_TIMEOUT_S, Schedules, tick_produce
 from querator.service._validation import (
     DEFAULT_LIST_LIMIT,
     MAX_LIST_LIMIT,
@@ -125,6 +125,7 @@ class Service:
             self.router.schedule_owner,
             self.scheduler,
             authorize=self._authorize_queue if tenancy else None,
+            tell_owner=self._tell_schedule_owner,
         )
         self.tenancy = Tenancy(store, self.clock, self.metrics.registry)
         if tenancy:
@@ -407,6 +408,14 @@ class Service:
         for result in await asyncio.gather(*calls, return_exceptions=True):
             if isinstance(result, BaseException):
                 log.warning("queue %s changed, but a node could not be told: %s", name, result)
+
+    async def _tell_schedule_owner(self, name: str) -> None:
+        """Tells the member firing the schedule ``name``, when another, of a change (schedules.refresh)."""
+        owner = self.router.schedule_owner(name)
+        for member in self.router.other_members():
+            if member.node_id == owner:
+                request = m.SchedulesRequest(name=name)
+                await self.proxy.call(member, "/v1/schedules.refresh", request, m.Reply, TELL_TIMEOUT_S)
 
     # -- the queue API --------------------------------------------------------------------------------------
 

@@ -125,7 +125,24 @@ async def test_names_that_do_not_exist_or_exist_already(api: Api) -> None:
     assert error.message == "limit is invalid; cannot be greater than 1000"
 
 
-@pytest.mark.one_process
+async def test_refresh_takes_a_valid_name_and_is_harmless(api: Api, clock: FakeClock) -> None:
+    """``schedules.refresh`` (node to node: a change made elsewhere) reads the schedules again; a name
+    no schedule could have is refused, one that names no schedule changes nothing."""
+    for name, message in [
+        ("", "schedule name is invalid; cannot be empty"),
+        ("a b", "schedule name is invalid; 'a b' cannot contain whitespace"),
+        ("x" * 97, "schedule name is invalid; cannot be greater than '96' characters"),
+    ]:
+        error = await api.error("/v1/schedules.refresh", {"name": name})
+        assert (error.status, error.message) == (400, message)
+    await api.create("q")
+    await api.post("/v1/schedules.create", schedule("s"))
+    assert await api.post("/v1/schedules.refresh", {"name": "nope"}) == {"code": 200}
+    assert await api.post("/v1/schedules.refresh", {"name": "s"}) == {"code": 200}
+    clock.advance(1)
+    await ticks_become(api, ["s@2026-01-01T12:00:01Z"])
+
+
 async def test_each_tick_produces_one_item_named_by_its_time(api: Api, clock: FakeClock) -> None:
     await api.create("q")
     await api.post("/v1/schedules.create", schedule("s"))
@@ -153,7 +170,6 @@ async def test_a_tick_takes_the_item_template(api: Api, clock: FakeClock) -> Non
     )
 
 
-@pytest.mark.one_process
 async def test_pause_stops_ticks_and_resume_skips_what_came_meanwhile(api: Api, clock: FakeClock) -> None:
     await api.create("q")
     await api.post("/v1/schedules.create", schedule("s"))
@@ -168,7 +184,6 @@ async def test_pause_stops_ticks_and_resume_skips_what_came_meanwhile(api: Api, 
     await ticks_become(api, ["s@2026-01-01T12:00:01Z", "s@2026-01-01T12:00:07Z"])
 
 
-@pytest.mark.one_process
 async def test_update_and_delete(api: Api, clock: FakeClock) -> None:
     await api.create("q")
     await api.create("other")
@@ -237,7 +252,6 @@ async def test_a_restart_catches_up_by_policy_and_fires_nothing_twice(
     assert info["last_tick"] == "2026-01-01T12:02:20Z"
 
 
-@pytest.mark.one_process
 async def test_clock_jumps_fire_nothing_twice_and_catch_up_by_policy(api: Api, clock: FakeClock) -> None:
     await api.create("q")
     await api.create("marks")

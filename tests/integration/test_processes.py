@@ -11,7 +11,12 @@
 - A restart of the whole node keeps its items (sqlite), each in its process's database; on Cassandra a
   process restarted after kill -9 claims its partitions again and finds their items.
 - SIGTERM to the supervisor answers a waiting lease with 453 and stops every process; a supervisor
-  killed with SIGKILL takes its processes with it (they see its pipe close).
+  killed with SIGKILL takes its processes with it (they see its pipe close), and the last of them
+  removes the memory store's temporary directory.
+- A schedule changed through the process that does not fire it reaches the one that does at once: the
+  first tells the second (``schedules.refresh``).
+- A process that keeps failing soon after its start (the code it runs from broke under the node) stops
+  the node with status 1, and no process is left behind.
 """
 
 from __future__ import annotations
@@ -19,10 +24,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 from pathlib import Path
 
+import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from querator.auth import generate_key, key_hash
 from querator.client import AsyncClient, ConnectionFailed
@@ -36,6 +44,7 @@ from .conftest import (
     Servers,
     eventually,
     kill9,
+    server_env,
     sigterm_while_a_lease_waits,
     start_refused,
     terminate,
@@ -325,13 +334,94 @@ def _gone(pid: int) -> bool:
     return status.rpartition(")")[2].split()[0] == "Z"
 
 
-def test_the_processes_stop_with_a_killed_supervisor(servers: Servers) -> None:
-    server = servers.start("--processes", str(PROCESSES), "--storage", "memory")
+def test_the_processes_stop_with_a_killed_supervisor(servers: Servers, tmp_path: Path) -> None:
+    """And the last of them removes the directory of the sqlite file they shared (the supervisor's to
+    remove, had it exited)."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    server = servers.start("--processes", str(PROCESSES), "--storage", "memory", env={"TMPDIR": str(temp)})
     wait_until(lambda: len(children(server)) == PROCESSES, START_DEADLINE, "both processes started")
     pids = children(server)
+    assert len(list(temp.iterdir())) == 1
     kill9(server)
 
     wait_until(lambda: all(_gone(pid) for pid in pids), START_DEADLINE, "the processes stopped")
+    wait_until(lambda: not any(temp.iterdir()), START_DEADLINE, "the shared directory removed")
+
+
+async def test_a_process_that_keeps_failing_stops_the_node(servers: Servers, tmp_path: Path) -> None:
+    """The node started, then what its processes import broke under it (an upgrade in place that left a
+    dependency unimportable, here a module shadowing msgspec): each restart of a process that crashed
+    dies at once. After 5 failures in a row the supervisor gives up: status 1, one clear line, the other
+    process stopped, and the memory store's temporary directory removed."""
+    broken, temp = tmp_path / "broken", tmp_path / "temp"
+    broken.mkdir()
+    temp.mkdir()
+    path = os.pathsep.join([str(broken), server_env()["PYTHONPATH"]])
+    server = await servers.astart(
+        "--processes", str(PROCESSES), "--storage", "memory", env={"PYTHONPATH": path, "TMPDIR": str(temp)}
+    )
+    await all_listening(server)
+    pids = children(server)
+    assert len(list(temp.iterdir())) == 1  # the directory of the sqlite file the processes share
+    (broken / "msgspec.py").write_text('raise ImportError("msgspec is half-installed")\n')
+    os.kill(pids[1], signal.SIGKILL)  # a crash: the restarts then fail at their import
+
+    assert await asyncio.to_thread(server.wait, DEADLINE) == 1, server.describe()
+    log = server.stderr()
+    gave_up = r"ERROR .*: process \d failed 5 times in a row soon after starting: stopping\n"
+    assert re.search(gave_up, log), log
+    assert log.count("ImportError: msgspec is half-installed") >= 4  # the restarts, each failing
+    assert "querator.server: stopped" in log  # the other process, stopped by SIGTERM
+    assert all(_gone(pid) for pid in pids)
+    assert list(temp.iterdir()) == []
+
+
+def private_addresses(server: ServerProcess) -> list[str]:
+    """Each process's private ``host:port`` (where the others forward to it), as the supervisor logs them."""
+    found = re.search(r"\(private addresses ([^)]*)\)", server.stderr())
+    assert found is not None, server.describe()
+    return found.group(1).split(", ")
+
+
+async def refreshes_answered(address: str) -> float:
+    """The ``schedules.refresh`` requests the process at ``address`` answered 200, by its own metrics."""
+    async with aiohttp.ClientSession() as session, session.get(f"http://{address}/metrics") as resp:
+        text = await resp.text()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "querator_request_duration_seconds_count"
+        and sample.labels == {"route": "/v1/schedules.refresh", "code": "200"}
+    )
+
+
+async def test_a_schedule_change_reaches_the_process_that_fires_it(servers: Servers) -> None:
+    """A schedule created and deleted through the process that does not fire it: before answering, that
+    process tells the owner (``schedules.refresh``, which the owner's own metrics count), whose scheduler
+    then reads the schedules again rather than at its next reading; the schedule fires."""
+    server = await servers.astart("--processes", str(PROCESSES), "--storage", "memory")
+    await all_listening(server)
+    addresses = private_addresses(server)
+    name = "every-second"
+    owner = MEMBERS.index(Ring(MEMBERS, 1).schedule_owner(name))
+    other, at_owner = addresses[1 - owner], addresses[owner]
+    async with AsyncClient(f"http://{other}") as client:
+        await client.create_queue("ticks", lease_timeout="1m", expire_timeout="1h")
+        created = await client.create_schedule(name, "* * * * * *", "ticks")
+        assert created.owner == MEMBERS[owner]
+        assert await refreshes_answered(at_owner) == 1
+        assert await refreshes_answered(other) == 0
+
+        async def fired() -> bool:
+            return bool((await client.list_items("ticks", 0)).items)
+
+        await eventually(fired, DEADLINE, "a tick's item")
+        await client.delete_schedule(name)
+        assert await refreshes_answered(at_owner) == 2
+    assert "could not be told" not in server.stderr()
+    assert terminate(server) == 0, server.describe()
 
 
 async def test_a_cassandra_node_of_two_processes_keeps_every_partition_through_a_kill9(
