@@ -8,8 +8,8 @@ partition, and settles each partition's futures as its transaction ends. Lease r
 nothing stay parked until items arrive or their request_timeout passes. Cold requests (stats, clear,
 storage listing...) run one at a time between batches. The lifecycle runs in the same task from
 per-partition timers armed at the earliest deadline, so nothing else ever mutates partition state and
-no lock is needed. (The deadline sweep, ``_sweep``, only answers requests and takes them off the lists,
-never while the task is walking one.)
+no lock is needed. (The deadline timers of the requests waiting, ``_waiting``, only answer requests and
+take them off the lists, never while the task is walking one.)
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
@@ -39,14 +38,13 @@ from querator.engine._requests import (
     settle,
 )
 from querator.engine._stats import ItemCounters, LogicalStats
-from querator.engine._sweep import Sweep
+from querator.engine._waiting import LEASE_GRACE_US, Waiting
 from querator.engine._wake import Wake
 from querator.engine.backlog import Backlog
 from querator.engine.distribution import Distribution
 from querator.errors import (
     TRY_AGAIN,
     InvalidOption,
-    LeaseTimedOut,
     QueratorError,
     RetryRequest,
     StaleOwnerError,
@@ -82,13 +80,6 @@ __all__ = [  # the logical queue and the counts it reports (defined in _stats)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-LEASE_NOT_STORED = "request timeout; the lease could not be stored before request_timeout, try again"
-LEASE_GRACE_US = 500_000
-"""Microseconds a lease whose write is in flight at its deadline may still wait for it: long enough for
-any healthy write, well inside the second a client waits beyond its request_timeout (the reference's ADR
-0009, docs/semantics.md §4.10)."""
-PRODUCE_TIMED_OUT = "request timeout; the items could not be stored before request_timeout, try again"
 
 
 class Settings(Protocol):
@@ -128,13 +119,11 @@ class LogicalQueue:
         self._dead_letter_to = dead_letter
         self._max_requests = max_requests
         self.partitions = {n: PartitionState(n, storage) for n, storage in partitions}
-        self._pending: deque[Request] = deque()
-        self._leases: list[Lease] = []
+        self._waiting = Waiting(clock)
         self._clients: set[str] = set()
         self._in_flight = 0
         self._loop = asyncio.get_running_loop()  # every request makes a future on it
         self._wake = Wake(self._loop)
-        self._sweep = Sweep(clock, self._expire_due)
         self._closing = False
         self.counters = ItemCounters()
         self._task = _tasks.start(self._run(), f"logical-queue:{queue.settings.name}")
@@ -198,7 +187,7 @@ class LogicalQueue:
             # No batch will run: the items come back when their lease expires, attempt counted.
             fail_future(request.future, self._stop_error)
             return
-        self._pending.append(request)
+        self._waiting.add(request)
         self._wake.set()
 
     async def renew(
@@ -247,14 +236,7 @@ class LogicalQueue:
 
     def waiting(self) -> LogicalStats:
         """The counts of requests waiting on this logical queue."""
-        produce = sum(1 for r in self._pending if isinstance(r, Produce))
-        complete = sum(1 for r in self._pending if isinstance(r, Complete | Retry | Renew | Release))
-        return LogicalStats(
-            produce,
-            len(self._leases) + sum(isinstance(r, Lease) for r in self._pending),
-            complete,
-            self._in_flight,
-        )
+        return self._waiting.counts(self._in_flight)
 
     def stop_accepting(self, moved: bool = False) -> None:
         """From now on takes no request and starts no batch: what waits is answered 453 (454 when the
@@ -279,16 +261,13 @@ class LogicalQueue:
         return self._loop.create_future()
 
     async def _submit(self, request: Request, limited: bool = True, deadline: int = 0) -> Any:
-        """Queues ``request`` and waits for its answer; one still waiting at ``deadline`` (if given) is
-        answered by the sweep (``_expire_due``)."""
+        """Queues ``request`` and waits for its answer (see ``Waiting.add`` for ``deadline``)."""
         if self._closing or self._task.done():
             raise self._stop_error
-        if limited and len(self._pending) >= self._max_requests:
+        if limited and len(self._waiting.pending) >= self._max_requests:
             raise RetryRequest("queue is overloaded; try again later")
-        self._pending.append(request)
+        self._waiting.add(request, deadline)
         self._wake.set()
-        if deadline:
-            self._sweep.watch(deadline)
         self._in_flight += 1
         try:
             return await request.future
@@ -307,19 +286,20 @@ class LogicalQueue:
                 if self._closing:  # shutdown asked during the batch: no new work after it
                     break
                 await self._run_lifecycles()
-                if self._leases:
+                if self._waiting.leases:
                     await self._serve_parked()
-                    self._expire_parked()
+                    self._waiting.expire_parked()
         finally:
             # Whatever ends the loop, nobody is left waiting on a future that will never settle.
             self._closing = True
             self._stop()
 
     async def _process_pending(self) -> None:
-        while self._pending:
+        pending = self._waiting.pending
+        while pending:
             hot: list[Request] = []
-            while self._pending and not isinstance(self._pending[0], Cold):
-                hot.append(self._pending.popleft())
+            while pending and not isinstance(pending[0], Cold):
+                hot.append(pending.popleft())
             if hot:
                 try:
                     await self._batch(hot)
@@ -329,8 +309,8 @@ class LogicalQueue:
                     for req in hot:
                         fail_future(req.future, e)
             # Hot requests that arrived while the batch awaited storage go first, in the next batch.
-            if self._pending and isinstance(self._pending[0], Cold):
-                cold = self._pending.popleft()
+            if pending and isinstance(pending[0], Cold):
+                cold = pending.popleft()
                 assert isinstance(cold, Cold) and cold.fn is not None
                 try:
                     settle(cold.future, await cold.fn())
@@ -342,7 +322,8 @@ class LogicalQueue:
 
     async def _serve_parked(self) -> None:
         # Parked leases get another chance whenever some partition may have items for them.
-        while self._leases and any(p.un_leased > 0 and not p.failures for p in self.partitions.values()):
+        waiting = self._waiting
+        while waiting.leases and any(p.un_leased > 0 and not p.failures for p in self.partitions.values()):
             counts = [p.un_leased for p in self.partitions.values()]
             try:
                 # Nothing leased and no count put right (a lease found its partition emptier than
@@ -351,12 +332,12 @@ class LogicalQueue:
                     break
             except Exception as e:
                 log.exception("queue %s: serving parked leases failed", self._queue.settings.name)
-                for lease in self._leases:
+                for lease in waiting.leases:
                     fail_future(lease.future, e)
-                self._leases = []
+                waiting.leases = []
 
     def _serve_parked_soon(self) -> None:
-        if self._leases:
+        if self._waiting.leases:
             self._wake.set()
 
     async def _batch(self, hot: list[Request]) -> int:
@@ -369,7 +350,7 @@ class LogicalQueue:
             p.backlog.sync(p.un_leased, at)  # counts set since by a load, an import, a stats read
         dist = Distribution((p for p in self.partitions.values() if p.ids is not None), at)
         plan = BatchPlan(dist, settings, now)
-        plan.place(hot, self._leases)
+        plan.place(hot, self._waiting.leases)
         has_dead_queue = bool(settings.dead_queue)
         # One transaction per partition, all in flight together: a networked store (Cassandra) spends
         # most of a transaction waiting for a round trip, and sqlite commits waiting ones as a group.
@@ -382,8 +363,7 @@ class LogicalQueue:
             applied = await asyncio.gather(
                 *(self._transact(t, now, has_dead_queue) for t in transactions), return_exceptions=True
             )
-        self._leases = [lease for lease in self._leases if not lease.future.done()]
-        self._park()
+        self._waiting.settled()
         for outcome in applied:
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -586,84 +566,8 @@ class LogicalQueue:
         p.due = True
         self._wake.set()
 
-    # -- parked leases ------------------------------------------------------------------------------------
-
-    def _park(self) -> None:
-        """Gives each lease a batch left waiting a timer of its own: a parked lease may wait long, while
-        other requests come and go, and the sweep's look at every waiting request would cost each of its
-        rounds a look at every parked lease."""
-        for lease in self._leases:
-            if lease.timer is None:
-                lease.timer = self._clock.call_at(lease.deadline, functools.partial(self._lease_due, lease))
-
-    def _expire_parked(self) -> None:
-        # Timers answer parked leases (_lease_due); one whose write ended after its deadline without
-        # items is answered here.
-        now = self._clock.now()
-        for lease in self._leases:
-            if lease.deadline <= now:
-                fail_future(lease.future, LeaseTimedOut())
-        self._leases = [lease for lease in self._leases if not lease.future.done()]
-
-    def _expire_due(self, now: int) -> int:
-        """The sweep: answers the produces and the leases not parked yet (waiting for their first batch,
-        or in it) whose deadline is past at ``now``; returns the next deadline of one still waiting (0:
-        none). See ``_lease_due`` for a lease whose write is in flight."""
-        next_at = 0
-        expired: list[tuple[Request, QueratorError]] = []
-        for req in [*self._pending, *self._leases]:
-            if req.future.done() or not isinstance(req, Produce | Lease):
-                continue
-            if isinstance(req, Lease) and req.timer is not None:
-                continue  # parked: its own timer answers it
-            due = req.deadline
-            if due <= now and isinstance(req, Lease) and req.writing:
-                due += LEASE_GRACE_US
-                if due <= now:
-                    expired.append((req, RetryRequest(LEASE_NOT_STORED)))
-                    continue
-            if due > now:
-                next_at = min(next_at or due, due)
-            else:
-                expired.append(
-                    (req, LeaseTimedOut() if isinstance(req, Lease) else RetryRequest(PRODUCE_TIMED_OUT))
-                )
-        for req, error in expired:
-            if req in self._pending:
-                self._pending.remove(req)
-            elif req in self._leases:
-                self._leases.remove(req)
-            fail_future(req.future, error)
-        return next_at
-
-    def _lease_due(self, lease: Lease) -> None:
-        """Answers a parked lease at its deadline from a timer, not the loop, which may be stuck on storage
-        (a load or a write waiting out Cassandra's timeouts) for longer than any client waits."""
-        if not lease.writing:
-            self._drop_lease(lease, LeaseTimedOut())
-            return
-        # Its write may be leasing items to it right now: wait a little rather than make a round trip of
-        # them. If it still answers late, the batch gives them back (Transaction.answer).
-        lease.timer = self._clock.call_at(
-            lease.deadline + LEASE_GRACE_US, functools.partial(self._lease_grace_over, lease)
-        )
-
-    def _lease_grace_over(self, lease: Lease) -> None:
-        self._drop_lease(lease, RetryRequest(LEASE_NOT_STORED) if lease.writing else LeaseTimedOut())
-
-    def _drop_lease(self, lease: Lease, error: RetryRequest) -> None:
-        if lease in self._pending:
-            self._pending.remove(lease)
-        elif lease in self._leases:
-            self._leases.remove(lease)
-        fail_future(lease.future, error)
-
     def _stop(self) -> None:
-        for req in [*self._pending, *self._leases]:
-            fail_future(req.future, self._stop_error)
-        self._pending.clear()
-        self._leases.clear()
-        self._sweep.cancel()
+        self._waiting.stop(self._stop_error)
         for p in self.partitions.values():
             if p.timer is not None:
                 p.timer.cancel()

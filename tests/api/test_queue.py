@@ -148,7 +148,7 @@ async def test_round_robin_fairness_in_one_batch(start_server: object, clock: Fa
     leases = [asyncio.ensure_future(api.lease("q", batch_size=n, client_id=f"c{n}")) for n in (20, 6, 1)]
 
     async def all_waiting() -> bool:
-        return len(queue.logical._pending) == 3
+        return len(queue.logical._waiting.pending) == 3
 
     await eventually(all_waiting)
     hold.set()

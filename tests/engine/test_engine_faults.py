@@ -166,7 +166,7 @@ async def test_lease_in_a_batch_that_completes_more_still_arms_its_expiry() -> N
     done = asyncio.ensure_future(lq.complete(0, [i.id for i in old]))
 
     async def queued() -> bool:
-        return len(lq._pending) == 2
+        return len(lq._waiting.pending) == 2
 
     await eventually(queued)
     hold.set()
@@ -191,7 +191,7 @@ async def test_a_produce_not_taken_before_its_timeout_is_454() -> None:
     produce = asyncio.ensure_future(lq.produce([Item(payload=b"x")], MICROS))
 
     async def queued() -> bool:
-        return len(lq._pending) == 1
+        return len(lq._waiting.pending) == 1
 
     await eventually(queued)
     clock.advance(2)
@@ -213,7 +213,7 @@ async def test_waiting_requests_are_each_answered_at_their_own_deadline() -> Non
     slow = asyncio.ensure_future(lq.produce([Item(payload=b"x")], 10 * MICROS))
     quick = asyncio.ensure_future(lq.produce([Item(payload=b"y")], MICROS))
     lease = asyncio.ensure_future(lq.lease("c", 1, 3 * MICROS))
-    await eventually(lambda: _true(len(lq._pending) == 3))
+    await eventually(lambda: _true(len(lq._waiting.pending) == 3))
     clock.advance(1)
     with pytest.raises(RetryRequest, match=r"^request timeout; the items could not be stored"):
         await asyncio.wait_for(quick, 5)
@@ -356,7 +356,7 @@ async def test_parked_leases_are_tried_again_while_their_passes_put_counts_right
     lease = asyncio.ensure_future(lq.lease("c1", 1, MINUTE))
 
     async def parked() -> bool:  # c0's answered lease may still be listed
-        return any(not waiting.future.done() for waiting in lq._leases)
+        return any(not waiting.future.done() for waiting in lq._waiting.leases)
 
     # Parked with every count at zero: the loop has nothing to try and waits, idle.
     await eventually(parked)
@@ -381,7 +381,7 @@ async def test_a_parked_lease_is_answered_at_its_deadline_while_the_loop_waits_o
     lease = asyncio.create_task(lq.lease("c", 1, 5 * MICROS))
 
     async def parked() -> bool:
-        return len(lq._leases) == 1
+        return len(lq._waiting.leases) == 1
 
     await eventually(parked)
     started, hold = asyncio.Event(), asyncio.Event()
@@ -396,7 +396,7 @@ async def test_a_parked_lease_is_answered_at_its_deadline_while_the_loop_waits_o
     with pytest.raises(RetryRequest, match="request timeout; no items are in the queue"):
         await asyncio.wait_for(lease, 5)
     again = asyncio.create_task(lq.lease("c", 1, MICROS))  # not refused as a duplicate client id
-    await eventually(lambda: _true(len(lq._pending) == 1))
+    await eventually(lambda: _true(len(lq._waiting.pending) == 1))
     clock.advance(1)
     with pytest.raises(RetryRequest, match="request timeout; no items are in the queue"):
         await asyncio.wait_for(again, 5)
