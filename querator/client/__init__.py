@@ -47,9 +47,9 @@ at once. ``asyncio.run`` per call was rejected: an aiohttp session is bound to t
 would have meant a new session, a new connection and a new TCP handshake on every call. Its methods are
 ``AsyncClient``'s, made blocking in one place rather than written twice.
 
-Modules: ``_async`` (``AsyncClient``: the API as coroutines), ``_schedules`` and ``_workflows`` (its
-schedule and durable workflow calls, bases of it through ``_caller``), ``_sync`` (``Client``: the same,
-blocking),
+Modules: ``_async`` (``AsyncClient``: the API as coroutines), ``_queues``, ``_storage``, ``_schedules``,
+``_workflows`` and ``_tenancy`` (its queue administration, storage, schedule, durable workflow and tenancy
+calls, bases of it through ``_caller``), ``_sync`` (``Client``: the same, blocking),
 ``_loop`` (the loop thread ``Client`` blocks on), ``_transport`` (the session, encoding, decoding,
 timeouts), ``_retries`` (which calls are tried again, and how), ``_lease`` (``Lease``, what ``leased``
 hands its body), ``_renew`` (keeping a lease alive in ``leased``), ``_lock`` and ``_lock_queue``

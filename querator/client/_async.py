@@ -1,4 +1,5 @@
-"""``AsyncClient``: the queue, administration and storage API of one server, as coroutines."""
+"""``AsyncClient``: the queue API of one server as coroutines, with its other groups of calls mixed in
+(``_queues``, ``_storage``, ``_schedules``, ``_workflows``, ``_tenancy``)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from querator.client._arguments import (
     RetryItem,
     go_duration,
     new_client_id,
-    new_queue_info,
     produce_items,
     retry_item,
 )
@@ -27,9 +27,11 @@ from querator.client._lease import Lease
 from querator.client._lock import Held, hold
 from querator.client._lock_queue import LockQueue
 from querator.client._lock_queue import set_limit as change_limit
+from querator.client._queues import QueueAdminCalls
 from querator.client._renew import keep_renewed, stopped
 from querator.client._retries import DEFAULT_RETRIES, Retries, with_retries
 from querator.client._schedules import ScheduleCalls
+from querator.client._storage import StorageCalls
 from querator.client._tenancy import TenancyMethods
 from querator.client._transport import Transport, http_timeout_s
 from querator.client._workflows import WorkflowCalls
@@ -44,7 +46,7 @@ DEFAULT_TIMEOUT = 30.0
 R = TypeVar("R", bound=m.Message)
 
 
-class AsyncClient(ScheduleCalls, WorkflowCalls, TenancyMethods):
+class AsyncClient(QueueAdminCalls, StorageCalls, ScheduleCalls, WorkflowCalls, TenancyMethods):
     """An asyncio client of one Querator server.
 
     The aiohttp session is created on first use, in the running loop, and must be used from that loop only;
@@ -143,11 +145,6 @@ class AsyncClient(ScheduleCalls, WorkflowCalls, TenancyMethods):
         return await with_retries(
             self.retries, idempotent, lambda: self._transport.post(url, msg, reply_type, timeout_s)
         )
-
-    async def _reply_call(
-        self, path: str, msg: m.Message, seconds: float | None = None, idempotent: bool = False
-    ) -> None:
-        await self.call(path, msg, m.Reply, seconds=seconds, idempotent=idempotent)
 
     # -- the queue API ------------------------------------------------------------------------------------
 
@@ -503,142 +500,6 @@ class AsyncClient(ScheduleCalls, WorkflowCalls, TenancyMethods):
         await self._reply_call(
             "/v1/queue.reload", m.QueueReloadRequest(queue_name=queue_name), idempotent=True
         )
-
-    # -- queue administration -----------------------------------------------------------------------------
-
-    async def create_queue(
-        self,
-        info: m.QueueInfo | str,
-        *,
-        lease_timeout: Duration | None = None,
-        expire_timeout: Duration | None = None,
-        max_attempts: int | None = None,
-        dead_queue: str | None = None,
-        reference: str | None = None,
-        partitions: int | None = None,
-        namespace: str | None = None,
-    ) -> None:
-        """Creates a queue from a full ``QueueInfo``, or from a name and keyword settings.
-
-        With a name, unset settings default to a lease timeout of ``1m``, an expire timeout of 60 times
-        the lease timeout, 1 partition, unlimited attempts, no dead queue and the ``_system`` namespace.
-        Keywords cannot be combined with a ``QueueInfo``.
-
-        Raises:
-            InvalidOption: the name is taken or invalid, a setting is invalid, the dead queue is missing.
-            TypeError: keywords were given together with a ``QueueInfo``.
-        """
-        options = {
-            "lease_timeout": lease_timeout,
-            "expire_timeout": expire_timeout,
-            "max_attempts": max_attempts,
-            "dead_queue": dead_queue,
-            "reference": reference,
-            "partitions": partitions,
-            "namespace": namespace,
-        }
-        if isinstance(info, m.QueueInfo):
-            given = [k for k, v in options.items() if v is not None]
-            if given:
-                raise TypeError(f"create_queue: {', '.join(given)} cannot be combined with a QueueInfo")
-        else:
-            info = new_queue_info(
-                info,
-                lease_timeout=lease_timeout or "1m",
-                expire_timeout=expire_timeout,
-                max_attempts=max_attempts or 0,
-                dead_queue=dead_queue or "",
-                reference=reference or "",
-                partitions=1 if partitions is None else partitions,
-                namespace=namespace or "",
-            )
-        await self._reply_call("/v1/queues.create", info)
-
-    async def update_queue(self, info: m.QueueInfo) -> None:
-        """Changes a queue's settings, with the server's "replace" semantics.
-
-        Empty ``lease_timeout``/``expire_timeout`` and a zero ``requested_partitions`` keep the current
-        values, but ``dead_queue``, ``max_attempts`` and ``reference`` are always replaced: to change one
-        setting, start from ``queue_info()`` and modify it (``msgspec.structs.replace``).
-
-        Raises:
-            InvalidOption: unknown queue, invalid setting, partitions decreased, lease > expire timeout.
-        """
-        await self._reply_call("/v1/queues.update", info)
-
-    async def delete_queue(self, name: str, force: bool = False) -> None:
-        """Deletes a queue and its items; its waiting requests get ``RequestFailed``.
-
-        Raises:
-            InvalidOption: invalid name or unknown queue.
-        """
-        await self._reply_call("/v1/queues.delete", m.QueuesDeleteRequest(queue_name=name, force=force))
-
-    async def queue_info(self, name: str) -> m.QueueInfo:
-        """The queue's current settings.
-
-        Raises:
-            InvalidOption: invalid name or unknown queue (``queue does not exist; ...``).
-        """
-        request = m.QueuesInfoRequest(queue_name=name)
-        return await self.call("/v1/queues.info", request, m.QueueInfo, idempotent=True)
-
-    async def list_queues(self, pivot: str = "", limit: int = 0, namespace: str = "") -> m.QueuesListResponse:
-        """Queues of ``namespace`` (empty: ``_system``) by name, from the first name >= ``pivot``.
-
-        ``limit`` 0 means the server's default (1000).
-
-        Raises:
-            InvalidOption: limit out of range or invalid pivot.
-        """
-        msg = m.QueuesListRequest(pivot=pivot, limit=limit, namespace=namespace)
-        return await self.call("/v1/queues.list", msg, m.QueuesListResponse, idempotent=True)
-
-    # -- the storage API (operators and debugging) --------------------------------------------------------
-
-    async def list_items(
-        self, queue_name: str, partition: int, pivot: str = "", limit: int = 0
-    ) -> m.StorageItemsListResponse:
-        """Queued (not scheduled) items of one partition in FIFO order, from the first id >= ``pivot``.
-
-        Raises:
-            InvalidOption: unknown queue or partition, pivot not a valid id, negative limit.
-        """
-        return await self._list("/v1/storage/items.list", queue_name, partition, pivot, limit)
-
-    async def list_scheduled(
-        self, queue_name: str, partition: int, pivot: str = "", limit: int = 0
-    ) -> m.StorageItemsListResponse:
-        """Scheduled items of one partition, like ``list_items``."""
-        return await self._list("/v1/storage/scheduled.list", queue_name, partition, pivot, limit)
-
-    async def _list(
-        self, path: str, queue_name: str, partition: int, pivot: str, limit: int
-    ) -> m.StorageItemsListResponse:
-        msg = m.StorageItemsListRequest(queue_name=queue_name, partition=partition, pivot=pivot, limit=limit)
-        return await self.call(path, msg, m.StorageItemsListResponse, idempotent=True)
-
-    async def import_items(
-        self, queue_name: str, partition: int, items: Sequence[m.StorageItem]
-    ) -> m.StorageItemsImportResponse:
-        """Writes items into a partition as they are (new ids); items whose ``source_id`` exists are skipped.
-
-        Call ``reload`` afterwards so that the queue's counters include them.
-
-        Raises:
-            InvalidOption: unknown queue or partition, no items.
-        """
-        msg = m.StorageItemsImportRequest(queue_name=queue_name, partition=partition, items=list(items))
-        return await self.call("/v1/storage/items.import", msg, m.StorageItemsImportResponse)
-
-    async def delete_items(self, queue_name: str, partition: int, ids: Sequence[str]) -> None:
-        """Deletes items by id from a partition; unknown ids are ignored.
-
-        Raises:
-            InvalidOption: unknown queue or partition, no ids, a malformed id.
-        """
-        msg = m.StorageItemsDeleteRequest(queue_name=queue_name, partition=partition, ids=list(ids))
-        await self._reply_call("/v1/storage/items.delete", msg, idempotent=True)
 
     async def health(self) -> dict[str, Any]:
         """``GET /health``: the server's health+json body, for a passing (200) or failing (503) check.

@@ -1,5 +1,5 @@
-"""``Caller``: the base of ``AsyncClient``'s groups of calls kept in modules of their own (schedules,
-workflows), which send through its ``call``."""
+"""``Caller``: the base of ``AsyncClient``'s groups of calls kept in modules of their own (queue
+administration, storage, schedules, workflows, tenancy), which send through its ``call``."""
 
 from __future__ import annotations
 
@@ -24,3 +24,9 @@ class Caller:
             seconds: float | None = None,
             idempotent: bool = False,
         ) -> R: ...
+
+    async def _reply_call(
+        self, path: str, msg: m.Message, seconds: float | None = None, idempotent: bool = False
+    ) -> None:
+        """``call`` of a route whose reply carries nothing but success."""
+        await self.call(path, msg, m.Reply, seconds=seconds, idempotent=idempotent)

@@ -7,7 +7,9 @@ and encodes, and an embedding program calls it directly with the same results. I
   waits or is forwarded;
 - ``_conversion``: wire messages to and from what the engine and storage hold;
 - ``_local_queue``: this node's engine of a queue, with the methods of ``cluster.RemoteQueue``;
-- ``_service``: ``Service`` itself -- routing each request to one of those, and queue administration.
+- ``_queue_admin``: queue administration (create, update, delete, info, list, and telling the other
+  members of a change), mixed into ``Service``;
+- ``_service``: ``Service`` itself -- routing each request to one of those.
 """
 
 from querator.service._service import Service

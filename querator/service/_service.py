@@ -23,15 +23,16 @@ from querator.auth import ClusterAuth
 from querator.clock import MICROS, Clock, SystemClock, seconds, sleep_until, to_datetime
 from querator.cluster.node import ClusterNode
 from querator.cluster.proxy import Proxy
-from querator.cluster.remote_queue import CALL_TIMEOUT_S, RemoteQueue
+from querator.cluster.remote_queue import RemoteQueue
 from querator.cluster.router import HERE, Remote, Route, Router
 from querator.engine.queues_manager import HandOff, QueuesManager
 from querator.engine.redrive import redrive
 from querator.errors import TRY_AGAIN, InvalidOption, LeaseTimedOut, RetryRequest, shutting_down, try_again
 from querator.metrics import Metrics
 from querator.schedules import Scheduler
-from querator.service._conversion import queue_info, storage_item, stored_item
+from querator.service._conversion import storage_item, stored_item
 from querator.service._local_queue import LocalQueue
+from querator.service._queue_admin import QueueAdministration
 from querator.service._schedules import TELL_TIMEOUT_S, Schedules, tick_produce
 from querator.service._validation import (
     DEFAULT_LIST_LIMIT,
@@ -42,27 +43,19 @@ from querator.service._validation import (
     check_delete,
     check_import,
     check_lease,
-    check_lease_token_setting,
     check_list_items,
-    check_new_name,
     check_partition,
-    check_printable,
     check_produce,
-    check_queues_list,
-    check_record,
     check_redrive,
     check_redrive_target,
     check_renew,
     check_retry,
     check_stored_name,
-    dedup_window,
-    has_space,
     namespace,
-    timeouts,
 )
 from querator.service._workflows import DEFAULT_RETENTION_US, Workflows
-from querator.storage.base import DEFAULT_DEDUP_WINDOW, Item, QueueRecord, Store
-from querator.storage.operations import LEASE_TOKEN_KEY, moved_copies, new_lease_token_key
+from querator.storage.base import Item, QueueRecord, Store
+from querator.storage.operations import moved_copies
 from querator.storage.schedules import ScheduleRecord
 from querator.storage.split import SplitStore
 from querator.tenancy import CALLER, Tenancy
@@ -86,8 +79,9 @@ Target = LocalQueue | RemoteQueue
 log = logging.getLogger(__name__)
 
 
-class Service:
-    """Querator on one node: queue administration and the queue API over a storage backend."""
+class Service(QueueAdministration):
+    """Querator on one node: queue administration (``QueueAdministration``) and the queue API over a storage
+    backend."""
 
     def __init__(
         self,
@@ -385,30 +379,6 @@ class Service:
         """Produces the item of one tick of a schedule (docs/schedules.md), wherever its queue is."""
         await self.produce(tick_produce(record, tick))
 
-    async def refresh(self, req: m.QueuesInfoRequest) -> None:
-        """Another node changed or deleted a queue: its engine here takes the new settings, or stops."""
-        check_stored_name(req.queue_name)
-        await self.tenancy.authorize(SYSTEM_NAMESPACE, perm.QUEUE_UPDATE)  # a client's, not a node's, call
-        record = await self.store.get_queue(req.queue_name)
-        if record is None:
-            await self.manager.forget(req.queue_name)
-            if self._split is not None:  # this member's partitions are its own to drop
-                await self._split.forget_partitions(req.queue_name)
-        else:
-            await self.manager.refresh(record)
-
-    async def _refresh_elsewhere(self, name: str) -> None:
-        """Tells every other member that a queue changed; a member that cannot be told keeps its engine
-        until it respawns (logged: its settings may lag)."""
-        request = m.QueuesInfoRequest(queue_name=name)
-        calls = [
-            self.proxy.call(member, "/v1/cluster.refresh", request, m.Reply, CALL_TIMEOUT_S)
-            for member in self.router.other_members()
-        ]
-        for result in await asyncio.gather(*calls, return_exceptions=True):
-            if isinstance(result, BaseException):
-                log.warning("queue %s changed, but a node could not be told: %s", name, result)
-
     async def _tell_schedule_owner(self, name: str) -> None:
         """Tells the member firing the schedule ``name``, when another, of a change (schedules.refresh)."""
         owner = self.router.schedule_owner(name)
@@ -547,112 +517,6 @@ class Service:
         target = await self._at_partition(await self.manager.settings(queue), partition)
         await target.delete_items(m.StorageItemsDeleteRequest(queue_name=queue, partition=partition, ids=ids))
 
-    # -- queue administration ------------------------------------------------------------------------------
-
-    async def create_queue(self, info: m.QueueInfo) -> None:
-        check_new_name(info.queue_name)
-        # On create only: a queue made before this check stays usable and removable.
-        check_printable("queue name", info.queue_name)
-        lease_timeout, expire_timeout = timeouts(info)
-        owner = namespace(info.namespace)
-        check_printable("namespace name", owner)
-        check_lease_token_setting(info.lease_token)
-        await self.tenancy.authorize(owner, perm.QUEUE_CREATE)
-        await self.tenancy.check_namespace(owner)
-        if self._closing:
-            raise shutting_down("service")
-        if await self.manager.record(info.queue_name) is not None:
-            raise InvalidOption(f"invalid queue; '{info.queue_name}' already exists")
-        await self._check_dead_queue(info.queue_name, info.dead_queue)
-        now = self.clock.now()
-        record = QueueRecord(
-            name=info.queue_name,
-            namespace=owner,
-            lease_timeout=lease_timeout,
-            expire_timeout=expire_timeout,
-            dead_queue=info.dead_queue,
-            max_attempts=info.max_attempts,
-            reference=info.reference,
-            requested_partitions=info.requested_partitions,
-            created_at=now,
-            updated_at=now,
-            extra=_with_lease_tokens({}, info.lease_token),
-            dedup_window=dedup_window(info.dedup_window, DEFAULT_DEDUP_WINDOW),
-        )
-        check_record(record)
-        await self.manager.create(record)
-
-    async def update_queue(self, info: m.QueueInfo) -> None:
-        check_new_name(info.queue_name)
-        lease_timeout, expire_timeout = timeouts(info)
-        check_lease_token_setting(info.lease_token)
-        current = await self.manager.record(info.queue_name)
-        if current is None:
-            raise InvalidOption(f"queue does not exist; no such queue named '{info.queue_name}'")
-        await self.tenancy.authorize(current.namespace, perm.QUEUE_UPDATE)
-        await self._check_dead_queue(info.queue_name, info.dead_queue)
-        record = QueueRecord(
-            name=current.name,
-            namespace=current.namespace,
-            lease_timeout=lease_timeout or current.lease_timeout,
-            expire_timeout=expire_timeout or current.expire_timeout,
-            # The reference's documented "replace" semantics: these three are always overwritten.
-            dead_queue=info.dead_queue,
-            max_attempts=info.max_attempts,
-            reference=info.reference,
-            requested_partitions=info.requested_partitions or current.requested_partitions,
-            created_at=current.created_at,
-            updated_at=max(self.clock.now(), current.updated_at + 1),
-            extra=_with_lease_tokens(current.extra, info.lease_token),
-            dedup_window=dedup_window(info.dedup_window, current.dedup_window),
-        )
-        check_record(record)
-        if record.requested_partitions < current.requested_partitions:
-            raise InvalidOption(
-                f"partitions is invalid; cannot be decreased from {current.requested_partitions}"
-                f" to {record.requested_partitions}"
-            )
-        await self.manager.update(record)
-        await self._refresh_elsewhere(record.name)
-
-    async def delete_queue(self, req: m.QueuesDeleteRequest) -> None:
-        check_new_name(req.queue_name)
-        current = await self.manager.record(req.queue_name)
-        await self.tenancy.authorize(current.namespace if current else SYSTEM_NAMESPACE, perm.QUEUE_DELETE)
-        # Every node's engine stops writing before the items go.
-        await self.manager.delete(req.queue_name, before_items=self._refresh_elsewhere)
-
-    async def queue_info(self, req: m.QueuesInfoRequest) -> m.QueueInfo:
-        check_stored_name(req.queue_name)
-        record = await self.manager.record(req.queue_name)
-        if record is None:
-            raise InvalidOption(f"queue does not exist; no such queue named '{req.queue_name}'")
-        await self.tenancy.authorize(record.namespace, perm.QUEUE_STATS)
-        return queue_info(record)
-
-    async def list_queues(self, req: m.QueuesListRequest) -> m.QueuesListResponse:
-        listed = check_queues_list(req)
-        await self.tenancy.authorize(listed, perm.QUEUE_LIST)
-        records = await self.manager.list_queues(req.pivot, req.limit or DEFAULT_LIST_LIMIT, listed)
-        return m.QueuesListResponse(items=[queue_info(r) for r in records])
-
-    async def _check_dead_queue(self, name: str, dead_queue: str) -> None:
-        if not dead_queue:
-            return
-        if "~" in dead_queue:
-            raise InvalidOption(f"dead queue is invalid; '{dead_queue}' cannot contain '~' character")
-        if has_space(dead_queue):
-            raise InvalidOption(f"dead queue is invalid; '{dead_queue}' cannot contain whitespace")
-        if dead_queue == name:
-            raise InvalidOption("dead_queue cannot reference itself")
-        target = await self.manager.record(dead_queue)
-        if target is None:
-            raise InvalidOption(f"dead_queue does not exist; '{dead_queue}' was not found, create it first")
-        if target.dead_queue:
-            raise InvalidOption(
-                f"dead_queue is invalid; '{dead_queue}' already has its own dead_queue configured"
-            )
-
     # -- the storage API (operators and debugging) ---------------------------------------------------------
 
     async def list_items(
@@ -690,14 +554,3 @@ class Service:
         check_partition(record, req.partition)
         check_delete(req)
         await (await self._at_partition(record, req.partition, forwarded_by)).delete_items(req)
-
-
-def _with_lease_tokens(extra: dict[str, str], setting: str) -> dict[str, str]:
-    """A queue's settings beyond the reference's, after a create or update set ``lease_token`` to
-    ``setting`` ("" keeps what there is). Turning tokens on keeps an existing secret, so tokens already
-    handed out stay good; turning them off forgets it."""
-    if setting == "required" and LEASE_TOKEN_KEY not in extra:
-        return {**extra, LEASE_TOKEN_KEY: new_lease_token_key()}
-    if setting == "off" and LEASE_TOKEN_KEY in extra:
-        return {k: v for k, v in extra.items() if k != LEASE_TOKEN_KEY}
-    return extra

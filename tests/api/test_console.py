@@ -128,10 +128,10 @@ async def _raw_get(url: str, path: str) -> tuple[int, bytes]:
 @pytest.mark.parametrize(
     "path",
     [
-        "/ui/pages/../../http.py",
-        "/ui/..%2fhttp.py",
+        "/ui/pages/../../server.py",
+        "/ui/..%2fserver.py",
         "/ui/%2e%2e%2f__init__.py",
-        "/ui/%2e%2e/%2e%2e/http.py",
+        "/ui/%2e%2e/%2e%2e/server.py",
         "/ui/..\\_files.py",
         "/ui/_files.py",
         "/ui/static/index.html",

@@ -3,8 +3,9 @@ binary protobuf) and the Go-duration parser.
 
 A decoder may accept a body or refuse it, but only in the way the HTTP layer turns into a client error:
 ``wire.decode`` raises ``ClientContentError`` (455), ``parse_duration`` raises ``DurationError`` (which
-every caller turns into a 400 naming the field). Anything else would escape ``http._rpc`` as a 500 with a
-logged traceback, so the property is "returns an instance of the asked type, or raises exactly that".
+every caller turns into a 400 naming the field). Anything else would escape a route's handler
+(``querator.http``) as a 500 with a logged traceback, so the property is "returns an instance of the asked
+type, or raises exactly that".
 Hanging is covered by construction: inputs are bounded and pytest's 120 s timeout stops a runaway loop.
 
 Inputs come in three kinds: arbitrary bytes or text; structurally valid messages (generated from the
@@ -27,7 +28,6 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from querator import http
 from querator.duration import (
     HOUR,
     MICROSECOND,
@@ -39,6 +39,7 @@ from querator.duration import (
     parse_duration,
 )
 from querator.errors import ClientContentError
+from querator.http import _routes
 from querator.wire import JSON, PROTOBUF, decode, encode_json, encode_protobuf
 from querator.wire import messages as m
 from tests.unit.wire.test_codec import strategy_for
@@ -70,9 +71,10 @@ ROUND_TRIP = settings(
 
 
 def test_every_routed_type_is_fuzzed() -> None:
-    # A guard on the class filter above: every type a route of http.py decodes (``_rpc(call, m.X, limit)``,
-    # ``_routed`` alike) must be among those fuzzed here, whatever messages.py comes to call them.
-    routed = set(re.findall(r"_(?:rpc|routed)\([\w.]+, m\.(\w+), ", inspect.getsource(http)))
+    # A guard on the class filter above: every type a route of querator/http/_routes.py decodes
+    # (``_rpc(call, m.X, limit)``, ``_routed`` alike) must be among those fuzzed here, whatever messages.py
+    # comes to call them.
+    routed = set(re.findall(r"_(?:rpc|routed)\([\w.]+, m\.(\w+), ", inspect.getsource(_routes)))
     assert len(routed) >= 15
     assert routed <= {cls.__name__ for cls in REQUEST_TYPES}
 

@@ -1,0 +1,124 @@
+"""One route's handler: check the request, read and decode its body, call the service, and map what it
+returns or raises to the reply."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from querator.auth import EXTENSIONS_LEVEL
+from querator.errors import (
+    CODE_TEXT,
+    ClientContentError,
+    InvalidOption,
+    QueratorError,
+    StorageError,
+    try_again,
+)
+from querator.http._auth import verified_forward
+from querator.http._body import read_body
+from querator.http._replies import (
+    error_reply,
+    extensions_level,
+    message_reply,
+    method_not_allowed,
+    reference_view,
+)
+from querator.wire import JSON, decode, negotiate_accept
+from querator.wire import messages as m
+
+log = logging.getLogger("querator.http")
+
+M = TypeVar("M", bound=m.Message)
+R = TypeVar("R", bound=m.Message)
+
+
+def route_handler(
+    call: Callable[[web.Request, M], Awaitable[R | None]],
+    type_: type[M],
+    limit: int,
+    undelivered: Callable[[R], None] | None,
+    shield: bool,
+) -> Handler:
+    """The handler of one route. ``undelivered`` is told of a reply that could not be written (the
+    client went away); ``shield`` lets the call run to its end when the client disconnects."""
+
+    # Long on purpose: each failure is mapped to its reply here, in one place.
+    async def handler(request: web.Request) -> web.StreamResponse:  # noqa: PLR0911
+        if request.method != "POST":
+            return method_not_allowed(request)
+        try:
+            accept = negotiate_accept(request.headers.get("Accept"))
+        except ClientContentError as e:
+            return error_reply(e, JSON)
+        try:
+            content_type = request.headers.get("Content-Type")
+            _check_forgery(request, content_type)
+            body = await read_body(request, limit)
+            if (verified := verified_forward(request)) is not None:
+                verified.check_body(body)
+            pending = call(request, decode(body, content_type, type_))
+            result = await (asyncio.shield(pending) if shield else pending)
+        except StorageError as e:
+            # Queue metadata reads and writes reach storage outside the engine: a storage outage is a
+            # "try again" for them too, never a 500 (the engine does the same for partition work).
+            log.warning("%s failed: %s", request.path, e.message)
+            return error_reply(try_again(outcome_unknown=e.maybe_applied), accept)
+        except QueratorError as e:
+            return error_reply(e, accept)
+        except Exception:
+            log.exception("%s failed", request.path)
+            return message_reply(
+                m.Reply(code=500, code_text=CODE_TEXT[500], message="Internal Error"), accept, 500
+            )
+        if result is None:
+            return message_reply(m.OK_REPLY, accept, 200)
+        level = EXTENSIONS_LEVEL if accept != JSON else extensions_level(request)
+        response = message_reply(
+            reference_view(result, level) if level < EXTENSIONS_LEVEL else result, accept, 200
+        )
+        if undelivered is not None:
+            await _deliver(request, response, lambda: undelivered(result))
+        return response
+
+    return handler
+
+
+async def _deliver(request: web.Request, response: web.Response, undelivered: Callable[[], None]) -> None:
+    """Writes the reply now rather than after the handler, to learn whether it could be written."""
+    if (verified := verified_forward(request)) is not None:
+        verified.sign(response)
+    try:
+        await response.prepare(request)
+        await response.write_eof()
+    except ConnectionError:  # the client left: aiohttp expects this of a reply and logs nothing
+        undelivered()
+    except asyncio.CancelledError:
+        undelivered()
+        raise
+
+
+CROSS_SITE = frozenset({"cross-site", "same-site"})
+"""``Sec-Fetch-Site`` values of a request another site's page made the browser send."""
+REFUSE_CROSS_SITE = web.AppKey("refuse_cross_site", bool)
+"""Whether a body without a Content-Type is refused when a browser sent it for another site."""
+
+
+def _check_forgery(request: web.Request, content_type: str | None) -> None:
+    """Refuses a cross-site request forgery: a page of another site making the console user's browser
+    POST to the node. Such a page can send no Content-Type but the form ones (text/plain, urlencoded,
+    multipart), which ``decode`` refuses, or none, which it reads as JSON: so only a body without one is
+    checked, and requests of real clients (which name their type) cost nothing more. With API keys the
+    forgery would also lack the key: the console sends it in a header no other site can set
+    (docs/adr/0020-web-console.md)."""
+    if (
+        content_type is None
+        and request.app.get(REFUSE_CROSS_SITE, False)
+        and request.headers.get("Sec-Fetch-Site") in CROSS_SITE
+    ):
+        raise InvalidOption("request is invalid; a browser sent it for another site (Sec-Fetch-Site)")

@@ -1,0 +1,249 @@
+"""The applications: the route table of the v1 API, and the admin address's."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from querator.auth import FORWARDED_HEADER, ApiKeys
+from querator.console import CONSOLE_PREFIX, add_console
+from querator.http._auth import authentication
+from querator.http._body import DEFAULT_BODY, IMPORT_BODY, MAX_PRODUCE_BODY, SMALL_BODY, UPDATE_BODY
+from querator.http._handler import REFUSE_CROSS_SITE, M, R, route_handler
+from querator.http._probes import OPENAPI_PATH, SERVICE, health, metrics, openapi, openapi_document, ready
+from querator.http._replies import unknown
+from querator.metrics import LightHistogram, Observer
+from querator.service import Service
+from querator.tenancy import Tenancy
+from querator.wire import messages as m
+
+OPEN_PATHS = frozenset({"/health", "/ready", OPENAPI_PATH})
+"""Paths a GET may reach without an API key. Not ``/metrics``: it names every queue with its depth and
+rates (the admin address serves it without a key)."""
+ADMIN_OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
+"""What the admin address serves without a key when it also serves the console and its API."""
+
+
+def create_app(
+    service: Service,
+    max_produce_body: int = MAX_PRODUCE_BODY,
+    api_keys: ApiKeys | None = None,
+    operations: bool = True,
+    console: bool = False,
+) -> web.Application:
+    """The aiohttp application serving ``service``; the caller owns starting and stopping the service.
+
+    With ``api_keys`` every request but ``GET /health``, ``/ready`` and ``/openapi.yaml`` must carry a
+    key; ``/ready`` without one tells only whether the node is ready, not why not.
+    ``operations`` False leaves ``/ready`` and ``/metrics`` to the admin application (``--admin-address``);
+    ``/health`` stays, as the reference serves it on the API address.
+    ``console`` serves the web console at ``/ui/`` (docs/console.md); its files need no key.
+    """
+    app = _api_app(service, max_produce_body, api_keys, console, admin=False)
+    app.router.add_route("*", "/health", health)
+    if operations:
+        app.router.add_route("*", "/ready", ready)
+        app.router.add_route("*", "/metrics", metrics)
+    openapi_document()  # read now, not in the event loop at the first GET
+    app.router.add_route("*", OPENAPI_PATH, openapi)
+    if console:
+        add_console(app, unknown)
+    app.router.add_route("*", "/{tail:.*}", unknown)
+    return app
+
+
+def create_admin_app(
+    service: Service,
+    console: bool = False,
+    api_keys: ApiKeys | None = None,
+    max_produce_body: int = MAX_PRODUCE_BODY,
+) -> web.Application:
+    """Health, readiness and metrics, for a separate admin address; never authenticated without ``console``.
+
+    With ``console`` it also serves the web console and the v1 routes it calls, so that the console
+    works where only the admin address is reachable; those routes need a key as on the API address,
+    the probes and ``/metrics`` still do not.
+    """
+    if console:
+        app = _api_app(service, max_produce_body, api_keys, console, admin=True)
+    else:
+        app = web.Application()
+        app[SERVICE] = service
+    app.router.add_route("*", "/health", health)
+    app.router.add_route("*", "/ready", ready)
+    app.router.add_route("*", "/metrics", metrics)
+    if console:
+        add_console(app, unknown)
+    app.router.add_route("*", "/{tail:.*}", unknown)  # the error body, not aiohttp's text/plain 404
+    return app
+
+
+def _api_app(
+    service: Service, max_produce_body: int, api_keys: ApiKeys | None, console: bool, admin: bool
+) -> web.Application:
+    """An application with the v1 routes, authenticated by ``api_keys`` but for GETs of the open paths
+    (the admin address's, with ``admin``) and of the console's files (with ``console``)."""
+    middlewares = []
+    access = service.tenancy.access if service.tenancy.enabled else None
+    if api_keys or access:
+        open_paths = ADMIN_OPEN_PATHS if admin else OPEN_PATHS
+        prefix = CONSOLE_PREFIX if console else None
+        # The admin address tells anyone why it is not ready, as it does without the console.
+        middlewares.append(authentication(api_keys, access, open_paths, prefix, ready_details=admin))
+    app = web.Application(
+        client_max_size=max(IMPORT_BODY, max_produce_body) + 1, handler_args={}, middlewares=middlewares
+    )
+    app[SERVICE] = service
+    app[REFUSE_CROSS_SITE] = console
+    s = service
+    w = service.workflows
+
+    # A handler is cancelled when its client disconnects (``handler_cancellation``): a parked lease must
+    # not take items for nobody. Routes that change queues or move items in several steps are shielded
+    # from it: their work runs to its end, only the answer is lost.
+    routes: list[tuple[str, Handler]] = [
+        ("/v1/queue.produce", _routed(s.produce, m.QueueProduceRequest, max_produce_body)),
+        ("/v1/queue.lease", _routed(s.lease, m.QueueLeaseRequest, SMALL_BODY, undelivered=s.release)),
+        ("/v1/queue.complete", _routed(s.complete, m.QueueCompleteRequest, DEFAULT_BODY)),
+        ("/v1/queue.retry", _routed(s.retry, m.QueueRetryRequest, DEFAULT_BODY)),
+        ("/v1/queue.renew", _routed(s.renew, m.QueueRenewRequest, DEFAULT_BODY)),
+        ("/v1/queue.redrive", _rpc(s.redrive, m.QueueRedriveRequest, SMALL_BODY, shield=True)),
+        ("/v1/cluster.info", _rpc(s.cluster_info, m.ClusterInfoRequest, DEFAULT_BODY)),
+        ("/v1/cluster.refresh", _rpc(s.refresh, m.QueuesInfoRequest, SMALL_BODY, shield=True)),
+        ("/v1/queue.stats", _routed(s.stats, m.QueueStatsRequest, SMALL_BODY)),
+        ("/v1/queue.clear", _routed(s.clear, m.QueueClearRequest, SMALL_BODY, shield=True)),
+        ("/v1/queue.reload", _routed(s.reload, m.QueueReloadRequest, SMALL_BODY, shield=True)),
+        ("/v1/queues.create", _rpc(s.create_queue, m.QueueInfo, DEFAULT_BODY, shield=True)),
+        ("/v1/queues.list", _rpc(s.list_queues, m.QueuesListRequest, DEFAULT_BODY)),
+        ("/v1/queues.update", _rpc(s.update_queue, m.QueueInfo, UPDATE_BODY, shield=True)),
+        ("/v1/queues.delete", _rpc(s.delete_queue, m.QueuesDeleteRequest, DEFAULT_BODY, shield=True)),
+        ("/v1/queues.info", _rpc(s.queue_info, m.QueuesInfoRequest, DEFAULT_BODY)),
+        ("/v1/storage/items.list", _routed(s.list_items, m.StorageItemsListRequest, DEFAULT_BODY)),
+        (
+            "/v1/storage/items.import",
+            _routed(s.import_items, m.StorageItemsImportRequest, IMPORT_BODY, shield=True),
+        ),
+        (
+            "/v1/storage/items.delete",
+            _routed(s.delete_items, m.StorageItemsDeleteRequest, DEFAULT_BODY, shield=True),
+        ),
+        ("/v1/storage/scheduled.list", _routed(s.list_scheduled, m.StorageItemsListRequest, DEFAULT_BODY)),
+        # Durable workflows (docs/durable.md): writes in several steps are shielded, as above.
+        ("/v1/workflows.start", _rpc(w.start, m.WorkflowsStartRequest, max_produce_body, shield=True)),
+        ("/v1/workflows.info", _rpc(w.info, m.WorkflowsInfoRequest, SMALL_BODY)),
+        ("/v1/workflows.list", _rpc(w.list, m.WorkflowsListRequest, SMALL_BODY)),
+        ("/v1/workflows.signal", _rpc(w.signal, m.WorkflowsSignalRequest, max_produce_body, shield=True)),
+        ("/v1/workflows.cancel", _rpc(w.cancel, m.WorkflowsCancelRequest, SMALL_BODY, shield=True)),
+        ("/v1/workflows.result", _rpc(w.result, m.WorkflowsResultRequest, SMALL_BODY)),
+        ("/v1/workflows.claim", _rpc(w.claim, m.WorkflowsClaimRequest, SMALL_BODY, shield=True)),
+        ("/v1/workflows.append", _rpc(w.append, m.WorkflowsAppendRequest, max_produce_body, shield=True)),
+        *_schedule_routes(s),
+        *_tenancy_routes(s.tenancy),
+    ]
+    latency = service.metrics.latency
+    for path, handler in routes:
+        app.router.add_route("*", path, _timed(handler, path, latency))
+    return app
+
+
+def _schedule_routes(s: Service) -> list[tuple[str, Handler]]:
+    """The schedules routes (docs/schedules.md); a create or update carries an item template."""
+    api = s.schedules
+    return [
+        ("/v1/schedules.create", _rpc(api.create, m.ScheduleInfo, DEFAULT_BODY, shield=True)),
+        ("/v1/schedules.update", _rpc(api.update, m.ScheduleInfo, DEFAULT_BODY, shield=True)),
+        ("/v1/schedules.info", _rpc(api.info, m.SchedulesRequest, SMALL_BODY)),
+        ("/v1/schedules.list", _rpc(api.list, m.SchedulesListRequest, SMALL_BODY)),
+        ("/v1/schedules.delete", _rpc(api.delete, m.SchedulesRequest, SMALL_BODY, shield=True)),
+        ("/v1/schedules.pause", _rpc(api.pause, m.SchedulesRequest, SMALL_BODY, shield=True)),
+        ("/v1/schedules.resume", _rpc(api.resume, m.SchedulesRequest, SMALL_BODY, shield=True)),
+        ("/v1/schedules.refresh", _rpc(api.refresh, m.SchedulesRequest, SMALL_BODY)),
+    ]
+
+
+def _tenancy_routes(t: Tenancy) -> list[tuple[str, Handler]]:
+    """The routes of namespaces, users, API keys, roles and role bindings (docs/tenancy.md)."""
+    size = DEFAULT_BODY
+    return [
+        ("/v1/namespaces.create", _rpc(t.create_namespace, m.NamespaceInfo, size, shield=True)),
+        ("/v1/namespaces.update", _rpc(t.update_namespace, m.NamespaceInfo, size, shield=True)),
+        ("/v1/namespaces.list", _rpc(t.list_namespaces, m.NamespacesListRequest, size)),
+        (
+            "/v1/namespaces.delete",
+            _rpc(t.delete_namespace, m.NamespacesDeleteRequest, size, shield=True),
+        ),
+        ("/v1/users.create", _rpc(t.create_user, m.UserCreateRequest, size, shield=True)),
+        ("/v1/users.list", _rpc(t.list_users, m.UsersListRequest, size)),
+        ("/v1/users.delete", _rpc(t.delete_user, m.UsersDeleteRequest, size, shield=True)),
+        ("/v1/apikeys.create", _rpc(t.create_key, m.APIKeyCreateRequest, size, shield=True)),
+        ("/v1/apikeys.list", _rpc(t.list_keys, m.APIKeysListRequest, size)),
+        ("/v1/apikeys.delete", _rpc(t.delete_key, m.APIKeysDeleteRequest, size, shield=True)),
+        ("/v1/roles.create", _rpc(t.create_role, m.RoleCreateRequest, size, shield=True)),
+        ("/v1/roles.list", _rpc(t.list_roles, m.RolesListRequest, size)),
+        ("/v1/roles.update", _rpc(t.update_role, m.RoleUpdateRequest, size, shield=True)),
+        ("/v1/roles.delete", _rpc(t.delete_role, m.RolesDeleteRequest, size, shield=True)),
+        (
+            "/v1/rolebindings.create",
+            _rpc(t.create_binding, m.RoleBindingCreateRequest, size, shield=True),
+        ),
+        ("/v1/rolebindings.list", _rpc(t.list_bindings, m.RoleBindingsListRequest, size)),
+        (
+            "/v1/rolebindings.delete",
+            _rpc(t.delete_binding, m.RoleBindingDeleteRequest, size, shield=True),
+        ),
+    ]
+
+
+CLIENT_GONE = 499
+"""The status a request is counted under when its client went away before the answer (nginx's)."""
+
+
+def _timed(handler: Handler, path: str, latency: LightHistogram) -> Handler:
+    """``handler``, timed into ``latency`` by route and status code (a code's child made once)."""
+    by_code: dict[int, Observer] = {}
+
+    async def timed(request: web.Request) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        code = CLIENT_GONE
+        try:
+            response = await handler(request)
+            code = response.status
+            return response
+        finally:
+            child = by_code.get(code)
+            if child is None:
+                child = by_code[code] = latency.labels(path, str(code))
+            child.observe(loop.time() - started)
+
+    return timed
+
+
+def _routed(
+    call: Callable[[M, str], Awaitable[R | None]],
+    type_: type[M],
+    limit: int,
+    undelivered: Callable[[R], None] | None = None,
+    shield: bool = False,
+) -> Handler:
+    """The handler of a route the service may forward to another node: the call is told which node
+    forwarded the request, if one did."""
+
+    def forwardable(request: web.Request, message: M) -> Awaitable[R | None]:
+        return call(message, request.headers.get(FORWARDED_HEADER, ""))
+
+    return route_handler(forwardable, type_, limit, undelivered, shield)
+
+
+def _rpc(
+    call: Callable[[M], Awaitable[R | None]],
+    type_: type[M],
+    limit: int,
+    undelivered: Callable[[R], None] | None = None,
+    shield: bool = False,
+) -> Handler:
+    """The handler of a route this node always serves itself."""
+    return route_handler(lambda _, message: call(message), type_, limit, undelivered, shield)
