@@ -91,7 +91,7 @@ class Router:
         """Every other node owning a partition of the queue (for calls that need them all), starting
         with a different one each time; none for a request another node forwarded (its sender asks
         them)."""
-        if forwarded_by:
+        if forwarded_by or not self._node.clustered:
             return []
         # An owner that vanished (its grace period runs) serves nothing: no use asking it.
         others = [
