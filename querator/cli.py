@@ -163,7 +163,8 @@ def _leased_options(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="TOKEN",
-        help="the lease token of each id, in their order (once per id), for a queue that requires them",
+        help="the lease token of each id, in their order (once per id), for a queue that requires them; "
+        "one that starts with '-' goes as --lease-token=TOKEN",
     )
 
 

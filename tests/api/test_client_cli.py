@@ -756,7 +756,8 @@ def test_cli_retry(cli_endpoint: str) -> None:
 
 def test_cli_lease_tokens(cli_endpoint: str, tmp_path: Path) -> None:
     """On a queue that requires lease tokens (docs/extensions.md), each id goes with the token its lease
-    printed: by ``--lease-token``, or after the id on a ``--file`` line."""
+    printed: by ``--lease-token``, or after the id on a ``--file`` line. A token may start with "-" (one in
+    64 does), which argparse reads as an option unless it is attached: ``--lease-token=TOKEN``."""
     e = cli_endpoint
     with Client(e) as c:
         info = m.QueueInfo(
@@ -773,11 +774,13 @@ def test_cli_lease_tokens(cli_endpoint: str, tmp_path: Path) -> None:
         1,
         f"querator: 400 item(s) cannot be completed; '{a}' needs its lease token\n",
     )
-    assert ok(cli(e, "complete", "proofs", "-p", "0", a, "--lease-token", tokens[0])) == {"code": 200}
-    ok(cli(e, "retry", "proofs", "-p", "0", "-t", tokens[1], b, "--dead"))
-    renewed = ok(cli(e, "renew", "proofs", "-p", "0", c_, "-t", tokens[2], "--lease-timeout", "5m"))
+    dashed = cli(e, "complete", "proofs", "-p", "0", a, "--lease-token=-not-its-token")
+    assert (dashed.returncode, dashed.stderr) == (1, bare.stderr)  # reached the node, which refused it
+    assert ok(cli(e, "complete", "proofs", "-p", "0", a, f"--lease-token={tokens[0]}")) == {"code": 200}
+    ok(cli(e, "retry", "proofs", "-p", "0", f"--lease-token={tokens[1]}", b, "--dead"))
+    renewed = ok(cli(e, "renew", "proofs", "-p", "0", c_, f"-t{tokens[2]}", "--lease-timeout", "5m"))
     assert [i["id"] for i in renewed["items"]] == [c_]
-    mismatch = cli(e, "complete", "proofs", "-p", "0", c_, d, "-t", tokens[2])
+    mismatch = cli(e, "complete", "proofs", "-p", "0", c_, d, f"--lease-token={tokens[2]}")
     assert (mismatch.returncode, mismatch.stderr) == (
         2,
         "querator: lease tokens is invalid; 1 given for 2 ids\n",
