@@ -7,6 +7,8 @@ processes on a real etcd and Cassandra: each process is a cluster member of its 
 - Beside a node of one process, the node of two processes joins as two members at the ports it was given;
   with API keys on (forwards signed with the cluster secret), every partition of a queue spread over the
   three members is produced to, leased and completed through either node, each item delivered once.
+- With HTTPS and mutual TLS, the same through either node: the processes' ports serve HTTPS too, and a
+  forward to one of them without a client certificate of the cluster's CA is refused although signed.
 - kill -9 of one of the two processes while producers and consumers work through both nodes loses no
   acknowledged item; the supervisor restarts it, it registers again in etcd under its id, and the
   partitions it owns are served again (listed, produced to and leased from through either node).
@@ -18,19 +20,23 @@ import asyncio
 import os
 import secrets
 import signal
+import ssl
 from pathlib import Path
 
+import aiohttp
 import pytest
 
-from querator.auth import generate_key, key_hash
+from querator.auth import FORWARDED_HEADER, SIGNATURE_HEADER, ClusterAuth, generate_key, key_hash
 from querator.client import AsyncClient
 from querator.cluster.ring import Ring
 from querator.errors import RetryRequest
 from tests.cassandra_node import CassandraNode
 
+from .certs import Authority
 from .conftest import ServerProcess, Servers, eventually, free_port, start_refused, terminate
 from .etcd_server import EtcdServer
 from .test_cluster_routing import drain, node_args, produce_everywhere, retried
+from .test_cluster_security import secret_file, start_tls_node
 from .test_processes import Load, all_listening, children
 
 pytestmark = pytest.mark.integration
@@ -160,9 +166,75 @@ async def test_every_partition_is_served_through_either_node(
     delivered_too = await drain(one, two, queue, rest, api_key=key)
     everything = [p for d in (delivered, delivered_too) for items in d.values() for p in items]
     assert sorted(everything) == produced, "each acknowledged item delivered exactly once"
-    assert set(delivered) | set(delivered_too) == set(range(PARTITIONS))
+    # Produced through fresh connections (spread over node-0's processes): every member's partitions
+    # held items, both processes' included.
+    assert {owners[p] for p in [*delivered, *delivered_too]} == set(MEMBERS)
     for node in nodes:
         assert terminate(node) == 0, node.describe()
+
+
+async def test_forwards_between_processes_and_nodes_use_mutual_tls(
+    servers: Servers, etcd: EtcdServer, cassandra_node: CassandraNode, keyspace: str, tmp_path: Path
+) -> None:
+    key = generate_key()
+    secret_path, secret = secret_file(tmp_path)
+    auth = ("--api-keys", key_hash(key), "--cluster-secret-file", str(secret_path))
+    ca = Authority(tmp_path / "ca", "cluster")
+    trusted = ca.client_context()
+    ports = [free_port(), free_port()]
+    processes = ("--processes", "2", "--process-ports", ",".join(map(str, ports)))
+    two, two_url = await start_tls_node(
+        servers,
+        (*node_args(etcd, cassandra_node, keyspace, "/procs-tls", 0), *auth, *processes),
+        ca,
+        "node-0",
+    )
+    await all_listening(two)
+    _, one_url = await start_tls_node(
+        servers, (*node_args(etcd, cassandra_node, keyspace, "/procs-tls", 1), *auth), ca, "node-1"
+    )
+    urls = [two_url, one_url]
+
+    async def all_see_three() -> bool:
+        for url in urls * 4:  # fresh connections: on node-0 they reach either process
+            async with AsyncClient(url, api_key=key, ssl=trusted) as client:
+                listed = (await retried(client.cluster_info)).members
+            if sorted(m.node_id for m in listed if m.state == "serving") != MEMBERS:
+                return False
+        return True
+
+    await eventually(all_see_three, DEADLINE, "both nodes see the three members")
+    queue = spread_queue("tls")
+    async with AsyncClient(one_url, api_key=key, ssl=trusted) as client:
+        await client.create_queue(queue, partitions=PARTITIONS, lease_timeout="30s")
+        owners = {p.partition: p.owner for p in (await client.cluster_info(queue)).partitions}
+    produced = [f"tls-{n:03d}" for n in range(60)]
+    for n, payload in enumerate(produced):
+        async with AsyncClient(urls[n % 2], api_key=key, ssl=trusted) as client:
+            await retried(lambda c=client, p=payload: c.produce(queue, [p]))
+    delivered = await drain(two_url, one_url, queue, len(produced), api_key=key, tls=trusted)
+    assert sorted(p for items in delivered.values() for p in items) == produced
+    assert {owners[p] for p in delivered} == set(MEMBERS)
+
+    # Process 1's own port serves HTTPS, and a forward signed for it still needs a client certificate.
+    path, body = "/v1/queues.list", b"{}"
+
+    async def forward(context: ssl.SSLContext) -> int:
+        signature, _ = ClusterAuth(secret, "node-1").sign("node-0-1", "POST", path, body)
+        headers = {
+            "Content-Type": "application/json",
+            FORWARDED_HEADER: "node-1",
+            SIGNATURE_HEADER: signature,
+        }
+        url = f"https://127.0.0.1:{ports[1]}{path}"
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(url, data=body, headers=headers, ssl=context) as r,
+        ):
+            return r.status
+
+    assert await forward(trusted) == 401
+    assert await forward(ca.client_context(ca.issue("node-9"))) == 200
 
 
 async def test_kill9_of_one_process_loses_nothing_and_its_partitions_come_back(

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import signal
+import ssl
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -137,19 +138,22 @@ async def jobs_everywhere(
 
 
 async def drain(
-    lease_through: ServerProcess,
-    complete_through: ServerProcess,
+    lease_through: ServerProcess | str,
+    complete_through: ServerProcess | str,
     queue: str,
     expected: int,
     api_key: str | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> dict[int, list[str]]:
-    """Leases through one node and completes through another until ``expected`` items were delivered;
-    returns the payloads delivered per partition, in delivery order."""
+    """Leases through one node and completes through another (each a node or its API URL) until
+    ``expected`` items were delivered; returns the payloads delivered per partition, in delivery order."""
     delivered: dict[int, list[str]] = defaultdict(list)
     if expected <= 0:
         return delivered
-    leaser = AsyncClient(lease_through.url, api_key=api_key)
-    completer = AsyncClient(complete_through.url, api_key=api_key)
+    lease_url = lease_through if isinstance(lease_through, str) else lease_through.url
+    complete_url = complete_through if isinstance(complete_through, str) else complete_through.url
+    leaser = AsyncClient(lease_url, api_key=api_key, ssl=tls)
+    completer = AsyncClient(complete_url, api_key=api_key, ssl=tls)
     async with leaser, completer:
 
         async def step() -> bool:
