@@ -56,6 +56,15 @@ class ServerConfig:
             "(docs/processes.md)"
         },
     )
+    process_ports: str = field(
+        default="",
+        metadata={
+            "help": "with --cluster and --processes N > 1: N comma-separated ports, one per process, that "
+            "the other nodes forward to it on (bound on --address's host, advertised with "
+            "--advertise-address's; 0: a port the system chooses)",
+            "default": "none",
+        },
+    )
     storage: str = field(default="sqlite", metadata={"help": "storage backend: memory, sqlite or cassandra"})
     data_dir: str = field(default="querator-data", metadata={"help": "directory of the sqlite store"})
     sqlite_synchronous: str = field(
@@ -283,32 +292,83 @@ class ServerConfig:
             )
         if _duration("cluster-grace-period", self.cluster_grace_period) < 0:
             raise ConfigError(f"cluster-grace-period is invalid; '{self.cluster_grace_period}' is negative")
+        if self.process_ports and not (self.cluster and self.processes > 1):
+            raise ConfigError(
+                "process-ports is invalid; it gives the ports of a cluster node's processes (--cluster with "
+                "--processes above 1)"
+            )
         node_id, advertise = self.node_id, self.advertise_address
         if self.cluster:
-            _parse_cluster(self.cluster)
-            if self.processes > 1:
-                raise ConfigError(
-                    "processes is invalid; more than one process per node is not supported with --cluster "
-                    "yet (docs/processes.md)"
-                )
-            # Only a cluster node needs an id: a single node must start whatever its host is called.
-            node_id = node_id or socket.gethostname()
-            if not _NODE_ID.fullmatch(node_id):
-                raise ConfigError(
-                    f"node-id is invalid; '{node_id}' must be 1 to 253 letters, digits, '.', '_' or '-', "
-                    "starting with a letter or digit"
-                )
-            advertise = advertise or self._default_advertise_address()
-            _host_port("advertise-address", advertise)
-            if (self.api_keys.strip() or self.api_keys_file or self.tenancy) and not self.cluster_secret_file:
-                raise ConfigError(
-                    "cluster-secret-file is required with api keys or tenancy in a cluster; the nodes "
-                    "authenticate "
-                    "the requests they forward to each other with it"
-                )
+            node_id, advertise = self._validate_cluster()
         return replace(
             self, log_level=level, sqlite_synchronous=sync, node_id=node_id, advertise_address=advertise
         )
+
+    def _validate_cluster(self) -> tuple[str, str]:
+        """Checks the settings of a cluster node; its node id and advertised address, defaults filled."""
+        node_id, advertise = self.node_id, self.advertise_address
+        _parse_cluster(self.cluster)
+        # Only a cluster node needs an id: a single node must start whatever its host is called.
+        node_id = node_id or socket.gethostname()
+        # With several processes each is a member '<node-id>-<index>': the longest must fit too.
+        longest = f"{node_id}-{self.processes - 1}" if self.processes > 1 else node_id
+        if not _NODE_ID.fullmatch(node_id) or not _NODE_ID.fullmatch(longest):
+            suffix = f" ('-{self.processes - 1}' included: a process's member id)" * (longest != node_id)
+            raise ConfigError(
+                f"node-id is invalid; '{node_id}' must be 1 to 253 letters, digits, '.', '_' or '-', "
+                f"starting with a letter or digit{suffix}"
+            )
+        advertise = advertise or self._default_advertise_address()
+        _host_port("advertise-address", advertise)
+        if (self.api_keys.strip() or self.api_keys_file or self.tenancy) and not self.cluster_secret_file:
+            raise ConfigError(
+                "cluster-secret-file is required with api keys or tenancy in a cluster; the nodes "
+                "authenticate "
+                "the requests they forward to each other with it"
+            )
+        if self.processes > 1:
+            self._validate_cluster_processes()
+        return node_id, advertise
+
+    def _validate_cluster_processes(self) -> None:
+        """A cluster node of several processes: each is a member of its own, on a port of its own."""
+        if self.storage != "cassandra":
+            raise ConfigError(
+                "processes is invalid; more than one process per cluster node needs --storage cassandra, "
+                "which every process of every node shares (docs/processes.md)"
+            )
+        if not self.process_ports:
+            raise ConfigError(
+                f"process-ports is invalid; --cluster with --processes {self.processes} needs "
+                f"{self.processes} ports, one per process, for the other nodes to forward to"
+            )
+        ports = self.cluster_process_ports()
+        if len(ports) != self.processes:
+            raise ConfigError(
+                f"process-ports is invalid; '{self.process_ports}' gives {len(ports)} port(s) for "
+                f"{self.processes} processes"
+            )
+        taken = {int(self.address.rpartition(":")[2]): "--address's"}
+        if self.admin_address:
+            taken[int(self.admin_address.rpartition(":")[2])] = "--admin-address's"
+        for n, port in enumerate(ports):
+            if port and port in ports[:n]:
+                raise ConfigError(f"process-ports is invalid; port {port} is given twice")
+            if port and port in taken:
+                raise ConfigError(f"process-ports is invalid; port {port} is {taken[port]}")
+
+    def cluster_process_ports(self) -> tuple[int, ...]:
+        """The ports of ``process-ports``, by process index (0: the system chooses)."""
+        ports = []
+        for text in self.process_ports.split(","):
+            port = text.strip()
+            if not port.isdigit() or int(port) > 65535:
+                raise ConfigError(
+                    f"process-ports is invalid; '{port}' in '{self.process_ports}' is not a port from 0 "
+                    "to 65535"
+                )
+            ports.append(int(port))
+        return tuple(ports)
 
     def _validate_tls(self) -> None:
         _pair("tls-cert-file", self.tls_cert_file, "tls-key-file", self.tls_key_file)

@@ -146,9 +146,17 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
         _stop_with_supervisor(role, stop)
     cluster_auth = _cluster_auth(config, role)
     keys = _api_keys(config, cluster_auth, role)
-    # The processes of a node forward over their private loopback sockets, in plain HTTP.
-    api_tls, cluster_tls = tls.server_context(config), None if role else tls.cluster_context(config)
+    # The processes of a node alone forward over their private loopback sockets, in plain HTTP; those of
+    # a cluster node are members of the cluster, forwarding as its nodes do.
+    alone = role is not None and not config.cluster
+    api_tls, cluster_tls = tls.server_context(config), None if alone else tls.cluster_context(config)
     cluster_config = config.cluster_config()  # reads etcd's TLS files and password: fail before binding
+    if cluster_config is not None and role is not None:
+        cluster_config = replace(
+            cluster_config,
+            node_id=process_id(cluster_config.node_id, role.index),
+            advertise_address=role.addresses[role.index],
+        )
     _raise_open_files_limit(config.max_connections * (2 if config.admin_address else 1) + FD_RESERVE)
     # Bind before anything else, so that an address we cannot use fails before storage is touched.
     reuse_port = role is not None  # the node's processes share its addresses, the kernel spreads them
@@ -160,7 +168,7 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
             sockets[0].close()
             raise
     clock = SystemClock()
-    local = LocalMembers(LOCAL_NODE, role.index, role.addresses) if role else None
+    local = LocalMembers(LOCAL_NODE, role.index, role.addresses) if role and alone else None
     cluster = ClusterNode(cluster_config, clock, config.address, local)
     try:
         service = Service(
@@ -205,7 +213,7 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
         apps.append(create_admin_app(service, console, keys, config.max_produce_body))
     limits = config.listener_config()
     listeners = [Listener(limits) for _ in apps]
-    private = _private_listener(role, limits)
+    private = _private_listener(role, limits, bool(config.cluster))
     runners = [
         # A client that disconnects cancels its handler (as under aiohttp's test server): a lease parked
         # for it must not live on and take items for nobody (querator.http).
@@ -238,9 +246,15 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
             )
             if private is not None and runner is runners[0]:
                 private_listener, private_sock = private
+                # A cluster node's process is forwarded to by the other nodes as a node is: over HTTPS
+                # when the API serves it.
                 listening.append(
                     await loop.create_server(
-                        private_listener.protocol_factory(protocol), sock=private_sock, backlog=BACKLOG
+                        private_listener.protocol_factory(protocol),
+                        sock=private_sock,
+                        backlog=BACKLOG,
+                        ssl=None if alone else api_tls,
+                        ssl_handshake_timeout=None if alone or not api_tls else limits.header_timeout,
                     )
                 )
         log.info(
@@ -323,18 +337,20 @@ def _warn_if_exposed(setting: str, file: str) -> None:
 
 
 def _private_listener(
-    role: ProcessRole | None, limits: ListenerConfig
+    role: ProcessRole | None, limits: ListenerConfig, clustered: bool
 ) -> tuple[Listener, socket.socket] | None:
-    """The limits and the socket of a process's private address, where the node's other processes
-    forward to it (the supervisor opened it); None for a node of one process.
+    """The limits and the socket of a process's own address, where the node's other processes (and,
+    ``clustered``, the other nodes) forward to it (the supervisor opened it); None for a node of one
+    process.
 
     Its own limits: every other process may hold its pooled connections to it, long-polled leases
-    included, and none of them should count against the clients' ``max-connections``."""
+    included, and none of them should count against the clients' ``max-connections``. A cluster node's
+    process is forwarded to by nodes it cannot count: the API's limits then, as a node of one process
+    takes forwards on its API address."""
     if role is None:
         return None
-    listener = Listener(
-        replace(limits, max_connections=(CONNECTIONS + POLL_CONNECTIONS) * (role.count - 1) or 1)
-    )
+    forwarders = (CONNECTIONS + POLL_CONNECTIONS) * (role.count - 1) or 1
+    listener = Listener(limits if clustered else replace(limits, max_connections=forwarders))
     return listener, socket.socket(fileno=role.private_fd)
 
 
@@ -385,9 +401,12 @@ def _api_keys(
         ) from None
     except ApiKeyError as e:
         raise ConfigError(str(e)) from None
-    # A node's processes forward to each other over loopback in plain HTTP, without certificates.
+    # A node's processes forward to each other over loopback in plain HTTP, without certificates; those
+    # of a cluster node forward as its nodes do.
     return ApiKeys(
-        hashes, cluster_auth, forwards_need_certificate=bool(config.tls_client_ca_file) and role is None
+        hashes,
+        cluster_auth,
+        forwards_need_certificate=bool(config.tls_client_ca_file) and (role is None or bool(config.cluster)),
     )
 
 
@@ -413,6 +432,7 @@ def run(config: ServerConfig, role: ProcessRole | None = None) -> int:
         _api_keys(config, _cluster_auth(config))
         tls.server_context(config)
         tls.cluster_context(config)
+        config.cluster_config()
         return supervise(config)
     gc.freeze()  # what is loaded by now lives as long as the process: no collection need scan it again
     gc.set_threshold(GC_THRESHOLD)

@@ -4,6 +4,8 @@ With N > 1 the ``serve`` process becomes a supervisor (``supervise``): it starts
 its role (``ProcessRole``, read back by ``role_from_env``). Every process binds the public address with
 ``SO_REUSEPORT`` and serves the partitions the ring gives it among the processes' fixed member set
 (``querator.cluster.local_members``), forwarding the rest as a cluster node forwards to another node.
+The processes of a cluster node (``--cluster``) are instead etcd members of their own, each at its port
+of ``process-ports`` (docs/processes.md, "In a cluster").
 A sqlite data dir records how many processes wrote it (``check_processes``), and each process writes
 its partitions to its own database file (``database``). With memory storage, each holds the directory
 of the sqlite file they share while it runs, and the last one to let go removes it (``shared_dir_held``).

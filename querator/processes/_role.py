@@ -24,7 +24,8 @@ class ProcessRole:
 
     index: int
     addresses: tuple[str, ...]
-    """Every process's private ``host:port``, by index: where the others forward to it."""
+    """Every process's ``host:port``, by index, where the others forward to it: private on 127.0.0.1, or
+    for a cluster node the address it advertises as a member (docs/processes.md)."""
     private_fd: int
     """The listening socket of this process's private address, opened by the supervisor."""
     parent_fd: int

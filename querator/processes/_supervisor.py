@@ -2,9 +2,11 @@
 
 It opens what must outlive a process: one private listening socket per process on 127.0.0.1, where the
 others forward to it (a restarting process's forwards wait in that socket's backlog instead of being
-refused), the public port reserved for the processes to bind with ``SO_REUSEPORT`` (the kernel spreads
-connections among them), and, with memory storage, the directory of the sqlite file the processes share
-(``_shared_dir``: removed by the supervisor or, when it is killed, by its last process).
+refused; for a cluster node, a socket per process at its ``process-ports`` port, where the other nodes
+forward to it too, each process being a cluster member of its own), the public port reserved for the
+processes to bind with ``SO_REUSEPORT`` (the kernel spreads connections among them), and, with memory
+storage, the directory of the sqlite file the processes share (``_shared_dir``: removed by the supervisor
+or, when it is killed, by its last process).
 It then starts each process (``python -m querator.server``) with its role in the environment
 (``_role``), restarts one that dies with a back-off, passes SIGTERM and SIGINT on and waits for all.
 A process that exits with the configuration error status (2) stops the node: restarting cannot fix a
@@ -68,11 +70,17 @@ def supervise(config: ServerConfig) -> int:
         _reserve("admin-address", config.admin_address) if config.admin_address else ("", None)
     )
     config = replace(config, address=address, admin_address=admin_address)
-    privates = [socket.create_server(("127.0.0.1", 0), backlog=BACKLOG) for _ in range(config.processes)]
+    try:
+        privates, addresses = _process_sockets(config)
+    except BaseException:
+        for sock in (reserved, admin_reserved):
+            if sock is not None:
+                sock.close()
+        raise
     shared_dir = tempfile.mkdtemp(prefix="querator-") if config.storage == "memory" else ""
     shared_lock = hold(shared_dir) if shared_dir else -1  # a process stopping after us removes it
     try:
-        return asyncio.run(_Supervisor(config, privates, shared_dir).run())
+        return asyncio.run(_Supervisor(config, privates, addresses, shared_dir).run())
     finally:
         for sock in [*privates, reserved, admin_reserved]:
             if sock is not None:
@@ -80,6 +88,28 @@ def supervise(config: ServerConfig) -> int:
         if shared_dir:
             shutil.rmtree(shared_dir, ignore_errors=True)
             os.close(shared_lock)
+
+
+def _process_sockets(config: ServerConfig) -> tuple[list[socket.socket], tuple[str, ...]]:
+    """One listening socket per process, where the others forward to it, and the address it is reached
+    at: on 127.0.0.1 for a node alone; for a cluster node, where other nodes forward to it too, at its
+    port of ``process-ports`` on the API address's host, advertised with the advertise address's."""
+    if not config.cluster:
+        alone = [socket.create_server(("127.0.0.1", 0), backlog=BACKLOG) for _ in range(config.processes)]
+        return alone, tuple(f"127.0.0.1:{s.getsockname()[1]}" for s in alone)
+    host = split_address(config.address)[0]
+    socks: list[socket.socket] = []
+    for port in config.cluster_process_ports():
+        try:
+            socks.append(socket.create_server((host, port), backlog=BACKLOG))
+        except OSError as e:
+            for sock in socks:
+                sock.close()
+            raise ConfigError(
+                f"process-ports is invalid; cannot listen on '{host}:{port}': {e.strerror or e}"
+            ) from None
+    advertised = config.advertise_address.rpartition(":")[0]
+    return socks, tuple(f"{advertised}:{s.getsockname()[1]}" for s in socks)
 
 
 def _reserve(name: str, address: str) -> tuple[str, socket.socket]:
@@ -108,10 +138,12 @@ def _cluster_secret(config: ServerConfig) -> bytes:
 
 
 class _Supervisor:
-    def __init__(self, config: ServerConfig, privates: list[socket.socket], shared_dir: str) -> None:
+    def __init__(
+        self, config: ServerConfig, privates: list[socket.socket], addresses: tuple[str, ...], shared_dir: str
+    ) -> None:
         self._config = config
         self._privates = privates
-        self._addresses = tuple(f"127.0.0.1:{s.getsockname()[1]}" for s in privates)
+        self._addresses = addresses
         self._shared_db = str(Path(shared_dir) / "shared.db") if shared_dir else ""
         self._secret = _cluster_secret(config)
         self._clock = SystemClock()
@@ -125,9 +157,10 @@ class _Supervisor:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._stop.set)
         log.info(
-            "querator supervising %d processes on %s (private addresses %s)",
+            "querator supervising %d processes on %s (%s addresses %s)",
             len(self._privates),
             self._config.address,
+            "member" if self._config.cluster else "private",
             ", ".join(self._addresses),
         )
         keepers = [asyncio.ensure_future(self._keep(i)) for i in range(len(self._privates))]

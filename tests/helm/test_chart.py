@@ -148,6 +148,17 @@ def test_defaults_wire_external_etcd_and_cassandra(rendered: Render) -> None:
     assert "QUERATOR_TENANCY" not in env
 
 
+def test_processes_per_pod_get_a_port_each(rendered: Render) -> None:
+    """With querator.processes above 1 each process is a member with its own port, declared on the pod;
+    the defaults run one process per pod, as before."""
+    assert "QUERATOR_PROCESSES" not in env_vars(rendered("defaults").container)
+    container = rendered("processes").container
+    config = load(None, pod_env(container, {"metadata.name": "querator-0"}, {}), {})
+    assert config.processes == 2
+    assert config.cluster_process_ports() == (2500, 2501)
+    assert [container_port(container, f"process-{i}") for i in range(2)] == [2500, 2501]
+
+
 @pytest.mark.parametrize(("case", "replicas"), [("defaults", 3), ("replicas-3", 3), ("replicas-7", 7)])
 def test_replicas(rendered: Render, case: str, replicas: int) -> None:
     r = rendered(case)

@@ -67,6 +67,22 @@ REJECTED: list[tuple[str, dict[str, Any], str]] = [
         "cluster.secret.existingSecret is required with tenancy",
     ),
     ("tenancy-not-a-boolean", {"tenancy": {"enabled": "yes"}}, "enabled"),
+    ("too-many-processes", {"querator": {"processes": 257}}, "processes"),
+    (
+        "processes-on-memory",
+        {"querator": {"processes": 2}, "storage": {"backend": "memory"}},
+        "querator.processes above 1 needs storage.backend cassandra",
+    ),
+    (
+        "process-ports-past-65535",
+        {"querator": {"processes": 2, "processPortBase": 65535}},
+        "processPortBase + querator.processes - 1 must be a port up to 65535",
+    ),
+    (
+        "api-port-among-process-ports",
+        {"querator": {"processes": 2, "processPortBase": 2318}},
+        "must lie outside the process ports",
+    ),
 ]
 
 ACCEPTED: list[tuple[str, dict[str, Any]]] = [

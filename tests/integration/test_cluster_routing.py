@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import signal
+import ssl
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -98,7 +99,7 @@ async def owners(server: ServerProcess, queue: str) -> dict[int, str]:
 
 
 async def produce_everywhere(
-    nodes: list[ServerProcess], queue: str, count: int, batch: int = 10
+    nodes: list[ServerProcess], queue: str, count: int, batch: int = 10, api_key: str | None = None
 ) -> list[str]:
     """Produces ``count`` items through every node in turn, one batch at a time; returns the payloads
     in the order they were acknowledged."""
@@ -106,7 +107,7 @@ async def produce_everywhere(
     for start in range(0, count, batch):
         payloads = [f"{queue}-{n:05d}" for n in range(start, min(count, start + batch))]
         server = nodes[(start // batch) % len(nodes)]
-        async with AsyncClient(server.url) as client:
+        async with AsyncClient(server.url, api_key=api_key) as client:
             await retried(lambda c=client, p=payloads: c.produce(queue, p))
         produced.extend(payloads)
     return produced
@@ -137,14 +138,23 @@ async def jobs_everywhere(
 
 
 async def drain(
-    lease_through: ServerProcess, complete_through: ServerProcess, queue: str, expected: int
+    lease_through: ServerProcess | str,
+    complete_through: ServerProcess | str,
+    queue: str,
+    expected: int,
+    api_key: str | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> dict[int, list[str]]:
-    """Leases through one node and completes through another until ``expected`` items were delivered;
-    returns the payloads delivered per partition, in delivery order."""
+    """Leases through one node and completes through another (each a node or its API URL) until
+    ``expected`` items were delivered; returns the payloads delivered per partition, in delivery order."""
     delivered: dict[int, list[str]] = defaultdict(list)
     if expected <= 0:
         return delivered
-    async with AsyncClient(lease_through.url) as leaser, AsyncClient(complete_through.url) as completer:
+    lease_url = lease_through if isinstance(lease_through, str) else lease_through.url
+    complete_url = complete_through if isinstance(complete_through, str) else complete_through.url
+    leaser = AsyncClient(lease_url, api_key=api_key, ssl=tls)
+    completer = AsyncClient(complete_url, api_key=api_key, ssl=tls)
+    async with leaser, completer:
 
         async def step() -> bool:
             try:

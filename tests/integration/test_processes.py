@@ -1,7 +1,7 @@
 """A node of several processes (``querator serve --processes N``, docs/processes.md), with real processes.
 
 - Bad values of ``--processes`` are refused with one line before anything starts; so is a data dir
-  written with another number of processes, and ``--cluster`` with more than one.
+  written with another number of processes (a cluster node's processes: test_cluster_processes.py).
 - The processes split a queue's partitions and forward to each other: every partition is served
   whichever process a connection lands on; API keys on, the forwards are signed with the supervisor's
   secret of the run.
@@ -105,13 +105,6 @@ async def _true(value: bool) -> bool:
 def test_bad_process_counts_are_refused(servers: Servers, value: str, message: str) -> None:
     server = start_refused(servers, "--processes", value, "--storage", "memory")
     assert server.stderr() == message
-
-
-def test_processes_with_a_cluster_are_refused(servers: Servers) -> None:
-    server = start_refused(
-        servers, "--processes", "2", "--storage", "memory", "--cluster", "etcd://127.0.0.1:2379"
-    )
-    assert server.stderr().startswith("querator: processes is invalid; more than one process per node is")
 
 
 def test_a_data_dir_of_another_process_count_is_refused(servers: Servers, tmp_path: Path) -> None:

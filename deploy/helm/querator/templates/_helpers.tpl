@@ -120,6 +120,19 @@ the render with a message naming the values.
 {{- if and $etcdTls.clientSecret (not $etcdTls.enabled) }}
 {{- fail "cluster.etcd.tls.enabled is required with cluster.etcd.tls.clientSecret" }}
 {{- end }}
+{{- $processes := int .Values.querator.processes }}
+{{- if and (gt $processes 1) (ne .Values.storage.backend "cassandra") }}
+{{- fail "querator.processes above 1 needs storage.backend cassandra: each process is a cluster member of its own, and only Cassandra is shared by them all" }}
+{{- end }}
+{{- $last := add .Values.querator.processPortBase $processes -1 }}
+{{- if and (gt $processes 1) (gt (int $last) 65535) }}
+{{- fail "querator.processPortBase + querator.processes - 1 must be a port up to 65535" }}
+{{- end }}
+{{- range $port := list .Values.querator.port .Values.querator.adminPort }}
+{{- if and (gt $processes 1) (ge (int $port) (int $.Values.querator.processPortBase)) (le (int $port) (int $last)) }}
+{{- fail "querator.port and querator.adminPort must lie outside the process ports (querator.processPortBase to processPortBase + processes - 1)" }}
+{{- end }}
+{{- end }}
 {{- if le (int .Values.terminationGracePeriodSeconds) (int .Values.preStopSleepSeconds) }}
 {{- fail "terminationGracePeriodSeconds must be greater than preStopSleepSeconds: the node needs time to leave the cluster after the preStop wait" }}
 {{- end }}
@@ -157,4 +170,16 @@ etcd-auth: {secret: {{ .existingSecret }}, keys: [{{ .passwordKey }}], dir: {{ i
 {{- range $name, $volume := (include "querator.secretVolumes" . | fromYaml) }}
 {{ $name }}: {{ $volume.dir }}
 {{- end }}
+{{- end }}
+
+{{/*
+The ports of a pod's processes (querator.processes above 1), comma-separated: processPortBase,
+processPortBase + 1, ...
+*/}}
+{{- define "querator.processPorts" -}}
+{{- $ports := list }}
+{{- range $i := until (int .Values.querator.processes) }}
+{{- $ports = append $ports (add $.Values.querator.processPortBase $i) }}
+{{- end }}
+{{- join "," $ports }}
 {{- end }}
