@@ -16,6 +16,7 @@ import hashlib
 import http.client
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -31,7 +32,9 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from querator.auth import generate_key, key_hash
 from querator.client import AsyncClient
+from querator.cluster.ring import Ring
 from querator.errors import QueratorError, RequestFailed
 
 from .etcd_server import etcd  # noqa: F401 - the session's etcd fixture, for every integration test
@@ -42,6 +45,26 @@ START_DEADLINE = 30.0
 STOP_DEADLINE = 20.0
 """Seconds a server may take to exit after SIGTERM or SIGKILL."""
 POLL_INTERVAL = 0.02
+
+
+def spread_queue(members: Sequence[str], partitions: int, prefix: str) -> str:
+    """A queue name whose ``partitions`` the ring gives to every one of ``members`` (some names land on
+    fewer)."""
+    ring = Ring(list(members), 1)
+    for n in range(1000):
+        name = f"{prefix}{n}"
+        if {ring.owner(name, p) for p in range(partitions)} == set(members):
+            return name
+    raise AssertionError(f"no queue name spreads over {members}")
+
+
+def keyed_cluster(tmp_path: Path) -> tuple[str, tuple[str, ...]]:
+    """An API key, and the flags of a cluster node that accepts it and signs its forwards with a new
+    secret."""
+    key = generate_key()
+    secret = tmp_path / "cluster-secret"
+    secret.write_text(secrets.token_hex(32))
+    return key, ("--api-keys", key_hash(key), "--cluster-secret-file", str(secret))
 
 
 def free_port() -> int:

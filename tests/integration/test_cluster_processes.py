@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import secrets
 import signal
 import ssl
 from pathlib import Path
@@ -28,12 +27,20 @@ import pytest
 
 from querator.auth import FORWARDED_HEADER, SIGNATURE_HEADER, ClusterAuth, generate_key, key_hash
 from querator.client import AsyncClient
-from querator.cluster.ring import Ring
 from querator.errors import RetryRequest
 from tests.cassandra_node import CassandraNode
 
 from .certs import Authority
-from .conftest import ServerProcess, Servers, eventually, free_port, start_refused, terminate
+from .conftest import (
+    ServerProcess,
+    Servers,
+    eventually,
+    free_port,
+    keyed_cluster,
+    spread_queue,
+    start_refused,
+    terminate,
+)
 from .etcd_server import EtcdServer
 from .test_cluster_routing import drain, node_args, produce_everywhere, retried
 from .test_cluster_security import secret_file, start_tls_node
@@ -47,14 +54,9 @@ PROCESS_MEMBERS = ["node-0-0", "node-0-1"]
 MEMBERS = [*PROCESS_MEMBERS, "node-1"]
 
 
-def spread_queue(prefix: str) -> str:
+def member_queue(prefix: str) -> str:
     """A queue name whose partitions the ring gives to every member, both processes included."""
-    ring = Ring(MEMBERS, 1)
-    for n in range(1000):
-        name = f"{prefix}{n}"
-        if {ring.owner(name, p) for p in range(PARTITIONS)} == set(MEMBERS):
-            return name
-    raise AssertionError("no queue name spreads over the members")
+    return spread_queue(MEMBERS, PARTITIONS, prefix)
 
 
 @pytest.mark.parametrize(
@@ -144,17 +146,14 @@ async def all_members(nodes: list[ServerProcess], api_key: str | None = None) ->
 async def test_every_partition_is_served_through_either_node(
     servers: Servers, etcd: EtcdServer, cassandra_node: CassandraNode, keyspace: str, tmp_path: Path
 ) -> None:
-    key = generate_key()
-    secret = tmp_path / "cluster-secret"
-    secret.write_text(secrets.token_hex(32))
-    auth = ("--api-keys", key_hash(key), "--cluster-secret-file", str(secret))
+    key, auth = keyed_cluster(tmp_path)
     two, one, ports = await start_nodes(servers, etcd, cassandra_node, keyspace, "/procs", *auth)
     nodes = [two, one]
     await eventually(lambda: all_members(nodes, key), DEADLINE, "both nodes see the three members")
     seen = await members(one, key)
     assert [seen[m] for m in PROCESS_MEMBERS] == [f"127.0.0.1:{p}" for p in ports]
 
-    queue = spread_queue("spread")
+    queue = member_queue("spread")
     async with AsyncClient(one.url, api_key=key) as client:
         await client.create_queue(queue, partitions=PARTITIONS, lease_timeout="30s")
         owners = {p.partition: p.owner for p in (await client.cluster_info(queue)).partitions}
@@ -204,7 +203,7 @@ async def test_forwards_between_processes_and_nodes_use_mutual_tls(
         return True
 
     await eventually(all_see_three, DEADLINE, "both nodes see the three members")
-    queue = spread_queue("tls")
+    queue = member_queue("tls")
     async with AsyncClient(one_url, api_key=key, ssl=trusted) as client:
         await client.create_queue(queue, partitions=PARTITIONS, lease_timeout="30s")
         owners = {p.partition: p.owner for p in (await client.cluster_info(queue)).partitions}
@@ -243,7 +242,7 @@ async def test_kill9_of_one_process_loses_nothing_and_its_partitions_come_back(
     two, one, _ = await start_nodes(servers, etcd, cassandra_node, keyspace, "/procs-kill")
     nodes = [two, one]
     await eventually(lambda: all_members(nodes), DEADLINE, "both nodes see the three members")
-    queue = spread_queue("kill")
+    queue = member_queue("kill")
     async with AsyncClient(one.url) as client:
         await client.create_queue(queue, lease_timeout="2s", expire_timeout="1h", partitions=PARTITIONS)
     async with AsyncClient(two.url) as through_two, AsyncClient(one.url) as through_one:

@@ -26,7 +26,6 @@ request and forwards what it does not own.
 from __future__ import annotations
 
 import asyncio
-import secrets
 import signal
 import ssl
 from collections import defaultdict
@@ -36,14 +35,14 @@ from typing import TypeVar
 
 import aiohttp
 
-from querator.auth import FORWARDED_HEADER, generate_key, key_hash
+from querator.auth import FORWARDED_HEADER
 from querator.client import AsyncClient
 from querator.clock import SystemClock
 from querator.errors import RetryRequest
 from querator.wire import messages as m
 from tests.cassandra_node import CassandraNode
 
-from .conftest import ServerProcess, Servers, eventually, kill9
+from .conftest import ServerProcess, Servers, eventually, keyed_cluster, kill9
 from .etcd_server import EtcdServer
 from .test_cassandra import cassandra_args
 
@@ -292,10 +291,7 @@ async def test_dead_letters_redrive_and_dedup_across_nodes(
 async def test_forwarding_with_api_keys_and_a_cluster_secret(
     servers: Servers, etcd: EtcdServer, cassandra_node: CassandraNode, keyspace: str, tmp_path: Path
 ) -> None:
-    key = generate_key()
-    secret = tmp_path / "cluster-secret"
-    secret.write_text(secrets.token_hex(32))
-    auth = ("--api-keys", key_hash(key), "--cluster-secret-file", str(secret))
+    key, auth = keyed_cluster(tmp_path)
     nodes = [
         await servers.astart(*node_args(etcd, cassandra_node, keyspace, "/auth", n), *auth) for n in range(2)
     ]

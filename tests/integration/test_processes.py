@@ -46,6 +46,7 @@ from .conftest import (
     kill9,
     server_env,
     sigterm_while_a_lease_waits,
+    spread_queue,
     start_refused,
     terminate,
     wait_until,
@@ -62,12 +63,7 @@ MEMBERS = [f"local-{i}" for i in range(PROCESSES)]
 
 def split_queue(prefix: str) -> str:
     """A queue name whose partitions the ring gives to every process (some names land on one only)."""
-    ring = Ring(MEMBERS, 1)
-    for n in range(1000):
-        name = f"{prefix}{n}"
-        if {ring.owner(name, p) for p in range(PARTITIONS)} == set(MEMBERS):
-            return name
-    raise AssertionError("no queue name splits over the processes")
+    return spread_queue(MEMBERS, PARTITIONS, prefix)
 
 
 def children(server: ServerProcess) -> list[int]:
