@@ -348,9 +348,9 @@ class ServerConfig:
                 f"process-ports is invalid; '{self.process_ports}' gives {len(ports)} port(s) for "
                 f"{self.processes} processes"
             )
-        taken = {int(self.address.rpartition(":")[2]): "--address's"}
+        taken = {split_address(self.address)[1]: "--address's"}
         if self.admin_address:
-            taken[int(self.admin_address.rpartition(":")[2])] = "--admin-address's"
+            taken[split_address(self.admin_address)[1]] = "--admin-address's"
         for n, port in enumerate(ports):
             if port and port in ports[:n]:
                 raise ConfigError(f"process-ports is invalid; port {port} is given twice")

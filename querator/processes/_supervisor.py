@@ -108,7 +108,7 @@ def _process_sockets(config: ServerConfig) -> tuple[list[socket.socket], tuple[s
             raise ConfigError(
                 f"process-ports is invalid; cannot listen on '{host}:{port}': {e.strerror or e}"
             ) from None
-    advertised = config.advertise_address.rpartition(":")[0]
+    advertised = split_address(config.advertise_address)[0]
     return socks, tuple(f"{advertised}:{s.getsockname()[1]}" for s in socks)
 
 

@@ -382,10 +382,12 @@ class Service(QueueAdministration):
     async def _tell_schedule_owner(self, name: str) -> None:
         """Tells the member firing the schedule ``name``, when another, of a change (schedules.refresh)."""
         owner = self.router.schedule_owner(name)
-        for member in self.router.other_members():
-            if member.node_id == owner:
-                request = m.SchedulesRequest(name=name)
-                await self.proxy.call(member, "/v1/schedules.refresh", request, m.Reply, TELL_TIMEOUT_S)
+        address = self.cluster.address_of(owner) if owner != self.cluster.node_id else ""
+        if address:  # "" also for an owner that vanished: it reads the schedules when it is back
+            request = m.SchedulesRequest(name=name)
+            await self.proxy.call(
+                Remote(owner, address), "/v1/schedules.refresh", request, m.Reply, TELL_TIMEOUT_S
+            )
 
     # -- the queue API --------------------------------------------------------------------------------------
 
