@@ -35,7 +35,7 @@ from querator.config import ConfigError, ListenerConfig, ServerConfig, split_add
 from querator.connections import Listener
 from querator.duration import MICROSECOND, parse_duration
 from querator.errors import StorageError
-from querator.http import create_admin_app, create_app, protocol_factory
+from querator.http import create_admin_app, create_app, dispatch_directly, protocol_factory
 from querator.processes import (
     ProcessRole,
     check_processes,
@@ -229,6 +229,7 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
         for runner, listener, sock, context in zip(runners, listeners, sockets, contexts, strict=True):
             await runner.setup()
             assert runner.server is not None
+            dispatch_directly(runner)
             runner.server.request_handler = listener.tracked(runner.server.request_handler)
             if private is not None and runner is runners[0]:
                 # Each wrapper finds only its own listener's connections and passes the others on.

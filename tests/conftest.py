@@ -31,7 +31,7 @@ from querator.auth import ApiKeys, ClusterAuth
 from querator.clock import Clock, FakeClock, SystemClock
 from querator.cluster.local_members import LocalMembers
 from querator.cluster.node import LOCAL_NODE, ClusterNode
-from querator.http import create_app
+from querator.http import create_app, dispatch_directly
 from querator.service import Service
 from querator.storage.base import Store
 from querator.storage.cassandra import CassandraSettings
@@ -256,8 +256,7 @@ async def start_server(backend: str, tmp_path: Path) -> AsyncIterator[ServerFact
         store: Store = MemoryStore() if backend == "memory" else SqliteStore(tmp_path / f"{data}.sqlite")
         service = Service(store, clock or SystemClock(), **service_kw)
         await service.start()
-        server = TestServer(create_app(service))
-        await server.start_server()
+        server = await serving(create_app(service))
         session = aiohttp.ClientSession()
         running.append((service, server, session))
         return Api(session, str(server.make_url("")), service)
@@ -268,6 +267,15 @@ async def start_server(backend: str, tmp_path: Path) -> AsyncIterator[ServerFact
     for node, session in reversed(nodes):
         await node.close()
         await session.close()
+
+
+async def serving(app: web.Application) -> TestServer:
+    """A started TestServer of ``app``, dispatching the v1 routes as ``querator serve`` does."""
+    server = TestServer(app)
+    await server.start_server()
+    assert server.runner is not None
+    dispatch_directly(server.runner)
+    return server
 
 
 async def stop(service: Service, server: TestServer, session: aiohttp.ClientSession) -> None:

@@ -5,11 +5,12 @@ Content-Type and Accept; each route has a body limit that is enforced before the
 any other method is a 400, an unknown path a 501. Errors are mapped to replies in exactly one place
 (``_replies.error_reply``).
 
-Modules: ``_routes`` (``create_app``, ``create_admin_app``: the route table), ``_handler`` (one route's
-handler: checks, decoding, the service call, its errors), ``_auth`` (the authentication middleware and
-signed forwards), ``_body`` (body limits, reading a body), ``_replies`` (encoding replies and errors, the
-view older JSON clients get), ``_probes`` (``/health``, ``/ready``, ``/metrics``, ``/openapi.yaml``) and
-``_protocol`` (``protocol_factory``: each connection's protocol).
+Modules: ``_routes`` (``create_app``, ``create_admin_app``: the route table; ``dispatch_directly``:
+the v1 routes served without aiohttp's router), ``_handler`` (one route's handler: checks, decoding,
+the service call, its errors), ``_auth`` (the authentication middleware and signed forwards), ``_body``
+(body limits, reading a body), ``_replies`` (encoding replies and errors, the view older JSON clients
+get), ``_probes`` (``/health``, ``/ready``, ``/metrics``, ``/openapi.yaml``) and ``_protocol``
+(``protocol_factory``: each connection's protocol).
 """
 
 from querator.http._body import (
@@ -23,7 +24,13 @@ from querator.http._body import (
 )
 from querator.http._probes import OPENAPI_CONTENT_TYPE, OPENAPI_PATH, openapi_document
 from querator.http._protocol import protocol_factory
-from querator.http._routes import ADMIN_OPEN_PATHS, OPEN_PATHS, create_admin_app, create_app
+from querator.http._routes import (
+    ADMIN_OPEN_PATHS,
+    OPEN_PATHS,
+    create_admin_app,
+    create_app,
+    dispatch_directly,
+)
 
 __all__ = [
     "ADMIN_OPEN_PATHS",
@@ -38,6 +45,7 @@ __all__ = [
     "UPDATE_BODY",
     "create_admin_app",
     "create_app",
+    "dispatch_directly",
     "human_size",
     "openapi_document",
     "protocol_factory",

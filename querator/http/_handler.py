@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -38,15 +39,24 @@ M = TypeVar("M", bound=m.Message)
 R = TypeVar("R", bound=m.Message)
 
 
-def route_handler(
-    call: Callable[[web.Request, M], Awaitable[R | None]],
-    type_: type[M],
-    limit: int,
-    undelivered: Callable[[R], None] | None,
-    shield: bool,
-) -> Handler:
-    """The handler of one route. ``undelivered`` is told of a reply that could not be written (the
-    client went away); ``shield`` lets the call run to its end when the client disconnects."""
+@dataclass(frozen=True, slots=True)
+class Route(Generic[M, R]):
+    """What one route does: ``call`` the service with the decoded ``type_`` (a body of at most
+    ``limit`` bytes). ``undelivered`` is told of a reply that could not be written (the client went
+    away); ``shield`` lets the call run to its end when the client disconnects."""
+
+    call: Callable[[web.Request, M], Awaitable[R | None]]
+    type_: type[M]
+    limit: int
+    undelivered: Callable[[R], None] | None = None
+    shield: bool = False
+
+
+def route_handler(route: Route[M, R], refuse_cross_site: bool) -> Handler:
+    """The handler of ``route``. ``refuse_cross_site``: whether a body without a Content-Type is
+    refused when a browser sent it for another site (``_check_forgery``)."""
+    call, type_, limit = route.call, route.type_, route.limit
+    undelivered, shield = route.undelivered, route.shield
 
     # Long on purpose: each failure is mapped to its reply here, in one place.
     async def handler(request: web.Request) -> web.StreamResponse:  # noqa: PLR0911
@@ -58,7 +68,7 @@ def route_handler(
             return error_reply(e, JSON)
         try:
             content_type = request.headers.get("Content-Type")
-            _check_forgery(request, content_type)
+            _check_forgery(request, content_type, refuse_cross_site)
             body = await read_body(request, limit)
             if (verified := verified_forward(request)) is not None:
                 verified.check_body(body)
@@ -105,20 +115,14 @@ async def _deliver(request: web.Request, response: web.Response, undelivered: Ca
 
 CROSS_SITE = frozenset({"cross-site", "same-site"})
 """``Sec-Fetch-Site`` values of a request another site's page made the browser send."""
-REFUSE_CROSS_SITE = web.AppKey("refuse_cross_site", bool)
-"""Whether a body without a Content-Type is refused when a browser sent it for another site."""
 
 
-def _check_forgery(request: web.Request, content_type: str | None) -> None:
+def _check_forgery(request: web.Request, content_type: str | None, refuse_cross_site: bool) -> None:
     """Refuses a cross-site request forgery: a page of another site making the console user's browser
     POST to the node. Such a page can send no Content-Type but the form ones (text/plain, urlencoded,
     multipart), which ``decode`` refuses, or none, which it reads as JSON: so only a body without one is
     checked, and requests of real clients (which name their type) cost nothing more. With API keys the
     forgery would also lack the key: the console sends it in a header no other site can set
     (docs/adr/0020-web-console.md)."""
-    if (
-        content_type is None
-        and request.app.get(REFUSE_CROSS_SITE, False)
-        and request.headers.get("Sec-Fetch-Site") in CROSS_SITE
-    ):
+    if content_type is None and refuse_cross_site and request.headers.get("Sec-Fetch-Site") in CROSS_SITE:
         raise InvalidOption("request is invalid; a browser sent it for another site (Sec-Fetch-Site)")

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
+import functools
 from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 
 from querator.auth import FORWARDED_HEADER, ApiKeys
 from querator.console import CONSOLE_PREFIX, add_console
 from querator.http._auth import authentication
 from querator.http._body import DEFAULT_BODY, IMPORT_BODY, MAX_PRODUCE_BODY, SMALL_BODY, UPDATE_BODY
-from querator.http._handler import REFUSE_CROSS_SITE, M, R, route_handler
+from querator.http._handler import M, R, Route, route_handler
 from querator.http._probes import OPENAPI_PATH, SERVICE, health, metrics, openapi, openapi_document, ready
 from querator.http._replies import unknown
 from querator.metrics import LightHistogram, Observer
@@ -86,25 +87,26 @@ def _api_app(
 ) -> web.Application:
     """An application with the v1 routes, authenticated by ``api_keys`` but for GETs of the open paths
     (the admin address's, with ``admin``) and of the console's files (with ``console``)."""
-    middlewares = []
+    auth = None
     access = service.tenancy.access if service.tenancy.enabled else None
     if api_keys or access:
         open_paths = ADMIN_OPEN_PATHS if admin else OPEN_PATHS
         prefix = CONSOLE_PREFIX if console else None
         # The admin address tells anyone why it is not ready, as it does without the console.
-        middlewares.append(authentication(api_keys, access, open_paths, prefix, ready_details=admin))
+        auth = authentication(api_keys, access, open_paths, prefix, ready_details=admin)
     app = web.Application(
-        client_max_size=max(IMPORT_BODY, max_produce_body) + 1, handler_args={}, middlewares=middlewares
+        client_max_size=max(IMPORT_BODY, max_produce_body) + 1,
+        handler_args={},
+        middlewares=[auth] if auth is not None else [],
     )
     app[SERVICE] = service
-    app[REFUSE_CROSS_SITE] = console
     s = service
     w = service.workflows
 
     # A handler is cancelled when its client disconnects (``handler_cancellation``): a parked lease must
     # not take items for nobody. Routes that change queues or move items in several steps are shielded
     # from it: their work runs to its end, only the answer is lost.
-    routes: list[tuple[str, Handler]] = [
+    routes: list[tuple[str, Route[Any, Any]]] = [
         ("/v1/queue.produce", _routed(s.produce, m.QueueProduceRequest, max_produce_body)),
         ("/v1/queue.lease", _routed(s.lease, m.QueueLeaseRequest, SMALL_BODY, undelivered=s.release)),
         ("/v1/queue.complete", _routed(s.complete, m.QueueCompleteRequest, DEFAULT_BODY)),
@@ -143,13 +145,42 @@ def _api_app(
         *_schedule_routes(s),
         *_tenancy_routes(s.tenancy),
     ]
-    latency = service.metrics.latency
-    for path, handler in routes:
-        app.router.add_route("*", path, _timed(handler, path, latency))
+    latency, monotonic_s = service.metrics.latency, service.clock.monotonic
+    direct = app[DIRECT_ROUTES] = {}
+    for path, route in routes:
+        handler = _timed(route_handler(route, refuse_cross_site=console), path, latency, monotonic_s)
+        app.router.add_route("*", path, handler)
+        direct[path] = handler if auth is None else functools.partial(auth, handler=handler)
     return app
 
 
-def _schedule_routes(s: Service) -> list[tuple[str, Handler]]:
+DIRECT_ROUTES = web.AppKey("direct_routes", dict[str, Handler])
+"""The v1 routes by path, which ``dispatch_directly`` serves without aiohttp's router."""
+
+
+def dispatch_directly(runner: web.AppRunner) -> None:
+    """Makes the server of ``runner`` (set up, accepting no connection yet) send a request for a v1
+    route, named by its exact raw path, straight to the route: aiohttp's routing and application step
+    cost the floor app about 4 us per request on the development VM (docs/benchmarks.md). Anything
+    else (other paths, a query string, an encoded character, an ``Expect`` header) goes through the
+    application as before; the route's handler and the authentication middleware are the same objects
+    either way."""
+    assert runner.server is not None, "set the runner up first"
+    routes = runner.app.get(DIRECT_ROUTES)
+    if not routes:
+        return
+    application = runner.server.request_handler
+
+    def dispatch(request: web.BaseRequest) -> Awaitable[web.StreamResponse]:
+        route = routes.get(request.raw_path)
+        if route is None or hdrs.EXPECT in request.headers:
+            return application(request)
+        return route(cast(web.Request, request))  # the application's request factory made it
+
+    runner.server.request_handler = dispatch
+
+
+def _schedule_routes(s: Service) -> list[tuple[str, Route[Any, Any]]]:
     """The schedules routes (docs/schedules.md); a create or update carries an item template."""
     api = s.schedules
     return [
@@ -164,7 +195,7 @@ def _schedule_routes(s: Service) -> list[tuple[str, Handler]]:
     ]
 
 
-def _tenancy_routes(t: Tenancy) -> list[tuple[str, Handler]]:
+def _tenancy_routes(t: Tenancy) -> list[tuple[str, Route[Any, Any]]]:
     """The routes of namespaces, users, API keys, roles and role bindings (docs/tenancy.md)."""
     size = DEFAULT_BODY
     return [
@@ -201,13 +232,13 @@ CLIENT_GONE = 499
 """The status a request is counted under when its client went away before the answer (nginx's)."""
 
 
-def _timed(handler: Handler, path: str, latency: LightHistogram) -> Handler:
-    """``handler``, timed into ``latency`` by route and status code (a code's child made once)."""
+def _timed(handler: Handler, path: str, latency: LightHistogram, monotonic_s: Callable[[], float]) -> Handler:
+    """``handler``, timed into ``latency`` by route and status code (a code's child made once), by
+    ``monotonic_s`` rather than by looking the running loop up on each request."""
     by_code: dict[int, Observer] = {}
 
     async def timed(request: web.Request) -> web.StreamResponse:
-        loop = asyncio.get_running_loop()
-        started = loop.time()
+        started = monotonic_s()
         code = CLIENT_GONE
         try:
             response = await handler(request)
@@ -217,7 +248,7 @@ def _timed(handler: Handler, path: str, latency: LightHistogram) -> Handler:
             child = by_code.get(code)
             if child is None:
                 child = by_code[code] = latency.labels(path, str(code))
-            child.observe(loop.time() - started)
+            child.observe(monotonic_s() - started)
 
     return timed
 
@@ -228,14 +259,14 @@ def _routed(
     limit: int,
     undelivered: Callable[[R], None] | None = None,
     shield: bool = False,
-) -> Handler:
-    """The handler of a route the service may forward to another node: the call is told which node
-    forwarded the request, if one did."""
+) -> Route[M, R]:
+    """A route the service may forward to another node: the call is told which node forwarded the
+    request, if one did."""
 
     def forwardable(request: web.Request, message: M) -> Awaitable[R | None]:
         return call(message, request.headers.get(FORWARDED_HEADER, ""))
 
-    return route_handler(forwardable, type_, limit, undelivered, shield)
+    return Route(forwardable, type_, limit, undelivered, shield)
 
 
 def _rpc(
@@ -244,6 +275,6 @@ def _rpc(
     limit: int,
     undelivered: Callable[[R], None] | None = None,
     shield: bool = False,
-) -> Handler:
-    """The handler of a route this node always serves itself."""
-    return route_handler(lambda _, message: call(message), type_, limit, undelivered, shield)
+) -> Route[M, R]:
+    """A route this node always serves itself."""
+    return Route(lambda _, message: call(message), type_, limit, undelivered, shield)

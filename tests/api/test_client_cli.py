@@ -37,7 +37,7 @@ from querator.errors import (
     RetryRequest,
     Unauthorized,
 )
-from querator.http import create_app
+from querator.http import create_app, dispatch_directly
 from querator.service import Service
 from querator.storage.memory import MemoryStore
 from querator.wire import messages as m
@@ -54,6 +54,7 @@ def free_port() -> int:
 async def start_app(app: web.Application) -> tuple[web.AppRunner, str]:
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)
     await runner.setup()
+    dispatch_directly(runner)  # as querator.server does
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = runner.addresses[0][1]

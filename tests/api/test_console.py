@@ -12,13 +12,13 @@ import msgspec
 import pytest
 import yaml
 from aiohttp import web
-from aiohttp.test_utils import TestServer
 
 from querator.auth import ApiKeys, generate_key, key_hash, parse_hash
 from querator.console import CONTENT_SECURITY_POLICY, ConsoleFiles
 from querator.http import create_admin_app, create_app, openapi_document
 from querator.service import Service
 from querator.storage.memory import MemoryStore
+from tests.conftest import serving
 
 KEY = generate_key("test")
 
@@ -28,8 +28,7 @@ AppFactory = Callable[[Service], web.Application]
 async def _serve(make: AppFactory) -> AsyncIterator[str]:
     service = Service(MemoryStore())
     await service.start()
-    server = TestServer(make(service))
-    await server.start_server()
+    server = await serving(make(service))
     try:
         yield str(server.make_url("")).rstrip("/")
     finally:
@@ -218,8 +217,7 @@ async def test_the_admin_address_serves_the_console_and_its_api_with_keys() -> N
                 assert r.status == 200
     # Its probes stay as without the console: /ready tells anyone why it is not ready.
     not_started = create_admin_app(Service(MemoryStore()), True, keys)
-    server = TestServer(not_started)
-    await server.start_server()
+    server = await serving(not_started)
     try:
         status, _, body = await _get(str(server.make_url("/ready")))
         assert (status, msgspec.json.decode(body)) == (503, {"status": "fail", "output": "starting"})

@@ -25,7 +25,6 @@ import msgspec
 import pytest
 import yaml
 from aiohttp import web
-from aiohttp.test_utils import TestServer
 
 import querator
 from querator.auth import ApiKeys, generate_key, key_hash, parse_hash
@@ -40,7 +39,7 @@ from querator.http import (
 from querator.service import Service
 from querator.storage.memory import MemoryStore
 from querator.wire import messages as m
-from tests.conftest import Api
+from tests.conftest import Api, serving
 
 DOCUMENT = Path(querator.__file__).with_name("openapi.yaml")
 DOC: dict[str, Any] = yaml.safe_load(DOCUMENT.read_text(encoding="utf-8"))
@@ -249,8 +248,7 @@ def test_every_schema_is_valid_json_schema() -> None:
 
 @asynccontextmanager
 async def _serving(app: web.Application) -> AsyncIterator[tuple[aiohttp.ClientSession, str]]:
-    server = TestServer(app)
-    await server.start_server()
+    server = await serving(app)
     try:
         async with aiohttp.ClientSession() as session:
             yield session, str(server.make_url("")).rstrip("/")

@@ -13,7 +13,6 @@ from typing import Any
 import aiohttp
 import msgspec
 import pytest
-from aiohttp.test_utils import TestServer
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -27,7 +26,7 @@ from querator.metrics import MEMBER_STATES
 from querator.service import Service
 from querator.storage.memory import MemoryStore
 from querator.wire import messages as m
-from tests.conftest import Api, eventually
+from tests.conftest import Api, eventually, serving
 
 from .test_queue import ts
 
@@ -47,8 +46,7 @@ async def secured() -> AsyncIterator[tuple[str, Service]]:
     """A server that requires KEY (configured by its hex hash)."""
     service = Service(MemoryStore())
     await service.start()
-    server = TestServer(create_app(service, api_keys=ApiKeys([parse_hash(key_hash(KEY))])))
-    await server.start_server()
+    server = await serving(create_app(service, api_keys=ApiKeys([parse_hash(key_hash(KEY))])))
     yield str(server.make_url("")), service
     await service.shutdown()
     await server.close()
@@ -299,8 +297,7 @@ async def test_a_forwarded_request_needs_a_signature(secret: str) -> None:
     service = Service(MemoryStore())
     await service.start()
     keys = ApiKeys([parse_hash(key_hash(KEY))], ClusterAuth(secret.encode(), "local") if secret else None)
-    server = TestServer(create_app(service, api_keys=keys))
-    await server.start_server()
+    server = await serving(create_app(service, api_keys=keys))
     url = str(server.make_url("/v1/queues.list"))
     forwarded = {"X-Querator-Forwarded-By": "node-b"}
     try:
@@ -343,8 +340,7 @@ class BrokenStore(MemoryStore):
 async def test_a_storage_outage_is_not_ready_but_alive() -> None:
     service = Service(BrokenStore())
     await service.start()
-    server = TestServer(create_app(service))
-    await server.start_server()
+    server = await serving(create_app(service))
     try:
         async with aiohttp.ClientSession() as session:
             async with session.get(server.make_url("/health")) as resp:
@@ -393,8 +389,7 @@ async def test_a_failing_partition_is_not_ready_with_its_reason() -> None:
     store = FailingStore()
     service = Service(store)
     await service.start()
-    server = TestServer(create_app(service))
-    await server.start_server()
+    server = await serving(create_app(service))
     try:
         async with AsyncClient(str(server.make_url(""))) as client:
             await client.create_queue("q", lease_timeout="1m", expire_timeout="1h")
@@ -441,8 +436,7 @@ async def test_not_ready_while_partitions_load() -> None:
     service = Service(store)
     await service.start()
     # With API keys: a probe without one learns only that the node is not ready, not which queue it loads.
-    server = TestServer(create_app(service, api_keys=ApiKeys([parse_hash(key_hash(KEY))])))
-    await server.start_server()
+    server = await serving(create_app(service, api_keys=ApiKeys([parse_hash(key_hash(KEY))])))
     try:
         info = m.QueueInfo(queue_name="q", lease_timeout="1m", expire_timeout="1h", requested_partitions=1)
         await service.create_queue(info)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import io
+from base64 import b64decode
 from collections.abc import AsyncIterator
 from typing import Any
 
+import msgspec
 import pytest
+from yarl import URL
 
 from querator.errors import InvalidOption
 from querator.service import Service
@@ -168,6 +171,23 @@ async def test_transport_rules(api: Api) -> None:
         "/v1/queue.stats", b'{"queueName":"q"}', {"Content-Type": "application/json; charset=utf-8"}
     )
     assert resp.status == 200
+
+
+async def test_a_route_is_served_alike_however_its_path_is_written(api: Api) -> None:
+    # The v1 routes are dispatched by their exact raw path (querator.http.dispatch_directly); the other
+    # spellings aiohttp's router accepts, and a request waiting for "100 Continue", reach the same route
+    # through the application.
+    await api.create("q")
+    writings = {"/v1/queue.produce": {}, "/v1/queue.produce?x=1": {}, "/v1/queue%2Eproduce": {}}
+    writings["/v1/queue.produce#expect"] = {"Expect": "100-continue"}
+    for path, headers in writings.items():
+        body = msgspec.json.encode({"queue_name": "q", "request_timeout": "1m", "items": [{"utf8": path}]})
+        url = URL(api.base + path.removesuffix("#expect"), encoded=True)
+        async with api.session.post(url, data=body, headers={**JSON, **headers}) as resp:
+            assert resp.status == 200, await resp.text()
+    assert [b64decode(item["payload"]).decode() for item in await api.items("q")] == list(writings)
+    resp = await api.raw("/v1/queue.produce/", b"{}")  # not a route however written
+    assert resp.status == 501
 
 
 async def test_oversized_bodies_are_refused(api: Api) -> None:
