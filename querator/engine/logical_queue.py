@@ -130,17 +130,21 @@ class LogicalQueue:
 
     # -- the API: each call validates nothing (the service did), queues a request and waits ------------
 
-    async def produce(self, items: list[Item], request_timeout_us: int) -> list[str]:
-        """Stores the items in one partition; returns once they are committed, with the id of each item
-        in order ("" for one not stored because its dedup_id was seen within the queue's window).
+    def produce(self, items: list[Item], request_timeout_us: int) -> Awaitable[list[str]]:
+        """Stores the items in one partition; the awaitable returned is done once they are committed,
+        with the id of each item in order ("" for one not stored because its dedup_id was seen within
+        the queue's window).
 
         A produce not yet taken into a batch when ``request_timeout_us`` passes is answered 454 and was not
         stored. Once its write has started it is always waited for: "454 but stored" would make the
         client produce the items twice.
+
+        The calls of the queue API that only queue a request return ``_submit``'s awaitable rather
+        than await it: a coroutine per step costs a small request measurably (docs/benchmarks.md,
+        "Small requests").
         """
         request = Produce(self._future(), items=items, deadline=self._clock.now() + request_timeout_us)
-        ids: list[str] = await self._submit(request, deadline=request.deadline)
-        return ids
+        return self._submit(request, deadline=request.deadline)
 
     async def lease(self, client_id: str, batch_size: int, request_timeout_us: int) -> tuple[int, list[Item]]:
         """Leases up to ``batch_size`` items from one partition, waiting up to ``request_timeout_us``."""
@@ -168,15 +172,15 @@ class LogicalQueue:
                 request.timer.cancel()
             self._clients.discard(client_id)
 
-    async def complete(self, partition: int, ids: list[str], tokens: list[str] | None = None) -> None:
+    def complete(self, partition: int, ids: list[str], tokens: list[str] | None = None) -> Awaitable[None]:
         """Completes leased items of one partition (docs/semantics.md §4.3); ``tokens``: their lease
         tokens, if given (``operations.lease_token``)."""
         op = CompleteOp(ids, tokens or [])
-        await self._submit(Complete(self._future(), self.partitions[partition], op=op))
+        return self._submit(Complete(self._future(), self.partitions[partition], op=op))
 
-    async def retry(self, partition: int, entries: list[RetryEntry]) -> None:
+    def retry(self, partition: int, entries: list[RetryEntry]) -> Awaitable[None]:
         """Retries leased items of one partition (docs/semantics.md §4.4)."""
-        await self._submit(Retry(self._future(), self.partitions[partition], op=RetryOp(entries)))
+        return self._submit(Retry(self._future(), self.partitions[partition], op=RetryOp(entries)))
 
     def release(self, partition: int, ids: list[str]) -> None:
         """Gives back leased items whose lease never reached its client, without counting the attempt

@@ -7,7 +7,7 @@ partitions the ring gives this node (``owned``), and the other nodes' logical qu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from querator.clock import Clock
 from querator.engine.logical_queue import PARTITION_MOVED, DeadLetter, LogicalQueue, LogicalStats
@@ -56,16 +56,21 @@ class Queue:
         if partition < 0 or partition >= self.settings.requested_partitions:
             raise InvalidOption(f"partition is invalid; '{partition}' is not a valid partition")
 
-    async def produce(self, items: list[Item], request_timeout_us: int) -> list[str]:
+    # The calls that only pass a request on to the logical queue return its awaitable rather than
+    # await it: a coroutine per step costs a small request measurably (docs/benchmarks.md).
+
+    def produce(self, items: list[Item], request_timeout_us: int) -> Awaitable[list[str]]:
         """The ids of the items stored, in order ("" for a duplicate by dedup_id)."""
         if not self.owned:
             raise RetryRequest(PARTITION_MOVED)
-        return await self.logical.produce(items, request_timeout_us)
+        return self.logical.produce(items, request_timeout_us)
 
-    async def lease(self, client_id: str, batch_size: int, request_timeout_us: int) -> tuple[int, list[Item]]:
+    def lease(
+        self, client_id: str, batch_size: int, request_timeout_us: int
+    ) -> Awaitable[tuple[int, list[Item]]]:
         if not self.owned:
             raise RetryRequest(PARTITION_MOVED)
-        return await self.logical.lease(client_id, batch_size, request_timeout_us)
+        return self.logical.lease(client_id, batch_size, request_timeout_us)
 
     def failing(self) -> tuple[int, str] | None:
         """A partition of this node that is failing now, and why; None when none is."""
@@ -79,21 +84,21 @@ class Queue:
         """Items this node's partitions hold that a lease could take now (the engine's estimate)."""
         return sum(p.un_leased for p in self.logical.partitions.values() if not p.failures)
 
-    async def complete(self, partition: int, ids: list[str], tokens: list[str] | None = None) -> None:
-        await self.owner(partition).complete(partition, ids, tokens)
+    def complete(self, partition: int, ids: list[str], tokens: list[str] | None = None) -> Awaitable[None]:
+        return self.owner(partition).complete(partition, ids, tokens)
 
-    async def retry(self, partition: int, entries: list[RetryEntry]) -> None:
-        await self.owner(partition).retry(partition, entries)
+    def retry(self, partition: int, entries: list[RetryEntry]) -> Awaitable[None]:
+        return self.owner(partition).retry(partition, entries)
 
     def release(self, partition: int, ids: list[str]) -> None:
         """See ``LogicalQueue.release``; nothing when this node no longer serves the partition."""
         if partition in self.logical.partitions:
             self.logical.release(partition, ids)
 
-    async def renew(
+    def renew(
         self, partition: int, ids: list[str], lease_deadline: int, tokens: list[str] | None = None
-    ) -> list[Item]:
-        return await self.owner(partition).renew(partition, ids, lease_deadline, tokens)
+    ) -> Awaitable[list[Item]]:
+        return self.owner(partition).renew(partition, ids, lease_deadline, tokens)
 
     async def stats(self) -> list[tuple[LogicalStats, list[tuple[int, PartitionStats]]]]:
         """Per logical queue: its waiting counts and each of its partitions' storage stats."""

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 
 import msgspec
 
@@ -312,21 +312,21 @@ class Service(QueueAdministration):
             await self.tenancy.authorize(record.namespace, permission)
         return record
 
-    async def _at_partition(
+    def _at_partition(
         self, record: QueueRecord, partition: int, forwarded_by: str = "", within_s: float | None = None
-    ) -> Target:
+    ) -> Awaitable[Target]:
         """Where the requests of one partition go. ``within_s``: the longest to wait for this node's engine
         to start (the request's own timeout), then 454."""
         self._check_serving()
-        return await self._target(
+        return self._target(
             record.name, self.router.partition(record.name, partition, forwarded_by), within_s
         )
 
-    async def _at_queue(self, record: QueueRecord, forwarded_by: str, within_s: float) -> Target:
+    def _at_queue(self, record: QueueRecord, forwarded_by: str, within_s: float) -> Awaitable[Target]:
         """Where a produce or lease goes: this node if it owns a partition of the queue, else an owner."""
         self._check_serving()
         route = self.router.queue(record.name, record.requested_partitions, forwarded_by)
-        return await self._target(record.name, route, within_s)
+        return self._target(record.name, route, within_s)
 
     async def _target(self, name: str, route: Route, within_s: float | None) -> Target:
         if isinstance(route, Remote):
