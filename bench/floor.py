@@ -8,14 +8,22 @@ the queue's own work. It tunes the garbage collector as a node does (``querator.
 neither is measured with a cost the other does not pay.
 
     python bench/floor.py --port 2400
+    python bench/floor.py --port 2400 --direct   # the v1 routes dispatched as the node does
+
+``--direct`` hands a request for one of its routes, named by its exact path, straight to the route's
+handler, skipping aiohttp's router and application step as the node does since ADR 0026: the floor
+of a node that dispatches that way (docs/benchmarks.md, "Small requests").
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import os
+from collections.abc import Awaitable
 from datetime import UTC, datetime
+from typing import cast
 
 import uvloop
 from aiohttp import web
@@ -60,20 +68,39 @@ def _reply(request: web.Request, msg: m.Message) -> web.Response:
     return web.Response(body=body, content_type=content_type)
 
 
+ROUTES = {"/v1/queue.produce": produce, "/v1/queue.lease": lease, "/v1/queue.complete": complete}
+
+
+async def serve(port: int, direct: bool) -> None:
+    app = web.Application()
+    for path, handler in ROUTES.items():
+        app.router.add_post(path, handler)
+    app.router.add_get("/health", health)
+    runner = web.AppRunner(app)  # aiohttp's defaults, as web.run_app's
+    await runner.setup()
+    if direct:
+        assert runner.server is not None
+        application = runner.server.request_handler
+
+        def dispatch(request: web.BaseRequest) -> Awaitable[web.StreamResponse]:
+            route = ROUTES.get(request.raw_path)
+            return application(request) if route is None else route(cast(web.Request, request))
+
+        runner.server.request_handler = dispatch
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    await asyncio.Event().wait()  # until terminated
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--direct", action="store_true", help="dispatch the routes without the router")
     args = parser.parse_args()
-    app = web.Application()
-    app.router.add_post("/v1/queue.produce", produce)
-    app.router.add_post("/v1/queue.lease", lease)
-    app.router.add_post("/v1/queue.complete", complete)
-    app.router.add_get("/health", health)
     gc.freeze()
     gc.set_threshold(GC_THRESHOLD)
-    web.run_app(app, host="127.0.0.1", port=args.port, print=None, loop=uvloop.new_event_loop())
+    uvloop.run(serve(args.port, args.direct))
 
 
 if __name__ == "__main__":

@@ -73,11 +73,12 @@ class Run:
 class Floor(Child):
     """bench/floor.py as a child process."""
 
-    def __init__(self) -> None:
+    def __init__(self, direct: bool) -> None:
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         floor = Path(__file__).with_name("floor.py")
-        self.proc = subprocess.Popen([sys.executable, str(floor), "--port", str(self.port)])
+        flags = ["--direct"] if direct else []
+        self.proc = subprocess.Popen([sys.executable, str(floor), "--port", str(self.port), *flags])
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -227,6 +228,11 @@ async def main() -> None:
     parser.add_argument("--protobuf", action="store_true", help="binary protobuf instead of JSON")
     parser.add_argument("--no-floor", action="store_true", help="measure the node alone")
     parser.add_argument(
+        "--floor-direct",
+        action="store_true",
+        help="the floor dispatches its routes without aiohttp's router, as the node does",
+    )
+    parser.add_argument(
         "--partitions", type=int, default=1, help="of the queue; a node of N processes splits partitions"
     )
     parser.add_argument(
@@ -264,7 +270,7 @@ async def main() -> None:
         f"{'protobuf' if args.protobuf else 'JSON'}, {args.storage}, {args.duration}s runs"
     )
     node = Server(args.storage, "FULL", args.server_arg)
-    floor = None if args.no_floor else Floor()
+    floor = None if args.no_floor else Floor(args.floor_direct)
     try:
         for _ in range(args.rounds):
             for op, batch in itertools.product(args.op or ["cycle"], batches):
