@@ -22,6 +22,10 @@ from querator.storage.base import (
 from querator.storage.memory_schedules import MemorySchedules
 from querator.storage.workflows import Workflow, encode_workflow, workflow_page
 
+_Steps = list[tuple[dict[str, Item] | None, Item]]
+"""What an update or a delete did so far, to undo: an item removed, with the state it was in, or an
+item placed, with None."""
+
 
 class MemoryPartition:
     """One partition: three id-ordered dicts, one per item state, plus the FIFO order of queued ids.
@@ -67,13 +71,23 @@ class MemoryPartition:
 
     def insert(self, items: Sequence[Item]) -> None:
         # Stored as given: stored items are never changed in place, only replaced (see base.py).
+        # One journal entry per call, filled as the items are placed: an entry per item (a partial
+        # around a bound method) was a measurable part of a produce (docs/benchmarks.md).
+        placed: list[Item] = []
         if self._journal is not None:
-            self._journal.append(partial(setattr, self, "max_id", self.max_id))
+            self._journal.append(partial(self._uninsert, placed, self.max_id))
         for item in items:
-            self._file(item)
+            self._place(item)
+            placed.append(item)
             self.max_id = max(self.max_id, item.id)
 
-    def _file(self, item: Item) -> None:
+    def _uninsert(self, placed: list[Item], max_id: str) -> None:
+        """Undoes ``insert``."""
+        for item in reversed(placed):
+            self._unplace(item)
+        self.max_id = max_id
+
+    def _place(self, item: Item) -> None:
         if item.enqueue_at:
             self.scheduled[item.id] = item
         elif item.is_leased:
@@ -83,11 +97,9 @@ class MemoryPartition:
             self.order.append(item.id)
         if item.source_id:
             self.sources[item.source_id] = item.id
-        if self._journal is not None:
-            self._journal.append(partial(self._unfile, item))
 
-    def _unfile(self, item: Item) -> None:
-        """Undoes ``_file``."""
+    def _unplace(self, item: Item) -> None:
+        """Undoes ``_place``."""
         if item.enqueue_at:
             del self.scheduled[item.id]
         elif item.is_leased:
@@ -99,19 +111,18 @@ class MemoryPartition:
         if item.source_id:
             self.sources.pop(item.source_id, None)
 
-    def _pop(self, item_id: str) -> Item | None:
+    def _take(self, item_id: str) -> tuple[dict[str, Item], Item] | None:
+        """Removes an item from the state holding it; returns both, for ``_restore``."""
         for state in (self.queued, self.leased, self.scheduled):
             item = state.pop(item_id, None)
             if item is not None:
                 if item.source_id:
                     self.sources.pop(item.source_id, None)
-                if self._journal is not None:
-                    self._journal.append(partial(self._restore, state, item))
-                return item
+                return state, item
         return None
 
     def _restore(self, state: dict[str, Item], item: Item) -> None:
-        """Undoes ``_pop``; a queued item's id is still in ``order`` (dropping it is journaled too)."""
+        """Undoes ``_take``; a queued item's id is still in ``order`` (dropping it is journaled too)."""
         state[item.id] = item
         if item.source_id:
             self.sources[item.source_id] = item.id
@@ -140,16 +151,35 @@ class MemoryPartition:
         return found
 
     def update(self, items: Sequence[Item]) -> None:
+        steps: _Steps = []
+        if self._journal is not None:
+            self._journal.append(partial(self._undo, steps))
         for item in items:
-            if self._pop(item.id) is None:
+            taken = self._take(item.id)
+            if taken is None:
                 continue
+            steps.append(taken)
             if not item.is_leased and not item.enqueue_at:
                 raise ValueError(f"item '{item.id}' cannot become queued again under the same id")
-            self._file(item)
+            self._place(item)
+            steps.append((None, item))
+
+    def _undo(self, steps: _Steps) -> None:
+        """Undoes an update or a delete: one journal entry per call, as insert's."""
+        for state, item in reversed(steps):
+            if state is None:
+                self._unplace(item)
+            else:
+                self._restore(state, item)
 
     def delete(self, ids: Collection[str]) -> None:
+        steps: _Steps = []
+        if self._journal is not None:
+            self._journal.append(partial(self._undo, steps))
         for item_id in ids:
-            self._pop(item_id)
+            taken = self._take(item_id)
+            if taken is not None:
+                steps.append(taken)
 
     def existing_source_ids(self, source_ids: Collection[str]) -> set[str]:
         return {s for s in source_ids if s in self.sources}

@@ -816,7 +816,8 @@ class StoreContract(ScheduleContract, WorkflowContract):
 
         def everything_then_fail(tx: PartitionTx) -> None:
             batch = PartitionBatch(
-                produce=[item("e")], lease=[LeaseOp(2, NOW + SECOND)], complete=[CompleteOp([a.id])],
+                produce=[item("e"), item("e2")], lease=[LeaseOp(2, NOW + SECOND)],
+                complete=[CompleteOp([a.id])],
                 retry=[RetryOp([RetryEntry(a.id)])],
             )  # fmt: skip
             apply_batch(tx, batch, NOW, part.new_id, False)
