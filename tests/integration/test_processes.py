@@ -3,7 +3,8 @@
 - Bad values of ``--processes`` are refused with one line before anything starts (a cluster node's
   processes: test_cluster_processes.py). A sqlite data dir started with another number of processes
   moves its partitions to their new owners: nothing lost, leased twice or forgotten (leases, schedules,
-  dedup ids); test_data_dir_move.py cuts such a move short at every step.
+  dedup ids); tests/unit/processes/test_data_dir.py cuts such a move short at every step. A second
+  node on a data dir in use is refused (the running node holds its lock).
 - The processes split a queue's partitions and forward to each other: every partition is served
   whichever process a connection lands on; API keys on, the forwards are signed with the supervisor's
   secret of the run.
@@ -212,6 +213,24 @@ async def test_a_data_dir_moves_to_another_number_of_processes(servers: Servers,
             lambda: moving.drained(client), DEADLINE, "every item leased, the scheduled once due"
         )
     assert sorted(moving.delivered) == sorted(MOVED_ITEMS | MOVED_SCHEDULED), node.describe()
+    assert terminate(node) == 0, node.describe()
+
+
+async def test_a_second_node_on_a_data_dir_in_use_is_refused(servers: Servers, tmp_path: Path) -> None:
+    """The running node's lock (its supervisor's, shared by its processes) keeps a start with another
+    number of processes from moving the partitions it serves: refused after waiting 15 s for it."""
+    data = tmp_path / "data"
+    node = await servers.astart(*sqlite_args(data))
+    await all_listening(node)
+    refused = await asyncio.to_thread(
+        start_refused, servers, "--processes", "3", "--storage", "sqlite", "--data-dir", str(data)
+    )
+    assert refused.stderr() == (
+        f"querator: data-dir is invalid; another querator node uses {data} "
+        f"(it holds '{data / 'querator.lock'}')\n"
+    )
+    assert (data / "processes").read_text() == "2\n"
+    assert not (data / "querator-2.db").exists()
     assert terminate(node) == 0, node.describe()
 
 
