@@ -129,20 +129,25 @@ def settle(data_dir: str | Path, processes: int) -> None:
     owner = process_owner(LOCAL_NODE, processes)
     databases = {i: str(database(directory, i)) for i in sorted({*present, *range(processes)})}
     try:
-        moved = move_partitions(databases, owner)
+        moved = move_partitions(databases, owner, records=0)  # queue records are process 0's
         for index in present:
             if index >= processes:
                 remove_database(databases[index])
     except StorageError as e:
         raise ConfigError(f"data-dir is invalid; {e.message}") from None
     for queue, done in sorted(moved.items()):
-        log.info(
-            "queue %s: moved %d partition(s) with %d item(s) and %d de-duplication record(s)",
-            queue,
-            done.partitions,
-            done.items,
-            done.dedup,
-        )
+        if done.dropped:
+            log.info(
+                "queue %s: deleted while a process was down: dropped %d partition(s)", queue, done.dropped
+            )
+        else:
+            log.info(
+                "queue %s: moved %d partition(s) with %d item(s) and %d de-duplication record(s)",
+                queue,
+                done.partitions,
+                done.items,
+                done.dedup,
+            )
     if processes > 1:
         _write(directory / RECORD, f"{processes}\n")
     else:

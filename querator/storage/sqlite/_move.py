@@ -5,6 +5,9 @@ Each process keeps its partitions in a database of its own, so a node started wi
 processes first moves every partition into the database of the process that now owns it: its items
 (leased, scheduled or queued, as they are), its greatest id (``last_id``, which new ids must stay above)
 and, with its partition 0, the queue's de-duplication records. Nothing else lives with the partitions.
+The partitions of a queue that has no record any more (deleted while the process holding them was down,
+which drops them when it opens) are dropped rather than moved: a queue created again under its name in
+the database of process 0, which drops nothing, would find them.
 
 A crash (kill -9, power loss) at any point must lose and duplicate nothing, and the next move (to any
 number) completes the work. So a batch is copied by primary key into the target and committed (fsynced:
@@ -33,6 +36,9 @@ from querator.storage.sqlite._statements import (
     SQL_DELETE_DEDUP,
     SQL_DELETE_ITEMS,
     SQL_DELETE_PARTITION,
+    SQL_DELETE_QUEUE_DEDUP,
+    SQL_DROP_PARTITION_ITEMS,
+    SQL_GET_QUEUE,
     SQL_HOLDS_PARTITIONS,
     SQL_ITEM_BATCH,
     SQL_LAST_ID,
@@ -59,12 +65,17 @@ class Moved:
     partitions: int = 0
     items: int = 0
     dedup: int = 0
+    dropped: int = 0
+    """Partitions (and de-duplication records) of the queue, deleted, dropped instead of moved."""
 
 
-def move_partitions(databases: Mapping[int, str], owner: Callable[[str, int], int]) -> dict[str, Moved]:
+def move_partitions(
+    databases: Mapping[int, str], owner: Callable[[str, int], int], records: int
+) -> dict[str, Moved]:
     """Moves every partition found in ``databases`` (index -> file; those that exist are read) that
     ``owner(queue, number)`` gives to another index into that index's database (created if missing),
     and each queue's de-duplication records to the owner of its partition 0; by queue, what moved.
+    What would move of a queue the database ``records`` has no record of is dropped.
 
     Raises:
         SqliteStorageError: a database cannot be opened, read or written; what committed stays, and a
@@ -72,20 +83,46 @@ def move_partitions(databases: Mapping[int, str], owner: Callable[[str, int], in
     """
     moved: dict[str, Moved] = {}
     with _Connections(databases) as conns, _as_storage_error("moving partitions"):
+        exists = _Exists(conns.get(records))
         for index in sorted(i for i, path in databases.items() if os.path.exists(path)):
             source = conns.get(index)
             for key, queue, number in source.execute(SQL_PARTITIONS).fetchall():
                 target = owner(queue, number)
-                if target != index:
-                    items = _move_partition(source, conns.get(target), key, queue, number)
-                    done = moved.setdefault(queue, Moved())
-                    done.partitions += 1
-                    done.items += items
+                if target == index:
+                    continue
+                done = moved.setdefault(queue, Moved())
+                if not exists(queue):
+                    with _transaction(source):
+                        source.execute(SQL_DROP_PARTITION_ITEMS, (key,))
+                        source.execute(SQL_DELETE_PARTITION, (key,))
+                    done.dropped += 1
+                    continue
+                done.items += _move_partition(source, conns.get(target), key, queue, number)
+                done.partitions += 1
             for queue in _dedup_queues(source):
                 target = owner(queue, 0)
-                if target != index:
-                    moved.setdefault(queue, Moved()).dedup += _move_dedup(source, conns.get(target), queue)
+                if target == index:
+                    continue
+                if not exists(queue):
+                    with _transaction(source):
+                        source.execute(SQL_DELETE_QUEUE_DEDUP, (queue,))
+                    continue
+                moved.setdefault(queue, Moved()).dedup += _move_dedup(source, conns.get(target), queue)
     return moved
+
+
+class _Exists:
+    """Whether a queue has a record in the database of ``conn``, asked once per queue."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._known: dict[str, bool] = {}
+
+    def __call__(self, queue: str) -> bool:
+        found = self._known.get(queue)
+        if found is None:
+            found = self._known[queue] = self._conn.execute(SQL_GET_QUEUE, (queue,)).fetchone() is not None
+        return found
 
 
 def remove_database(path: str) -> None:

@@ -109,6 +109,7 @@ SQL_PARTITION_QUEUES: Final = "SELECT DISTINCT queue FROM partitions ORDER BY qu
 # from the source once that copy committed.
 SQL_PARTITIONS: Final = "SELECT key, queue, number FROM partitions ORDER BY queue, number"
 SQL_DELETE_PARTITION: Final = "DELETE FROM partitions WHERE key = ?"
+SQL_DROP_PARTITION_ITEMS: Final = "DELETE FROM items WHERE part = ?"
 SQL_ITEM_BATCH: Final = f"SELECT {_COLUMNS} FROM items WHERE part = ? ORDER BY id LIMIT ?"
 SQL_COPY_ITEM: Final = f"INSERT OR IGNORE INTO items (part, {_COLUMNS}) VALUES ({', '.join('?' * 14)})"
 SQL_NEXT_DEDUP_QUEUE: Final = "SELECT queue FROM dedup WHERE queue > ? ORDER BY queue LIMIT 1"

@@ -22,7 +22,7 @@ from querator.cluster.node import LOCAL_NODE
 from querator.config import ConfigError
 from querator.processes import _data_dir
 from querator.processes._data_dir import MOVING, RECORD, database, held, settle
-from querator.storage.base import Item, PartitionTx
+from querator.storage.base import Item, PartitionTx, QueueRecord
 from querator.storage.sqlite import SqliteStore, _move
 
 QUEUES = ("orders", "mails")
@@ -53,8 +53,8 @@ def inserting(items: list[Item]) -> Callable[[PartitionTx], None]:
 
 @pytest.fixture
 async def written(tmp_path: Path) -> Path:
-    """A data dir as 2 processes wrote it: each partition in its owner's database, each queue's dedup
-    records in the database of its partition 0's owner."""
+    """A data dir as 2 processes wrote it: the queue records in process 0's database, each partition in
+    its owner's, each queue's dedup records in the database of its partition 0's owner."""
     data = tmp_path / "template"
     data.mkdir()
     owner = process_owner(LOCAL_NODE, FROM)
@@ -62,6 +62,7 @@ async def written(tmp_path: Path) -> Path:
     for store in stores:
         await store.open()
     for queue in QUEUES:
+        assert await stores[0].add_queue(QueueRecord(name=queue, requested_partitions=PARTITIONS))
         for number in range(PARTITIONS):
             await (
                 stores[owner(queue, number)].partition(queue, number).run(inserting(items_of(queue, number)))
@@ -225,3 +226,31 @@ def test_a_new_data_dir_records_its_number_and_a_second_node_is_refused(
     )
     with held(data, 1):  # let go; then started with one process: no record, as one process writes
         assert not (data / RECORD).exists()
+
+
+async def test_the_partitions_of_a_deleted_queue_are_dropped_not_moved(written: Path) -> None:
+    """A queue deleted while process 1 was down left its partitions and dedup records there (process 1
+    would drop them when it opens): moved to process 0, which drops nothing, a queue created again
+    under the name would find them. The move drops them instead."""
+    store = SqliteStore(database(written, 1))
+    await store.open()
+    for number in range(PARTITIONS):
+        await store.partition("deleted", number).run(inserting(items_of("deleted", number)))
+    await store.partition("deleted", 0).run(lambda tx: tx.dedup(["d-0"], NOW, NOW + 10_000))
+    await store.close()
+    expected = placed_for(1, written)
+    _, _, last_ids = contents(written)
+
+    settle(written, 1)
+    items, dedup, _ = contents(written)
+    assert not [row for row in items if row[1] == "deleted"]
+    assert not [row for row in dedup if row[1] == "deleted"]
+    check_moved(
+        written,
+        1,
+        (
+            Counter({row: 1 for row in expected[0] if row[1] != "deleted"}),
+            Counter({row: 1 for row in expected[1] if row[1] != "deleted"}),
+        ),
+        {name: last_id for name, last_id in last_ids.items() if name[0] != "deleted"},
+    )
