@@ -38,7 +38,7 @@ from querator.errors import StorageError
 from querator.http import create_admin_app, create_app, dispatch_directly, protocol_factory
 from querator.processes import (
     ProcessRole,
-    check_processes,
+    data_dir_held,
     database,
     role_from_env,
     shared_dir_held,
@@ -87,7 +87,6 @@ def make_store(config: ServerConfig, role: ProcessRole | None = None) -> Store:
         raise ConfigError(
             f"data-dir is invalid; cannot create '{config.data_dir}': {e.strerror or e}"
         ) from None
-    check_processes(config.data_dir, config.processes)
     shared = _sqlite(database(config.data_dir, 0), config.sqlite_synchronous)
     if role is None:
         return shared
@@ -440,7 +439,13 @@ def run(config: ServerConfig, role: ProcessRole | None = None) -> int:
     # A process of a memory node holds the directory of the sqlite file the processes share: the last
     # one to stop removes it when the supervisor could not (killed).
     shared_dir = os.path.dirname(role.shared_db) if role is not None and role.shared_db else ""
-    with shared_dir_held(shared_dir) if shared_dir else contextlib.nullcontext():
+    # A node of one process locks its sqlite data dir while it runs, and moves its partitions into it
+    # first when several processes wrote it (those of a node of several inherit the supervisor's lock).
+    alone_on_sqlite = role is None and config.storage == "sqlite"
+    with (
+        shared_dir_held(shared_dir) if shared_dir else contextlib.nullcontext(),
+        data_dir_held(config.data_dir, 1) if alone_on_sqlite else contextlib.nullcontext(),
+    ):
         try:
             import uvloop
         except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows

@@ -13,8 +13,9 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from querator.cluster.membership import Member, MemberSet
+from querator.cluster.ring import Ring
 
-__all__ = ["LocalMembers", "process_id"]
+__all__ = ["LocalMembers", "process_id", "process_owner"]
 
 REVISION = 1
 """The revision of the only member set there is."""
@@ -23,6 +24,14 @@ REVISION = 1
 def process_id(node_id: str, index: int) -> str:
     """The member id of process ``index`` of node ``node_id``."""
     return f"{node_id}-{index}"
+
+
+def process_owner(node_id: str, processes: int) -> Callable[[str, int], int]:
+    """The index of the process owning each (queue, partition) among ``processes`` processes of node
+    ``node_id``: the ring they route by, for moving their partitions when their number changes."""
+    indexes = {process_id(node_id, i): i for i in range(processes)}
+    ring = Ring(indexes, REVISION)
+    return lambda queue, number: indexes[ring.owner(queue, number)]
 
 
 class LocalMembers:

@@ -6,7 +6,9 @@ refused; for a cluster node, a socket per process at its ``process-ports`` port,
 forward to it too, each process being a cluster member of its own), the public port reserved for the
 processes to bind with ``SO_REUSEPORT`` (the kernel spreads connections among them), and, with memory
 storage, the directory of the sqlite file the processes share (``_shared_dir``: removed by the supervisor
-or, when it is killed, by its last process).
+or, when it is killed, by its last process). A sqlite data dir it locks for the node's life, moving its
+partitions first when another number of processes wrote it (``_data_dir``); the processes inherit the
+lock's descriptor, so the lock outlives a killed supervisor until they stopped.
 It then starts each process (``python -m querator.server``) with its role in the environment
 (``_role``), restarts one that dies with a back-off, passes SIGTERM and SIGINT on and waits for all.
 A process that exits with the configuration error status (2) stops the node: restarting cannot fix a
@@ -32,7 +34,8 @@ from pathlib import Path
 from querator.clock import SystemClock
 from querator.config import ConfigError, ServerConfig, split_address
 from querator.errors import StorageError
-from querator.processes._data_dir import check_processes, database
+from querator.processes._data_dir import database
+from querator.processes._data_dir import held as data_dir_held
 from querator.processes._role import ProcessRole, role_env
 from querator.processes._shared_dir import hold
 from querator.storage.sqlite import SqliteStore
@@ -63,8 +66,14 @@ class _GiveUp(Exception):
 
 def supervise(config: ServerConfig) -> int:
     """Runs the node's processes until SIGTERM or SIGINT; the exit status."""
-    if config.storage == "sqlite":
-        check_processes(config.data_dir, config.processes)
+    # A sqlite data dir is locked for the node's life (its processes inherit the lock), and its partitions
+    # are moved first when it was written by another number of processes.
+    sqlite = config.storage == "sqlite"
+    with data_dir_held(config.data_dir, config.processes) if sqlite else contextlib.nullcontext(-1) as lock:
+        return _supervise(config, lock)
+
+
+def _supervise(config: ServerConfig, lock: int) -> int:
     address, reserved = _reserve("address", config.address)
     admin_address, admin_reserved = (
         _reserve("admin-address", config.admin_address) if config.admin_address else ("", None)
@@ -80,7 +89,7 @@ def supervise(config: ServerConfig) -> int:
     shared_dir = tempfile.mkdtemp(prefix="querator-") if config.storage == "memory" else ""
     shared_lock = hold(shared_dir) if shared_dir else -1  # a process stopping after us removes it
     try:
-        return asyncio.run(_Supervisor(config, privates, addresses, shared_dir).run())
+        return asyncio.run(_Supervisor(config, privates, addresses, shared_dir, lock).run())
     finally:
         for sock in [*privates, reserved, admin_reserved]:
             if sock is not None:
@@ -139,9 +148,16 @@ def _cluster_secret(config: ServerConfig) -> bytes:
 
 class _Supervisor:
     def __init__(
-        self, config: ServerConfig, privates: list[socket.socket], addresses: tuple[str, ...], shared_dir: str
+        self,
+        config: ServerConfig,
+        privates: list[socket.socket],
+        addresses: tuple[str, ...],
+        shared_dir: str,
+        data_dir_lock: int,
     ) -> None:
         self._config = config
+        self._data_dir_lock = data_dir_lock
+        """The sqlite data dir's lock (-1 for other storage): each process holds it too while it runs."""
         self._privates = privates
         self._addresses = addresses
         self._shared_db = str(Path(shared_dir) / "shared.db") if shared_dir else ""
@@ -241,7 +257,7 @@ class _Supervisor:
             "querator.server",
             stdin=asyncio.subprocess.DEVNULL,
             env={**os.environ, **role_env(self._config, role)},
-            pass_fds=(private, self._parent_read),
+            pass_fds=(private, self._parent_read, *(lock for lock in [self._data_dir_lock] if lock >= 0)),
         )
         log.info("process %d started (pid %d)", index, proc.pid)
         return proc

@@ -1,7 +1,10 @@
 """A node of several processes (``querator serve --processes N``, docs/processes.md), with real processes.
 
-- Bad values of ``--processes`` are refused with one line before anything starts; so is a data dir
-  written with another number of processes (a cluster node's processes: test_cluster_processes.py).
+- Bad values of ``--processes`` are refused with one line before anything starts (a cluster node's
+  processes: test_cluster_processes.py). A sqlite data dir started with another number of processes
+  moves its partitions to their new owners: nothing lost, leased twice or forgotten (leases, schedules,
+  dedup ids); tests/unit/processes/test_data_dir.py cuts such a move short at every step. A second
+  node on a data dir in use is refused (the running node holds its lock).
 - The processes split a queue's partitions and forward to each other: every partition is served
   whichever process a connection lands on; API keys on, the forwards are signed with the supervisor's
   secret of the run.
@@ -59,6 +62,9 @@ PROCESSES = 2
 PARTITIONS = 4
 DEADLINE = 60.0
 MEMBERS = [f"local-{i}" for i in range(PROCESSES)]
+MOVED_PARTITIONS = 6
+MOVED_ITEMS = {f"item-{n}" for n in range(40)} | {f"dedup-{n}" for n in range(4)}
+MOVED_SCHEDULED = {f"later-{n}" for n in range(4)}
 
 
 def split_queue(prefix: str) -> str:
@@ -103,18 +109,129 @@ def test_bad_process_counts_are_refused(servers: Servers, value: str, message: s
     assert server.stderr() == message
 
 
-def test_a_data_dir_of_another_process_count_is_refused(servers: Servers, tmp_path: Path) -> None:
+class MovingNode:
+    """A sqlite data dir started with one number of processes after another, and what its queue's
+    leases handed out."""
+
+    def __init__(self, servers: Servers, data: Path) -> None:
+        self.servers = servers
+        self.data = data
+        self.queue = spread_queue([f"local-{i}" for i in range(3)], MOVED_PARTITIONS, "moved")
+        self.delivered: list[str] = []
+
+    async def start(self, processes: int) -> ServerProcess:
+        server = await self.servers.astart(
+            "--processes", str(processes), "--storage", "sqlite", "--data-dir", str(self.data)
+        )
+        await eventually(
+            lambda: _true(server.stderr().count("querator listening on") >= processes),
+            START_DEADLINE,
+            "every process listens",
+        )
+        return server
+
+    async def lease(self, client: AsyncClient, count: int) -> tuple[int, list[str]]:
+        reply = await client.lease(self.queue, batch_size=count, client_id="c", request_timeout="5s")
+        self.delivered.extend(i.bytes.decode() for i in reply.items)
+        return reply.partition, [i.id for i in reply.items]
+
+    async def deduplicates(self, client: AsyncClient) -> bool:
+        """Whether the dedup ids produced on 2 processes are still seen (nothing stored again)."""
+        stored = [await client.produce(self.queue, [f"again-{n}"], dedup_id=f"d-{n}") for n in range(4)]
+        return stored == [[""]] * 4
+
+    async def scheduled(self, client: AsyncClient) -> set[str]:
+        found: set[str] = set()
+        for partition in range(MOVED_PARTITIONS):
+            found.update(
+                i.payload.decode() for i in (await client.list_scheduled(self.queue, partition)).items
+            )
+        return found
+
+    async def drained(self, client: AsyncClient) -> bool:
+        with contextlib.suppress(RetryRequest):  # a partition still loading
+            partition, ids = await self.lease(client, 100)
+            if ids:
+                await client.complete(self.queue, partition, ids)
+        return len(self.delivered) >= len(MOVED_ITEMS | MOVED_SCHEDULED)
+
+
+async def test_a_data_dir_moves_to_another_number_of_processes(servers: Servers, tmp_path: Path) -> None:
+    """Items produced on 2 processes (queued, leased, scheduled, with dedup ids) are moved to the owner
+    of their partition when the data dir is started with 3, then 1, then 2 processes again: every item
+    is leased once, a held lease is still completed, dedup ids still deduplicate, and the scheduled
+    items arrive."""
     data = tmp_path / "data"
-    node = servers.start(*sqlite_args(data))
+    moving = MovingNode(servers, data)
+    queue = moving.queue
+    assert {Ring(MEMBERS, 1).owner(queue, n) for n in range(MOVED_PARTITIONS)} == set(MEMBERS)
+    node = await moving.start(2)
+    async with AsyncClient(node.url) as client:
+        await client.create_queue(queue, lease_timeout="5m", expire_timeout="1h", partitions=MOVED_PARTITIONS)
+        for payload in sorted(MOVED_ITEMS):
+            async with AsyncClient(node.url) as one:  # fresh connections: the kernel spreads them
+                dedup = f"d-{payload.split('-')[1]}" if payload.startswith("dedup-") else None
+                assert (await one.produce(queue, [payload], dedup_id=dedup))[0]
+        await client.produce(queue, sorted(MOVED_SCHEDULED), delay="30s")
+        held_partition, held = await moving.lease(client, 5)  # held past the moves, completed below
+        assert held
     assert terminate(node) == 0, node.describe()
     assert (data / "processes").read_text() == "2\n"
-    for count in ("1", "3"):
-        refused = start_refused(servers, "--processes", count, "--storage", "sqlite", "--data-dir", str(data))
-        assert refused.stderr() == (
-            f"querator: processes is invalid; the data dir {data} was written by 2 process(es), each keeping "
-            "its own partitions: start it with --processes 2 (moving partitions between processes is not "
-            "supported yet)\n"
+
+    node = await moving.start(3)
+    assert f"{data} was written by 2 process(es): moving its partitions to 3" in node.stderr()
+    assert sorted(p.name for p in data.glob("querator*.db")) == [
+        "querator-1.db",
+        "querator-2.db",
+        "querator.db",
+    ]
+    assert (data / "processes").read_text() == "3\n"
+    async with AsyncClient(node.url) as client:
+        partition, ids = await moving.lease(client, 10)
+        await client.complete(queue, partition, ids)
+        assert await moving.deduplicates(client)
+        assert await moving.scheduled(client) == MOVED_SCHEDULED
+    assert terminate(node) == 0, node.describe()
+
+    node = await moving.start(1)
+    assert f"{data} was written by 3 process(es): moving its partitions to 1" in node.stderr()
+    assert not list(
+        data.glob("querator-*")
+    )  # the databases of processes 1 and 2 are gone, with their markers
+    assert not (data / "processes").exists()
+    async with AsyncClient(node.url) as client:
+        await client.complete(queue, held_partition, held)  # still leased, wherever its partition went
+        assert await moving.deduplicates(client)
+        assert await moving.scheduled(client) == MOVED_SCHEDULED
+    assert terminate(node) == 0, node.describe()
+
+    node = await moving.start(2)
+    assert f"{data} was written by 1 process(es): moving its partitions to 2" in node.stderr()
+    async with AsyncClient(node.url) as client:
+        assert await moving.deduplicates(client)
+        await eventually(
+            lambda: moving.drained(client), DEADLINE, "every item leased, the scheduled once due"
         )
+    assert sorted(moving.delivered) == sorted(MOVED_ITEMS | MOVED_SCHEDULED), node.describe()
+    assert terminate(node) == 0, node.describe()
+
+
+async def test_a_second_node_on_a_data_dir_in_use_is_refused(servers: Servers, tmp_path: Path) -> None:
+    """The running node's lock (its supervisor's, shared by its processes) keeps a start with another
+    number of processes from moving the partitions it serves: refused after waiting 15 s for it."""
+    data = tmp_path / "data"
+    node = await servers.astart(*sqlite_args(data))
+    await all_listening(node)
+    refused = await asyncio.to_thread(
+        start_refused, servers, "--processes", "3", "--storage", "sqlite", "--data-dir", str(data)
+    )
+    assert refused.stderr() == (
+        f"querator: data-dir is invalid; another querator node uses {data} "
+        f"(it holds '{data / 'querator.lock'}')\n"
+    )
+    assert (data / "processes").read_text() == "2\n"
+    assert not (data / "querator-2.db").exists()
+    assert terminate(node) == 0, node.describe()
 
 
 def test_a_file_every_process_needs_is_checked_once(servers: Servers, tmp_path: Path) -> None:

@@ -20,13 +20,15 @@ Modules: ``_schema`` (tables, their version, pragma values), ``_statements`` (ev
 and migrations, the initialised marker and the damage check), ``_worker`` (the connection and the
 partition keys it knows), ``_jobs`` (jobs and handing their outcomes back to the event loop), ``_writer``
 (the writer thread and group commit), ``_tx`` (``SqliteTx``: the ``PartitionTx`` primitives),
-``_partition`` (``SqlitePartition``) and ``_store`` (``SqliteStore``: queue records and partitions).
+``_partition`` (``SqlitePartition``) and ``_store`` (``SqliteStore``: queue records and partitions);
+``_move`` moves partitions between the databases of a node's processes when their number changes.
 """
 
 from __future__ import annotations
 
 from querator.storage.sqlite._connect import INITIALISED_SUFFIX
 from querator.storage.sqlite._errors import SqliteStorageError
+from querator.storage.sqlite._move import Moved, move_partitions, remove_database
 from querator.storage.sqlite._partition import SqlitePartition
 from querator.storage.sqlite._schema import SCHEMA, SCHEMA_VERSION
 from querator.storage.sqlite._store import SqliteStore
@@ -35,7 +37,10 @@ __all__ = [
     "INITIALISED_SUFFIX",
     "SCHEMA",
     "SCHEMA_VERSION",
+    "Moved",
     "SqlitePartition",
     "SqliteStorageError",
     "SqliteStore",
+    "move_partitions",
+    "remove_database",
 ]

@@ -104,6 +104,25 @@ SQL_DELETE_PARTITION_ITEMS: Final = (
 SQL_DELETE_PARTITIONS: Final = "DELETE FROM partitions WHERE queue = ? AND number < ?"
 SQL_PARTITION_QUEUES: Final = "SELECT DISTINCT queue FROM partitions ORDER BY queue"
 
+# Moving partitions between the databases of a node's processes (_move.py): a batch at a time, copied by
+# primary key into the owner's database (a batch copied again after a crash is ignored there), deleted
+# from the source once that copy committed.
+SQL_PARTITIONS: Final = "SELECT key, queue, number FROM partitions ORDER BY queue, number"
+SQL_DELETE_PARTITION: Final = "DELETE FROM partitions WHERE key = ?"
+SQL_DROP_PARTITION_ITEMS: Final = "DELETE FROM items WHERE part = ?"
+SQL_ITEM_BATCH: Final = f"SELECT {_COLUMNS} FROM items WHERE part = ? ORDER BY id LIMIT ?"
+SQL_COPY_ITEM: Final = f"INSERT OR IGNORE INTO items (part, {_COLUMNS}) VALUES ({', '.join('?' * 14)})"
+SQL_NEXT_DEDUP_QUEUE: Final = "SELECT queue FROM dedup WHERE queue > ? ORDER BY queue LIMIT 1"
+SQL_DEDUP_BATCH: Final = "SELECT id, expires_at FROM dedup WHERE queue = ? ORDER BY id LIMIT ?"
+SQL_COPY_DEDUP: Final = (
+    "INSERT INTO dedup (queue, id, expires_at) VALUES (?, ?, ?) "
+    "ON CONFLICT (queue, id) DO UPDATE SET expires_at = max(expires_at, excluded.expires_at)"
+)
+SQL_DELETE_DEDUP: Final = "DELETE FROM dedup WHERE queue = ? AND id IN (SELECT value FROM json_each(?))"
+SQL_HOLDS_PARTITIONS: Final = (
+    "SELECT 1 FROM partitions UNION ALL SELECT 1 FROM items UNION ALL SELECT 1 FROM dedup LIMIT 1"
+)
+
 _QUEUE_COLUMNS = (
     "name, namespace, lease_timeout, expire_timeout, dead_queue, max_attempts, reference, "
     "requested_partitions, created_at, updated_at, extra, dedup_window"
