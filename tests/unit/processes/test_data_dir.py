@@ -150,6 +150,41 @@ def crash_after(monkeypatch: pytest.MonkeyPatch, target: Any, name: str, steps: 
     return ran
 
 
+def crash_at_every_step(
+    written: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    target: tuple[Any, str],
+    numbers: tuple[int, int],
+    after_crash: Callable[[Path, int, list[int]], None] = lambda data, steps, ran: None,
+) -> int:
+    """Moves copies of ``written`` from ``numbers[0]`` to ``numbers[1]`` processes, each cut short one
+    step later (``target``, a module and its function, raising Crash after 0, 1, 2... calls) until one
+    runs through; after each cut, ``after_crash`` checks the data dir and the next start, alternately
+    with the new and the old number, must complete the move. Returns how many steps were cut."""
+    old, new = numbers
+    _, _, last_ids = contents(written)
+    expected = {n: placed_for(n, written) for n in numbers}
+    steps = 0
+    while True:
+        data = tmp_path / f"crash-{steps}"
+        shutil.copytree(written, data)
+        with monkeypatch.context() as patch:
+            ran = crash_after(patch, *target, steps)
+            try:
+                settle(data, new)
+            except Crash:
+                pass
+            else:
+                check_moved(data, new, expected[new], last_ids)
+                return steps
+        after_crash(data, steps, ran)
+        again = new if steps % 2 else old
+        settle(data, again)
+        check_moved(data, again, expected[again], last_ids)
+        steps += 1
+
+
 def test_a_move_completes_whatever_the_next_start_after_a_crash_in_any_commit(
     written: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -158,28 +193,12 @@ def test_a_move_completes_whatever_the_next_start_after_a_crash_in_any_commit(
     monkeypatch.setattr(_move, "BATCH_ITEMS", 2)  # several batches per partition, each a step
     _, _, last_ids = contents(written)
     assert len(last_ids) == len(QUEUES) * PARTITIONS
-    expected = {n: placed_for(n, written) for n in (2, 3)}
-    steps = 0
-    while True:
-        data = tmp_path / f"crash-{steps}"
-        shutil.copytree(written, data)
-        with monkeypatch.context() as patch:
-            ran = crash_after(patch, _move, "_commit", steps)
-            try:
-                settle(data, 3)
-            except Crash:
-                crashed = True
-            else:
-                crashed = False
-        if not crashed:
-            check_moved(data, 3, expected[3], last_ids)
-            break
+
+    def cut_short(data: Path, steps: int, ran: list[int]) -> None:
         assert ran[0] == steps
         assert (data / MOVING).exists() and (data / RECORD).read_text() == "2\n"
-        again = 3 if steps % 2 else 2
-        settle(data, again)
-        check_moved(data, again, expected[again], last_ids)
-        steps += 1
+
+    steps = crash_at_every_step(written, tmp_path, monkeypatch, (_move, "_commit"), (2, 3), cut_short)
     assert steps > 20  # every partition moved in batches, each a commit: each a point of the crash
 
 
@@ -188,27 +207,7 @@ def test_a_move_to_fewer_processes_completes_after_a_crash_in_any_file_removal(
 ) -> None:
     """2 -> 1 removes querator-1.db and the record: cut short before each removal, the next start (with
     1, or again with 2) completes; a marker never outlives its database."""
-    _, _, last_ids = contents(written)
-    expected = {n: placed_for(n, written) for n in (1, 2)}
-    steps = 0
-    while True:
-        data = tmp_path / f"crash-{steps}"
-        shutil.copytree(written, data)
-        with monkeypatch.context() as patch:
-            crash_after(patch, os, "unlink", steps)
-            try:
-                settle(data, 1)
-            except Crash:
-                crashed = True
-            else:
-                crashed = False
-        if not crashed:
-            check_moved(data, 1, expected[1], last_ids)
-            break
-        again = 1 if steps % 2 else 2
-        settle(data, again)
-        check_moved(data, again, expected[again], last_ids)
-        steps += 1
+    steps = crash_at_every_step(written, tmp_path, monkeypatch, (os, "unlink"), (2, 1))
     assert steps >= 3  # the marker, the database, the record, the move's own file
 
 
