@@ -169,7 +169,13 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
     clock = SystemClock()
     local = LocalMembers(LOCAL_NODE, role.index, role.addresses) if role and alone else None
     cluster = ClusterNode(cluster_config, clock, config.address, local)
+    # A node of one process locks its sqlite data dir while it runs, and moves its partitions into it
+    # first when several processes wrote it (those of a node of several inherit the supervisor's
+    # lock); after binding, so that a refused setting leaves no data dir behind.
+    data_dir_lock = contextlib.ExitStack()
     try:
+        if role is None and config.storage == "sqlite":
+            data_dir_lock.enter_context(data_dir_held(config.data_dir, 1))
         service = Service(
             make_store(config, role),
             clock,
@@ -183,6 +189,7 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
         )
         await service.start()
     except BaseException as e:
+        data_dir_lock.close()
         for sock in sockets:
             sock.close()
         if isinstance(e, MembershipError | EtcdError):
@@ -276,6 +283,7 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
             server.close()  # what runner.cleanup() does for aiohttp's own sites, in the same order
         for runner in runners:
             await runner.cleanup()
+        data_dir_lock.close()
     log.info("stopped")
 
 
@@ -439,13 +447,7 @@ def run(config: ServerConfig, role: ProcessRole | None = None) -> int:
     # A process of a memory node holds the directory of the sqlite file the processes share: the last
     # one to stop removes it when the supervisor could not (killed).
     shared_dir = os.path.dirname(role.shared_db) if role is not None and role.shared_db else ""
-    # A node of one process locks its sqlite data dir while it runs, and moves its partitions into it
-    # first when several processes wrote it (those of a node of several inherit the supervisor's lock).
-    alone_on_sqlite = role is None and config.storage == "sqlite"
-    with (
-        shared_dir_held(shared_dir) if shared_dir else contextlib.nullcontext(),
-        data_dir_held(config.data_dir, 1) if alone_on_sqlite else contextlib.nullcontext(),
-    ):
+    with shared_dir_held(shared_dir) if shared_dir else contextlib.nullcontext():
         try:
             import uvloop
         except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows

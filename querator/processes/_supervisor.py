@@ -66,34 +66,38 @@ class _GiveUp(Exception):
 
 def supervise(config: ServerConfig) -> int:
     """Runs the node's processes until SIGTERM or SIGINT; the exit status."""
-    # A sqlite data dir is locked for the node's life (its processes inherit the lock), and its partitions
-    # are moved first when it was written by another number of processes.
-    sqlite = config.storage == "sqlite"
-    with data_dir_held(config.data_dir, config.processes) if sqlite else contextlib.nullcontext(-1) as lock:
-        return _supervise(config, lock)
-
-
-def _supervise(config: ServerConfig, lock: int) -> int:
     address, reserved = _reserve("address", config.address)
     admin_address, admin_reserved = (
         _reserve("admin-address", config.admin_address) if config.admin_address else ("", None)
     )
     config = replace(config, address=address, admin_address=admin_address)
+    sockets = [sock for sock in (reserved, admin_reserved) if sock is not None]
     try:
         privates, addresses = _process_sockets(config)
-    except BaseException:
-        for sock in (reserved, admin_reserved):
-            if sock is not None:
-                sock.close()
-        raise
+        sockets += privates
+        # A sqlite data dir is locked for the node's life (its processes inherit the lock), and its
+        # partitions are moved first when it was written by another number of processes; after binding,
+        # so that an address that cannot be used leaves no data dir behind.
+        held = (
+            data_dir_held(config.data_dir, config.processes)
+            if config.storage == "sqlite"
+            else contextlib.nullcontext(-1)
+        )
+        with held as lock:
+            return _supervise(config, privates, addresses, lock)
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _supervise(
+    config: ServerConfig, privates: list[socket.socket], addresses: tuple[str, ...], lock: int
+) -> int:
     shared_dir = tempfile.mkdtemp(prefix="querator-") if config.storage == "memory" else ""
     shared_lock = hold(shared_dir) if shared_dir else -1  # a process stopping after us removes it
     try:
         return asyncio.run(_Supervisor(config, privates, addresses, shared_dir, lock).run())
     finally:
-        for sock in [*privates, reserved, admin_reserved]:
-            if sock is not None:
-                sock.close()
         if shared_dir:
             shutil.rmtree(shared_dir, ignore_errors=True)
             os.close(shared_lock)

@@ -293,6 +293,13 @@ STARTUP_FAILURES = [
     ),
     pytest.param(
         Invalid(
+            args=("--address", "no-such-host.invalid:2319", "--processes", "2"),
+            message="querator: address is invalid",
+        ),
+        id="address-unresolvable-host-two-processes",
+    ),
+    pytest.param(
+        Invalid(
             env=(("QUERATOR_API_KEYS", " , "),), message="querator: api keys are invalid; the configured"
         ),
         id="api-keys-empty",
