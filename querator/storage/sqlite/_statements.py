@@ -9,8 +9,10 @@ _COLUMNS = (
     "max_attempts, reference, encoding, kind, payload"
 )
 """Item columns in the order of ``Item``'s fields."""
+_ITEM_VALUES = ", ".join("?" * 14)
+"""The placeholders of an item's row: its partition's key, then ``_COLUMNS``."""
 
-SQL_INSERT_ITEM: Final = f"INSERT INTO items (part, {_COLUMNS}) VALUES ({', '.join('?' * 14)})"
+SQL_INSERT_ITEM: Final = f"INSERT INTO items (part, {_COLUMNS}) VALUES ({_ITEM_VALUES})"
 # Only the lease and schedule fields change while an item keeps its id (see PartitionTx.update).
 SQL_UPDATE_ITEM: Final = (
     "UPDATE items SET is_leased = ?, lease_deadline = ?, attempts = ?, enqueue_at = ? "
@@ -111,7 +113,7 @@ SQL_PARTITIONS: Final = "SELECT key, queue, number FROM partitions ORDER BY queu
 SQL_DELETE_PARTITION: Final = "DELETE FROM partitions WHERE key = ?"
 SQL_DROP_PARTITION_ITEMS: Final = "DELETE FROM items WHERE part = ?"
 SQL_ITEM_BATCH: Final = f"SELECT {_COLUMNS} FROM items WHERE part = ? ORDER BY id LIMIT ?"
-SQL_COPY_ITEM: Final = f"INSERT OR IGNORE INTO items (part, {_COLUMNS}) VALUES ({', '.join('?' * 14)})"
+SQL_COPY_ITEM: Final = f"INSERT OR IGNORE INTO items (part, {_COLUMNS}) VALUES ({_ITEM_VALUES})"
 SQL_NEXT_DEDUP_QUEUE: Final = "SELECT queue FROM dedup WHERE queue > ? ORDER BY queue LIMIT 1"
 SQL_DEDUP_BATCH: Final = "SELECT id, expires_at FROM dedup WHERE queue = ? ORDER BY id LIMIT ?"
 SQL_COPY_DEDUP: Final = (
