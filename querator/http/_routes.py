@@ -13,7 +13,7 @@ from querator.auth import FORWARDED_HEADER, ApiKeys
 from querator.console import CONSOLE_PREFIX, add_console
 from querator.http._auth import authentication
 from querator.http._body import DEFAULT_BODY, IMPORT_BODY, MAX_PRODUCE_BODY, SMALL_BODY, UPDATE_BODY
-from querator.http._handler import M, R, Route, route_handler
+from querator.http._handler import M, R, Route, Timed, route_handler
 from querator.http._probes import OPENAPI_PATH, SERVICE, health, metrics, openapi, openapi_document, ready
 from querator.http._replies import unknown
 from querator.metrics import LightHistogram, Observer
@@ -148,7 +148,7 @@ def _api_app(
     latency, monotonic_s = service.metrics.latency, service.clock.monotonic
     direct = app[DIRECT_ROUTES] = {}
     for path, route in routes:
-        handler = _timed(route_handler(route, refuse_cross_site=console), path, latency, monotonic_s)
+        handler = route_handler(route, console, monotonic_s, _timed(path, latency, monotonic_s))
         app.router.add_route("*", path, handler)
         direct[path] = handler if auth is None else functools.partial(auth, handler=handler)
     return app
@@ -228,27 +228,16 @@ def _tenancy_routes(t: Tenancy) -> list[tuple[str, Route[Any, Any]]]:
     ]
 
 
-CLIENT_GONE = 499
-"""The status a request is counted under when its client went away before the answer (nginx's)."""
-
-
-def _timed(handler: Handler, path: str, latency: LightHistogram, monotonic_s: Callable[[], float]) -> Handler:
-    """``handler``, timed into ``latency`` by route and status code (a code's child made once), by
+def _timed(path: str, latency: LightHistogram, monotonic_s: Callable[[], float]) -> Timed:
+    """Counts the requests of ``path`` into ``latency`` by status code (a code's child made once), by
     ``monotonic_s`` rather than by looking the running loop up on each request."""
     by_code: dict[int, Observer] = {}
 
-    async def timed(request: web.Request) -> web.StreamResponse:
-        started = monotonic_s()
-        code = CLIENT_GONE
-        try:
-            response = await handler(request)
-            code = response.status
-            return response
-        finally:
-            child = by_code.get(code)
-            if child is None:
-                child = by_code[code] = latency.labels(path, str(code))
-            child.observe(monotonic_s() - started)
+    def timed(code: int, started_s: float) -> None:
+        child = by_code.get(code)
+        if child is None:
+            child = by_code[code] = latency.labels(path, str(code))
+        child.observe(monotonic_s() - started_s)
 
     return timed
 

@@ -75,8 +75,7 @@ def _routes(app: web.Application) -> dict[str, Callable[..., Any]]:
 
 def _rpc(handler: Callable[..., Any]) -> tuple[type[m.Message], int, type[m.Message]]:
     """(request type, body limit, reply type) of an RPC route, read from its handler's closure."""
-    timed = inspect.getclosurevars(handler).nonlocals
-    rpc = inspect.getclosurevars(timed["handler"]).nonlocals
+    rpc = inspect.getclosurevars(handler).nonlocals
     # ``call`` adapts the service's method (``_rpc`` or ``_routed``), which it holds as its own ``call``.
     method = inspect.getclosurevars(rpc["call"]).nonlocals["call"]
     returned = get_type_hints(method)["return"]

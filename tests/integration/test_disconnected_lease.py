@@ -18,6 +18,7 @@ import aiohttp
 import msgspec
 import pytest
 from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
 
 from querator.client import AsyncClient
 
@@ -44,6 +45,19 @@ async def one_item_reaches_the_same_client(client: AsyncClient) -> None:
     assert [(i.bytes, i.attempts) for i in reply.items] == [(b"hello", 1)]
 
 
+async def leases_timed(server: ServerProcess) -> dict[str, float]:
+    """The count of lease requests in the node's latency histogram, by status code."""
+    async with aiohttp.ClientSession() as session, session.get(server.url + "/metrics") as reply:
+        text = await reply.text()
+    return {
+        sample.labels["code"]: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "querator_request_duration_seconds_count"
+        and sample.labels["route"] == "/v1/queue.lease"
+    }
+
+
 @pytest.fixture
 async def node(servers: Servers) -> AsyncIterator[tuple[ServerProcess, AsyncClient]]:
     server = servers.start("--storage", "memory")
@@ -65,6 +79,8 @@ async def test_a_lease_whose_client_closed_its_socket_takes_nothing(
         sock.sendall(request)
         await eventually(lambda: leases_waiting(client, 1), DEADLINE, "the lease is parked")
     await one_item_reaches_the_same_client(client)
+    # The abandoned lease is timed under 499 (the client went away), the one served under 200.
+    assert await leases_timed(server) == {"200": 1, "499": 1}
 
 
 async def idle_cutting_proxy(upstream: str, idle_timeout: float) -> web.AppRunner:
