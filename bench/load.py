@@ -73,11 +73,10 @@ class Run:
 class Floor(Child):
     """bench/floor.py as a child process."""
 
-    def __init__(self, direct: bool) -> None:
+    def __init__(self, flags: list[str]) -> None:
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         floor = Path(__file__).with_name("floor.py")
-        flags = ["--direct"] if direct else []
         self.proc = subprocess.Popen([sys.executable, str(floor), "--port", str(self.port), *flags])
 
     def stop(self) -> None:
@@ -233,6 +232,9 @@ async def main() -> None:
         help="the floor dispatches its routes without aiohttp's router, as the node does",
     )
     parser.add_argument(
+        "--floor-reply", action="store_true", help="the floor writes its replies as the node does"
+    )
+    parser.add_argument(
         "--partitions", type=int, default=1, help="of the queue; a node of N processes splits partitions"
     )
     parser.add_argument(
@@ -270,7 +272,8 @@ async def main() -> None:
         f"{'protobuf' if args.protobuf else 'JSON'}, {args.storage}, {args.duration}s runs"
     )
     node = Server(args.storage, "FULL", args.server_arg)
-    floor = None if args.no_floor else Floor(args.floor_direct)
+    flags = ["--direct"] * args.floor_direct + ["--reply"] * args.floor_reply
+    floor = None if args.no_floor else Floor(flags)
     try:
         for _ in range(args.rounds):
             for op, batch in itertools.product(args.op or ["cycle"], batches):

@@ -8,9 +8,9 @@ any other method is a 400, an unknown path a 501. Errors are mapped to replies i
 Modules: ``_routes`` (``create_app``, ``create_admin_app``: the route table; ``dispatch_directly``:
 the v1 routes served without aiohttp's router), ``_handler`` (one route's handler: checks, decoding,
 the service call, its errors), ``_auth`` (the authentication middleware and signed forwards), ``_body``
-(body limits, reading a body), ``_replies`` (encoding replies and errors, the view older JSON clients
-get), ``_probes`` (``/health``, ``/ready``, ``/metrics``, ``/openapi.yaml``) and ``_protocol``
-(``protocol_factory``: each connection's protocol).
+(body limits, reading a body), ``_replies`` (``Reply``, which writes a reply; encoding replies and
+errors, the view older JSON clients get), ``_probes`` (``/health``, ``/ready``, ``/metrics``,
+``/openapi.yaml``) and ``_protocol`` (``protocol_factory``: each connection's protocol).
 """
 
 from querator.http._body import (
@@ -24,6 +24,7 @@ from querator.http._body import (
 )
 from querator.http._probes import OPENAPI_CONTENT_TYPE, OPENAPI_PATH, openapi_document
 from querator.http._protocol import protocol_factory
+from querator.http._replies import Reply
 from querator.http._routes import (
     ADMIN_OPEN_PATHS,
     OPEN_PATHS,
@@ -43,6 +44,7 @@ __all__ = [
     "OPEN_PATHS",
     "SMALL_BODY",
     "UPDATE_BODY",
+    "Reply",
     "create_admin_app",
     "create_app",
     "dispatch_directly",

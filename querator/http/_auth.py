@@ -11,7 +11,7 @@ from aiohttp.typedefs import Handler
 
 from querator.auth import FORWARDED_HEADER, REPLY_SIGNATURE_HEADER, ApiKeys, ClusterAuth, Forwarded
 from querator.errors import Forbidden, QueratorError
-from querator.http._replies import accept_or_json, error_reply
+from querator.http._replies import Reply, accept_or_json, error_reply
 from querator.tenancy import CALLER, SYSTEM, Access, Principal
 from querator.tenancy import permissions as perm
 
@@ -34,7 +34,7 @@ class VerifiedForward:
         """Signs the owner's reply, so the forwarder can tell it from a stranger's."""
         # Every route answers a web.Response of bytes; anything else goes unsigned, and the forwarder
         # refuses it rather than pass it on.
-        if isinstance(response, web.Response) and isinstance(response.body, bytes):
+        if isinstance(response, web.Response | Reply) and isinstance(response.body, bytes):
             content_type = response.headers.get("Content-Type", "")
             signature = self.auth.sign_reply(self.forwarded, response.status, content_type, response.body)
             response.headers[REPLY_SIGNATURE_HEADER] = signature

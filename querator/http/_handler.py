@@ -24,6 +24,7 @@ from querator.errors import (
 from querator.http._auth import verified_forward
 from querator.http._body import read_body
 from querator.http._replies import (
+    Reply,
     error_reply,
     extensions_level,
     message_reply,
@@ -116,7 +117,7 @@ def route_handler(
     return handler
 
 
-async def _deliver(request: web.Request, response: web.Response, undelivered: Callable[[], None]) -> None:
+async def _deliver(request: web.Request, response: Reply, undelivered: Callable[[], None]) -> None:
     """Writes the reply now rather than after the handler, to learn whether it could be written."""
     if (verified := verified_forward(request)) is not None:
         verified.sign(response)
