@@ -35,13 +35,13 @@ CLOSE_DEADLINE = 30.0
 # The server process, from outside
 
 
-def rss_kib(pid: int) -> int:
-    """Resident set size of ``pid`` in KiB (``VmRSS`` of /proc/<pid>/status)."""
+def rss_kib(pid: int, field: str = "VmRSS") -> int:
+    """Resident set size of ``pid`` in KiB (``VmRSS`` of /proc/<pid>/status; ``VmHWM``: its peak)."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1])
-    raise AssertionError(f"no VmRSS for pid {pid}")
+    raise AssertionError(f"no {field} for pid {pid}")
 
 
 def open_fds(pid: int) -> int:
@@ -299,26 +299,44 @@ def test_an_idle_kept_alive_connection_is_closed(servers: Servers) -> None:
     assert closed and got == b""
 
 
-def test_a_client_that_stops_reading_its_replies_is_cut_off(servers: Servers) -> None:
+@pytest.mark.parametrize("replies", ["openapi", "items"])
+def test_a_client_that_stops_reading_its_replies_is_cut_off(servers: Servers, replies: str) -> None:
     """Requests sent, replies never read: once the replies fill the socket buffers, the write timeout
-    (1 s) closes the connection; the header and idle timeouts (30 s) cannot be what does."""
+    (1 s) closes the connection; the header and idle timeouts (30 s) cannot be what does. Replies of the
+    probes (aiohttp's) and of the API (``http.Reply``, which waits for the writer to drain) alike."""
     server = servers.start(
         "--storage", "memory", "--write-timeout", "1s", "--header-timeout", "30s", "--idle-timeout", "30s"
     )
     assert server.port is not None
+    if replies == "openapi":
+        # 200 pipelined requests for the 58 KB OpenAPI document: ~11 MB of replies, far above what the
+        # two sockets and aiohttp's transport buffer hold.
+        requests = request_head("GET", "/openapi.yaml", {}) * 200
+    else:
+        # 20 pipelined listings of 40 items of 100 KB: ~110 MB of replies (base64 in JSON), of which
+        # the node must not hold more than a few at once (it waits for each to drain).
+        with Client(server.url) as client:
+            client.create_queue("q", lease_timeout="1m", expire_timeout="1h")
+            for _ in range(8):  # bodies under 1 MB: aiohttp's client warns of larger ones
+                client.produce("q", [os.urandom(100_000) for _ in range(5)])
+        body = msgspec.json.encode({"queue_name": "q", "limit": 40})
+        headers = {"Content-Type": "application/json", "Content-Length": str(len(body))}
+        requests = (request_head("POST", "/v1/storage/items.list", headers) + body) * 20
+    peak_before = rss_kib(server.pid, "VmHWM")
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.connect(("127.0.0.1", server.port))
-        # 200 pipelined requests for the 58 KB OpenAPI document: ~11 MB of replies, far above what the
-        # two sockets and aiohttp's transport buffer hold.
-        sock.sendall(request_head("GET", "/openapi.yaml", {}) * 200)
+        sock.sendall(requests)
         started = time.monotonic()
         wait_until(lambda: accepted_connections(server.port) == 0, 15.0, "the stalled connection closed")
+        grown_mb = (rss_kib(server.pid, "VmHWM") - peak_before) / 1000
         measured(
-            "a client not reading its replies",
+            f"a client not reading its replies ({replies})",
             timeout="1s",
             closed_after_s=round(time.monotonic() - started, 2),
+            peak_rss_growth_mb=grown_mb,
         )
+    assert grown_mb < 50, "the replies were buffered, not waited for"
     assert "ERROR" not in server.stderr(), server.stderr()
 
 
