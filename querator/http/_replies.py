@@ -13,6 +13,9 @@ from querator.errors import CODE_TEXT, ClientContentError, InvalidOption, NotImp
 from querator.wire import JSON, encode, negotiate_accept
 from querator.wire import messages as m
 
+LARGE_BODY = 16_384
+"""Bytes from which a reply's body is handed to the transport beside its headers, not copied after them."""
+
 
 class Reply(web.StreamResponse):
     """A reply of the API: an encoded message, written with its headers in one write when aiohttp
@@ -69,10 +72,13 @@ class Reply(web.StreamResponse):
             f"HTTP/{version.major}.{version.minor} {self._status} {self._reason}\r\n{fields}"
             f"Content-Length: {len(self.body)}\r\nDate: {rfc822_formatted_time()}\r\n\r\n"
         ).encode()
-        data = head if request.method == "HEAD" else head + self.body
-        transport.write(data)
+        body = b"" if request.method == "HEAD" else self.body
+        if len(body) < LARGE_BODY:
+            transport.write(head + body)
+        else:  # two buffers in one system call, rather than a copy of a large body
+            transport.writelines((head, body))
         self._eof_sent = True
-        request.writer.output_size += len(data)
+        request.writer.output_size += len(head) + len(body)
         if request.protocol.writing_paused:
             await request.writer.drain()
 

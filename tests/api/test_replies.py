@@ -5,7 +5,9 @@ read from a raw socket as a client's HTTP stack would."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import os
 import re
 from collections.abc import AsyncIterator
 from email.utils import parsedate_to_datetime
@@ -123,3 +125,20 @@ async def test_a_head_request_gets_the_headers_without_the_body(api: Api) -> Non
         status, _, body = await conn.reply()
         assert status == "HTTP/1.1 400 Bad Request"
         assert re.search(rb"http method 'GET' not allowed", body)
+
+
+async def test_a_large_reply_arrives_whole(api: Api) -> None:
+    """A large body goes to the transport beside its headers, not copied after them (``LARGE_BODY``)."""
+    await api.create("q")
+    payload = os.urandom(100_000)
+    await api.produce("q", [{"bytes": base64.b64encode(payload).decode()}])
+    async with connect(api) as conn:
+        lease = {"queue_name": "q", "batch_size": 1, "client_id": "c", "request_timeout": "5s"}
+        await conn.send("POST", "/v1/queue.lease", msgspec.json.encode(lease), **JSON)
+        status, headers, body = await conn.reply()
+        assert status == "HTTP/1.1 200 OK" and int(headers["content-length"]) > 100_000
+        [item] = msgspec.json.decode(body)["items"]
+        assert base64.b64decode(item["bytes"]) == payload
+        # The connection is still in step: the next reply is read whole after it.
+        await conn.send("POST", "/v1/queue.produce", PRODUCE, **JSON)
+        assert (await conn.reply())[0] == "HTTP/1.1 200 OK"
