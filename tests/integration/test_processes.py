@@ -119,16 +119,31 @@ class MovingNode:
         self.queue = spread_queue([f"local-{i}" for i in range(3)], MOVED_PARTITIONS, "moved")
         self.delivered: list[str] = []
 
+    def args(self, processes: int) -> tuple[str, ...]:
+        return ("--processes", str(processes), "--storage", "sqlite", "--data-dir", str(self.data))
+
     async def start(self, processes: int) -> ServerProcess:
-        server = await self.servers.astart(
-            "--processes", str(processes), "--storage", "sqlite", "--data-dir", str(self.data)
-        )
+        server = await self.servers.astart(*self.args(processes))
         await eventually(
             lambda: _true(server.stderr().count("querator listening on") >= processes),
             START_DEADLINE,
             "every process listens",
         )
         return server
+
+    async def fill(self, client: AsyncClient) -> tuple[int, list[str]]:
+        """Creates the queue and produces its items, the scheduled ones and those with dedup ids; leases
+        a few, returning them (held past the moves, to complete later)."""
+        queue = self.queue
+        await client.create_queue(queue, lease_timeout="5m", expire_timeout="1h", partitions=MOVED_PARTITIONS)
+        for payload in sorted(MOVED_ITEMS):
+            async with AsyncClient(client.endpoint) as one:  # fresh connections: the kernel spreads them
+                dedup = f"d-{payload.split('-')[1]}" if payload.startswith("dedup-") else None
+                assert (await one.produce(queue, [payload], dedup_id=dedup))[0]
+        await client.produce(queue, sorted(MOVED_SCHEDULED), delay="30s")
+        held_partition, held = await self.lease(client, 5)
+        assert held
+        return held_partition, held
 
     async def lease(self, client: AsyncClient, count: int) -> tuple[int, list[str]]:
         reply = await client.lease(self.queue, batch_size=count, client_id="c", request_timeout="5s")
@@ -167,14 +182,7 @@ async def test_a_data_dir_moves_to_another_number_of_processes(servers: Servers,
     assert {Ring(MEMBERS, 1).owner(queue, n) for n in range(MOVED_PARTITIONS)} == set(MEMBERS)
     node = await moving.start(2)
     async with AsyncClient(node.url) as client:
-        await client.create_queue(queue, lease_timeout="5m", expire_timeout="1h", partitions=MOVED_PARTITIONS)
-        for payload in sorted(MOVED_ITEMS):
-            async with AsyncClient(node.url) as one:  # fresh connections: the kernel spreads them
-                dedup = f"d-{payload.split('-')[1]}" if payload.startswith("dedup-") else None
-                assert (await one.produce(queue, [payload], dedup_id=dedup))[0]
-        await client.produce(queue, sorted(MOVED_SCHEDULED), delay="30s")
-        held_partition, held = await moving.lease(client, 5)  # held past the moves, completed below
-        assert held
+        held_partition, held = await moving.fill(client)  # held past the moves, completed below
     assert terminate(node) == 0, node.describe()
     assert (data / "processes").read_text() == "2\n"
 
