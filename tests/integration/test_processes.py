@@ -3,8 +3,9 @@
 - Bad values of ``--processes`` are refused with one line before anything starts (a cluster node's
   processes: test_cluster_processes.py). A sqlite data dir started with another number of processes
   moves its partitions to their new owners: nothing lost, leased twice or forgotten (leases, schedules,
-  dedup ids); tests/unit/processes/test_data_dir.py cuts such a move short at every step. A second
-  node on a data dir in use is refused (the running node holds its lock).
+  dedup ids); tests/unit/processes/test_data_dir.py cuts such a move short at every step, and here a
+  node is killed with SIGKILL mid-move: its next start, with the new number or the old, completes it.
+  A second node on a data dir in use is refused (the running node holds its lock).
 - The processes split a queue's partitions and forward to each other: every partition is served
   whichever process a connection lands on; API keys on, the forwards are signed with the supervisor's
   secret of the run.
@@ -29,6 +30,9 @@ import contextlib
 import os
 import re
 import signal
+import sqlite3
+from collections import Counter
+from functools import partial
 from pathlib import Path
 
 import aiohttp
@@ -37,8 +41,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from querator.auth import generate_key, key_hash
 from querator.client import AsyncClient, ConnectionFailed
+from querator.cluster.local_members import process_owner
+from querator.cluster.node import LOCAL_NODE
 from querator.cluster.ring import Ring
 from querator.errors import QueratorError, RetryRequest
+from querator.processes import database
 from tests.cassandra_node import CassandraNode
 
 from .conftest import (
@@ -46,6 +53,7 @@ from .conftest import (
     ServerProcess,
     Servers,
     eventually,
+    free_port,
     kill9,
     server_env,
     sigterm_while_a_lease_waits,
@@ -119,16 +127,36 @@ class MovingNode:
         self.queue = spread_queue([f"local-{i}" for i in range(3)], MOVED_PARTITIONS, "moved")
         self.delivered: list[str] = []
 
+    def args(self, processes: int) -> tuple[str, ...]:
+        return ("--processes", str(processes), "--storage", "sqlite", "--data-dir", str(self.data))
+
     async def start(self, processes: int) -> ServerProcess:
-        server = await self.servers.astart(
-            "--processes", str(processes), "--storage", "sqlite", "--data-dir", str(self.data)
-        )
+        server = await self.servers.astart(*self.args(processes))
         await eventually(
             lambda: _true(server.stderr().count("querator listening on") >= processes),
             START_DEADLINE,
             "every process listens",
         )
         return server
+
+    def spawn(self, processes: int) -> ServerProcess:
+        """Starts the node without waiting for it to answer (it moves the partitions first)."""
+        port = free_port()
+        return self.servers.spawn(*self.args(processes), "--address", f"127.0.0.1:{port}", port=port)
+
+    async def fill(self, client: AsyncClient) -> tuple[int, list[str]]:
+        """Creates the queue and produces its items, the scheduled ones and those with dedup ids; leases
+        a few, returning them (held past the moves, to complete later)."""
+        queue = self.queue
+        await client.create_queue(queue, lease_timeout="5m", expire_timeout="1h", partitions=MOVED_PARTITIONS)
+        for payload in sorted(MOVED_ITEMS):
+            async with AsyncClient(client.endpoint) as one:  # fresh connections: the kernel spreads them
+                dedup = f"d-{payload.split('-')[1]}" if payload.startswith("dedup-") else None
+                assert (await one.produce(queue, [payload], dedup_id=dedup))[0]
+        await client.produce(queue, sorted(MOVED_SCHEDULED), delay="30s")
+        held_partition, held = await self.lease(client, 5)
+        assert held
+        return held_partition, held
 
     async def lease(self, client: AsyncClient, count: int) -> tuple[int, list[str]]:
         reply = await client.lease(self.queue, batch_size=count, client_id="c", request_timeout="5s")
@@ -167,14 +195,7 @@ async def test_a_data_dir_moves_to_another_number_of_processes(servers: Servers,
     assert {Ring(MEMBERS, 1).owner(queue, n) for n in range(MOVED_PARTITIONS)} == set(MEMBERS)
     node = await moving.start(2)
     async with AsyncClient(node.url) as client:
-        await client.create_queue(queue, lease_timeout="5m", expire_timeout="1h", partitions=MOVED_PARTITIONS)
-        for payload in sorted(MOVED_ITEMS):
-            async with AsyncClient(node.url) as one:  # fresh connections: the kernel spreads them
-                dedup = f"d-{payload.split('-')[1]}" if payload.startswith("dedup-") else None
-                assert (await one.produce(queue, [payload], dedup_id=dedup))[0]
-        await client.produce(queue, sorted(MOVED_SCHEDULED), delay="30s")
-        held_partition, held = await moving.lease(client, 5)  # held past the moves, completed below
-        assert held
+        held_partition, held = await moving.fill(client)  # held past the moves, completed below
     assert terminate(node) == 0, node.describe()
     assert (data / "processes").read_text() == "2\n"
 
@@ -209,6 +230,176 @@ async def test_a_data_dir_moves_to_another_number_of_processes(servers: Servers,
     assert f"{data} was written by 1 process(es): moving its partitions to 2" in node.stderr()
     async with AsyncClient(node.url) as client:
         assert await moving.deduplicates(client)
+        await eventually(
+            lambda: moving.drained(client), DEADLINE, "every item leased, the scheduled once due"
+        )
+    assert sorted(moving.delivered) == sorted(MOVED_ITEMS | MOVED_SCHEDULED), node.describe()
+    assert terminate(node) == 0, node.describe()
+
+
+KILLED_AT = 3
+"""The number of processes a move is cut short on its way to: 2 -> 3 creates the database of process 2."""
+BULK_PER_PARTITION = 1500
+"""Items at least in every partition of a bulk queue: enough that a move takes a while to catch."""
+BULK_PAD = b" " + b"x" * 2048
+BULK_BATCH = 300
+"""Items a produce carries: a body under the 1 MiB aiohttp warns about."""
+
+
+class BulkQueue:
+    """A queue of many items in every partition, one batch of them held leased, and what leases gave."""
+
+    def __init__(self, prefix: str) -> None:
+        # Some of its partitions go to process 2 from process 0, some from process 1.
+        self.name = next(
+            name
+            for name in (f"{prefix}{n}" for n in range(1000))
+            if {
+                process_owner(LOCAL_NODE, PROCESSES)(name, p)
+                for p in range(MOVED_PARTITIONS)
+                if process_owner(LOCAL_NODE, KILLED_AT)(name, p) == KILLED_AT - 1
+            }
+            == set(range(PROCESSES))
+        )
+        self.produced: set[str] = set()
+        self.delivered: Counter[str] = Counter()
+
+    async def fill(self, client: AsyncClient) -> tuple[int, list[str]]:
+        """Produces until every partition holds ``BULK_PER_PARTITION`` items; leases a batch and
+        returns it (held past the move, to complete later)."""
+        await client.create_queue(
+            self.name, lease_timeout="5m", expire_timeout="1h", partitions=MOVED_PARTITIONS
+        )
+
+        async def full() -> bool:
+            labels = [f"{self.name}/{len(self.produced) + n}" for n in range(BULK_BATCH)]
+            async with AsyncClient(client.endpoint) as one:  # fresh connections: the kernel spreads them
+                await one.produce(self.name, [label.encode() + BULK_PAD for label in labels])
+            self.produced.update(labels)
+            totals = await self.totals(client)
+            return len(totals) == MOVED_PARTITIONS and min(totals.values()) >= BULK_PER_PARTITION
+
+        await eventually(full, DEADLINE, f"{BULK_PER_PARTITION} items in every partition of {self.name}")
+        partition, held = await self.lease(client)
+        assert held
+        return partition, held
+
+    async def totals(self, client: AsyncClient) -> dict[int, int]:
+        stats = await client.stats(self.name)
+        parts = [p for lq in stats.logical_queues for p in lq.partitions]
+        assert not any(p.failures for p in parts), stats
+        return {p.partition: p.total for p in parts}
+
+    async def lease(self, client: AsyncClient) -> tuple[int, list[str]]:
+        reply = await client.lease(self.name, batch_size=1000, client_id="c", request_timeout="1s")
+        self.delivered.update(i.bytes.split(b" ", 1)[0].decode() for i in reply.items)
+        return reply.partition, [i.id for i in reply.items]
+
+    async def drained(self, client: AsyncClient) -> bool:
+        with contextlib.suppress(RetryRequest):  # a partition still loading
+            partition, ids = await self.lease(client)
+            if ids:
+                await client.complete(self.name, partition, ids)
+        return self.delivered.total() >= len(self.produced)
+
+
+def moving_under_way(data: Path) -> bool:
+    """The move to ``KILLED_AT`` processes began, and a batch it copied from process 0 to process 2 is
+    committed there: process 0's WAL, gone when its last node stopped, grows only with the deletes that
+    follow those commits (the move otherwise only reads its database)."""
+    try:
+        return (data / "processes.moving").exists() and (data / "querator.db-wal").stat().st_size > 0
+    except FileNotFoundError:
+        return False
+
+
+def placement(data: Path) -> Counter[str]:
+    """The items of a data dir (read once no process runs) by where a move from 2 to ``KILLED_AT``
+    processes left them: ``moved`` (with their new owner), ``left`` (with a process that does not own
+    them under ``KILLED_AT``), ``stayed`` (with their owner under both)."""
+    before, after = process_owner(LOCAL_NODE, PROCESSES), process_owner(LOCAL_NODE, KILLED_AT)
+    found: Counter[str] = Counter()
+    for index in range(KILLED_AT):
+        conn = sqlite3.connect(f"file:{database(data, index)}?mode=ro", uri=True)
+        try:
+            rows = conn.execute(
+                "SELECT p.queue, p.number, count(*) FROM items i JOIN partitions p ON p.key = i.part "
+                "GROUP BY p.queue, p.number"
+            ).fetchall()
+        finally:
+            conn.close()
+        for queue, number, count in rows:
+            owner = after(queue, number)
+            moved = "stayed" if owner == before(queue, number) else "moved"
+            found["left" if owner != index else moved] += count
+    return found
+
+
+def kill_node(server: ServerProcess) -> None:
+    """SIGKILLs the supervisor and every process it started; stopped first, it starts no other."""
+    os.kill(server.pid, signal.SIGSTOP)
+    pids = children(server)
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    kill9(server)
+    wait_until(lambda: all(_gone(pid) for pid in pids), START_DEADLINE, "the processes stopped")
+
+
+@pytest.mark.parametrize("restart", [KILLED_AT, PROCESSES])
+async def test_a_move_cut_short_by_kill9_completes_at_the_next_start(
+    servers: Servers, tmp_path: Path, restart: int
+) -> None:
+    """A node killed with SIGKILL while it moves its partitions from 2 to 3 processes, with items
+    moved and items left: the next start, with 3 processes or again with 2, completes the move. Every
+    item is leased once, leases held from before are completed, dedup ids still deduplicate, the
+    scheduled items arrive, and every partition is served (ADR 0025)."""
+    data = tmp_path / "data"
+    moving = MovingNode(servers, data)
+    bulks = [BulkQueue("bulk-a"), BulkQueue("bulk-b")]
+    node = await moving.start(PROCESSES)
+    async with AsyncClient(node.url) as client:
+        held = [await bulk.fill(client) for bulk in bulks]
+        held_partition, held_ids = await moving.fill(client)
+    assert terminate(node) == 0, node.describe()
+    assert not (data / "querator.db-wal").exists()  # what moving_under_way watches starts afresh
+
+    killed = moving.spawn(KILLED_AT)
+
+    async def under_way() -> bool:
+        assert killed.running(), killed.describe()
+        assert "is now one of" not in killed.stderr(), (
+            f"the move ended before it was seen\n{killed.describe()}"
+        )
+        return moving_under_way(data)
+
+    await eventually(under_way, DEADLINE, "the move under way")
+    kill_node(killed)
+    assert f"{data} was written by 2 process(es): moving its partitions to 3" in killed.stderr()
+    assert (data / "processes.moving").exists()
+    assert (data / "processes").read_text() == "2\n"
+    cut = placement(data)
+    assert cut["moved"] and cut["left"], cut  # the kill landed mid-move
+
+    node = await moving.start(restart)
+    log = node.stderr()
+    assert f"a move of the partitions of {data} was cut short: moving them to {restart} process(es)" in log
+    assert sum(map(int, re.findall(r"moved \d+ partition\(s\) with (\d+) item", log))) > 0, log
+    assert f"the data dir {data} is now one of {restart} process(es)" in log
+    assert not (data / "processes.moving").exists()
+    assert (data / "processes").read_text() == f"{restart}\n"
+    assert sorted(p.name for p in data.glob("querator*.db")) == sorted(
+        database(data, i).name for i in range(restart)
+    )
+    async with AsyncClient(node.url) as client:
+        for bulk, (partition, ids) in zip(bulks, held, strict=True):
+            assert sum((await bulk.totals(client)).values()) == len(bulk.produced)  # every partition
+            await client.complete(bulk.name, partition, ids)
+        await client.complete(moving.queue, held_partition, held_ids)
+        assert await moving.deduplicates(client)
+        assert await moving.scheduled(client) == MOVED_SCHEDULED
+        for bulk in bulks:
+            await eventually(partial(bulk.drained, client), DEADLINE, f"every item of {bulk.name} leased")
+            assert bulk.delivered == Counter(bulk.produced), node.describe()
         await eventually(
             lambda: moving.drained(client), DEADLINE, "every item leased, the scheduled once due"
         )
