@@ -3,6 +3,9 @@ older JSON client can read. Errors are mapped to replies in exactly one place (`
 
 from __future__ import annotations
 
+import re
+from http import HTTPStatus
+
 import msgspec
 from aiohttp import web
 from aiohttp.helpers import rfc822_formatted_time
@@ -14,7 +17,11 @@ from querator.wire import JSON, encode, negotiate_accept
 from querator.wire import messages as m
 
 LARGE_BODY = 16_384
-"""Bytes from which a reply's body is handed to the transport beside its headers, not copied after them."""
+"""Bytes from which a reply's body is written after its headers, not copied into one buffer with them."""
+
+_REASONS = {status.value: status.phrase for status in HTTPStatus}
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+"""Characters no header name or value may hold (aiohttp's rule: control characters but tab)."""
 
 
 class Reply(web.StreamResponse):
@@ -36,7 +43,7 @@ class Reply(web.StreamResponse):
         self._state = {}
         self._status = status
         # Our own codes (453-455) have no standard reason phrase: proxies, logs and `curl -i` show this.
-        self._reason = CODE_TEXT.get(status) or ""
+        self._reason = CODE_TEXT.get(status) or _REASONS.get(status, "")
         self.body = body
         self._media_type = content_type
         self._fields: CIMultiDict[str] | None = None
@@ -75,17 +82,21 @@ class Reply(web.StreamResponse):
         body = b"" if request.method == "HEAD" else self.body
         if len(body) < LARGE_BODY:
             transport.write(head + body)
-        else:  # two buffers in one system call, rather than a copy of a large body
-            transport.writelines((head, body))
+        else:
+            # Two writes rather than a copy of a large body; not writelines, which some asyncio loops
+            # ran without flow control (CVE-2024-12254).
+            transport.write(head)
+            transport.write(body)
         self._eof_sent = True
+        self._body_length = len(body)
         request.writer.output_size += len(head) + len(body)
         if request.protocol.writing_paused:
             await request.writer.drain()
 
 
 def _field(name: str, value: str) -> str:
-    if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
-        raise ValueError(f"header {name!r} holds a line break")
+    if _CONTROL.search(name) or _CONTROL.search(value):
+        raise ValueError(f"header {name!r} holds a control character")
     return f"{name}: {value}\r\n"
 
 

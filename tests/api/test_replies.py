@@ -1,6 +1,6 @@
-"""The bytes of a reply on the wire (``querator.http._replies.Reply``): the status line and headers,
-keep-alive and close for HTTP/1.1 and HTTP/1.0, HEAD, and what a forwarded request's signature adds,
-read from a raw socket as a client's HTTP stack would."""
+"""The bytes of a reply on the wire (``querator.http.Reply``): the status line and headers, keep-alive
+and close for HTTP/1.1 and HTTP/1.0, HEAD and large bodies, read from a raw socket as a client's HTTP
+stack would. (A forwarded request's signed reply: tests/integration/test_cluster_security.py.)"""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from querator.http import Reply
 from tests.conftest import Api
 
 PRODUCE = msgspec.json.encode({"queue_name": "q", "request_timeout": "1m", "items": [{"utf8": "hi"}]})
@@ -87,6 +88,11 @@ async def test_our_own_codes_carry_their_reason_phrase(api: Api) -> None:
         await conn.send("POST", "/v1/queue.produce", PRODUCE, Content_Type="text/plain")
         status, _, _ = await conn.reply()
         assert status == "HTTP/1.1 455 Client Content Error"
+
+
+def test_a_code_of_our_own_or_a_standard_one_has_its_reason_phrase() -> None:
+    assert Reply(b"", "application/json", 454).reason == "Retry Request"
+    assert Reply(b"", "application/json", 503).reason == "Service Unavailable"
 
 
 async def test_an_http_1_1_client_asking_to_close_is_told_and_the_connection_closes(api: Api) -> None:
