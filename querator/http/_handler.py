@@ -61,13 +61,14 @@ CLIENT_GONE = 499
 """The status a request is counted under when its client went away before the answer (nginx's)."""
 
 
-def route_handler(
+def route_handler(  # noqa: C901 -- its handler maps every failure in one place
     route: Route[M, R], refuse_cross_site: bool, monotonic_s: Callable[[], float], timed: Timed
 ) -> Handler:
     """The handler of ``route``. ``refuse_cross_site``: whether a body without a Content-Type is
     refused when a browser sent it for another site (``_check_forgery``). Every request is ``timed``
-    here, by its reply's status (``CLIENT_GONE`` for none) rather than by a wrapper: a coroutine per
-    step is a measurable part of a small request (docs/benchmarks.md, "Small requests")."""
+    here, by its reply's status (``CLIENT_GONE`` for none, 500 for an error aiohttp answers) rather than
+    by a wrapper: a coroutine per step is a measurable part of a small request (docs/benchmarks.md,
+    "Small requests")."""
     call, type_, limit = route.call, route.type_, route.limit
     undelivered, shield = route.undelivered, route.shield
 
@@ -76,6 +77,7 @@ def route_handler(
     async def handler(request: web.Request) -> web.StreamResponse:  # noqa: PLR0911
         started_s = monotonic_s()
         response: web.StreamResponse | None = None
+        unanswered = CLIENT_GONE  # the status counted when no reply came
         try:
             if request.method != "POST":
                 return (response := method_not_allowed(request))
@@ -111,8 +113,11 @@ def route_handler(
             written = message_reply(reply_of, accept, 200)
             await _deliver(request, written, lambda: undelivered(result))
             return (response := written)
+        except Exception:  # past the mapping above (a reply that failed to encode): aiohttp answers 500
+            unanswered = 500
+            raise
         finally:
-            timed(CLIENT_GONE if response is None else response.status, started_s)
+            timed(unanswered if response is None else response.status, started_s)
 
     return handler
 

@@ -13,20 +13,22 @@ from typing import Any
 import aiohttp
 import msgspec
 import pytest
+from aiohttp import web
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
 from querator.auth import ApiKeys, ClusterAuth, generate_key, key_hash, parse_hash, read_hashes, read_secret
 from querator.client import AsyncClient
-from querator.clock import FakeClock
+from querator.clock import FakeClock, SystemClock
 from querator.engine.queues_manager import HandOff
 from querator.errors import RetryRequest, StorageError, Unauthorized
 from querator.http import create_app
+from querator.http._handler import Route, route_handler
 from querator.metrics import MEMBER_STATES
 from querator.service import Service
 from querator.storage.memory import MemoryStore
 from querator.wire import messages as m
-from tests.conftest import Api, eventually, serving
+from tests.conftest import JSON, Api, eventually, serving
 
 from .test_queue import ts
 
@@ -466,3 +468,27 @@ async def test_not_ready_while_partitions_load() -> None:
 
 async def _first_is(call: Awaitable[tuple[int, Any]], status: int) -> bool:
     return (await call)[0] == status
+
+
+async def test_a_reply_that_fails_to_encode_is_timed_as_the_500_aiohttp_answers() -> None:
+    """A route's latency is counted under the status the client got: here a reply the codec cannot
+    encode escapes the handler's mapping, and aiohttp answers 500 (not a client gone: 499)."""
+    counted: list[int] = []
+
+    async def unencodable(request: web.Request, message: m.QueueStatsRequest) -> Any:
+        return object()
+
+    route = Route(unencodable, m.QueueStatsRequest, 1000)
+    app = web.Application()
+    handler = route_handler(route, False, SystemClock().monotonic, lambda status, _: counted.append(status))
+    app.router.add_post("/v1/queue.stats", handler)
+    server = await serving(app)
+    try:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(server.make_url("/v1/queue.stats"), data=b"{}", headers=JSON) as reply,
+        ):
+            assert reply.status == 500
+        assert counted == [500]
+    finally:
+        await server.close()
