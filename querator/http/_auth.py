@@ -32,9 +32,9 @@ class VerifiedForward:
 
     def sign(self, response: web.StreamResponse) -> None:
         """Signs the owner's reply, so the forwarder can tell it from a stranger's."""
-        # Every route answers a web.Response of bytes; anything else goes unsigned, and the forwarder
+        # Every route answers a Reply (its body bytes); anything else goes unsigned, and the forwarder
         # refuses it rather than pass it on.
-        if isinstance(response, web.Response | Reply) and isinstance(response.body, bytes):
+        if isinstance(response, Reply):
             content_type = response.headers.get("Content-Type", "")
             signature = self.auth.sign_reply(self.forwarded, response.status, content_type, response.body)
             response.headers[REPLY_SIGNATURE_HEADER] = signature

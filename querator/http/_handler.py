@@ -13,6 +13,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from querator.auth import EXTENSIONS_LEVEL
+from querator.cluster.proxy import CLIENT_GONE as FORWARD_CLIENT_GONE
 from querator.errors import (
     CODE_TEXT,
     ClientContentError,
@@ -57,8 +58,9 @@ Timed = Callable[[int, float], None]
 """Counts one request of a route: ``timed(status, started_s)``, the reply's status code and when handling
 began (``monotonic_s``)."""
 
-CLIENT_GONE = 499
-"""The status a request is counted under when its client went away before the answer (nginx's)."""
+CLIENT_GONE = int(FORWARD_CLIENT_GONE)
+"""The status a request is counted under when its client went away before the answer (nginx's 499, as
+a forward abandoned for the same reason is counted)."""
 
 
 def route_handler(  # noqa: C901 -- its handler maps every failure in one place
