@@ -270,4 +270,7 @@ class QueueRunner:
         fields["outcome"] = outcome
         rt.metrics.of(fields["task"]).runs[outcome].inc()
         level = logging.INFO if outcome == "completed" else logging.WARNING
-        log_run(fields, level, failure.error if failure is not None else None)
+        # A retry is expected: its error fits the run's one line, and its traceback is for debugging. A
+        # run that ends its item (dead-lettered) or whose outcome was lost keeps the traceback.
+        quiet = outcome == "retried" and not log.isEnabledFor(logging.DEBUG)
+        log_run(fields, level, None if failure is None or quiet else failure.error)
