@@ -374,7 +374,7 @@ async def _clear(client: AsyncClient, args: argparse.Namespace) -> None:
     )
 
 
-async def _produce(client: AsyncClient, args: argparse.Namespace) -> None:
+async def _produce(client: AsyncClient, args: argparse.Namespace) -> m.Message:
     if args.payload is not None:
         payloads = [args.payload.encode()]
     elif args.file is not None:
@@ -396,7 +396,9 @@ async def _produce(client: AsyncClient, args: argparse.Namespace) -> None:
     ]
     if args.dedup_id and len(items) > 1:
         raise UsageError("--dedup-id names one item; it cannot be used with several lines of --file")
-    await client.produce(args.queue, items, request_timeout=args.timeout)
+    # The ids, in order ("" for an item a dedup id kept out), are what a caller needs to follow its items.
+    ids = await client.produce(args.queue, items, request_timeout=args.timeout)
+    return m.QueueProduceResponse(code=200, ids=ids)
 
 
 async def _lease(client: AsyncClient, args: argparse.Namespace) -> m.Message:

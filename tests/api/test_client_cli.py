@@ -699,13 +699,12 @@ def test_cli_queue_administration(cli_endpoint: str) -> None:
 def test_cli_produce_lease_complete(cli_endpoint: str, tmp_path: Path) -> None:
     e = cli_endpoint
     ok(cli(e, "create", "work"))
-    assert ok(cli(e, "produce", "work", "-p", "hello", "--kind", "greeting", "--reference", "r1")) == {
-        "code": 200
-    }
+    produced = ok(cli(e, "produce", "work", "-p", "hello", "--kind", "greeting", "--reference", "r1"))
+    assert produced["code"] == 200 and len(produced["ids"]) == 1
     ok(cli(e, "produce", "work", stdin=b"from\nstdin\n"))
     batch = tmp_path / "batch.txt"
     batch.write_bytes(b"line-1\n\nline-2\r\nline-3\n")
-    ok(cli(e, "produce", "work", "--file", str(batch)))
+    assert len(ok(cli(e, "produce", "work", "--file", str(batch)))["ids"]) == 3
     later = (datetime.now(UTC) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     ok(cli(e, "produce", "work", "-p", "later", "--enqueue-at", later))
 
@@ -713,6 +712,7 @@ def test_cli_produce_lease_complete(cli_endpoint: str, tmp_path: Path) -> None:
     # Printed even when 0 (JSON omits zero values): complete and retry need it.
     assert (lease["queue_name"], lease["partition"]) == ("work", 0)
     items = lease["items"]
+    assert items[0]["id"] == produced["ids"][0]  # the printed id is the item's
     payloads = [base64.b64decode(i["bytes"]) for i in items]
     assert payloads == [b"hello", b"from\nstdin\n", b"line-1", b"line-2", b"line-3"]
     assert (items[0]["kind"], items[0]["reference"], items[0]["attempts"]) == ("greeting", "r1", 1)
