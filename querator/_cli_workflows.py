@@ -17,6 +17,15 @@ STATUSES = ["running", "completed", "failed", "cancelled"]
 """A workflow's statuses (``--status`` of ``list``)."""
 
 
+class NotFinished(Exception):
+    """``result`` waited its ``--timeout`` and the workflow still runs: printed as found, with an exit
+    status of its own, so that a script cannot take a timeout for an outcome."""
+
+    def __init__(self, info: m.WorkflowInfo) -> None:
+        super().__init__(info.workflow_id)
+        self.info = info
+
+
 def json_payload(text: str) -> bytes:
     """An argparse type: JSON text, or ``@file`` (``@-``: stdin) holding it, as bytes."""
     data = text.encode()
@@ -65,7 +74,11 @@ def add_parser(
     )
     a.add_argument("--signal-id", default="", help="a signal sent again with the same id counts once")
     add("cancel", "ask a workflow to stop (its compensations run, its children are cancelled)")
-    a = add("result", "wait for a workflow to finish and print it (still running when --timeout passed)")
+    a = add(
+        "result",
+        "wait for a workflow to finish and print it (printed still running, and exit status 4, when "
+        "--timeout passed first)",
+    )
     a.add_argument(
         "--timeout", type=duration, default="30s", help="how long to wait, at most 15m (default 30s)"
     )
@@ -79,7 +92,10 @@ async def command(client: AsyncClient, args: argparse.Namespace) -> m.Message | 
     if args.action == "show":
         return await client.workflow_info(args.workflow_id)
     if args.action == "result":
-        return await client.workflow_result(args.workflow_id, args.timeout)
+        info = await client.workflow_result(args.workflow_id, args.timeout)
+        if info.status == "running":
+            raise NotFinished(info)
+        return info
     if args.action == "signal":
         await client.signal_workflow(
             args.workflow_id, args.name, args.payload, signal_id=args.signal_id or None

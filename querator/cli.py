@@ -6,7 +6,8 @@ Client commands talk to ``--endpoint`` (env ``QUERATOR_ENDPOINT``) with ``--api-
 default the system's CAs), print the server's reply as indented protojson on stdout (``{"code": 200}`` for
 calls without a payload), and report failures on stderr as ``querator: <code> <message>``. Exit status: 0
 success, 1 the server refused the call (or sent an unreadable reply), 2 a usage error, 3 no reply at all
-(connection failed or timed out; code 0).
+(connection failed or timed out; code 0), 4 ``workflows result`` waited its ``--timeout`` and the workflow
+still runs (printed as found).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from querator.worker import _cli as worker_cli
 EXIT_SERVER_ERROR = 1
 EXIT_USAGE = 2
 EXIT_CONNECTION = 3
+EXIT_NOT_FINISHED = 4
 
 
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -507,6 +509,9 @@ def run_client(args: argparse.Namespace) -> int:
     except QueratorError as e:
         print(f"querator: {e.code} {e.message}", file=sys.stderr)
         return EXIT_SERVER_ERROR
+    except workflows_cli.NotFinished as e:
+        _print_json(e.info)
+        return EXIT_NOT_FINISHED
     _print_json(result)
     return 0
 

@@ -855,7 +855,9 @@ def test_cli_workflows(cli_endpoint: str, tmp_path: Path) -> None:
         ("s2", b"[1, 2]"),
     ]
 
-    still = ok(cli(e, "workflows", "result", "flow-a", "--timeout", "100ms"))
+    waited = cli(e, "workflows", "result", "flow-a", "--timeout", "100ms")
+    assert waited.returncode == 4  # not finished within its timeout: no outcome, so not a success
+    still = msgspec.json.decode(waited.stdout)
     assert still["status"] == "running" and "signals" not in still
     with Client(e) as c:
         fence = c.claim_workflow("flow-a").workflow.fence
