@@ -237,11 +237,26 @@ class Durable:
 
         return register if fn is None else register(fn)
 
-    def workflow(self, name: str | None = None) -> Callable[[Callable[..., Any]], WorkflowDef]:
-        """Registers an async function taking a ``Context`` first as a workflow, as a decorator.
+    @overload
+    def workflow(self, fn: Callable[..., Any], /) -> WorkflowDef: ...
+
+    @overload
+    def workflow(
+        self, fn: str | None = None, /, *, name: str | None = None
+    ) -> Callable[[Callable[..., Any]], WorkflowDef]: ...
+
+    def workflow(
+        self, fn: Callable[..., Any] | str | None = None, /, *, name: str | None = None
+    ) -> WorkflowDef | Callable[[Callable[..., Any]], WorkflowDef]:
+        """Registers an async function taking a ``Context`` first as a workflow, as a decorator:
+        ``@app.workflow``, ``@app.workflow()`` or ``@app.workflow(name="...")`` (also positionally).
 
         ``name``: its name in records (default: the function's qualified name); workers find its code by it.
         """
+        if isinstance(fn, str):
+            if name is not None:
+                raise TypeError("durable: give a workflow's name once, positionally or as name=")
+            name, fn = fn, None
 
         def register(function: Callable[..., Any]) -> WorkflowDef:
             if not inspect.iscoroutinefunction(function):
@@ -252,7 +267,7 @@ class Durable:
             definition = self.workflows[workflow_name] = WorkflowDef(self, function, workflow_name)
             return definition
 
-        return register
+        return register if fn is None else register(fn)
 
     def workflow_of(self, workflow: Any) -> WorkflowDef:
         if isinstance(workflow, WorkflowDef):

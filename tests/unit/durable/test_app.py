@@ -42,3 +42,19 @@ def test_start_refuses_arguments_the_workflow_does_not_take() -> None:
     assert two.input((1, 2), {}) == b'{"args":[1,2],"kwargs":{}}'
     with pytest.raises(TypeError, match="missing a required argument: 'b'"):
         two.input((1,), {})
+
+
+def test_a_workflow_registers_with_or_without_parentheses() -> None:
+    """A bare ``@app.workflow`` registered nothing and left the name bound to the decorator (issue 45)."""
+    app = Durable("http://localhost:1")
+
+    @app.workflow
+    async def bare(ctx: Context) -> None: ...
+
+    @app.workflow("named")
+    async def positional(ctx: Context) -> None: ...
+
+    assert app.workflow_of(bare).name == bare.name == f"{__name__}.{bare.fn.__qualname__}"
+    assert app.workflow_of("named") is positional
+    with pytest.raises(TypeError, match="give a workflow's name once"):
+        app.workflow("a", name="b")
