@@ -8,7 +8,7 @@ JSON carries.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, get_type_hints
 
 import msgspec
@@ -89,6 +89,11 @@ class Signature:
             hints = {}
         self._hints = {name: hints.get(name, inspect.Parameter.empty) for name in self._signature.parameters}
         self.returns = hints.get("return", inspect.Parameter.empty)
+
+    def check(self, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+        """Raises ``TypeError`` when ``args`` and ``kwargs`` do not fit the parameters (a misspelt or
+        missing argument): at enqueue, so that the caller learns it, not the dead-letter queue."""
+        self._signature.bind(*args, **kwargs)
 
     def convert(self, args: list[Any], kwargs: dict[str, Any]) -> inspect.BoundArguments:
         """The call of ``args`` and ``kwargs``, each converted to its parameter's annotation.

@@ -118,6 +118,7 @@ class Task(Generic[P, R]):
         task's (so a task cannot take arguments of those names by keyword).
 
         Raises:
+            TypeError: the arguments do not fit the task's parameters (nothing is enqueued).
             as ``AsyncClient.produce``.
         """
         [item_id] = await self._produce(
@@ -136,6 +137,7 @@ class Task(Generic[P, R]):
         """Enqueues many calls, ``(args, kwargs)`` each, 1000 to a request; returns their ids in order.
 
         Raises:
+            TypeError: a call's arguments do not fit the task's parameters (nothing is enqueued).
             as ``AsyncClient.produce``: the calls of the requests before a failed one stay enqueued.
         """
         batch = list(calls)
@@ -185,6 +187,11 @@ class Task(Generic[P, R]):
         enqueue_at: datetime | None,
         dedup: list[str] | None,
     ) -> list[str]:
+        for args, kwargs in calls:
+            try:
+                self.signature.check(args, kwargs)
+            except TypeError as e:
+                raise TypeError(f"worker: task {self.name} cannot take these arguments: {e}") from None
         client = await self._worker.client_for(self)
         trace = outgoing()
         payloads = [pack(self.serializer, args, kwargs, trace) for args, kwargs in calls]
