@@ -2,8 +2,9 @@
 
     {"args": [...], "kwargs": {...}, "trace": {"traceparent": "00-..."}}
 
-Empty members are left out. Any producer (another language, ``querator produce``) can enqueue a task by
-writing this with ``kind`` = the task's name and ``encoding`` = the serializer's content type.
+Empty members are left out, and an empty payload is a call without arguments. Any producer (another
+language, ``querator produce``, a schedule made with the CLI) can enqueue a task by writing this with
+``kind`` = the task's name and ``encoding`` = the serializer's content type.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ def unpack(serializer: Serializer, data: bytes) -> tuple[list[Any], dict[str, An
     Raises:
         EnvelopeError: the payload does not decode, or is not an envelope.
     """
+    if not data:
+        return [], {}, {}
     try:
         envelope = serializer.loads(data)
     except Exception as e:

@@ -105,6 +105,13 @@ def test_a_payload_that_is_not_an_envelope_is_refused(payload: bytes) -> None:
         unpack(JsonSerializer(), payload)
 
 
+@pytest.mark.parametrize("serializer", [JsonSerializer(), Msgpack()])
+def test_an_empty_payload_is_a_call_without_arguments(serializer: Any) -> None:
+    """What a schedule made without a payload (``querator schedules create``) produces: it was refused as
+    not an envelope, and every tick dead-lettered (issue 45)."""
+    assert unpack(serializer, b"") == ([], {}, {})
+
+
 def test_arguments_that_do_not_fit_are_refused() -> None:
     with pytest.raises(msgspec.ValidationError):
         Signature(task).convert([{"number": "x"}, [], "2030-01-01T00:00:00Z"], {})
