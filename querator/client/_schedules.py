@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from querator.client._arguments import Duration, go_duration
 from querator.client._caller import Caller
+from querator.errors import InvalidOption
 from querator.wire import messages as m
 
 
@@ -59,6 +60,26 @@ class ScheduleCalls(Caller):
             InvalidOption: unknown schedule, or an invalid setting as for ``create_schedule``.
         """
         return await self.call("/v1/schedules.update", info, m.ScheduleInfo, idempotent=True)
+
+    async def put_schedule(self, info: m.ScheduleInfo) -> m.ScheduleInfo:
+        """Creates the schedule, or replaces the definition of the one of that name as ``update_schedule``
+        does (its paused state and last tick stay): for code that declares its schedules at each start.
+        Whether it exists is asked of ``schedule_info``, not read from a refusal's message.
+
+        Raises:
+            InvalidOption: an invalid setting, as for ``create_schedule``.
+        """
+        try:
+            await self.schedule_info(info.name)
+        except InvalidOption:
+            try:
+                return await self.create_schedule(info)
+            except InvalidOption as refused:
+                try:  # made meanwhile by a process starting beside this one?
+                    await self.schedule_info(info.name)
+                except InvalidOption:
+                    raise refused from None
+        return await self.update_schedule(info)
 
     async def schedule_info(self, name: str) -> m.ScheduleInfo:
         """A schedule, with its last and next ticks.

@@ -321,26 +321,29 @@ class Durable:
         **kwargs: Any,
     ) -> m.ScheduleInfo:
         """Creates the cron schedule ``name`` (docs/schedules.md) that starts ``workflow(*args, **kwargs)``
-        at each tick, once per tick: the tick's item (in this app's queue) is run by this app's workers,
-        which start the workflow with the id ``<name>@<tick time>``.
+        at each tick, once per tick, or replaces the definition of the schedule of that name (its paused
+        state and last tick stay), so code can declare it at each start: the tick's item (in this app's
+        queue) is run by this app's workers, which start the workflow with the id ``<name>@<tick time>``.
 
         Raises:
-            InvalidOption: as ``AsyncClient.create_schedule`` (a taken name, a bad expression or zone).
+            InvalidOption: as ``AsyncClient.create_schedule`` (a bad expression or zone).
         """
         definition = self.workflow_of(workflow)
         definition.input(args, kwargs)  # a call that cannot bind fails now, not at every tick
         client = await self.client()
         payload = self.serializer.dumps({"args": [definition.name, list(args), kwargs]})
-        return await client.create_schedule(
-            name,
-            cron,
-            self.queue,
-            time_zone=time_zone,
-            catch_up=catch_up,
-            jitter=jitter,
-            payload=payload,
-            kind=SCHEDULED_START,
-            encoding=self.serializer.content_type,
+        return await client.put_schedule(
+            m.ScheduleInfo(
+                name=name,
+                cron=cron,
+                queue_name=self.queue,
+                time_zone=time_zone,
+                catch_up=catch_up,
+                jitter="" if jitter is None else go_duration(jitter),
+                payload=payload,
+                kind=SCHEDULED_START,
+                encoding=self.serializer.content_type,
+            )
         )
 
     def handle(self, workflow_id: str) -> WorkflowHandle:

@@ -8,7 +8,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import AsyncGenerator, Callable, Collection, Coroutine
+from collections.abc import AsyncGenerator, Callable, Collection, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar, overload
 
@@ -16,6 +16,8 @@ from querator.client import DEFAULT_ENDPOINT, AsyncClient, Duration
 from querator.client._arguments import go_duration, seconds_of
 from querator.client._loop import LoopThread
 from querator.errors import InvalidOption
+from querator.wire import messages as m
+from querator.worker._envelope import pack
 from querator.worker._observe import Metrics
 from querator.worker._runner import QueueRunner, Reservations, Runtime
 from querator.worker._serializer import JsonSerializer, Serializer
@@ -61,6 +63,8 @@ class Worker:
         self.concurrency = concurrency
         self.serializer = serializer or JsonSerializer()
         self.tasks: dict[str, Task[..., Any]] = {}
+        self.schedules: dict[str, m.ScheduleInfo] = {}
+        """The schedules of ``periodic`` tasks, by name: put on the server by ``run``."""
         self.metrics = Metrics()
         self._api_key = api_key if api_key is not None else os.environ.get("QUERATOR_API_KEY")
         self._protobuf = protobuf
@@ -158,6 +162,78 @@ class Worker:
             return task
 
         return register if fn is None else register(fn)
+
+    def periodic(
+        self,
+        cron: str,
+        /,
+        *,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        schedule: str | None = None,
+        time_zone: str = "",
+        catch_up: str = "",
+        jitter: Duration | None = None,
+        queue: str = "",
+        name: str | None = None,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        retry: Policy = DEFAULT_RETRY,
+        lease_timeout: Duration | None = None,
+        timeout: Duration | None = None,
+        concurrency: int | None = None,
+        permanent: Collection[type[BaseException]] = (),
+        create_queue: bool = True,
+        dead_queue: str | None = None,
+        serializer: Serializer | None = None,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]:
+        """Registers a task, as ``task`` does, that a server-side cron schedule (docs/schedules.md) enqueues
+        at each tick, as ``task(*args, **kwargs)``. ``run`` creates the schedule, or replaces its
+        definition (``AsyncClient.put_schedule``), before it leases: the code declares it, the server
+        fires it once per tick whether or not a worker is up. A run's tick is in its item's reference,
+        ``<schedule>@<tick time>`` (``current_item()``).
+
+        Args:
+            cron: 5 fields (minute hour day month weekday), or 6 with seconds first.
+            args, kwargs: the call each tick enqueues (checked against the function now).
+            schedule: the schedule's name (default: the task's name).
+            time_zone, catch_up, jitter: the schedule's (default UTC, ``one``, none).
+            create_queue: as for ``task``, but on by default: the schedule needs its queue.
+            the others: as for ``task``.
+        """
+
+        def register(function: Callable[P, R]) -> Task[P, R]:
+            task = self.task(
+                queue=queue,
+                name=name,
+                max_attempts=max_attempts,
+                retry=retry,
+                lease_timeout=lease_timeout,
+                timeout=timeout,
+                concurrency=concurrency,
+                permanent=permanent,
+                create_queue=create_queue,
+                dead_queue=dead_queue,
+                serializer=serializer,
+            )(function)
+            call = dict(kwargs or {})
+            task.signature.check(args, call)  # a call that cannot bind fails here, not at every tick
+            info = m.ScheduleInfo(
+                name=schedule or task.name,
+                cron=cron,
+                queue_name=task.options.queue,
+                time_zone=time_zone,
+                catch_up=catch_up,
+                jitter="" if jitter is None else go_duration(jitter),
+                payload=pack(task.serializer, args, call, {}),
+                kind=task.name,
+                encoding=task.serializer.content_type,
+            )
+            if info.name in self.schedules:
+                raise ValueError(f"worker: a schedule named {info.name!r} is declared already")
+            self.schedules[info.name] = info
+            return task
+
+        return register
 
     # -- the client of enqueue and of the runtime ------------------------------------------------------------
 
@@ -259,10 +335,7 @@ class Worker:
         limit = concurrency or self.concurrency
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        client = await self.client_for()
-        for tasks in by_queue.values():
-            for task in tasks:
-                await self.client_for(task)  # create_queue
+        client = await self._prepared(by_queue)
         if metrics_port is not None:
             self.metrics.serve(metrics_port)
         pool = ThreadPoolExecutor(max_workers=limit, thread_name_prefix="querator-task")
@@ -288,6 +361,18 @@ class Worker:
             await self.close()
             self.metrics.stop()
             log.info("worker stopped")
+
+    async def _prepared(self, by_queue: dict[str, list[Task[..., Any]]]) -> AsyncClient:
+        """The loop's client, once the queues that ask for it are made and the schedules of the
+        periodic tasks among them are on the server."""
+        client = await self.client_for()
+        for tasks in by_queue.values():
+            for task in tasks:
+                await self.client_for(task)  # create_queue
+        for info in self.schedules.values():
+            if info.queue_name in by_queue:
+                await client.put_schedule(info)
+        return client
 
     @staticmethod
     async def _wind_down(rt: Runtime, leasing: list[asyncio.Task[None]], pool: ThreadPoolExecutor) -> None:

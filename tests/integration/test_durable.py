@@ -202,7 +202,10 @@ async def _status(client: AsyncClient, workflow_id: str, status: str) -> bool:
 
 async def test_a_schedule_starts_one_workflow_per_tick(workers: Workers, client: AsyncClient) -> None:
     workers.start()
-    await wf.app.schedule("every-second", wf.three_steps, "* * * * * *", "tick")
+    await wf.app.schedule("every-second", wf.three_steps, "* * * * * *", "other")
+    # Declared again by code at its next start: replaced, not refused as a taken name (issue 45).
+    info = await wf.app.schedule("every-second", wf.three_steps, "* * * * * *", "tick")
+    assert b"tick" in info.payload and b"other" not in info.payload
     await eventually(lambda: _completed_ticks(client, 2), DEADLINE, "two ticks ran their workflows")
     await client.delete_schedule("every-second")
     ticks = [w for w in await client.list_workflows() if w.workflow_id.startswith("every-second@")]

@@ -137,6 +137,44 @@ async def test_a_permanent_error_dead_letters_at_once(
     assert len(workers.runs(task)) == 1
 
 
+async def test_a_periodic_task_is_scheduled_by_its_worker_and_runs_each_tick(
+    workers: Workers, client: AsyncClient
+) -> None:
+    """``@worker.periodic`` puts its schedule at the worker's start (issue 45: there was no way to declare
+    one in code); a second start replaces the definition instead of failing on the taken name."""
+    queue = tasks.ticking.options.queue
+    first = workers.start("--queues", queue)
+    await eventually(lambda: _ran(workers, "ticking", 2), DEADLINE, "two ticks ran")
+    info = await client.schedule_info("every-second")
+    assert (info.cron, info.queue_name, info.kind) == ("* * * * * *", queue, tasks.ticking.name)
+    first.terminate()
+    first.wait(DEADLINE)
+    workers.start("--queues", queue)
+    ran = len(workers.runs("ticking"))
+    await eventually(lambda: _ran(workers, "ticking", ran + 1), DEADLINE, "ticks ran after the restart")
+    runs = workers.runs("ticking")
+    assert {r["key"] for r in runs} == {"eu"}
+    # Each run knows its tick: one item per tick, so no reference twice.
+    assert all(r["reference"].startswith("every-second@") for r in runs)
+    assert len({r["reference"] for r in runs}) == len(runs)
+    await client.delete_schedule("every-second")
+
+
+async def test_a_schedule_without_a_payload_runs_a_task_without_arguments(
+    workers: Workers, client: AsyncClient
+) -> None:
+    """A schedule made as docs/schedules.md shows, with no payload, dead-lettered every tick (issue 45)."""
+    workers.start("--queues", "argless")
+    await client.create_schedule("argless-ticks", "* * * * * *", "argless", kind=tasks.argless.name)
+    await eventually(lambda: _ran(workers, "argless", 2), DEADLINE, "two ticks ran")
+    await client.delete_schedule("argless-ticks")
+    assert await dead(client, "argless") == []
+
+
+async def _ran(workers: Workers, task: str, n: int) -> bool:
+    return len(workers.runs(task)) >= n
+
+
 async def test_a_killed_workers_task_runs_again_on_another(workers: Workers, client: AsyncClient) -> None:
     first = workers.start("--queues", "held")
     await tasks.held.enqueue("k")

@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from querator.worker import Permanent, Worker, backoff, current_traceparent
+from querator.worker import Permanent, Worker, backoff, current_item, current_traceparent
 
 worker = Worker(concurrency=4)
 RECORDS = Path(os.environ.get("WORKER_RECORDS", "."))
@@ -221,3 +221,15 @@ def proven(key: str, failures: int) -> None:
     record(task="proven", key=key)
     if before < failures:
         raise RuntimeError(f"failure {before + 1} of {failures}")
+
+
+@worker.periodic("* * * * * *", args=("eu",), schedule="every-second", max_attempts=1)
+def ticking(region: str) -> None:
+    item = current_item()
+    assert item is not None
+    record(task="ticking", key=region, reference=item.reference)
+
+
+@worker.task(queue="argless", max_attempts=1, create_queue=True)
+def argless() -> None:
+    record(task="argless", key="")
