@@ -154,6 +154,7 @@ class Client:
     health = _blocking(AsyncClient.health)
     create_schedule = _blocking(AsyncClient.create_schedule)
     update_schedule = _blocking(AsyncClient.update_schedule)
+    put_schedule = _blocking(AsyncClient.put_schedule)
     schedule_info = _blocking(AsyncClient.schedule_info)
     list_schedules = _blocking(AsyncClient.list_schedules)
     delete_schedule = _blocking(AsyncClient.delete_schedule)
