@@ -32,10 +32,11 @@ from querator.errors import Unauthorized, try_again
 EXTENSIONS_HEADER = "X-Querator-Extensions"
 """Sent by clients that accept our extension fields in JSON replies (reference clients reject them); its
 value is the level of extensions the client knows (``EXTENSIONS_LEVEL``)."""
-EXTENSIONS_LEVEL = 2
+EXTENSIONS_LEVEL = 3
 """The extension fields this version knows: 1, those of queues (``dedup_window``); 2, the ids of a
-produce's reply too. A client of level 1 decodes a produce's reply as a ``Reply``, which rejects
-unknown keys, so it must not get the ids (docs/extensions.md)."""
+produce's reply too; 3, an item's job and failures (lease and storage replies). A client of level 1
+decodes a produce's reply as a ``Reply``, which rejects unknown keys, so it must not get the ids
+(docs/extensions.md)."""
 FORWARDED_HEADER = "X-Querator-Forwarded-By"
 """Set by a node that forwards a request to the partition's owner; its value is the node id."""
 SIGNATURE_HEADER = "X-Querator-Signature"

@@ -143,16 +143,14 @@ def reference_view(msg: m.Message, level: int) -> m.Message:
     """``msg`` with only the extension fields a JSON client of extensions ``level`` knows: the reference's
     Go client (level 0) rejects fields it does not know, and so does our client of level 1 in a produce's
     reply and a lease's items. (Binary protobuf decoders skip unknown fields.) Level 1 knows
-    ``dedup_window``; level 2 the produce reply's ``ids`` and lease tokens."""
+    ``dedup_window``; level 2 the produce reply's ``ids`` and lease tokens; level 3 items' ``job_id``
+    and ``failures``."""
     if isinstance(msg, m.QueueProduceResponse):
-        return m.OK_REPLY
+        return m.OK_REPLY if level < 2 else msg
     if isinstance(msg, m.QueueLeaseResponse):
-        # One queue's items: all carry a lease token, or none does.
-        if msg.items and msg.items[0].lease_token:
-            return msgspec.structs.replace(
-                msg, items=[msgspec.structs.replace(i, lease_token="") for i in msg.items]
-            )
-        return msg
+        return _lease_view(msg, level)
+    if isinstance(msg, m.StorageItemsListResponse):
+        return _storage_view(msg)
     if isinstance(msg, m.QueueInfo):
         return _info_view(msg, level)
     if isinstance(msg, m.QueuesListResponse):
@@ -162,9 +160,30 @@ def reference_view(msg: m.Message, level: int) -> m.Message:
     return msg
 
 
+def _lease_view(msg: m.QueueLeaseResponse, level: int) -> m.QueueLeaseResponse:
+    # One queue's items: all carry a lease token, or none does.
+    tokens = level < 2 and bool(msg.items) and bool(msg.items[0].lease_token)
+    if not tokens and not any(i.job_id for i in msg.items):
+        return msg
+    keep_tokens = level >= 2
+    items = [
+        msgspec.structs.replace(i, job_id="", lease_token=i.lease_token if keep_tokens else "")
+        for i in msg.items
+    ]
+    return msgspec.structs.replace(msg, items=items)
+
+
+def _storage_view(msg: m.StorageItemsListResponse) -> m.StorageItemsListResponse:
+    if not any(i.job_id or i.failures for i in msg.items):
+        return msg
+    items = [msgspec.structs.replace(i, job_id="", failures=[]) for i in msg.items]
+    return msgspec.structs.replace(msg, items=items)
+
+
 def _info_view(info: m.QueueInfo, level: int) -> m.QueueInfo:
     """A queue's settings for a JSON client of extensions ``level`` below ``EXTENSIONS_LEVEL``."""
     dedup_window = info.dedup_window if level >= 1 else ""
-    if dedup_window == info.dedup_window and not info.lease_token:
+    lease_token = info.lease_token if level >= 2 else ""
+    if dedup_window == info.dedup_window and lease_token == info.lease_token:
         return info
-    return msgspec.structs.replace(info, dedup_window=dedup_window, lease_token="")
+    return msgspec.structs.replace(info, dedup_window=dedup_window, lease_token=lease_token)

@@ -13,6 +13,7 @@ from querator.clock import from_datetime, to_datetime
 from querator.duration import format_micros
 from querator.engine.logical_queue import LogicalStats
 from querator.storage.base import Item, PartitionStats, QueueRecord
+from querator.storage.failures import Failure, encode_failures, failures_of
 from querator.storage.operations import LEASE_TOKEN_KEY, RetryEntry, lease_token
 from querator.storage.workflows import Entry, Workflow
 from querator.wire import messages as m
@@ -56,6 +57,7 @@ def lease_reply(
                 kind=i.kind,
                 reference=i.reference,
                 lease_token=lease_token(token_key, i) if token_key else "",
+                job_id=i.job_id,
             )
             for i in items
         ],
@@ -64,7 +66,9 @@ def lease_reply(
 
 def retry_entries(req: m.QueueRetryRequest) -> list[RetryEntry]:
     return [
-        RetryEntry(i.id, from_datetime(i.retry_at) if i.retry_at is not None else 0, i.dead, i.lease_token)
+        RetryEntry(
+            i.id, from_datetime(i.retry_at) if i.retry_at is not None else 0, i.dead, i.lease_token, i.error
+        )
         for i in req.items
     ]
 
@@ -134,11 +138,17 @@ def storage_item(i: Item) -> m.StorageItem:
         encoding=i.encoding,
         kind=i.kind,
         payload=i.payload,
+        job_id=i.job_id,
+        failures=[
+            m.ItemFailure(at=to_datetime(f.at_us), attempt=f.attempt, error=f.error)
+            for f in failures_of(i.failures)
+        ],
     )
 
 
 def stored_item(i: m.StorageItem) -> Item:
-    """The wire's StorageItem as an item (an import ignores its id, created_at and enqueue_at)."""
+    """The wire's StorageItem as an item (an import ignores its id, created_at and enqueue_at; it keeps
+    the job and failures, which dead-lettering carries to the dead queue this way)."""
     return Item(
         id=i.id,
         source_id=i.source_id,
@@ -153,6 +163,8 @@ def stored_item(i: m.StorageItem) -> Item:
         encoding=i.encoding,
         kind=i.kind,
         payload=i.payload,
+        job_id=i.job_id,
+        failures=encode_failures([Failure(_micros(f.at), f.attempt, f.error) for f in i.failures]),
     )
 
 

@@ -12,6 +12,7 @@ from querator.clock import MICROS
 from querator.duration import MICROSECOND, DurationError, format_duration, format_micros, parse_duration
 from querator.errors import InvalidOption
 from querator.storage.base import QueueRecord
+from querator.storage.failures import MAX_ERROR_CHARS, MAX_FAILURES
 from querator.storage.operations import storage_id_error
 from querator.wire import messages as m
 
@@ -95,6 +96,11 @@ def check_retry(req: m.QueueRetryRequest) -> None:
         raise InvalidOption(
             f"items is invalid; max_complete_batch_size is {MAX_COMPLETE_BATCH} but received {len(req.items)}"
         )
+    for n, item in enumerate(req.items):
+        if len(item.error) > MAX_ERROR_CHARS:
+            raise InvalidOption(
+                f"error is invalid; items[{n}].error is longer than {MAX_ERROR_CHARS} characters"
+            )
 
 
 def check_renew(req: m.QueueRenewRequest, record: QueueRecord) -> int:
@@ -147,6 +153,12 @@ def check_import(req: m.StorageItemsImportRequest) -> None:
     for item in req.items:
         if item.attempts < 0:
             raise InvalidOption(f"attempts is invalid; cannot be negative, but {item.attempts} was given")
+        if item.job_id and storage_id_error(item.job_id) is not None:
+            raise InvalidOption("job id is invalid; must be an item id (a KSUID)")
+        if len(item.failures) > MAX_FAILURES:
+            raise InvalidOption(f"failures is invalid; an item keeps at most {MAX_FAILURES}")
+        if any(len(f.error) > MAX_ERROR_CHARS for f in item.failures):
+            raise InvalidOption(f"failures is invalid; an error is longer than {MAX_ERROR_CHARS} characters")
 
 
 def check_delete(req: m.StorageItemsDeleteRequest) -> None:

@@ -55,6 +55,11 @@ class Item(msgspec.Struct, gc=False):
     encoding: str = ""
     kind: str = ""
     payload: bytes = b""
+    job_id: str = ""
+    """The id of the item this one continues (retried or re-queued under a new id, dead-lettered): the
+    first item's id, stable for the whole job; "" for that first item itself (``failures.job_id``)."""
+    failures: bytes = b""
+    """The item's recorded failures, newest last, as ``failures.py`` encodes them ("" none)."""
     dedup_id: str = ""
     """Only meaningful while an item is being produced; backends need not store it."""
 
@@ -74,6 +79,8 @@ class Item(msgspec.Struct, gc=False):
             self.encoding,
             self.kind,
             self.payload,
+            self.job_id,
+            self.failures,
             self.dedup_id,
         )
 
@@ -134,9 +141,9 @@ class PartitionTx(Protocol):
     def update(self, items: Sequence[Item]) -> None:
         """Stores new lease and schedule fields of existing items, by id.
 
-        Only ``is_leased``, ``lease_deadline``, ``attempts`` and ``enqueue_at`` change while an item keeps
-        its id (anything else moving means a new id); a backend may write just those. Never used to make an
-        item queued again. As with ``insert``, the backend may keep the given objects.
+        Only ``is_leased``, ``lease_deadline``, ``attempts``, ``enqueue_at`` and ``failures`` change while
+        an item keeps its id (anything else moving means a new id); a backend may write just those. Never
+        used to make an item queued again. As with ``insert``, the backend may keep the given objects.
         """
 
     def delete(self, ids: Collection[str]) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from querator.errors import InvalidOption, QueratorError
 from querator.ksuid import KsuidError, parse_ksuid
 from querator.storage.base import Deadlines, Item, PartitionTx, QueueRecord
+from querator.storage.failures import EXPIRED, LEASE_EXPIRED, Failure, job_id, with_failure
 
 NEAR_NOW = 100_000
 """An enqueue_at or retry_at closer than this (microseconds) to now means "now" (reference: 100 ms)."""
@@ -80,6 +81,8 @@ class RetryEntry:
     retry_at: int = 0
     dead: bool = False
     lease_token: str = ""
+    error: str = ""
+    """Why the attempt failed, recorded with the item (``failures.py``)."""
 
 
 @dataclass(slots=True)
@@ -334,7 +337,7 @@ def _settle_leases(  # noqa: C901, PLR0912, PLR0915
             result.leased_delta -= 1
             result.retried += 1
             updated.pop(entry.id, None)  # a renew earlier in this batch no longer matters
-            got = _unleased(got.copy())
+            got = _failed(_unleased(got.copy()), now, entry.error)
             if max_attempts and got.attempts >= max_attempts:
                 # Its last attempt is spent: it dies now rather than at retry_at, since it will never be
                 # leased again. Marked so that a failed dead-lettering answers the retry "try again".
@@ -419,7 +422,7 @@ def lifecycle(
     result = LifecycleResult()
     dead: dict[str, Item] = {}
     for item in tx.expired(now, LIFECYCLE_LIMIT):
-        dead[item.id] = item
+        dead[item.id] = _failed(item.copy(), now, EXPIRED)
     expired_leases = tx.expired_leases(now, LIFECYCLE_LIMIT)
     requeued: list[Item] = []
     gone: list[str] = []
@@ -427,10 +430,10 @@ def lifecycle(
         if item.id in dead:
             continue
         if max_attempts and item.attempts >= max_attempts:
-            dead[item.id] = item
+            dead[item.id] = _failed(item.copy(), now, LEASE_EXPIRED)
             continue
         gone.append(item.id)
-        requeued.append(_unleased(_to_tail(item, new_id)))
+        requeued.append(_failed(_unleased(_to_tail(item, new_id)), now, LEASE_EXPIRED))
     due = tx.due(now, LIFECYCLE_LIMIT)
     for item in due:
         gone.append(item.id)
@@ -462,8 +465,8 @@ def moved_copies(
     items: list[Item], now: int, expire_timeout: int, max_attempts: int | None = None
 ) -> list[Item]:
     """The copies another queue receives (dead-lettering, redrive): new items, attempts 0, source_id =
-    the moved item's id, so that importing them twice stores them once. ``max_attempts`` None keeps each
-    item's own."""
+    the moved item's id, so that importing them twice stores them once; the job and its failures go
+    along. ``max_attempts`` None keeps each item's own."""
     return [
         Item(
             source_id=item.id,
@@ -473,15 +476,25 @@ def moved_copies(
             encoding=item.encoding,
             kind=item.kind,
             payload=item.payload,
+            job_id=job_id(item.id, item.job_id),
+            failures=item.failures,
         )
         for item in items
     ]
 
 
 def _to_tail(item: Item, new_id: NewId) -> Item:
+    """A copy of ``item`` under a new id, which continues its job."""
     moved = item.copy()
     moved.id = new_id()
+    moved.job_id = job_id(item.id, item.job_id)
     return moved
+
+
+def _failed(item: Item, now: int, error: str) -> Item:
+    """``item`` (a copy: stored items are never changed in place) with a failed attempt recorded."""
+    item.failures = with_failure(item.failures, Failure(now, item.attempts, error))
+    return item
 
 
 def _unleased(item: Item) -> Item:

@@ -80,6 +80,7 @@ class QueueLeaseItem(Message):
     lease_deadline: datetime | None = None
     bytes: builtins.bytes = b""
     lease_token: str = ""
+    job_id: str = ""
 
 
 class QueueLeaseResponse(Message):
@@ -101,6 +102,7 @@ class QueueRetryItem(Message):
     retry_at: datetime | None = None
     dead: bool = False
     lease_token: str = ""
+    error: str = ""
 
 
 class QueueRetryRequest(Message):
@@ -202,6 +204,14 @@ class StorageItem(Message):
     encoding: str = ""
     kind: str = ""
     payload: bytes = b""
+    job_id: str = ""
+    failures: list[ItemFailure] = []
+
+
+class ItemFailure(Message):
+    at: datetime | None = None
+    attempt: int = 0
+    error: str = ""
 
 
 class StorageItemsListRequest(Message):

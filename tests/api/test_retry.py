@@ -137,3 +137,54 @@ async def test_retry_errors(api: Api) -> None:
         "/v1/queue.retry", {"queue_name": "q", "partition": 0, "items": [{"id": stored["id"]}] * 1001}
     )
     assert e.message == "items is invalid; max_complete_batch_size is 1000 but received 1001"
+
+
+EXTENSIONS = {"X-Querator-Extensions": "3"}
+
+
+async def test_a_dead_letter_says_why_and_keeps_its_job_id(api: Api, clock: FakeClock) -> None:
+    """Each failed attempt is recorded with its time and error, and every new id of the item carries the
+    first one as its job id, into the dead-letter queue (docs/extensions.md, "Jobs and failures").
+    A client that did not ask for extensions of level 3 sees neither field (issue 45)."""
+    await api.create("dead")
+    await api.create("q", dead_queue="dead", max_attempts=2)
+    produced = await api.post(
+        "/v1/queue.produce",
+        {"queue_name": "q", "request_timeout": "5s", "items": [{"utf8": "job"}]},
+        headers=EXTENSIONS,
+    )
+    [job_id] = produced["ids"]
+    lease = {"queue_name": "q", "batch_size": 1, "client_id": "c", "request_timeout": "5s"}
+    first = (await api.post("/v1/queue.lease", lease, headers=EXTENSIONS))["items"][0]
+    assert first["id"] == job_id and "job_id" not in first
+    await api.retry("q", 0, [{"id": first["id"], "error": "ValueError: bad input\nTraceback ..."}])
+    second = (await api.post("/v1/queue.lease", lease, headers=EXTENSIONS))["items"][0]
+    assert second["id"] != job_id and second["job_id"] == job_id
+    clock.advance(61)  # its lease expires: the second attempt was the last
+    await eventually(lambda: _holds(api, "dead", 1))
+    body = {"queue_name": "dead", "partition": 0}
+    [dead] = (await api.post("/v1/storage/items.list", body, headers=EXTENSIONS))["items"]
+    assert dead["job_id"] == job_id and dead["source_id"] == second["id"]
+    assert [(f["attempt"], f["error"]) for f in dead["failures"]] == [
+        (1, "ValueError: bad input\nTraceback ..."),
+        (2, "lease expired"),
+    ]
+    assert all(f["at"].endswith("Z") for f in dead["failures"])
+    # The reference's clients reject fields they do not know: without the header, none of these.
+    [plain] = await api.items("dead")
+    assert "job_id" not in plain and "failures" not in plain
+    await api.produce("q", [{"utf8": "again"}])
+    await api.retry("q", 0, [{"id": (await api.lease("q"))["items"][0]["id"]}])
+    assert "job_id" not in (await api.lease("q"))["items"][0]
+
+
+async def test_a_retry_error_is_bounded(api: Api) -> None:
+    await api.create("q")
+    await api.produce_n("q", 1)
+    item = (await api.lease("q"))["items"][0]
+    e = await api.error(
+        "/v1/queue.retry",
+        {"queue_name": "q", "partition": 0, "items": [{"id": item["id"], "error": "x" * 4097}]},
+    )
+    assert (e.status, e.message) == (400, "error is invalid; items[0].error is longer than 4096 characters")
+    await api.retry("q", 0, [{"id": item["id"], "error": "x" * 4096}])

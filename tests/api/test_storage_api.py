@@ -42,6 +42,31 @@ async def test_import_preserves_fields(api: Api, clock: FakeClock) -> None:
     assert await api.scheduled("q") == []
 
 
+async def test_import_keeps_the_job_and_its_failures_within_bounds(api: Api, clock: FakeClock) -> None:
+    """Dead-lettering carries an item's job and failures through the import (docs/extensions.md)."""
+    await api.create("q")
+    job_id = "2fLaS1wDqwbU9iSjvZGm1Rdp5hq"
+    failure = {"at": ts(clock, -5), "attempt": 1, "error": "boom"}
+    body = {"queue_name": "q", "items": [{"payload": "cGF5", "job_id": job_id, "failures": [failure]}]}
+    await api.post("/v1/storage/items.import", body)
+    [stored] = (
+        await api.post(
+            "/v1/storage/items.list", {"queue_name": "q", "partition": 0}, {"X-Querator-Extensions": "3"}
+        )
+    )["items"]
+    assert (stored["job_id"], stored["failures"]) == (job_id, [failure])
+    for bad, message in (
+        ({"job_id": "x"}, "job id is invalid; must be an item id (a KSUID)"),
+        ({"failures": [failure] * 11}, "failures is invalid; an item keeps at most 10"),
+        (
+            {"failures": [{"error": "x" * 4097}]},
+            "failures is invalid; an error is longer than 4096 characters",
+        ),
+    ):
+        e = await api.error("/v1/storage/items.import", {"queue_name": "q", "items": [bad]})
+        assert (e.status, e.message) == (400, message)
+
+
 async def test_attempts_stay_int32(api: Api) -> None:
     # An item imported with attempts at the int32 maximum was leased with attempts 2147483648, which
     # no int32 decoder (Go's protojson, protobuf) reads back: a lease counts up to the maximum only.

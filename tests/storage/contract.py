@@ -26,6 +26,7 @@ from querator.storage.base import (
     QueueRecord,
     Store,
 )
+from querator.storage.failures import EXPIRED, LEASE_EXPIRED, MAX_FAILURES, Failure, failures_of
 from querator.storage.operations import (
     LIFECYCLE_LIMIT,
     NEAR_NOW,
@@ -43,6 +44,7 @@ from querator.storage.operations import (
     import_items,
     lease_token,
     lifecycle,
+    moved_copies,
 )
 from tests.storage.schedule_contract import ScheduleContract
 from tests.storage.workflow_contract import WorkflowContract
@@ -547,6 +549,56 @@ class StoreContract(ScheduleContract, WorkflowContract):
         stored = await part.list()
         assert stored[0].id == b.id
         assert stored[1].payload == b"a"
+
+    # --- jobs and failures (docs/extensions.md, "Jobs and failures") ------------------------------------
+
+    async def test_a_job_keeps_its_first_id_and_its_failures_through_every_move(self, part: Part) -> None:
+        """Retried now, retried later, re-queued by an expired lease, dead-lettered: each new id continues
+        the job of the produced item, and each failed attempt is recorded with its time and error."""
+        (a,) = await part.produce(item("a"))
+        await part.lease(1)
+        await part.retry(RetryEntry(a.id, error="boom"))
+        [[again]] = await part.lease(1, deadline=NOW + 10 * SECOND)
+        assert again.id != a.id and again.job_id == a.id
+        await part.retry(RetryEntry(again.id, retry_at=NOW + 5 * SECOND), now=NOW + 1)
+        (scheduled,) = await part.list(scheduled=True)  # kept its id while scheduled: failures updated
+        assert (scheduled.id, scheduled.job_id) == (again.id, a.id)
+        assert failures_of(scheduled.failures) == [Failure(NOW, 1, "boom"), Failure(NOW + 1, 2, "")]
+        await part.lifecycle(NOW + 6 * SECOND)  # due: to the tail under a new id
+        [[third]] = await part.lease(1, deadline=NOW + 20 * SECOND)
+        assert third.job_id == a.id and third.attempts == 3
+        await part.lifecycle(NOW + 21 * SECOND)  # the lease expired: a crash, recorded as such
+        (fourth,) = await part.list()
+        assert fourth.job_id == a.id
+        assert [f.error for f in failures_of(fourth.failures)] == ["boom", "", LEASE_EXPIRED]
+        assert failures_of(fourth.failures)[-1] == Failure(NOW + 21 * SECOND, 3, LEASE_EXPIRED)
+        await part.lease(1, deadline=NOW + 30 * SECOND)
+        result = await part.lifecycle(NOW + 31 * SECOND, max_attempts=4, dead_queue=True)
+        (dead,) = result.dead
+        assert dead.job_id == a.id and len(failures_of(dead.failures)) == 4
+        (copy,) = moved_copies(result.dead, NOW, EXPIRE)
+        assert (copy.source_id, copy.job_id, copy.failures) == (dead.id, a.id, dead.failures)
+
+    async def test_an_expired_item_records_why_and_keeps_the_newest_failures(self, part: Part) -> None:
+        (a,) = await part.produce(item("a", expire_deadline=NOW + 1000 * SECOND))
+        for n in range(MAX_FAILURES + 2):
+            [[leased_item]] = await part.lease(1)
+            await part.retry(RetryEntry(leased_item.id, error=f"e{n}"))
+        result = await part.lifecycle(NOW + 1001 * SECOND, dead_queue=True)
+        (dead,) = result.dead
+        assert dead.job_id == a.id
+        recorded = failures_of(dead.failures)
+        assert len(recorded) == MAX_FAILURES
+        assert [f.error for f in recorded[-3:]] == [f"e{MAX_FAILURES}", f"e{MAX_FAILURES + 1}", EXPIRED]
+
+    async def test_a_produced_or_released_item_has_no_failures(self, part: Part) -> None:
+        (a,) = await part.produce(item("a"))
+        (stored,) = await part.list()
+        assert (stored.job_id, stored.failures) == ("", b"")
+        await part.lease(1)
+        await part.batch(PartitionBatch(release=[ReleaseOp([a.id])]))
+        (released,) = await part.list()
+        assert (released.job_id, released.failures) == (a.id, b"")  # its job, but no failed attempt
 
     # --- lifecycle ----------------------------------------------------------------------------------------
 

@@ -650,3 +650,17 @@ async def test_a_stale_index_row_does_not_list_a_workflow_twice(store: Cassandra
     await store._connection.call(lambda cql: cql.rows(Statement.INDEX_WORKFLOW, stale))
     assert await store.workflows.list_workflows("", "", 10) == [started]
     assert await store.workflows.list_workflows("completed", "", 10) == []
+
+
+def test_item_metadata_of_before_jobs_and_failures_still_decodes() -> None:
+    """Rows written before items carried a job and failures (docs/adr/0034) hold 11 values."""
+    old = ("src", True, 1, 2, 3, 4, 5, 6, "ref", "enc", "kind")
+    meta = _codec.ENCODER.encode(old)
+    item = _codec.item_from_row({"id": "an-id", "meta": meta, "payload": b"p"})
+    assert (item.source_id, item.reference, item.kind, item.payload) == ("src", "ref", "kind", b"p")
+    assert (item.job_id, item.failures) == ("", b"")
+    states = _codec.ENCODER.encode([("an-id", False, old)])
+    [row] = _codec.decode_states(states)
+    assert (row.item.id, row.item.attempts, row.item.job_id) == ("an-id", 5, "")
+    new = _codec.metadata(_codec.item_from_row({"id": "x", "meta": meta}))
+    assert _codec.item_from_row({"id": "x", "meta": _codec.ENCODER.encode(new)}).kind == "kind"

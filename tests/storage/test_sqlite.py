@@ -268,6 +268,11 @@ async def test_a_version_1_database_is_migrated(tmp_path: Path) -> None:
     for statement in SCHEMA:
         conn.execute(statement)
     conn.execute("INSERT INTO queues VALUES ('old', '_system', 1, 2, '', 0, '', 1, 3, 4, '{}')")
+    conn.execute("INSERT INTO partitions (queue, number) VALUES ('old', 0)")
+    item_id = "2fLaS1wDqwbU9iSjvZGm1Rdp5hq"
+    conn.execute(
+        "INSERT INTO items VALUES (1, ?, '', 0, 0, 0, 0, 1, 0, 0, '', '', '', x'6f6c64')", (item_id,)
+    )  # an item of version 2's layout: no job, no failures
     conn.execute("PRAGMA user_version = 1")
     conn.commit()
     conn.close()
@@ -279,6 +284,8 @@ async def test_a_version_1_database_is_migrated(tmp_path: Path) -> None:
         part = store.partition("old", 0)
         assert await part.run(lambda tx: tx.dedup({"a"}, NOW, NOW + 10)) == set()
         assert await part.run(lambda tx: tx.dedup({"a", "b"}, NOW, NOW + 10)) == {"a"}
+        [old] = await part.run(lambda tx: tx.head(10))
+        assert (old.id, old.payload, old.job_id, old.failures) == (item_id, b"old", "", b"")
     finally:
         await store.close()
 

@@ -14,24 +14,38 @@ from querator.storage.cassandra._index import StateRow
 
 # An item's metadata is one msgpack cell, not a column each: Cassandra's cost per row grows with its
 # cells (a 100-row batch of 1 KiB items went 30-40% faster with 2 cells than with 13, docs/benchmarks.md).
-_Metadata = tuple[str, bool, int, int, int, int, int, int, str, str, str]
+_Metadata = tuple[str, bool, int, int, int, int, int, int, str, str, str, bytes, str, bytes]
+"""An item's fields but its id, its payload (a cell of its own) and its dedup id, with the payload's place
+kept empty so that the tuple spreads into ``Item`` after the id."""
+_MetadataV1 = tuple[str, bool, int, int, int, int, int, int, str, str, str]
+"""The metadata written before items had a job and failures (``storage/failures.py``)."""
 ENCODER: Final = msgspec.msgpack.Encoder()
 _METADATA: Final = msgspec.msgpack.Decoder(_Metadata)
+_METADATA_V1: Final = msgspec.msgpack.Decoder(_MetadataV1)
 # State rows are a log: each write appends ONE row holding the new states of every item it changed
 # (a lease of a hundred items is one row, not a hundred), keyed by the tail's row count before the write,
 # so a loader replays them in order and the latest state of an item wins.
 _STATES: Final = msgspec.msgpack.Decoder(list[tuple[str, bool, _Metadata]])
+_STATES_V1: Final = msgspec.msgpack.Decoder(list[tuple[str, bool, _MetadataV1]])
 
 
 def metadata(i: Item) -> _Metadata:
     return (
         i.source_id, i.is_leased, i.lease_deadline, i.expire_deadline, i.enqueue_at, i.created_at,
-        i.attempts, i.max_attempts, i.reference, i.encoding, i.kind,
+        i.attempts, i.max_attempts, i.reference, i.encoding, i.kind, b"", i.job_id, i.failures,
     )  # fmt: skip
 
 
+def _metadata(data: bytes) -> _Metadata | _MetadataV1:
+    try:
+        found: _Metadata | _MetadataV1 = _METADATA.decode(data)
+    except msgspec.ValidationError:  # a row written before version 2 of the metadata: no job, no failures
+        found = _METADATA_V1.decode(data)
+    return found
+
+
 def item_from_row(row: dict[str, Any]) -> Item:
-    item = Item(row["id"], *_METADATA.decode(row["meta"]))
+    item = Item(row["id"], *_metadata(row["meta"]))
     item.payload = row.get("payload") or b""
     return item
 
@@ -64,7 +78,11 @@ def encode_states(states: Iterable[StateRow]) -> bytes:
 
 
 def decode_states(data: bytes) -> list[StateRow]:
-    return [StateRow(Item(item_id, *metadata), gone) for item_id, gone, metadata in _STATES.decode(data)]
+    try:
+        rows: list[tuple[str, bool, tuple[Any, ...]]] = list(_STATES.decode(data))
+    except msgspec.ValidationError:  # written before version 2 of the metadata
+        rows = list(_STATES_V1.decode(data))
+    return [StateRow(Item(item_id, *metadata), gone) for item_id, gone, metadata in rows]
 
 
 def queue_row(r: QueueRecord) -> tuple[Any, ...]:

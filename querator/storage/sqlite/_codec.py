@@ -23,7 +23,8 @@ def item_from_row(row: tuple[Any, ...]) -> Item:
 def item_row(key: int, i: Item) -> tuple[Any, ...]:
     return (
         key, i.id, i.source_id, int(i.is_leased), i.lease_deadline, i.expire_deadline, i.enqueue_at,
-        i.created_at, i.attempts, i.max_attempts, i.reference, i.encoding, i.kind, i.payload,
+        i.created_at, i.attempts, i.max_attempts, i.reference, i.encoding, i.kind, i.payload, i.job_id,
+        i.failures,
     )  # fmt: skip
 
 

@@ -7,7 +7,7 @@ from typing import Final
 from querator.storage.base import DEFAULT_DEDUP_WINDOW
 from querator.storage.sqlite._schedules import TABLE as SCHEDULES_TABLE
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 """``PRAGMA user_version`` of the schema below; a database written by a newer version is refused."""
 
 PAGE_SIZE: Final = 8192
@@ -109,6 +109,11 @@ MIGRATIONS: Final = {
             PRIMARY KEY (queue, id)
         ) WITHOUT ROWID""",
         "CREATE INDEX dedup_expiry ON dedup (expires_at)",
+    ),
+    # Version 3: an item's job and failures (storage/failures.py).
+    3: (
+        "ALTER TABLE items ADD COLUMN job_id TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE items ADD COLUMN failures BLOB NOT NULL DEFAULT x''",
     ),
 }
 """Statements that bring a database from the previous version to each version; ``SCHEMA`` is version 1."""

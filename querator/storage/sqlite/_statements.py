@@ -6,16 +6,16 @@ from typing import Final
 
 _COLUMNS = (
     "id, source_id, is_leased, lease_deadline, expire_deadline, enqueue_at, created_at, attempts, "
-    "max_attempts, reference, encoding, kind, payload"
+    "max_attempts, reference, encoding, kind, payload, job_id, failures"
 )
 """Item columns in the order of ``Item``'s fields."""
-_ITEM_VALUES = ", ".join("?" * 14)
+_ITEM_VALUES = ", ".join("?" * 16)
 """The placeholders of an item's row: its partition's key, then ``_COLUMNS``."""
 
 SQL_INSERT_ITEM: Final = f"INSERT INTO items (part, {_COLUMNS}) VALUES ({_ITEM_VALUES})"
 # Only the lease and schedule fields change while an item keeps its id (see PartitionTx.update).
 SQL_UPDATE_ITEM: Final = (
-    "UPDATE items SET is_leased = ?, lease_deadline = ?, attempts = ?, enqueue_at = ? "
+    "UPDATE items SET is_leased = ?, lease_deadline = ?, attempts = ?, enqueue_at = ?, failures = ? "
     "WHERE part = ? AND id = ?"
 )
 # One statement for a whole batch of ids: the ids travel as one JSON array.

@@ -62,7 +62,10 @@ class SqliteTx:
         key = self._key
         self._conn.executemany(
             SQL_UPDATE_ITEM,
-            [(int(i.is_leased), i.lease_deadline, i.attempts, i.enqueue_at, key, i.id) for i in items],
+            [
+                (int(i.is_leased), i.lease_deadline, i.attempts, i.enqueue_at, i.failures, key, i.id)
+                for i in items
+            ],
         )
 
     def delete(self, ids: Collection[str]) -> None:
