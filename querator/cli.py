@@ -248,6 +248,19 @@ def _client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     when = p.add_mutually_exclusive_group()
     when.add_argument("--retry-at", type=_timestamp, help="RFC 3339 time of the retry (default: now)")
     when.add_argument("--dead", action="store_true", help="send the items to the dead queue (or drop them)")
+    p.add_argument("--error", default="", help="why the attempt failed, kept with the item (4096 chars)")
+
+    p = add(
+        "items",
+        "list the items of a partition, with their jobs and failures",
+        "List the queued (or, with --scheduled, the scheduled) items of one partition in id order, each "
+        "with its job id and failed attempts: what a dead-letter queue's items died of.",
+    )
+    p.add_argument("queue")
+    p.add_argument("-p", "--partition", type=int, default=0, help="the partition (default 0)")
+    p.add_argument("--scheduled", action="store_true", help="the scheduled items instead")
+    p.add_argument("--pivot", default="", help="start at the first item id >= this")
+    p.add_argument("--limit", type=int, default=0, help="at most this many (default: the server's)")
 
     p = add("renew", "extend the leases of leased items")
     _leased_options(p)
@@ -421,10 +434,15 @@ async def _complete(client: AsyncClient, args: argparse.Namespace) -> None:
 async def _retry(client: AsyncClient, args: argparse.Namespace) -> None:
     ids, tokens = _leased(args)
     items = [
-        m.QueueRetryItem(id=i, retry_at=args.retry_at, dead=args.dead, lease_token=token)
+        m.QueueRetryItem(id=i, retry_at=args.retry_at, dead=args.dead, lease_token=token, error=args.error)
         for i, token in zip(ids, tokens or [""] * len(ids), strict=True)
     ]
     await client.retry(args.queue, args.partition, items)
+
+
+async def _items(client: AsyncClient, args: argparse.Namespace) -> m.Message:
+    listed = client.list_scheduled if args.scheduled else client.list_items
+    return await listed(args.queue, args.partition, pivot=args.pivot, limit=args.limit)
 
 
 async def _renew(client: AsyncClient, args: argparse.Namespace) -> m.Message:
@@ -460,6 +478,7 @@ COMMANDS: dict[str, Command] = {
     "lease": _lease,
     "complete": _complete,
     "retry": _retry,
+    "items": _items,
     "renew": _renew,
     "redrive": _redrive,
     "cluster": _cluster,

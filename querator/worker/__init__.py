@@ -10,7 +10,7 @@
                  lease_timeout="30s", create_queue=True)
     async def send_email(to: str, subject: str) -> None: ...
 
-    await send_email.enqueue("a@example.com", subject="hi")      # the item's id
+    await send_email.enqueue("a@example.com", subject="hi")      # the job's id (current_job_id())
     send_email.enqueue_sync("b@example.com", subject="hi")       # the same, without an event loop
 
 and ``querator worker myapp.tasks:worker --concurrency 16`` runs it. Sync functions run in a thread
@@ -31,7 +31,7 @@ from querator.worker import backoff
 from querator.worker._envelope import EnvelopeError
 from querator.worker._observe import JsonFormatter
 from querator.worker._serializer import JsonSerializer, Serializer
-from querator.worker._task import Permanent, RetryLater, Task, current_attempt, current_item
+from querator.worker._task import Permanent, RetryLater, Task, current_attempt, current_item, current_job_id
 from querator.worker._trace import current_traceparent, use_traceparent
 from querator.worker._worker import Worker
 
@@ -47,6 +47,7 @@ __all__ = [
     "backoff",
     "current_attempt",
     "current_item",
+    "current_job_id",
     "current_traceparent",
     "use_traceparent",
 ]

@@ -14,6 +14,7 @@ import contextvars
 import functools
 import logging
 import random
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,8 @@ LEASE_POLL = "30s"
 a cancelled lease would have taken: docs/adr/0005)."""
 LEASE_FAILED_WAIT_S = (0.1, 10.0)
 """Seconds a lease loop waits after a failed lease: the first, and the most after repeated failures."""
+MAX_ERROR_CHARS = 4096
+"""The longest error a retry may carry: the server refuses longer ones (docs/extensions.md)."""
 UNKNOWN_KIND_WAIT_S = 60.0
 """Seconds before an item whose kind names no task of this worker is offered again (another worker, or
 this one after a deploy, may know it)."""
@@ -85,6 +88,17 @@ class Runtime:
     pool: ThreadPoolExecutor
     runs: set[asyncio.Task[None]] = field(default_factory=set)
     renewals: set[asyncio.Task[None]] = field(default_factory=set)
+
+
+def error_record(error: BaseException) -> str:
+    """What a failed run records with its item (docs/worker.md, "What happens to an item"): the error's
+    ``Type: message`` line, then its traceback's last lines, within the server's ``MAX_ERROR_CHARS``."""
+    head = f"{type(error).__name__}: {error}"[: MAX_ERROR_CHARS // 4]
+    trace = "".join(traceback.format_exception(error)).rstrip()
+    room = MAX_ERROR_CHARS - len(head) - 1
+    if len(trace) > room:
+        trace = "..." + trace[len(trace) - room + 3 :]
+    return f"{head}\n{trace}"
 
 
 @dataclass(slots=True)
@@ -170,7 +184,11 @@ class QueueRunner:
                 log.error(
                     "no task named %r on queue %s in this worker: offered again later", item.kind, self.queue
                 )
-                retry = m.QueueRetryItem(id=item.id, retry_at=absolute(UNKNOWN_KIND_WAIT_S))
+                retry = m.QueueRetryItem(
+                    id=item.id,
+                    retry_at=absolute(UNKNOWN_KIND_WAIT_S),
+                    error=f"no task named {item.kind!r} in this worker"[:MAX_ERROR_CHARS],
+                )
                 await self._settle(partition, item, fields, None, "retried", retry)
                 return
             failure = await self._execute(task, item, fields)
@@ -179,20 +197,19 @@ class QueueRunner:
                 return
             rt.metrics.failures.labels(task.name, failure.reason).inc()  # rare: no cached child
             fields["error"] = f"{type(failure.error).__name__}: {failure.error}"
+            recorded = error_record(failure.error)
             limit = task.options.max_attempts
             if failure.reason in ("permanent", "undecodable") or (limit and item.attempts >= limit):
-                await self._settle(
-                    partition, item, fields, failure, "dead_lettered", m.QueueRetryItem(id=item.id, dead=True)
-                )
+                dead = m.QueueRetryItem(id=item.id, dead=True, error=recorded)
+                await self._settle(partition, item, fields, failure, "dead_lettered", dead)
                 return
             wait_s = task.options.retry(item.attempts)
             if isinstance(failure.error, RetryLater):
                 wait_s = failure.error.after_s
             at = absolute(wait_s) if wait_s > 0 else None
             fields["retry_in_s"] = round(wait_s, 3)
-            await self._settle(
-                partition, item, fields, failure, "retried", m.QueueRetryItem(id=item.id, retry_at=at)
-            )
+            retry = m.QueueRetryItem(id=item.id, retry_at=at, error=recorded)
+            await self._settle(partition, item, fields, failure, "retried", retry)
         finally:
             live.discard(item.id)
             rt.reservations.give()

@@ -56,6 +56,16 @@ def current_item() -> m.QueueLeaseItem | None:
     return CURRENT_ITEM.get()
 
 
+def current_job_id() -> str:
+    """The id of the job the calling task run works on: the id ``enqueue`` returned, the same on every
+    attempt, though a retried item comes back under a new id. Use it as the idempotency key of what the
+    task does outside (a payment, an email, a webhook); "" outside a run."""
+    item = CURRENT_ITEM.get()
+    if item is None:
+        return ""
+    return item.job_id or item.id
+
+
 def current_attempt() -> int:
     """The attempt number of the item the calling task run works on (1 for its first run; 0 outside a
     run): a task can tell its last attempt by comparing it with its ``max_attempts``."""

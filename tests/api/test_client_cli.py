@@ -755,6 +755,28 @@ def test_cli_retry(cli_endpoint: str) -> None:
     assert part["scheduled"] == 1 and "total" not in part
 
 
+def test_cli_items_show_a_dead_letters_failures(cli_endpoint: str) -> None:
+    """A dead letter's reason, from the command line (issue 45): retry --error records it, items shows
+    it with the job id, which stays that of the produced item."""
+    e = cli_endpoint
+    ok(cli(e, "create", "cli-dead"))
+    ok(cli(e, "create", "cli-work", "--dead-queue", "cli-dead"))
+    [job_id] = ok(cli(e, "produce", "cli-work", "-p", "x"))["ids"]
+    item = ok(cli(e, "lease", "cli-work"))["items"][0]
+    ok(cli(e, "retry", "cli-work", "-p", "0", item["id"], "--error", "ValueError: no such user"))
+    again = ok(cli(e, "lease", "cli-work"))["items"][0]
+    assert again["job_id"] == job_id
+    ok(cli(e, "retry", "cli-work", "-p", "0", again["id"], "--dead", "--error", "Permanent: give up"))
+    [dead] = ok(cli(e, "items", "cli-dead"))["items"]
+    assert dead["job_id"] == job_id
+    assert [(f["attempt"], f["error"]) for f in dead["failures"]] == [
+        (1, "ValueError: no such user"),
+        (2, "Permanent: give up"),
+    ]
+    assert ok(cli(e, "items", "cli-work")) == {}
+    assert ok(cli(e, "items", "cli-work", "--scheduled")) == {}
+
+
 def test_cli_lease_tokens(cli_endpoint: str, tmp_path: Path) -> None:
     """On a queue that requires lease tokens (docs/extensions.md), each id goes with the token its lease
     printed: by ``--lease-token``, or after the id on a ``--file`` line. A token may start with "-" (one in

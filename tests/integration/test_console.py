@@ -6,6 +6,7 @@ Each page is screenshotted (``tests/integration/browser.py``)."""
 from __future__ import annotations
 
 import asyncio
+import re
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -122,8 +123,15 @@ async def _dead_letters_go_back(page: Page, server: ServerProcess, questions: li
     await page.get_by_role("link", name="Dead letters").click()
     rows = page.locator("#dead-table tbody tr[data-id]")
     await expect(rows).to_have_count(4)
+    # Why each died: its lease ran out on its one attempt (issue 45: dead letters carried no reason).
+    await expect(rows.first.locator("td.failure")).to_have_text("lease expired")
     await page.locator("#dead-table button.linkish").first.click()
     await expect(page.locator("#item-detail pre.payload")).to_contain_text('"order"')
+    await expect(page.locator("#item-failures li")).to_have_count(1)
+    await expect(page.locator("#item-failures li p")).to_have_text(
+        re.compile(r"Attempt 1 · .*\d{4}-\d\d-\d\d")
+    )
+    await expect(page.locator("#item-failures li pre")).to_have_text("lease expired")
     await page.screenshot(path=screenshot_path("dead-letters"), full_page=True)
 
     first = await rows.first.get_attribute("data-id")

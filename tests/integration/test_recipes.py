@@ -46,10 +46,10 @@ async def totals(server: ServerProcess, queue: str) -> list[tuple[int, int]]:
 
 async def test_webhooks_retry_with_backoff_and_dead_letter(server: ServerProcess) -> None:
     assert run("webhooks.py", server) == [
-        "flaky: delivered after 3 attempts",
+        "flaky: delivered after 3 attempts, under 1 idempotency key",
         "down: dead-lettered after 4 attempts",
         "gone: dead-lettered after 1 attempt",
-        "in webhooks-dead: down, gone",
+        "in webhooks-dead: down (ClientResponseError), gone (Permanent)",
     ]
     assert await totals(server, "webhooks") == [(0, 0)]
     assert await totals(server, "webhooks-dead") == [(2, 0)]

@@ -115,10 +115,17 @@ async def test_a_failure_comes_back_at_its_backoff(workers: Workers, client: Asy
 
 async def test_max_attempts_ends_in_the_dead_letter_queue(workers: Workers, client: AsyncClient) -> None:
     workers.start("--queues", "doomed", "--log-format", "json")
-    await tasks.doomed.enqueue("k")
+    job_id = await tasks.doomed.enqueue("k")
     await eventually(lambda: _dead_soon(client, "doomed"), DEADLINE, "the item dead-lettered")
-    assert len(workers.runs("doomed")) == 3
+    # One job through three items: current_job_id() is what enqueue returned, on every attempt.
+    assert [r["job_id"] for r in workers.runs("doomed")] == [job_id] * 3
     assert await empty(client, "doomed")
+    [dead] = (await client.list_items("doomed-dead", 0)).items
+    assert dead.job_id == job_id
+    assert [f.attempt for f in dead.failures] == [1, 2, 3]
+    for failure in dead.failures:  # the error and where it was raised, for whoever looks at dead letters
+        assert failure.error.startswith("RuntimeError: never works\n")
+        assert 'raise RuntimeError("never works")' in failure.error
     await eventually(lambda: _logged_runs(workers, 3), DEADLINE, "the three runs logged")
     runs = [e for e in map(json.loads, workers.log(0).splitlines()) if "outcome" in e]
     assert [r["outcome"] for r in runs] == ["retried", "retried", "dead_lettered"]
@@ -507,6 +514,6 @@ async def test_enqueue_makes_its_queue_on_the_next_node_after_the_client_closed(
     # a new one at the same address (CPython reuses it at once), skipped making the queue on a new node.
     for node in (servers.start("--storage", "memory"), servers.start("--storage", "memory")):
         monkeypatch.setattr(tasks.worker, "endpoint", node.url)
-        assert await tasks.flaky.enqueue(0)
+        assert await tasks.flaky.enqueue("k", 0)
         await tasks.worker.close()
         assert not tasks.worker._ensured  # forgotten with the client, whatever address the next one gets

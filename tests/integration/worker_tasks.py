@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from querator.worker import Permanent, Worker, backoff, current_item, current_traceparent
+from querator.worker import Permanent, Worker, backoff, current_item, current_job_id, current_traceparent
 
 worker = Worker(concurrency=4)
 RECORDS = Path(os.environ.get("WORKER_RECORDS", "."))
@@ -121,7 +121,7 @@ def fails_later(key: str) -> None:
 
 @worker.task(queue="doomed", max_attempts=3, retry=backoff.fixed(0), create_queue=True)
 async def doomed(key: str) -> None:
-    record(task="doomed", key=key)
+    record(task="doomed", key=key, job_id=current_job_id())
     raise RuntimeError("never works")
 
 

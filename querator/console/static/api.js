@@ -4,7 +4,7 @@
 
 const KEY_ITEM = "querator.apiKey";
 // Extension fields (namespace, dedup window, lease token...) are only sent to clients that ask.
-const EXTENSIONS = "2";
+const EXTENSIONS = "3";
 
 export class ApiError extends Error {
   constructor(status, message) {

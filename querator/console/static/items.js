@@ -62,7 +62,7 @@ export function itemBrowser(options) {
     if (all) all.checked = state.items.length > 0 && state.items.every((i) => state.selected.has(i.id));
     mount(list, h("table", { class: "data", id: `${options.id}-table` },
       h("thead", {}, h("tr", {}, options.selectable ? h("th", { scope: "col" }, all) : null,
-        ["Id", "Created", state.scheduled ? "Enqueue at" : "Leased until", "Attempts", "Kind", "Size", ""].map((t) => h("th", { scope: "col" }, t)))),
+        ["Id", "Created", state.scheduled ? "Enqueue at" : "Leased until", "Attempts", "Kind", "Size", "Last failure", ""].map((t) => h("th", { scope: "col" }, t)))),
       h("tbody", {}, state.items.length ? state.items.map((item) => h("tr", { dataset: { id: item.id } },
         options.selectable ? h("td", {}, h("input", { type: "checkbox", "aria-label": `Select ${item.id}`, checked: state.selected.has(item.id), onchange: (e) => {
           e.target.checked ? state.selected.add(item.id) : state.selected.delete(item.id);
@@ -73,20 +73,40 @@ export function itemBrowser(options) {
         h("td", { class: "num" }, `${number(item.attempts || 0)}${item.max_attempts ? ` / ${item.max_attempts}` : ""}`),
         h("td", {}, item.kind || ""),
         h("td", { class: "num" }, number(atob(item.payload || "").length)),
+        h("td", { class: "failure" }, lastFailure(item)),
         h("td", {}, options.rowActions ? options.rowActions(item, state) : null)))
-        : h("tr", {}, h("td", { colspan: "9", class: "muted" }, "No items.")))));
+        : h("tr", {}, h("td", { colspan: "10", class: "muted" }, "No items.")))));
+  }
+
+  // The first line of the newest failure's error: what an item (a dead letter above all) last died of.
+  function lastFailure(item) {
+    const failures = item.failures || [];
+    if (!failures.length) return h("span", { class: "muted" }, "—");
+    const last = failures[failures.length - 1];
+    return `${(last.error || "failed").split("\n")[0].slice(0, 120)}`;
   }
 
   function showItem(item) {
-    const rows = [["Id", item.id], ["Source id", item.source_id || "—"], ["Created", time(item.created_at)], ["Updated", time(item.updated_at)],
+    const rows = [["Id", item.id], ["Job id", item.job_id || item.id], ["Source id", item.source_id || "—"], ["Created", time(item.created_at)], ["Updated", time(item.updated_at)],
       ["Leased", item.is_leased ? "yes" : "no"], ["Lease deadline", time(item.lease_deadline)], ["Expire deadline", time(item.expire_deadline)],
       ["Enqueue at", time(item.enqueue_at)], ["Attempts", `${item.attempts || 0} of ${item.max_attempts || "∞"}`],
       ["Kind", item.kind || "—"], ["Encoding", item.encoding || "—"], ["Reference", item.reference || "—"]];
     mount(detail, h("div", { class: "card", id: "item-detail", tabindex: "-1" },
       h("div", { class: "page-head" }, h("h3", {}, `Item ${item.id}`), h("button", { type: "button", onclick: () => mount(detail) }, "Close")),
       h("dl", { class: "pairs" }, rows.map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
+      failuresView(item.failures || []),
       payloadView(item.payload)));
     detail.firstChild.focus();
+  }
+
+  // Each failed attempt, oldest first, with its whole error (a traceback's last lines from a worker).
+  function failuresView(failures) {
+    if (!failures.length) return null;
+    return h("section", { class: "failures", id: "item-failures", "aria-label": "Failures" },
+      h("h4", {}, `Failures (${failures.length})`),
+      h("ol", {}, failures.map((f) => h("li", {},
+        h("p", {}, `Attempt ${f.attempt || 0} · `, time(f.at)),
+        h("pre", { class: "mono" }, f.error || "retried, no reason given")))));
   }
 
   load();

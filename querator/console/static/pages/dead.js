@@ -35,7 +35,7 @@ export async function render(main, params) {
     // An import keeps the deadlines it is given: the queue's expire timeout starts now, as for a produce.
     const expire = new Date(Date.now() + durationMs(info.expire_timeout)).toISOString();
     const fresh = items.map((i) => ({ payload: i.payload, kind: i.kind, encoding: i.encoding, reference: i.reference,
-      source_id: i.id, max_attempts: info.max_attempts, expire_deadline: expire }));
+      source_id: i.id, max_attempts: info.max_attempts, expire_deadline: expire, job_id: i.job_id || i.id, failures: i.failures }));
     await call("storage/items.import", { queue_name: name, partition: 0, items: fresh });
     await call("queue.reload", { queue_name: name });
     await call("storage/items.delete", { queue_name: deadQueue, partition: browser.state.partition, ids: items.map((i) => i.id) });
