@@ -138,4 +138,8 @@ async def run_step(
     else:
         entry.state, entry.value = DONE, step.encode(value)
     client = await app.client()
-    await client.append_workflow(m.WorkflowsAppendRequest(workflow_id=workflow_id, entries=[entry]))
+    try:
+        await client.append_workflow(m.WorkflowsAppendRequest(workflow_id=workflow_id, entries=[entry]))
+    except Conflict as e:
+        # The first result recorded wins: another run of this step (its item delivered twice) came first.
+        log.warning("workflow %s: step %s's result was not recorded: %s", workflow_id, name, e)

@@ -189,10 +189,32 @@ async def test_dispatched_steps_wake_the_workflow_when_their_group_is_done(durab
     assert await activations(durable) == []  # one of two: not yet
     await append(durable, 0, entries=[step(2)])
     assert [a["reference"] for a in await activations(durable)] == ["wf-1"]
-    await append(durable, 0, entries=[step(2, b'"late"')])  # a retried recording: woken again, kept first
+    await append(durable, 0, entries=[step(2)])  # a retried recording: woken again, kept once
     assert len(await activations(durable)) == 1
     info = await durable.post("/v1/workflows.info", {"workflow_id": "wf-1"})
     assert [base64.b64decode(e["value"]) for e in info["entries"]] == [b'"ok"', b'"ok"']
+
+
+async def test_a_result_from_outside_the_claim_never_replaces_another(durable: Api) -> None:
+    """docs/durable.md, "The journal and fencing": an append with fence 0 records a dispatched step's
+    result once; a different result for that seq, or a result of another call at a seq holding a timer
+    or a wait, is a 409, and the journal keeps what it held. Before, a different result was dropped
+    without a word, and a result for a timer's seq replaced the timer."""
+    await start(durable)
+    await claim(durable)
+    sleep = {"seq": 2, "kind": "sleep", "name": "nap", "state": "pending", "wake_at": "2030-01-01T00:00:00Z"}
+    await append(durable, 1, entries=[step(1), sleep], then="suspend")
+    await append(durable, 0, entries=[step(1)])  # the same result again: accepted, kept once
+    for forged, message in [
+        (step(1, b'"forged"'), "seq 1 holds another result of step 's1'"),
+        (step(1, state="error", error="Boom: no"), "seq 1 holds another result of step 's1'"),
+        (step(2), "seq 2 is sleep 'nap', not step 's2'"),
+    ]:
+        refused = await durable.error("/v1/workflows.append", {"workflow_id": "wf-1", "entries": [forged]})
+        assert (refused.status, refused.message) == (409, f"workflow entry recorded already; {message}")
+    info = await durable.post("/v1/workflows.info", {"workflow_id": "wf-1"})
+    assert [(e["kind"], e["state"]) for e in info["entries"]] == [("step", "done"), ("sleep", "pending")]
+    assert base64.b64decode(info["entries"][0]["value"]) == b'"ok"'
 
 
 async def test_a_child_tells_its_parent_and_a_cancel_reaches_children(durable: Api) -> None:
