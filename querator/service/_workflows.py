@@ -133,7 +133,13 @@ class Workflows:
         await self._check(req.workflow_id, perm.QUEUE_PRODUCE)
         sent = Signal(id=req.signal_id or secrets.token_hex(12), name=req.name, payload=req.payload)
         now = self._clock.now()
-        await self._apply(req.workflow_id, lambda wf: journal.signal(wf, req.workflow_id, sent, now))
+        # A send repeated with its id (a lost reply, or a caller replaying) wakes the workflow once: the
+        # repeat's produce is a duplicate, and still produces the wake-up if a crash lost the first's.
+        await self._apply(
+            req.workflow_id,
+            lambda wf: journal.signal(wf, req.workflow_id, sent, now),
+            dedup_id=f"signal:{_digest(req.workflow_id + chr(0) + sent.id)}",
+        )
         return m.OK_REPLY
 
     async def cancel(self, req: m.WorkflowsCancelRequest) -> m.Reply:
@@ -144,7 +150,12 @@ class Workflows:
 
     async def cancel_one(self, workflow_id: str) -> None:
         now = self._clock.now()
-        await self._apply(workflow_id, lambda wf: journal.cancel(wf, workflow_id, now))
+        # Asked again, it wakes the workflow once (as a repeated signal): a workflow is cancelled once.
+        await self._apply(
+            workflow_id,
+            lambda wf: journal.cancel(wf, workflow_id, now),
+            dedup_id=f"cancel:{_digest(workflow_id)}",
+        )
 
     async def result(self, req: m.WorkflowsResultRequest) -> m.WorkflowInfo:
         """The workflow once it finished, or as it is when ``request_timeout`` passed."""
@@ -227,9 +238,10 @@ class Workflows:
 
     # -- writes and their effects -----------------------------------------------------------------------
 
-    async def _apply(self, workflow_id: str, rule: Rule[Effects]) -> None:
+    async def _apply(self, workflow_id: str, rule: Rule[Effects], dedup_id: str = "") -> None:
+        """``dedup_id``: of the activation the write may produce."""
         effects, wf = await self._write(workflow_id, rule)
-        await self._carry_out(workflow_id, effects, wf)
+        await self._carry_out(workflow_id, effects, wf, dedup_id)
 
     async def _write(self, workflow_id: str, rule: Rule[T]) -> tuple[T, Workflow | None]:
         """Runs ``rule`` on the stored record and stores what it returns, by compare-and-set; the rule's
@@ -245,13 +257,15 @@ class Workflows:
         version = current.version if current is not None else 0
         return await self._rows.put_workflow(replace(write, version=version + 1), version)
 
-    async def _carry_out(self, workflow_id: str, effects: Effects, wf: Workflow | None) -> None:
+    async def _carry_out(
+        self, workflow_id: str, effects: Effects, wf: Workflow | None, dedup_id: str = ""
+    ) -> None:
         if wf is not None and wf.status != RUNNING:
             event = self._finished.pop(workflow_id, None)
             if event is not None:
                 event.set()
         if effects.wake and wf is not None:
-            await self._activate(wf)
+            await self._activate(wf, dedup_id=dedup_id)
         if effects.parent is not None and wf is not None:
             await self._tell_parent(wf)
         for child in effects.cancel_children:

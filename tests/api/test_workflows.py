@@ -158,7 +158,7 @@ async def test_signals_wait_for_a_wait_and_wake_the_workflow(durable: Api) -> No
             "signal_id": f"s-{n % 1}",
         }
         await durable.post("/v1/workflows.signal", body)  # the second is the first, retried
-    assert [a["reference"] for a in await activations(durable)] == ["wf-1", "wf-1"]
+    assert [a["reference"] for a in await activations(durable)] == ["wf-1"]
     claimed = await claim(durable)
     assert [(s["name"], s.get("taken_by", 0)) for s in claimed["workflow"]["signals"]] == [("approval", 0)]
     received = {"seq": 1, "kind": "signal", "name": "approval", "state": "done"}
@@ -166,6 +166,22 @@ async def test_signals_wait_for_a_wait_and_wake_the_workflow(durable: Api) -> No
     info = await durable.post("/v1/workflows.info", {"workflow_id": "wf-1"})
     assert base64.b64decode(info["entries"][0]["value"]) == b'"yes"'
     assert info["signals"][0]["taken_by"] == 1
+
+
+async def test_a_repeated_signal_or_cancel_wakes_the_workflow_once(durable: Api) -> None:
+    """docs/durable.md, "Signals": a signal sent again with its id, or a cancel asked again, produces no
+    second activation into the workflow's queue (before, each produced one); another signal id does."""
+    await start(durable)
+    await activations(durable)
+    signal = {"workflow_id": "wf-1", "name": "go", "signal_id": "once"}
+    for _ in range(3):
+        await durable.post("/v1/workflows.signal", signal)
+    assert len(await activations(durable)) == 1
+    await durable.post("/v1/workflows.signal", {**signal, "signal_id": "twice"})
+    assert len(await activations(durable)) == 1
+    for _ in range(3):
+        await durable.post("/v1/workflows.cancel", {"workflow_id": "wf-1"})
+    assert len(await activations(durable)) == 1
 
 
 async def test_a_signal_during_a_claim_makes_the_suspend_resume(durable: Api) -> None:
