@@ -60,6 +60,9 @@ def add_parser(
         action = actions.add_parser(name, help=help_text, description=help_text, parents=common)
         if name != "list":
             action.add_argument("workflow_id", metavar="ID")
+        action.add_argument(
+            "--namespace", default="", help="the namespace of the workflow's queue (default _system)"
+        )
         return action
 
     a = add("list", "list workflows by id (without their journals)")
@@ -87,19 +90,25 @@ def add_parser(
 async def command(client: AsyncClient, args: argparse.Namespace) -> m.Message | None:
     """Runs the ``workflows`` action ``args`` names; what to print (None: ``{"code": 200}``)."""
     if args.action == "list":
-        found = await client.list_workflows(args.status, pivot=args.pivot, limit=args.limit)
+        found = await client.list_workflows(
+            args.status, pivot=args.pivot, limit=args.limit, namespace=args.namespace
+        )
         return m.WorkflowsListResponse(workflows=found)
     if args.action == "show":
-        return await client.workflow_info(args.workflow_id)
+        return await client.workflow_info(args.workflow_id, namespace=args.namespace)
     if args.action == "result":
-        info = await client.workflow_result(args.workflow_id, args.timeout)
+        info = await client.workflow_result(args.workflow_id, args.timeout, namespace=args.namespace)
         if info.status == "running":
             raise NotFinished(info)
         return info
     if args.action == "signal":
         await client.signal_workflow(
-            args.workflow_id, args.name, args.payload, signal_id=args.signal_id or None
+            args.workflow_id,
+            args.name,
+            args.payload,
+            signal_id=args.signal_id or None,
+            namespace=args.namespace,
         )
     else:
-        await client.cancel_workflow(args.workflow_id)
+        await client.cancel_workflow(args.workflow_id, namespace=args.namespace)
     return None

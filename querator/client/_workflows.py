@@ -38,48 +38,66 @@ class WorkflowCalls(Caller):
         )
         return await self.call("/v1/workflows.start", msg, m.WorkflowsStartResponse, idempotent=True)
 
-    async def workflow_info(self, workflow_id: str) -> m.WorkflowInfo:
-        """The workflow with its journal and signals."""
-        msg = m.WorkflowsInfoRequest(workflow_id=workflow_id)
+    async def workflow_info(self, workflow_id: str, *, namespace: str = "") -> m.WorkflowInfo:
+        """The workflow with its journal and signals. ``namespace``: the one of the workflow's queue, where
+        its id is ("": ``_system``), as in every call naming a workflow here."""
+        msg = m.WorkflowsInfoRequest(workflow_id=workflow_id, namespace=namespace)
         return await self.call("/v1/workflows.info", msg, m.WorkflowInfo, idempotent=True)
 
     async def list_workflows(
-        self, status: str = "", *, pivot: str = "", limit: int = 0
+        self, status: str = "", *, pivot: str = "", limit: int = 0, namespace: str = ""
     ) -> list[m.WorkflowInfo]:
-        """Workflows (of ``status``: running, completed, failed, cancelled; "" any) by id from ``pivot``."""
-        msg = m.WorkflowsListRequest(status=status, pivot=pivot, limit=limit)
+        """Workflows of ``namespace`` (of ``status``: running, completed, failed, cancelled; "" any) by id
+        from ``pivot``."""
+        msg = m.WorkflowsListRequest(status=status, pivot=pivot, limit=limit, namespace=namespace)
         reply = await self.call("/v1/workflows.list", msg, m.WorkflowsListResponse, idempotent=True)
         return reply.workflows
 
     async def signal_workflow(
-        self, workflow_id: str, name: str, payload: bytes = b"", *, signal_id: str | None = None
+        self,
+        workflow_id: str,
+        name: str,
+        payload: bytes = b"",
+        *,
+        signal_id: str | None = None,
+        namespace: str = "",
     ) -> None:
         """Sends the signal ``name``; kept until the workflow waits for it. A signal id (made here unless
         given) makes a send tried again after a lost reply count once."""
         msg = m.WorkflowsSignalRequest(
-            workflow_id=workflow_id, name=name, payload=payload, signal_id=signal_id or secrets.token_hex(12)
+            workflow_id=workflow_id,
+            name=name,
+            payload=payload,
+            signal_id=signal_id or secrets.token_hex(12),
+            namespace=namespace,
         )
         await self.call("/v1/workflows.signal", msg, m.Reply, idempotent=True)
 
-    async def cancel_workflow(self, workflow_id: str) -> None:
+    async def cancel_workflow(self, workflow_id: str, *, namespace: str = "") -> None:
         """Asks a workflow to stop: its compensations run and it ends cancelled, with its children."""
-        msg = m.WorkflowsCancelRequest(workflow_id=workflow_id)
+        msg = m.WorkflowsCancelRequest(workflow_id=workflow_id, namespace=namespace)
         await self.call("/v1/workflows.cancel", msg, m.Reply, idempotent=True)
 
-    async def workflow_result(self, workflow_id: str, timeout: Duration = "30s") -> m.WorkflowInfo:
+    async def workflow_result(
+        self, workflow_id: str, timeout: Duration = "30s", *, namespace: str = ""
+    ) -> m.WorkflowInfo:
         """The workflow once it finished, or still running when ``timeout`` (at most 15m) passed."""
         request_timeout = go_duration(timeout)
-        msg = m.WorkflowsResultRequest(workflow_id=workflow_id, request_timeout=request_timeout)
+        msg = m.WorkflowsResultRequest(
+            workflow_id=workflow_id, request_timeout=request_timeout, namespace=namespace
+        )
         seconds = http_timeout_s(request_timeout)
         return await self.call("/v1/workflows.result", msg, m.WorkflowInfo, seconds=seconds, idempotent=True)
 
     async def claim_workflow(
-        self, workflow_id: str, claim_timeout: Duration = "30s"
+        self, workflow_id: str, claim_timeout: Duration = "30s", *, namespace: str = ""
     ) -> m.WorkflowsClaimResponse:
         """Makes this caller the one worker that advances the workflow (``outcome`` claimed), unless
         another claim holds (busy) or it finished. Not tried again: a lost reply's claim holds until its
         timeout."""
-        msg = m.WorkflowsClaimRequest(workflow_id=workflow_id, claim_timeout=go_duration(claim_timeout))
+        msg = m.WorkflowsClaimRequest(
+            workflow_id=workflow_id, claim_timeout=go_duration(claim_timeout), namespace=namespace
+        )
         return await self.call("/v1/workflows.claim", msg, m.WorkflowsClaimResponse)
 
     async def append_workflow(self, msg: m.WorkflowsAppendRequest) -> m.WorkflowsAppendResponse:

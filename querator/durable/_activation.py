@@ -35,7 +35,7 @@ UNKNOWN_WAIT_S = 60.0
 async def activate(app: Durable, workflow_id: str) -> None:
     """One activation: claims the workflow, replays it until it suspends or ends, and records that."""
     client = await app.client()
-    claim = await client.claim_workflow(workflow_id, app.claim_timeout)
+    claim = await client.claim_workflow(workflow_id, app.claim_timeout, namespace=app.namespace)
     wf = claim.workflow
     assert wf is not None
     if claim.outcome == "finished":
@@ -54,7 +54,8 @@ async def activate(app: Durable, workflow_id: str) -> None:
             reply = await _turn(ctx, definition)
             if not reply.resume:
                 return
-            wf = await client.workflow_info(workflow_id)  # something arrived meanwhile: replay again
+            # Something arrived meanwhile: replay again.
+            wf = await client.workflow_info(workflow_id, namespace=app.namespace)
     except Lost as e:
         log.warning("workflow %s was claimed by another worker; this one stops: %s", workflow_id, e)
     except Interrupted as e:
@@ -106,7 +107,9 @@ async def _compensate(ctx: Context, error: Exception) -> m.WorkflowsAppendRespon
 async def _keep_claimed(client: AsyncClient, wf: m.WorkflowInfo, claim_timeout: str) -> None:
     """Renews the claim (an append of nothing) a few times per claim timeout while the turn runs."""
     every_s = seconds_of(claim_timeout) / 3
-    renew = m.WorkflowsAppendRequest(workflow_id=wf.workflow_id, fence=wf.fence, claim_timeout=claim_timeout)
+    renew = m.WorkflowsAppendRequest(
+        workflow_id=wf.workflow_id, fence=wf.fence, claim_timeout=claim_timeout, namespace=wf.namespace
+    )
     while True:
         await asyncio.sleep(every_s)
         try:
@@ -138,4 +141,9 @@ async def run_step(
     else:
         entry.state, entry.value = DONE, step.encode(value)
     client = await app.client()
-    await client.append_workflow(m.WorkflowsAppendRequest(workflow_id=workflow_id, entries=[entry]))
+    try:
+        recorded = m.WorkflowsAppendRequest(workflow_id=workflow_id, entries=[entry], namespace=app.namespace)
+        await client.append_workflow(recorded)
+    except Conflict as e:
+        # The first result recorded wins: another run of this step (its item delivered twice) came first.
+        log.warning("workflow %s: step %s's result was not recorded: %s", workflow_id, name, e)

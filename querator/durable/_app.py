@@ -91,7 +91,9 @@ class WorkflowHandle:
                 if deadline_s is None
                 else max(0.01, min(RESULT_POLL, deadline_s - clock.monotonic()))
             )
-            info = await client.workflow_result(self.workflow_id, timedelta(seconds=wait_s))
+            info = await client.workflow_result(
+                self.workflow_id, timedelta(seconds=wait_s), namespace=self.app.namespace
+            )
             if info.status == "completed":
                 definition = self._definition or self.app.workflows.get(info.name)
                 return (
@@ -105,7 +107,8 @@ class WorkflowHandle:
                 raise TimeoutError(f"workflow {self.workflow_id} is still running")
 
     async def info(self) -> m.WorkflowInfo:
-        return await (await self.app.client()).workflow_info(self.workflow_id)
+        client = await self.app.client()
+        return await client.workflow_info(self.workflow_id, namespace=self.app.namespace)
 
     async def signal(self, name: str, value: Any = None, *, signal_id: str | None = None) -> None:
         await self.app.signal(self.workflow_id, name, value, signal_id=signal_id)
@@ -125,6 +128,8 @@ class Durable:
         concurrency: activations and steps run at once by this process's worker.
         claim_timeout: how long a worker's claim on a workflow holds without renewal (it is renewed while
             the worker runs it): how soon another worker takes over from a crashed one.
+        namespace: the namespace of ``queue``, where the app's workflow ids are ("": ``_system``; with
+            tenancy, docs/durable.md "Namespaces").
     """
 
     def __init__(
@@ -136,9 +141,11 @@ class Durable:
         serializer: Serializer | None = None,
         concurrency: int = 16,
         claim_timeout: Duration = "30s",
+        namespace: str = "",
     ) -> None:
         self.serializer = serializer or JsonSerializer()
         self.queue = queue
+        self.namespace = namespace
         self.claim_timeout = go_duration(claim_timeout)
         self.steps: dict[str, Step[..., Any]] = {}
         self.workflows: dict[str, WorkflowDef] = {}
@@ -355,11 +362,13 @@ class Durable:
     ) -> None:
         """Sends the signal ``name`` with ``value`` to a workflow: kept until it waits for one."""
         client = await self.client()
-        await client.signal_workflow(workflow_id, name, self.serializer.dumps(value), signal_id=signal_id)
+        await client.signal_workflow(
+            workflow_id, name, self.serializer.dumps(value), signal_id=signal_id, namespace=self.namespace
+        )
 
     async def cancel(self, workflow_id: str) -> None:
         """Cancels a workflow: its compensations run, its children are cancelled, it ends cancelled."""
-        await (await self.client()).cancel_workflow(workflow_id)
+        await (await self.client()).cancel_workflow(workflow_id, namespace=self.namespace)
 
     async def run(
         self, *, concurrency: int | None = None, metrics_port: int | None = None, handle_signals: bool = True

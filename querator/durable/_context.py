@@ -311,6 +311,7 @@ class Context:
             entries=entries,
             then=then,
             claim_timeout=self._claim_timeout,
+            namespace=self._wf.namespace,
             **fields,
         )
         with _server_call():

@@ -15,7 +15,7 @@ from querator.engine.logical_queue import LogicalStats
 from querator.storage.base import Item, PartitionStats, QueueRecord
 from querator.storage.failures import Failure, encode_failures, failures_of
 from querator.storage.operations import LEASE_TOKEN_KEY, RetryEntry, lease_token
-from querator.storage.workflows import Entry, Workflow
+from querator.storage.workflows import Entry, Workflow, split_stored_id
 from querator.wire import messages as m
 
 _lease_deadline = functools.lru_cache(maxsize=64)(to_datetime)
@@ -178,9 +178,12 @@ def _when(micros: int) -> datetime | None:
 
 
 def workflow_info(wf: Workflow, journal: bool) -> m.WorkflowInfo:
-    """A workflow for the wire; without ``journal``, without its entries and signals (lists, results)."""
+    """A workflow for the wire; without ``journal``, without its entries and signals (lists, results).
+    Its ids are the ones callers know, in its namespace (not the stored ids)."""
+    owner, workflow_id = split_stored_id(wf.id)
     info = m.WorkflowInfo(
-        workflow_id=wf.id,
+        workflow_id=workflow_id,
+        namespace=owner,
         name=wf.name,
         queue_name=wf.queue,
         status=wf.status,
@@ -188,7 +191,7 @@ def workflow_info(wf: Workflow, journal: bool) -> m.WorkflowInfo:
         encoding=wf.encoding,
         result=wf.result,
         error=wf.error,
-        parent_id=wf.parent_id,
+        parent_id=split_stored_id(wf.parent_id)[1] if wf.parent_id else "",
         parent_seq=wf.parent_seq,
         fence=wf.fence,
         claim_deadline=_when(wf.claim_deadline),

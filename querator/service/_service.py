@@ -128,9 +128,9 @@ class Service(QueueAdministration):
             store.workflows,
             self.clock,
             self._produce_own,
-            self._queue_exists,
+            self._queue_namespace,
             workflow_retention_us,
-            authorize=self._authorize_queue if tenancy else None,
+            authorize=self.tenancy.authorize if tenancy else None,
         )
         self._split = store if isinstance(store, SplitStore) else None
         """One of a node's processes (docs/processes.md): its partitions, and their de-duplication
@@ -275,7 +275,11 @@ class Service(QueueAdministration):
                     log.debug("dropped %d expired dedup ids, %d expired workflows", purged, finished)
 
     async def _queue_exists(self, name: str) -> bool:
-        return await self.store.get_queue(name) is not None
+        return await self._queue_namespace(name) is not None
+
+    async def _queue_namespace(self, name: str) -> str | None:
+        record = await self.store.get_queue(name)
+        return record.namespace if record is not None else None
 
     async def _produce_own(self, req: m.QueueProduceRequest) -> m.QueueProduceResponse:
         """A produce of the server's own (a workflow's activation), whoever's request caused it: the
@@ -288,7 +292,7 @@ class Service(QueueAdministration):
 
     async def _authorize_queue(self, name: str, permission: str) -> None:
         """403 unless the caller holds ``permission`` in the namespace of queue ``name`` (``_system`` for
-        "" or a queue that is gone): for routes that name a queue only indirectly (workflows)."""
+        "" or a queue that is gone): for routes that name a queue only indirectly (schedules)."""
         record = await self.manager.record(name) if name else None
         await self.tenancy.authorize(record.namespace if record else SYSTEM_NAMESPACE, permission)
 

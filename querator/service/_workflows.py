@@ -24,20 +24,22 @@ from querator.clock import MICROS, Clock, from_datetime, sleep_until, to_datetim
 from querator.errors import InvalidOption, try_again
 from querator.service._conversion import workflow_entry, workflow_info
 from querator.service._validation import (
+    SYSTEM_NAMESPACE,
     check_list_workflows,
     check_signal,
     check_start,
     check_workflow_append,
     check_workflow_id,
     claim_timeout,
+    namespace,
     request_timeout,
 )
 from querator.storage import journal
 from querator.storage.journal import CLAIMED, FINISHED, Effects, Ending
-from querator.storage.workflows import Signal, Workflow, WorkflowRows
+from querator.storage.workflows import Signal, Workflow, WorkflowRows, split_stored_id, stored_id
 from querator.tenancy import permissions as perm
 from querator.wire import messages as m
-from querator.wire.workflows import RUNNING
+from querator.wire.workflows import RUNNING, child_id
 
 T = TypeVar("T")
 
@@ -54,10 +56,11 @@ RESULT_POLL_US: Final = MICROS
 """Microseconds between reads of a workflow a ``result`` waits for, when another node may finish it."""
 
 Produce = Callable[[m.QueueProduceRequest], Awaitable[m.QueueProduceResponse]]
-QueueExists = Callable[[str], Awaitable[bool]]
+QueueNamespace = Callable[[str], Awaitable[str | None]]
+"""The namespace of a queue, None when there is no such queue."""
 Authorize = Callable[[str, str], Awaitable[None]]
 """With tenancy (docs/tenancy.md): raises 403 unless the caller holds a permission (second argument) in
-the namespace of a queue (first argument; "" for ``_system``)."""
+a namespace (first argument)."""
 Rule = Callable[[Workflow | None], tuple[T, Workflow | None]]
 
 
@@ -69,7 +72,7 @@ class Workflows:
         rows: WorkflowRows,
         clock: Clock,
         produce: Produce,
-        queue_exists: QueueExists,
+        queue_namespace: QueueNamespace,
         retention_us: int = DEFAULT_RETENTION_US,
         authorize: Authorize | None = None,
     ) -> None:
@@ -77,85 +80,113 @@ class Workflows:
         self._authorize = authorize
         self._clock = clock
         self._produce = produce
-        self._queue_exists = queue_exists
+        self._queue_namespace = queue_namespace
         self._retention_us = retention_us
         self._finished: dict[str, asyncio.Event] = {}
-        """Events of the workflows a ``result`` on this node waits for, set when this node finishes one."""
+        """Events of the workflows a ``result`` on this node waits for, set when this node finishes one
+        (by stored id, as every key here)."""
         self._waiting: Counter[str] = Counter()
         """How many ``result`` calls wait for each workflow: its event goes when the last one does."""
 
     # -- callers ---------------------------------------------------------------------------------------
 
     async def start(self, req: m.WorkflowsStartRequest) -> m.WorkflowsStartResponse:
-        """Starts a workflow, or returns the one of that id (idempotent by ``workflow_id``)."""
+        """Starts a workflow in its queue's namespace, or returns the one of that id there (idempotent by
+        ``workflow_id``, to a caller who may read it). A child's parent is in the same namespace, and its
+        id is the one its parent gives it (``<parent id>/<parent seq>``)."""
         check_start(req)
-        if not await self._queue_exists(req.queue_name):
+        owner = await self._queue_namespace(req.queue_name)
+        if owner is None:
             raise InvalidOption(f"queue does not exist; no such queue named '{req.queue_name}'")
-        if self._authorize is not None:
-            await self._authorize(req.queue_name, perm.QUEUE_PRODUCE)
+        await self._check(owner, perm.QUEUE_PRODUCE)
+        key = stored_id(owner, req.workflow_id)
+        parent_key = stored_id(owner, req.parent_id) if req.parent_id else ""
+        if req.parent_id:
+            await self._check_parent(req, parent_key)
         now = self._clock.now()
         new = Workflow(
-            id=req.workflow_id,
+            id=key,
             name=req.name,
             queue=req.queue_name,
             input=req.input,
             encoding=req.encoding,
-            parent_id=req.parent_id,
+            parent_id=parent_key,
             parent_seq=req.parent_seq,
         )
-        created, wf = await self._write(req.workflow_id, lambda current: journal.start(current, new, now))
+        created, wf = await self._write(key, lambda current: journal.start(current, new, now))
         assert wf is not None
+        if not created:  # an existing run is what a read returns: the caller must be allowed one
+            await self._check(owner, perm.QUEUE_STATS)
         if wf.status == RUNNING and wf.fence == 0:
             # Never claimed: its first activation may be the one a crash lost, and the produce's dedup
             # id makes a repeated start produce it once.
             await self._activate(wf, dedup_id=f"start:{_digest(wf.id)}")
         return m.WorkflowsStartResponse(created=created, workflow=workflow_info(wf, journal=False))
 
+    async def _check_parent(self, req: m.WorkflowsStartRequest, parent_key: str) -> None:
+        """A child names a parent of its namespace, at the id its parent gives it: nobody records a
+        result in a workflow by naming it the parent of another, or takes a child's id before it."""
+        if req.workflow_id != child_id(req.parent_id, req.parent_seq):
+            raise InvalidOption(
+                f"parent id is invalid; a child's workflow id is '<parent id>/<parent seq>',"
+                f" '{child_id(req.parent_id, req.parent_seq)}', not '{req.workflow_id}'"
+            )
+        if await self._rows.get_workflow(parent_key) is None:
+            raise InvalidOption(f"workflow does not exist; no parent workflow '{req.parent_id}'")
+
     async def info(self, req: m.WorkflowsInfoRequest) -> m.WorkflowInfo:
         check_workflow_id(req.workflow_id)
-        wf = await self._rows.get_workflow(req.workflow_id)
+        key = await self._key(req.namespace, req.workflow_id, perm.QUEUE_STATS)
+        wf = await self._rows.get_workflow(key)
         if wf is None:
             raise journal.not_found(req.workflow_id)
-        if self._authorize is not None:
-            await self._authorize(wf.queue, perm.QUEUE_STATS)
         return workflow_info(wf, journal=True)
 
     async def list(self, req: m.WorkflowsListRequest) -> m.WorkflowsListResponse:
         limit = check_list_workflows(req)
-        if self._authorize is not None:  # workflows of every queue: a _system matter
-            await self._authorize("", perm.QUEUE_LIST)
-        # A backend's page ends early at LIST_PAGE_RECORD_BYTES of records (storage.workflows).
-        found = await self._rows.list_workflows(req.status, req.pivot, limit)
+        listed = namespace(req.namespace)
+        await self._check(listed, perm.QUEUE_LIST)
+        found = await _namespace_page(self._rows, listed, req.status, req.pivot, limit)
         return m.WorkflowsListResponse(workflows=[workflow_info(wf, journal=False) for wf in found])
 
     async def signal(self, req: m.WorkflowsSignalRequest) -> m.Reply:
         check_signal(req)
-        await self._check(req.workflow_id, perm.QUEUE_PRODUCE)
+        key = await self._key(req.namespace, req.workflow_id, perm.QUEUE_PRODUCE)
         sent = Signal(id=req.signal_id or secrets.token_hex(12), name=req.name, payload=req.payload)
         now = self._clock.now()
-        await self._apply(req.workflow_id, lambda wf: journal.signal(wf, req.workflow_id, sent, now))
+        # A send repeated with its id (a lost reply, or a caller replaying) wakes the workflow once: the
+        # repeat's produce is a duplicate, and still produces the wake-up if a crash lost the first's.
+        await self._apply(
+            key,
+            lambda wf: journal.signal(wf, req.workflow_id, sent, now),
+            dedup_id=f"signal:{_digest(key + chr(0) + sent.id)}",
+        )
         return m.OK_REPLY
 
     async def cancel(self, req: m.WorkflowsCancelRequest) -> m.Reply:
         check_workflow_id(req.workflow_id)
-        await self._check(req.workflow_id, perm.QUEUE_PRODUCE)
-        await self.cancel_one(req.workflow_id)
+        key = await self._key(req.namespace, req.workflow_id, perm.QUEUE_PRODUCE)
+        await self._cancel_one(key, req.workflow_id)
         return m.OK_REPLY
 
-    async def cancel_one(self, workflow_id: str) -> None:
+    async def _cancel_one(self, key: str, workflow_id: str) -> None:
+        """Cancels the workflow stored as ``key`` (``workflow_id`` in messages)."""
         now = self._clock.now()
-        await self._apply(workflow_id, lambda wf: journal.cancel(wf, workflow_id, now))
+        # Asked again, it wakes the workflow once (as a repeated signal): a workflow is cancelled once.
+        await self._apply(
+            key, lambda wf: journal.cancel(wf, workflow_id, now), dedup_id=f"cancel:{_digest(key)}"
+        )
 
     async def result(self, req: m.WorkflowsResultRequest) -> m.WorkflowInfo:
         """The workflow once it finished, or as it is when ``request_timeout`` passed."""
         check_workflow_id(req.workflow_id)
         deadline = self._clock.now() + request_timeout(req.request_timeout)
-        await self._check(req.workflow_id, perm.QUEUE_STATS)
-        event = self._finished.setdefault(req.workflow_id, asyncio.Event())
-        self._waiting[req.workflow_id] += 1
+        key = await self._key(req.namespace, req.workflow_id, perm.QUEUE_STATS)
+        event = self._finished.setdefault(key, asyncio.Event())
+        self._waiting[key] += 1
         try:
             while True:
-                wf = await self._rows.get_workflow(req.workflow_id)
+                wf = await self._rows.get_workflow(key)
                 if wf is None:
                     raise journal.not_found(req.workflow_id)
                 now = self._clock.now()
@@ -165,29 +196,31 @@ class Workflows:
                 await _first(event.wait(), sleep_until(self._clock, min(deadline, now + RESULT_POLL_US)))
         finally:
             # Not before the last wait ends (a client may leave mid-wait): another may share the event.
-            self._waiting[req.workflow_id] -= 1
-            if not self._waiting[req.workflow_id]:
-                del self._waiting[req.workflow_id]
-                self._finished.pop(req.workflow_id, None)
+            self._waiting[key] -= 1
+            if not self._waiting[key]:
+                del self._waiting[key]
+                self._finished.pop(key, None)
 
-    async def _check(self, workflow_id: str, permission: str) -> None:
-        """With tenancy, 403 unless the caller holds ``permission`` in the namespace of the workflow's
-        queue (a workflow not found is left to the route's own answer)."""
+    async def _key(self, namespace_name: str, workflow_id: str, permission: str) -> str:
+        """The stored id of ``workflow_id`` in the namespace a request names ("": ``_system``), once the
+        caller may use ``permission`` there (403 otherwise, whether the workflow exists or not)."""
+        owner = namespace(namespace_name)
+        await self._check(owner, permission)
+        return stored_id(owner, workflow_id)
+
+    async def _check(self, owner: str, permission: str) -> None:
+        """With tenancy, 403 unless the caller holds ``permission`` in the namespace ``owner``."""
         if self._authorize is not None:
-            wf = await self._rows.get_workflow(workflow_id)
-            if wf is not None:
-                await self._authorize(wf.queue, permission)
+            await self._authorize(owner, permission)
 
     # -- workers ---------------------------------------------------------------------------------------
 
     async def claim(self, req: m.WorkflowsClaimRequest) -> m.WorkflowsClaimResponse:
         check_workflow_id(req.workflow_id)
         until = self._clock.now() + claim_timeout(req.claim_timeout)
-        await self._check(req.workflow_id, perm.QUEUE_LEASE)
+        key = await self._key(req.namespace, req.workflow_id, perm.QUEUE_LEASE)
         now = self._clock.now()
-        outcome, _ = await self._write(
-            req.workflow_id, lambda wf: journal.claim(wf, req.workflow_id, now, until)
-        )
+        outcome, _ = await self._write(key, lambda wf: journal.claim(wf, req.workflow_id, now, until))
         if outcome.outcome == FINISHED and outcome.workflow.parent_id:
             # Its parent may not have heard (a crash between the two writes): telling it again is harmless.
             await self._tell_parent(outcome.workflow)
@@ -198,11 +231,11 @@ class Workflows:
 
     async def append(self, req: m.WorkflowsAppendRequest) -> m.WorkflowsAppendResponse:
         check_workflow_append(req)
-        await self._check(req.workflow_id, perm.QUEUE_LEASE)
+        key = await self._key(req.namespace, req.workflow_id, perm.QUEUE_LEASE)
         now = self._clock.now()
         entries = [workflow_entry(e) for e in req.entries]
         if req.fence == 0:
-            await self._apply(req.workflow_id, lambda wf: journal.record(wf, req.workflow_id, entries, now))
+            await self._apply(key, lambda wf: journal.record(wf, req.workflow_id, entries, now))
             return m.WorkflowsAppendResponse()
         until = now + claim_timeout(req.claim_timeout) if req.claim_timeout else 0
         wake_at = from_datetime(req.wake_at) if req.wake_at is not None else 0
@@ -215,27 +248,28 @@ class Workflows:
             )
 
         for _ in range(WRITE_ATTEMPTS):
-            current = await self._rows.get_workflow(req.workflow_id)
+            current = await self._rows.get_workflow(key)
             effects, write = rule(current)
             if effects.timer_at and effects.timer_at not in timers and current is not None:
                 await self._activate(current, enqueue_at=effects.timer_at)
                 timers.add(effects.timer_at)
             if write is None or await self._put(write, current):
-                await self._carry_out(req.workflow_id, effects, write)
+                await self._carry_out(key, effects, write)
                 return m.WorkflowsAppendResponse(resume=effects.resume)
         raise try_again("workflow is written by others too often")
 
     # -- writes and their effects -----------------------------------------------------------------------
 
-    async def _apply(self, workflow_id: str, rule: Rule[Effects]) -> None:
-        effects, wf = await self._write(workflow_id, rule)
-        await self._carry_out(workflow_id, effects, wf)
+    async def _apply(self, key: str, rule: Rule[Effects], dedup_id: str = "") -> None:
+        """``dedup_id``: of the activation the write may produce."""
+        effects, wf = await self._write(key, rule)
+        await self._carry_out(key, effects, wf, dedup_id)
 
-    async def _write(self, workflow_id: str, rule: Rule[T]) -> tuple[T, Workflow | None]:
-        """Runs ``rule`` on the stored record and stores what it returns, by compare-and-set; the rule's
-        outcome and the record as it is now."""
+    async def _write(self, key: str, rule: Rule[T]) -> tuple[T, Workflow | None]:
+        """Runs ``rule`` on the record stored as ``key`` and stores what it returns, by compare-and-set;
+        the rule's outcome and the record as it is now."""
         for _ in range(WRITE_ATTEMPTS):
-            current = await self._rows.get_workflow(workflow_id)
+            current = await self._rows.get_workflow(key)
             outcome, write = rule(current)
             if write is None or await self._put(write, current):
                 return outcome, write or current
@@ -245,41 +279,70 @@ class Workflows:
         version = current.version if current is not None else 0
         return await self._rows.put_workflow(replace(write, version=version + 1), version)
 
-    async def _carry_out(self, workflow_id: str, effects: Effects, wf: Workflow | None) -> None:
+    async def _carry_out(self, key: str, effects: Effects, wf: Workflow | None, dedup_id: str = "") -> None:
         if wf is not None and wf.status != RUNNING:
-            event = self._finished.pop(workflow_id, None)
+            event = self._finished.pop(key, None)
             if event is not None:
                 event.set()
         if effects.wake and wf is not None:
-            await self._activate(wf)
+            await self._activate(wf, dedup_id=dedup_id)
         if effects.parent is not None and wf is not None:
             await self._tell_parent(wf)
         for child in effects.cancel_children:
             try:
-                await self.cancel_one(child)
+                await self._cancel_one(child, split_stored_id(child)[1])
             except InvalidOption:
                 pass  # never started (its parent ended between recording it and starting it)
 
     async def _tell_parent(self, wf: Workflow) -> None:
         now = self._clock.now()
         entry = journal.child_result(wf)  # (its parent_seq is the entry's seq)
+        parent_id = split_stored_id(wf.parent_id)[1]
         try:
-            await self._apply(wf.parent_id, lambda parent: journal.record(parent, wf.parent_id, [entry], now))
+            await self._apply(wf.parent_id, lambda parent: journal.record(parent, parent_id, [entry], now))
         except InvalidOption:
             pass  # the parent is gone (dropped after its retention): nobody is left to tell
 
     async def _activate(self, wf: Workflow, enqueue_at: int = 0, dedup_id: str = "") -> None:
-        """Produces an activation of ``wf``: a worker will claim it and replay it."""
+        """Produces an activation of ``wf``: a worker will claim it and replay it (by its id in its
+        namespace, which the worker knows: docs/durable.md, "Namespaces")."""
+        workflow_id = split_stored_id(wf.id)[1]
         item = m.QueueProduceItem(
             kind=ACTIVATION_KIND,
-            reference=wf.id,
+            reference=workflow_id,
             encoding=ACTIVATION_ENCODING,
-            bytes=activation_payload(wf.id),
+            bytes=activation_payload(workflow_id),
             dedup_id=dedup_id,
         )
         if enqueue_at:
             item.enqueue_at = to_datetime(enqueue_at)
         await self._produce(m.QueueProduceRequest(queue_name=wf.queue, request_timeout="30s", items=[item]))
+
+
+async def _namespace_page(
+    rows: WorkflowRows, listed: str, status: str, pivot: str, limit: int
+) -> list[Workflow]:
+    """The workflows of one namespace from ``pivot``, in id order. Another namespace's stored ids sort
+    among ``_system``'s (which have no prefix), so a page of the store may hold none of the ones
+    asked for: read on past them until one is found or the store ends. A backend's page ends early at
+    LIST_PAGE_RECORD_BYTES of records (storage.workflows); so does this one, then."""
+    found: list[Workflow] = []
+    start = stored_id(listed, pivot)
+    while len(found) < limit:
+        asked = limit - len(found)
+        page = await rows.list_workflows(status, start, asked)
+        for wf in page:
+            owner, _ = split_stored_id(wf.id)
+            if owner == listed:
+                found.append(wf)
+            elif listed != SYSTEM_NAMESPACE:
+                return found  # past the namespace's prefix: none of its ids follow
+        if not page or (len(page) < asked and found):
+            return found  # the end, or a page ended early by its bytes
+        # Past the last one read: no stored id holds a control character but the separator, so none
+        # sorts between it and this.
+        start = page[-1].id + "\x01"
+    return found
 
 
 def activation_payload(workflow_id: str) -> bytes:

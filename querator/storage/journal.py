@@ -49,6 +49,9 @@ ENDINGS: Final = {"complete": COMPLETED, "fail": FAILED, "cancel": CANCELLED}
 
 FENCED = "workflow claimed elsewhere"
 """The stable prefix of an append refused because another worker has claimed the workflow since."""
+RECORDED = "workflow entry recorded already"
+"""The stable prefix of a result from outside the claim (fence 0) refused because its seq holds something
+else: another call, or another result."""
 
 
 def not_found(workflow_id: str) -> InvalidOption:
@@ -171,8 +174,14 @@ def record(
     current: Workflow | None, workflow_id: str, entries: Sequence[Entry], now: int
 ) -> tuple[Effects, Workflow | None]:
     """Results recorded from outside the claim: a dispatched step's, or a child workflow's. The first
-    final result at a seq wins; a repeat is ignored (its sender retried after a lost reply). The workflow
-    is woken when the entry is alone or completes its group."""
+    final result at a seq wins; the same result again is ignored (its sender retried after a lost reply).
+    The workflow is woken when the entry is alone or completes its group.
+
+    Raises:
+        Conflict: an entry is not what its seq holds: another kind or name, or a different result than
+            the one recorded (nothing from outside the claim replaces a recorded result, a timer or a
+            wait).
+    """
     wf = _existing(current, workflow_id)
     effects = Effects()
     if wf.status != RUNNING:
@@ -184,6 +193,8 @@ def record(
         if entry.state not in FINAL_STATES:
             raise InvalidOption(f"entries are invalid; a recorded entry must be {DONE} or {ERROR}")
         found = journal.get(entry.seq)
+        if found is not None:
+            _check_recorded(found, entry)
         if found is None or found.state not in FINAL_STATES:
             applied = True
             journal[entry.seq] = replace(
@@ -207,6 +218,22 @@ def record(
     updated = replace(wf, entries=sorted(journal.values(), key=_seq), changed=True, updated_at=now)
     _check_size(updated)
     return effects, updated
+
+
+def _check_recorded(found: Entry, entry: Entry) -> None:
+    """A result from outside the claim fits the entry at its seq: the same call (a pending step or child
+    it is the result of), and, once recorded, the same result (attempts aside: a step run twice counts
+    its own)."""
+    if (found.kind, found.name) != (entry.kind, entry.name):
+        raise Conflict(
+            f"{RECORDED}; seq {entry.seq} is {found.kind} '{found.name}', not {entry.kind} '{entry.name}'"
+        )
+    if found.state in FINAL_STATES and (found.state, found.value, found.error) != (
+        entry.state,
+        entry.value,
+        entry.error,
+    ):
+        raise Conflict(f"{RECORDED}; seq {entry.seq} holds another result of {found.kind} '{found.name}'")
 
 
 def signal(

@@ -53,6 +53,7 @@ class Workflow(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One workflow run: what started it, its journal, and how it ended."""
 
     id: str
+    """Its stored id (``stored_id``): its namespace's and its own; so is ``parent_id``."""
     name: str
     queue: str
     """The task queue its activations (and dispatched steps) go to."""
@@ -88,6 +89,27 @@ class Workflow(msgspec.Struct, kw_only=True, omit_defaults=True):
             if e.seq == seq:
                 return e
         return None
+
+
+SYSTEM_NAMESPACE: Final = "_system"
+NAMESPACE_SEPARATOR: Final = "\x1f"
+"""Between a namespace and a workflow id in a stored id: a control character, which no workflow id
+(refused by ``check_printable`` since workflows began) and no namespace name may hold, so a stored id
+reads back one way only (docs/adr/0031)."""
+
+
+def stored_id(namespace: str, workflow_id: str) -> str:
+    """The id a workflow is stored under: ids are per namespace. ``_system``'s are stored as they are,
+    so the records written before namespaces mattered stay where they were."""
+    if namespace == SYSTEM_NAMESPACE:
+        return workflow_id
+    return f"{namespace}{NAMESPACE_SEPARATOR}{workflow_id}"
+
+
+def split_stored_id(stored: str) -> tuple[str, str]:
+    """The namespace and the workflow id of a stored id (``stored_id`` undone)."""
+    namespace, separator, workflow_id = stored.partition(NAMESPACE_SEPARATOR)
+    return (namespace, workflow_id) if separator else (SYSTEM_NAMESPACE, stored)
 
 
 _encoder = msgspec.msgpack.Encoder()

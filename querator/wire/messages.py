@@ -352,6 +352,7 @@ class WorkflowInfo(Message):
     updated_at: datetime | None = None
     finished_at: datetime | None = None
     expires_at: datetime | None = None
+    namespace: str = ""
 
 
 class WorkflowsStartRequest(Message):
@@ -371,12 +372,14 @@ class WorkflowsStartResponse(Message):
 
 class WorkflowsInfoRequest(Message):
     workflow_id: str = ""
+    namespace: str = ""
 
 
 class WorkflowsListRequest(Message):
     status: str = ""
     pivot: str = ""
     limit: int = 0
+    namespace: str = ""
 
 
 class WorkflowsListResponse(Message):
@@ -388,20 +391,24 @@ class WorkflowsSignalRequest(Message):
     name: str = ""
     payload: builtins.bytes = b""
     signal_id: str = ""
+    namespace: str = ""
 
 
 class WorkflowsCancelRequest(Message):
     workflow_id: str = ""
+    namespace: str = ""
 
 
 class WorkflowsResultRequest(Message):
     workflow_id: str = ""
     request_timeout: str = ""
+    namespace: str = ""
 
 
 class WorkflowsClaimRequest(Message):
     workflow_id: str = ""
     claim_timeout: str = ""
+    namespace: str = ""
 
 
 class WorkflowsClaimResponse(Message):
@@ -418,6 +425,7 @@ class WorkflowsAppendRequest(Message):
     result: builtins.bytes = b""
     error: str = ""
     claim_timeout: str = ""
+    namespace: str = ""
 
 
 class WorkflowsAppendResponse(Message):

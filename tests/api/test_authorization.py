@@ -279,30 +279,31 @@ async def test_without_bootstrap_keys_or_open_door_anonymous_may_do_nothing(admi
 
 
 async def test_workflow_routes_need_the_permissions_of_their_queue(admin: Caller) -> None:
-    """Workflows (docs/durable.md) belong to their queue's namespace: starting, signalling and cancelling
-    need queue.produce there, reading queue.stats, claiming and appending queue.lease; listing, which
-    spans queues, needs queue.list in _system. The activation the server produces is its own."""
+    """Workflows (docs/durable.md) belong to their queue's namespace, and a request names it: starting,
+    signalling and cancelling need queue.produce there, reading queue.stats, claiming and appending
+    queue.lease, listing queue.list. The activation the server produces is its own."""
     owner = await admin.member("wf-owner", TEAM, "NamespaceOwner")
     viewer = await admin.member("wf-viewer", "_system", "PublicViewer")
     start = {"workflow_id": "wf-1", "name": "flow", "queue_name": _queue(TEAM)}
     await viewer.fails("/v1/workflows.start", start, 403, "access denied")
     assert (await owner.ok("/v1/workflows.start", start))["created"] is True
+    wf = {"workflow_id": "wf-1", "namespace": TEAM}
     calls: list[tuple[str, dict[str, Any]]] = [
-        ("/v1/workflows.info", {"workflow_id": "wf-1"}),
-        ("/v1/workflows.signal", {"workflow_id": "wf-1", "name": "go"}),
-        ("/v1/workflows.claim", {"workflow_id": "wf-1"}),
+        ("/v1/workflows.info", wf),
+        ("/v1/workflows.signal", {**wf, "name": "go"}),
+        ("/v1/workflows.claim", wf),
     ]
     for path, body in calls:
         await viewer.fails(path, body, 403, "access denied")
         assert (await owner.call(path, body))[0] == 200, path
     # (the owner's result would wait on the test's FakeClock: the refusal comes before any wait)
-    await viewer.fails(
-        "/v1/workflows.result", {"workflow_id": "wf-1", "request_timeout": "1s"}, 403, "access denied"
-    )
+    await viewer.fails("/v1/workflows.result", {**wf, "request_timeout": "1s"}, 403, "access denied")
     await owner.fails("/v1/workflows.list", {}, 403, "access denied")  # queue.list in _system
-    assert (await admin.ok("/v1/workflows.list"))["workflows"][0]["workflow_id"] == "wf-1"
-    await viewer.fails("/v1/workflows.cancel", {"workflow_id": "wf-1"}, 403, "access denied")
-    assert (await owner.call("/v1/workflows.cancel", {"workflow_id": "wf-1"}))[0] == 200
+    listed = await owner.ok("/v1/workflows.list", {"namespace": TEAM})
+    assert [(w["workflow_id"], w["namespace"]) for w in listed["workflows"]] == [("wf-1", TEAM)]
+    assert (await admin.ok("/v1/workflows.list")).get("workflows", []) == []  # none in _system
+    await viewer.fails("/v1/workflows.cancel", wf, 403, "access denied")
+    assert (await owner.call("/v1/workflows.cancel", wf))[0] == 200
 
 
 async def test_schedule_routes_need_the_permissions_of_their_queue(admin: Caller) -> None:

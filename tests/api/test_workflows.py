@@ -158,7 +158,7 @@ async def test_signals_wait_for_a_wait_and_wake_the_workflow(durable: Api) -> No
             "signal_id": f"s-{n % 1}",
         }
         await durable.post("/v1/workflows.signal", body)  # the second is the first, retried
-    assert [a["reference"] for a in await activations(durable)] == ["wf-1", "wf-1"]
+    assert [a["reference"] for a in await activations(durable)] == ["wf-1"]
     claimed = await claim(durable)
     assert [(s["name"], s.get("taken_by", 0)) for s in claimed["workflow"]["signals"]] == [("approval", 0)]
     received = {"seq": 1, "kind": "signal", "name": "approval", "state": "done"}
@@ -166,6 +166,22 @@ async def test_signals_wait_for_a_wait_and_wake_the_workflow(durable: Api) -> No
     info = await durable.post("/v1/workflows.info", {"workflow_id": "wf-1"})
     assert base64.b64decode(info["entries"][0]["value"]) == b'"yes"'
     assert info["signals"][0]["taken_by"] == 1
+
+
+async def test_a_repeated_signal_or_cancel_wakes_the_workflow_once(durable: Api) -> None:
+    """docs/durable.md, "Signals": a signal sent again with its id, or a cancel asked again, produces no
+    second activation into the workflow's queue (before, each produced one); another signal id does."""
+    await start(durable)
+    await activations(durable)
+    signal = {"workflow_id": "wf-1", "name": "go", "signal_id": "once"}
+    for _ in range(3):
+        await durable.post("/v1/workflows.signal", signal)
+    assert len(await activations(durable)) == 1
+    await durable.post("/v1/workflows.signal", {**signal, "signal_id": "twice"})
+    assert len(await activations(durable)) == 1
+    for _ in range(3):
+        await durable.post("/v1/workflows.cancel", {"workflow_id": "wf-1"})
+    assert len(await activations(durable)) == 1
 
 
 async def test_a_signal_during_a_claim_makes_the_suspend_resume(durable: Api) -> None:
@@ -189,10 +205,32 @@ async def test_dispatched_steps_wake_the_workflow_when_their_group_is_done(durab
     assert await activations(durable) == []  # one of two: not yet
     await append(durable, 0, entries=[step(2)])
     assert [a["reference"] for a in await activations(durable)] == ["wf-1"]
-    await append(durable, 0, entries=[step(2, b'"late"')])  # a retried recording: woken again, kept first
+    await append(durable, 0, entries=[step(2)])  # a retried recording: woken again, kept once
     assert len(await activations(durable)) == 1
     info = await durable.post("/v1/workflows.info", {"workflow_id": "wf-1"})
     assert [base64.b64decode(e["value"]) for e in info["entries"]] == [b'"ok"', b'"ok"']
+
+
+async def test_a_result_from_outside_the_claim_never_replaces_another(durable: Api) -> None:
+    """docs/durable.md, "The journal and fencing": an append with fence 0 records a dispatched step's
+    result once; a different result for that seq, or a result of another call at a seq holding a timer
+    or a wait, is a 409, and the journal keeps what it held. Before, a different result was dropped
+    without a word, and a result for a timer's seq replaced the timer."""
+    await start(durable)
+    await claim(durable)
+    sleep = {"seq": 2, "kind": "sleep", "name": "nap", "state": "pending", "wake_at": "2030-01-01T00:00:00Z"}
+    await append(durable, 1, entries=[step(1), sleep], then="suspend")
+    await append(durable, 0, entries=[step(1)])  # the same result again: accepted, kept once
+    for forged, message in [
+        (step(1, b'"forged"'), "seq 1 holds another result of step 's1'"),
+        (step(1, state="error", error="Boom: no"), "seq 1 holds another result of step 's1'"),
+        (step(2), "seq 2 is sleep 'nap', not step 's2'"),
+    ]:
+        refused = await durable.error("/v1/workflows.append", {"workflow_id": "wf-1", "entries": [forged]})
+        assert (refused.status, refused.message) == (409, f"workflow entry recorded already; {message}")
+    info = await durable.post("/v1/workflows.info", {"workflow_id": "wf-1"})
+    assert [(e["kind"], e["state"]) for e in info["entries"]] == [("step", "done"), ("sleep", "pending")]
+    assert base64.b64decode(info["entries"][0]["value"]) == b'"ok"'
 
 
 async def test_a_child_tells_its_parent_and_a_cancel_reaches_children(durable: Api) -> None:
