@@ -117,6 +117,7 @@ class Workflows:
         assert wf is not None
         if not created:  # an existing run is what a read returns: the caller must be allowed one
             await self._check(owner, perm.QUEUE_STATS)
+            journal.check_same_run(wf, new)
         if wf.status == RUNNING and wf.fence == 0:
             # Never claimed: its first activation may be the one a crash lost, and the produce's dedup
             # id makes a repeated start produce it once.

@@ -52,6 +52,8 @@ FENCED = "workflow claimed elsewhere"
 RECORDED = "workflow entry recorded already"
 """The stable prefix of a result from outside the claim (fence 0) refused because its seq holds something
 else: another call, or another result."""
+EXISTS = "workflow exists already"
+"""The stable prefix of a start of an id whose run is of another workflow or queue."""
 
 
 def not_found(workflow_id: str) -> InvalidOption:
@@ -99,6 +101,20 @@ def start(current: Workflow | None, new: Workflow, now: int) -> tuple[bool, Work
         return False, None
     _check_size(new)
     return True, replace(new, status=RUNNING, created_at=now, updated_at=now, version=0)
+
+
+def check_same_run(found: Workflow, started: Workflow) -> None:
+    """A start of an id that exists must name the same workflow and queue as its run, or the caller would
+    take another workflow's result for its own.
+
+    Raises:
+        Conflict: another workflow, or another queue, holds the id.
+    """
+    if (found.name, found.queue) != (started.name, started.queue):
+        raise Conflict(
+            f"{EXISTS}; the id is a run of '{found.name}' on queue '{found.queue}', not of "
+            f"'{started.name}' on '{started.queue}'"
+        )
 
 
 def claim(

@@ -79,6 +79,24 @@ async def test_start_stores_the_workflow_and_activates_it_once(durable: Api) -> 
     assert base64.b64decode(activation["payload"]) == b'{"args":["wf-1"]}'
 
 
+async def test_starting_an_existing_id_of_another_workflow_is_a_conflict(durable: Api) -> None:
+    """It returned the other workflow's run as if it were the caller's (issue 45, issue 46)."""
+    await start(durable)
+    await durable.create("other")
+    for changed, shown in (
+        ({"name": "refund"}, "'refund' on 'durable'"),
+        ({"queue_name": "other"}, "on 'other'"),
+    ):
+        body = {"workflow_id": "wf-1", "name": "checkout", "queue_name": "durable", "input": "", **changed}
+        error = await durable.error("/v1/workflows.start", body)
+        assert error.status == 409
+        assert error.message.startswith(
+            "workflow exists already; the id is a run of 'checkout' on queue 'durable', not of"
+        )
+        assert shown in error.message
+    assert len(await activations(durable)) == 1
+
+
 async def test_start_refuses_a_missing_queue_and_bad_ids(api: Api) -> None:
     error = await api.error(
         "/v1/workflows.start", {"workflow_id": "w", "name": "n", "queue_name": "nope", "input": ""}
