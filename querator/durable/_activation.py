@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from querator.client import AsyncClient
 from querator.client._arguments import seconds_of
 from querator.clock import SystemClock, from_datetime, to_datetime
-from querator.durable._context import Context, Interrupted, Lost, Suspend
+from querator.durable._context import Context, Interrupted, Lost, Suspend, server_call
 from querator.durable._errors import Cancelled, NonDeterminism, StepFailed, describe
 from querator.errors import Conflict, QueratorError
 from querator.wire import messages as m
@@ -28,6 +28,8 @@ BUSY_WAIT_S = (0.2, 5.0)
 and at most (else until that claim's deadline)."""
 INTERRUPTED_WAIT_S = 1.0
 """Seconds before an activation the server's failure interrupted is tried again."""
+MAX_FAILURE_CHARS = 4096
+"""The longest reason ``_fail_unrecorded`` records: a failure must itself fit the record."""
 UNKNOWN_WAIT_S = 60.0
 """Seconds before an activation of a workflow this worker has no code for is offered again."""
 
@@ -51,7 +53,10 @@ async def activate(app: Durable, workflow_id: str) -> None:
     try:
         while True:
             ctx = Context(app, client, wf, app.claim_timeout)
-            reply = await _turn(ctx, definition)
+            try:
+                reply = await _turn(ctx, definition)
+            except Exception as e:
+                reply = await _fail_unrecorded(client, wf, e)
             if not reply.resume:
                 return
             # Something arrived meanwhile: replay again.
@@ -83,6 +88,21 @@ async def _turn(ctx: Context, definition: Any) -> m.WorkflowsAppendResponse:
     except Exception as e:
         return await _compensate(ctx, e)
     return await ctx.append("complete", result=definition.encode(value))
+
+
+async def _fail_unrecorded(
+    client: AsyncClient, wf: m.WorkflowInfo, error: Exception
+) -> m.WorkflowsAppendResponse:
+    """Ends a workflow whose turn's outcome could not be recorded (a result that does not serialize, a
+    journal the server refuses as too large): trying the same turn again would fail the same way, for
+    ever. Its unsent entries are dropped; the failure says why."""
+    reason = f"the workflow's outcome could not be recorded: {describe(error)}"[:MAX_FAILURE_CHARS]
+    log.error("workflow %s failed: %s", wf.workflow_id, reason)
+    ending = m.WorkflowsAppendRequest(
+        workflow_id=wf.workflow_id, fence=wf.fence, then="fail", error=reason, namespace=wf.namespace
+    )
+    with server_call():
+        return await client.append_workflow(ending)
 
 
 async def _compensate(ctx: Context, error: Exception) -> m.WorkflowsAppendResponse:

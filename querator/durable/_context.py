@@ -60,7 +60,7 @@ class Interrupted(BaseException):
 
 
 @contextlib.contextmanager
-def _server_call() -> Iterator[None]:
+def server_call() -> Iterator[None]:
     """What the server's refusals mean to the workflow: ``Lost`` or ``Interrupted``; other errors (a
     journal full, say) are the workflow's own."""
     try:
@@ -314,7 +314,7 @@ class Context:
             namespace=self._wf.namespace,
             **fields,
         )
-        with _server_call():
+        with server_call():
             reply = await self._client.append_workflow(msg)
         for entry in entries:
             self._journal[entry.seq] = entry
@@ -331,7 +331,7 @@ class Context:
                 self.app.serializer.dumps({"args": [self.workflow_id, c.seq, c.name, list(c.args), c.kwargs]})
                 for c in steps
             ]
-            with _server_call():
+            with server_call():
                 await self._client.produce(
                     self._wf.queue_name,
                     payloads,
@@ -341,7 +341,7 @@ class Context:
                 )
         for c in calls:
             if isinstance(c, ChildCall):
-                with _server_call():
+                with server_call():
                     await self.app.start_child(self, c)
         self._unsent += [
             m.WorkflowEntry(seq=c.seq, kind=c.kind, name=c.name, state=PENDING, group=group, group_size=size)

@@ -218,3 +218,12 @@ async def undone_on_failure(ctx: Context, key: str) -> list[Any]:
     ctx.on_failure(undo, key, "first")
     middle = await ctx.run(hold, key)
     return [first, middle]
+
+
+@app.workflow()
+async def unrecordable(ctx: Context, how: str) -> Any:
+    """Ends with an outcome the worker cannot record: a value JSON cannot hold, or one past the record's
+    size limit."""
+    if how == "unserializable":
+        return {1j}
+    return "x" * (9 * 1024 * 1024)

@@ -118,6 +118,21 @@ async def test_an_uncaught_failure_runs_compensations_in_reverse(
     assert len(workers.runs("forbidden", "s")) == 1  # permanent: no retry
 
 
+@pytest.mark.parametrize("how", ["unserializable", "too large"])
+async def test_an_outcome_that_cannot_be_recorded_fails_the_workflow(
+    workers: Workers, client: AsyncClient, how: str
+) -> None:
+    """It was retried for ever, the workflow running without a way forward (issue 46)."""
+    workers.start()
+    handle = await wf.app.start(wf.unrecordable, how, workflow_id=f"unrecordable-{how.replace(' ', '-')}")
+    with pytest.raises(WorkflowFailed) as failed:
+        await handle.result(timeout=DEADLINE)
+    assert failed.value.status == "failed"
+    assert failed.value.error.startswith("the workflow's outcome could not be recorded: ")
+    expected = "TypeError" if how == "unserializable" else "InvalidOption: request body exceeds"
+    assert expected in failed.value.error
+
+
 async def test_a_durable_sleep_survives_a_server_restart(
     servers: Servers, server: ServerProcess, workers: Workers, client: AsyncClient, tmp_path: Path
 ) -> None:
