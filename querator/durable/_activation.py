@@ -12,7 +12,7 @@ from querator.client import AsyncClient
 from querator.client._arguments import seconds_of
 from querator.clock import SystemClock, from_datetime, to_datetime
 from querator.durable._context import Context, Interrupted, Lost, Suspend, server_call
-from querator.durable._errors import Cancelled, NonDeterminism, StepFailed, describe
+from querator.durable._errors import Cancelled, NonDeterminism, StepFailed, describe, worker_lost
 from querator.errors import Conflict, QueratorError
 from querator.wire import messages as m
 from querator.wire.workflows import DONE, ERROR, STEP
@@ -48,6 +48,12 @@ async def activate(app: Durable, workflow_id: str) -> None:
     definition = app.workflows.get(wf.name)
     if definition is None:
         log.error("no workflow named %r in this worker: %s offered again later", wf.name, workflow_id)
+        # Let the claim go now: one left to run out would count as a worker lost in the workflow's turn.
+        release = m.WorkflowsAppendRequest(
+            workflow_id=workflow_id, fence=wf.fence, then="suspend", namespace=wf.namespace
+        )
+        with contextlib.suppress(QueratorError):
+            await client.append_workflow(release)
         raise RetryLater(UNKNOWN_WAIT_S)
     renewal = asyncio.create_task(_keep_claimed(client, wf, app.claim_timeout))
     try:
@@ -151,15 +157,21 @@ async def run_step(
         raise RetryLater(UNKNOWN_WAIT_S)
     attempts = current_attempt()
     entry = m.WorkflowEntry(seq=seq, kind=STEP, name=name, attempts=attempts)
-    try:
-        call = step.signature.convert(args, kwargs)
-        value = await step.invoke(call.args, call.kwargs)
-    except Exception as e:
-        if not step.gives_up(e, attempts):
-            raise RetryLater(step.options.retry(attempts)) from e
-        entry.state, entry.error = ERROR, describe(e)
+    limit = step.options.max_attempts
+    if limit and attempts > limit:
+        # Failures stop at the limit (gives_up), so only leases lost with their worker (killed, out of
+        # memory) lease it again past it: those were its attempts.
+        entry.state, entry.error, entry.attempts = ERROR, worker_lost(attempts - 1), limit
     else:
-        entry.state, entry.value = DONE, step.encode(value)
+        try:
+            call = step.signature.convert(args, kwargs)
+            value = await step.invoke(call.args, call.kwargs)
+        except Exception as e:
+            if not step.gives_up(e, attempts):
+                raise RetryLater(step.options.retry(attempts)) from e
+            entry.state, entry.error = ERROR, describe(e)
+        else:
+            entry.state, entry.value = DONE, step.encode(value)
     client = await app.client()
     try:
         recorded = m.WorkflowsAppendRequest(workflow_id=workflow_id, entries=[entry], namespace=app.namespace)

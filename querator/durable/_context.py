@@ -26,6 +26,7 @@ from querator.durable._errors import (
     SignalTimeout,
     StepFailed,
     describe,
+    worker_lost,
 )
 from querator.durable._step import Step, decode
 from querator.errors import Conflict, RetryRequest
@@ -136,6 +137,8 @@ class Context:
         self._signals = list(wf.signals)
         self._claim_timeout = claim_timeout
         self._seq = 0
+        self._lapsed = wf.lapsed_claims
+        """Workers lost mid-turn since the journal last grew: attempts of the first step this run runs."""
         self._unsent: list[m.WorkflowEntry] = []
         self.compensations: list[tuple[Step[..., Any], tuple[Any, ...], dict[str, Any]]] = []
         self.compensating = False
@@ -262,8 +265,17 @@ class Context:
         self._check_cancelled()
         if entry is not None and _micros(entry.wake_at) > self.now_us():
             raise Suspend(_micros(entry.wake_at))
-        attempts = (entry.attempts if entry is not None else 0) + 1
+        crashed, self._lapsed = self._lapsed, 0
+        attempts = (entry.attempts if entry is not None else 0) + crashed + 1
         step = call.step
+        if crashed and step.options.max_attempts and attempts > step.options.max_attempts:
+            # Its worker died running it (out of memory, a segfault) as often as it may be tried.
+            lost = m.WorkflowEntry(
+                seq=call.seq, kind=STEP, name=call.name, state=ERROR, error=worker_lost(attempts - 1),
+                attempts=attempts - 1,
+            )  # fmt: skip
+            await self._append([lost])
+            raise StepFailed(call.name, lost.error)
         try:
             value = await step.invoke(call.args, call.kwargs)
         except Exception as e:

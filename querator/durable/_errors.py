@@ -56,6 +56,12 @@ class WorkflowFailed(DurableError):
         self.error = error
 
 
+def worker_lost(attempts: int) -> str:
+    """The error of a step whose worker was lost (killed, out of memory) while it ran, after ``attempts``
+    attempts, its ``max_attempts``: a lost worker counts as an attempt."""
+    return f"WorkerLost: its worker was lost while it ran, after {attempts} attempt(s)"
+
+
 def describe(error: BaseException) -> str:
     """How an error is recorded: ``<type name>: <message>``."""
     return f"{type(error).__name__}: {error}"

@@ -200,6 +200,7 @@ def workflow_info(wf: Workflow, journal: bool) -> m.WorkflowInfo:
         updated_at=_when(wf.updated_at),
         finished_at=_when(wf.finished_at),
         expires_at=_when(wf.expires_at),
+        lapsed_claims=wf.lapsed_claims,
     )
     if journal:
         info.entries = [

@@ -130,8 +130,16 @@ def claim(
     # A timer due now may be the activation being claimed (the queue delivers one due within NEAR_NOW
     # at once): it no longer counts as scheduled, so a suspend until then schedules another.
     timer_at = 0 if wf.timer_at <= now + NEAR_NOW else wf.timer_at
+    # A claim that ran out instead of being released: its worker was lost mid-turn.
+    lapsed = wf.lapsed_claims + 1 if wf.claim_deadline else wf.lapsed_claims
     claimed = replace(
-        wf, fence=wf.fence + 1, claim_deadline=claim_until, changed=False, timer_at=timer_at, updated_at=now
+        wf,
+        fence=wf.fence + 1,
+        claim_deadline=claim_until,
+        changed=False,
+        timer_at=timer_at,
+        updated_at=now,
+        lapsed_claims=lapsed,
     )
     return Claim(CLAIMED, claimed), claimed
 
@@ -165,7 +173,14 @@ def append(
     signals = list(wf.signals)
     for entry in entries:
         _put_entry(journal, signals, entry)
-    wf = replace(wf, entries=sorted(journal.values(), key=_seq), signals=signals, updated_at=now)
+    wf = replace(
+        wf,
+        entries=sorted(journal.values(), key=_seq),
+        signals=signals,
+        updated_at=now,
+        # The turn got on: a claim lost before this was not lost in what comes next.
+        lapsed_claims=0 if entries else wf.lapsed_claims,
+    )
     if claim_until:
         wf = replace(wf, claim_deadline=claim_until)
     effects = Effects()

@@ -353,6 +353,7 @@ class WorkflowInfo(Message):
     finished_at: datetime | None = None
     expires_at: datetime | None = None
     namespace: str = ""
+    lapsed_claims: int = 0
 
 
 class WorkflowsStartRequest(Message):

@@ -134,6 +134,24 @@ async def test_a_claim_holds_until_its_deadline_and_fences_the_one_before(
     assert [(e["seq"], e["name"], e["state"]) for e in info["entries"]] == [(1, "s1", "done")]
 
 
+async def test_claims_that_run_out_are_counted_until_the_journal_grows(
+    durable: Api, clock: FakeClock
+) -> None:
+    """A claim that lapses is a worker lost mid-turn; the step it ran counts it as an attempt (issue 46:
+    a step that kills its worker was retried without limit). A released claim is no loss."""
+    await start(durable)
+    assert "lapsed_claims" not in (await claim(durable))["workflow"]
+    clock.advance(31)  # its worker died
+    assert (await claim(durable))["workflow"]["lapsed_claims"] == 1
+    clock.advance(31)
+    assert (await claim(durable))["workflow"]["lapsed_claims"] == 2
+    await append(durable, 3, then="suspend")  # released, not lost; nothing recorded: still 2
+    assert (await claim(durable))["workflow"]["lapsed_claims"] == 2
+    await append(durable, 4, entries=[step(1)])  # the turn got on
+    info = await durable.post("/v1/workflows.info", {"workflow_id": "wf-1"})
+    assert "lapsed_claims" not in info
+
+
 async def test_a_recorded_step_is_never_replaced(durable: Api) -> None:
     await start(durable)
     await claim(durable)

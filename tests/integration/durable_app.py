@@ -15,6 +15,7 @@ import asyncio
 import json
 import os
 import random
+import signal
 import time
 import uuid
 from datetime import timedelta
@@ -227,3 +228,33 @@ async def unrecordable(ctx: Context, how: str) -> Any:
     if how == "unserializable":
         return {1j}
     return "x" * (9 * 1024 * 1024)
+
+
+@app.step(max_attempts=2)
+async def kills_its_worker(key: str) -> None:
+    """Dies as a step out of memory or in a segfault would: its worker with it, once the test has seen
+    the run (the file ``release-<key>-<runs before>``), so the worker is up when the test looks."""
+    before = failures(key)
+    record("kills", key=key)
+    while not (RECORDS / f"release-{key}-{before}").exists():  # noqa: ASYNC110 - the test's signal
+        await asyncio.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@app.workflow()
+async def deadly(ctx: Context, key: str) -> str:
+    try:
+        await ctx.run(kills_its_worker, key)
+    except StepFailed as e:
+        return f"caught {e.error}"
+    return "not reached"
+
+
+@app.workflow()
+async def deadly_gathered(ctx: Context, key: str) -> str:
+    """``deadly`` with the step dispatched to a worker of its own (``Context.gather``)."""
+    try:
+        await ctx.gather(ctx.run(kills_its_worker, key))
+    except StepFailed as e:
+        return f"caught {e.error}"
+    return "not reached"

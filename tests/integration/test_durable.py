@@ -88,6 +88,27 @@ async def test_kill_9_of_a_worker_mid_step_resumes_after_the_recorded_steps(
     assert [r["phase"] for r in workers.runs("hold")] == ["started", "started", "ended"]  # in flight: again
 
 
+@pytest.mark.parametrize("workflow", ["deadly", "deadly_gathered"])
+async def test_a_step_that_kills_its_worker_fails_after_its_attempts(
+    workers: Workers, client: AsyncClient, workflow: str
+) -> None:
+    """Each worker it kills counts as an attempt, run in the workflow's turn or dispatched: it was run
+    again without limit (issue 46)."""
+    handle = await wf.app.start(getattr(wf, workflow), "d", workflow_id=workflow)
+    for before in (0, 1):
+        worker = workers.start()
+        wait_until(lambda n=before: len(workers.runs("kills", "d")) > n, DEADLINE, "the step ran")
+        (workers.records / f"release-d-{before}").touch()
+        worker.wait(DEADLINE)  # killed by the step
+    workers.start()
+    assert await handle.result(timeout=DEADLINE) == (
+        "caught WorkerLost: its worker was lost while it ran, after 2 attempt(s)"
+    )
+    assert len(workers.runs("kills", "d")) == 2  # not run a third time
+    info = await client.workflow_info(workflow)
+    assert (info.entries[0].state, info.entries[0].attempts) == ("error", 2)
+
+
 async def test_a_failing_step_is_retried_then_recorded(workers: Workers, client: AsyncClient) -> None:
     workers.start()
     handle = await wf.app.start(wf.retried, "f", 2, workflow_id="flaky")
