@@ -78,6 +78,12 @@ class WorkflowCalls(Caller):
         msg = m.WorkflowsCancelRequest(workflow_id=workflow_id, namespace=namespace)
         await self.call("/v1/workflows.cancel", msg, m.Reply, idempotent=True)
 
+    async def terminate_workflow(self, workflow_id: str, reason: str = "", *, namespace: str = "") -> None:
+        """Ends a running workflow now, failed with ``Terminated: <reason>``, with no worker: its code and
+        compensations do not run; its unfinished children are terminated too."""
+        msg = m.WorkflowsTerminateRequest(workflow_id=workflow_id, reason=reason, namespace=namespace)
+        await self.call("/v1/workflows.terminate", msg, m.Reply, idempotent=True)
+
     async def workflow_result(
         self, workflow_id: str, timeout: Duration = "30s", *, namespace: str = ""
     ) -> m.WorkflowInfo:

@@ -370,6 +370,11 @@ class Durable:
         """Cancels a workflow: its compensations run, its children are cancelled, it ends cancelled."""
         await (await self.client()).cancel_workflow(workflow_id, namespace=self.namespace)
 
+    async def terminate(self, workflow_id: str, reason: str = "") -> None:
+        """Ends a workflow now, failed with ``Terminated: <reason>``, without a worker: its code and its
+        compensations do not run, its unfinished children are terminated too."""
+        await (await self.client()).terminate_workflow(workflow_id, reason, namespace=self.namespace)
+
     async def run(
         self, *, concurrency: int | None = None, metrics_port: int | None = None, handle_signals: bool = True
     ) -> None:

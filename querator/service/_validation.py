@@ -7,6 +7,7 @@ on any node and backend, whether or not this node serves the queue. Durations co
 from __future__ import annotations
 
 import unicodedata
+from typing import Final
 
 from querator.clock import MICROS
 from querator.duration import MICROSECOND, DurationError, format_duration, format_micros, parse_duration
@@ -396,6 +397,16 @@ def check_signal(req: m.WorkflowsSignalRequest) -> None:
     if len(req.signal_id) > MAX_SIGNAL_ID:
         raise InvalidOption(f"signal id is invalid; cannot be greater than '{MAX_SIGNAL_ID}' characters")
     check_printable("signal id", req.signal_id)
+
+
+MAX_TERMINATE_REASON: Final = 1024
+"""Characters of a terminate's reason: it becomes the workflow's error."""
+
+
+def check_terminate(req: m.WorkflowsTerminateRequest) -> None:
+    check_workflow_id(req.workflow_id)
+    if len(req.reason) > MAX_TERMINATE_REASON:
+        raise InvalidOption(f"reason is invalid; cannot be greater than '{MAX_TERMINATE_REASON}' characters")
 
 
 def check_list_workflows(req: m.WorkflowsListRequest) -> int:

@@ -28,6 +28,7 @@ from querator.service._validation import (
     check_list_workflows,
     check_signal,
     check_start,
+    check_terminate,
     check_workflow_append,
     check_workflow_id,
     claim_timeout,
@@ -169,6 +170,26 @@ class Workflows:
         key = await self._key(req.namespace, req.workflow_id, perm.QUEUE_PRODUCE)
         await self._cancel_one(key, req.workflow_id)
         return m.OK_REPLY
+
+    async def terminate(self, req: m.WorkflowsTerminateRequest) -> m.Reply:
+        check_terminate(req)
+        key = await self._key(req.namespace, req.workflow_id, perm.QUEUE_UPDATE)
+        await self._terminate_one(key, req.workflow_id, req.reason)
+        return m.OK_REPLY
+
+    async def _terminate_one(self, key: str, workflow_id: str, reason: str) -> None:
+        """Terminates the workflow stored as ``key``, then its unfinished children, with no worker."""
+        now = self._clock.now()
+        effects, wf = await self._write(
+            key, lambda current: journal.terminate(current, workflow_id, reason, now, self._retention_us)
+        )
+        children, effects.cancel_children = effects.cancel_children, []
+        await self._carry_out(key, effects, wf)
+        for child in children:
+            try:
+                await self._terminate_one(child, split_stored_id(child)[1], f"its parent {workflow_id} was")
+            except InvalidOption:
+                pass  # never started (its parent ended between recording it and starting it)
 
     async def _cancel_one(self, key: str, workflow_id: str) -> None:
         """Cancels the workflow stored as ``key`` (``workflow_id`` in messages)."""

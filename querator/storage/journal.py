@@ -52,6 +52,8 @@ FENCED = "workflow claimed elsewhere"
 RECORDED = "workflow entry recorded already"
 """The stable prefix of a result from outside the claim (fence 0) refused because its seq holds something
 else: another call, or another result."""
+TERMINATED = "Terminated"
+"""How a terminated workflow's error starts (``<type name>: <message>``, as a step's failure)."""
 EXISTS = "workflow exists already"
 """The stable prefix of a start of an id whose run is of another workflow or queue."""
 
@@ -296,6 +298,21 @@ def cancel(current: Workflow | None, workflow_id: str, now: int) -> tuple[Effect
     if wf.cancel_requested:
         return Effects(wake=True), None  # asked before; its wake-up may be what was lost
     return Effects(wake=True), replace(wf, cancel_requested=True, changed=True, updated_at=now)
+
+
+def terminate(
+    current: Workflow | None, workflow_id: str, reason: str, now: int, retention_us: int
+) -> tuple[Effects, Workflow | None]:
+    """Ends a running workflow at once, failed with ``TERMINATED`` and ``reason``, with no worker: its
+    code and compensations do not run (a workflow no worker has the code of ends this way too). Its
+    parent hears of it; its unfinished children are to be terminated as well (``cancel_children``). A
+    finished workflow is left as it is."""
+    wf = _existing(current, workflow_id)
+    if wf.status != RUNNING:
+        return Effects(), None
+    effects = Effects()
+    error = f"{TERMINATED}: {reason or 'no reason given'}"
+    return effects, _finish(wf, FAILED, b"", error, now, retention_us, effects)
 
 
 def _finish(

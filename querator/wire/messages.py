@@ -400,6 +400,12 @@ class WorkflowsCancelRequest(Message):
     namespace: str = ""
 
 
+class WorkflowsTerminateRequest(Message):
+    workflow_id: str = ""
+    namespace: str = ""
+    reason: str = ""
+
+
 class WorkflowsResultRequest(Message):
     workflow_id: str = ""
     request_timeout: str = ""

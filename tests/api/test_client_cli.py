@@ -890,6 +890,9 @@ def test_cli_workflows(cli_endpoint: str, tmp_path: Path) -> None:
     assert (done["status"], base64.b64decode(done["result"])) == ("completed", b"42")
     assert ok(cli(e, "workflows", "cancel", "flow-b")) == {"code": 200}
     assert ok(cli(e, "workflows", "show", "flow-b"))["cancel_requested"] is True
+    assert ok(cli(e, "workflows", "terminate", "flow-b", "--reason", "no worker has it")) == {"code": 200}
+    ended = ok(cli(e, "workflows", "show", "flow-b"))
+    assert (ended["status"], ended["error"]) == ("failed", "Terminated: no worker has it")
 
     finished = cli(e, "workflows", "signal", "flow-a", "go")
     assert (finished.returncode, finished.stderr) == (

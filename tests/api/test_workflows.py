@@ -291,6 +291,44 @@ async def test_a_child_tells_its_parent_and_a_cancel_reaches_children(durable: A
     assert child["cancel_requested"] is True
 
 
+async def test_terminate_ends_a_workflow_and_its_children_without_a_worker(durable: Api) -> None:
+    """A workflow no worker has the code of could not be ended (issue 46): terminate needs no worker.
+    Its claimant is refused at its next write, its parent hears of it, its children end too."""
+    await start(durable, "grand")
+    await claim(durable, "grand")
+    child_entry = {"seq": 1, "kind": "child", "name": "checkout", "state": "pending"}
+    await append(durable, 1, "grand", entries=[child_entry])
+    await start(durable, "grand/1", parent_id="grand", parent_seq=1)
+    await claim(durable, "grand/1")
+    await append(durable, 1, "grand/1", entries=[child_entry], then="suspend")
+    await start(durable, "grand/1/1", parent_id="grand/1", parent_seq=1)
+    await durable.post(
+        "/v1/workflows.terminate", {"workflow_id": "grand/1", "reason": "its code was removed"}
+    )
+    for workflow_id, error in (
+        ("grand/1", "Terminated: its code was removed"),
+        ("grand/1/1", "Terminated: its parent grand/1 was"),
+    ):
+        info = await durable.post("/v1/workflows.info", {"workflow_id": workflow_id})
+        assert (info["status"], info["error"]) == ("failed", error)
+    parent = await durable.post("/v1/workflows.info", {"workflow_id": "grand"})
+    assert [(e["state"], e["error"]) for e in parent["entries"]] == [
+        ("error", "Terminated: its code was removed")
+    ]
+    late = await durable.error(
+        "/v1/workflows.append", {"workflow_id": "grand/1", "fence": 1, "then": "suspend"}
+    )
+    assert late.status == 409
+    # Again, or on a finished workflow: nothing changes.
+    await durable.post("/v1/workflows.terminate", {"workflow_id": "grand/1", "reason": "again"})
+    info = await durable.post("/v1/workflows.info", {"workflow_id": "grand/1"})
+    assert info["error"] == "Terminated: its code was removed"
+    bad = await durable.error("/v1/workflows.terminate", {"workflow_id": "grand", "reason": "x" * 1025})
+    assert (bad.status, bad.message) == (400, "reason is invalid; cannot be greater than '1024' characters")
+    unknown = await durable.error("/v1/workflows.terminate", {"workflow_id": "nope"})
+    assert unknown.message == "workflow does not exist; no workflow 'nope'"
+
+
 async def test_lists_page_by_id_and_filter_by_status(durable: Api) -> None:
     for workflow_id in ("c", "a", "b"):
         await start(durable, workflow_id)

@@ -69,7 +69,19 @@ async def test_workflows_listed_signalled_and_cancelled(
     await _journal_result_and_family(page)
     await _signal_from_the_console(page, server, approved)
     await _cancel_from_the_console(page, server, client, questions)
+    await _terminate_from_the_console(page, server, questions)
     assert problems == []
+
+
+async def _terminate_from_the_console(page: Page, server: ServerProcess, questions: list[str]) -> None:
+    """Terminated from the console, after a confirmation: it ends failed at once, no worker involved."""
+    await wf.app.start(wf.waits_forever, "t", workflow_id="doomed")
+    await page.goto(server.url + "/ui/#/workflow/doomed")
+    await expect(page.locator("#workflow-status")).to_have_text("running")
+    await page.get_by_role("button", name="Terminate…").click()
+    await expect(page.locator("#workflow-status")).to_have_text("failed")
+    await expect(page.locator("#workflow-error")).to_contain_text("Terminated: terminated from the console")
+    assert questions[-1].startswith("Terminate workflow 'doomed' now? No worker runs")
 
 
 async def _listed_by_status(page: Page) -> None:

@@ -1,5 +1,5 @@
 // One durable workflow (workflows.info): its state, its journal as a timeline by seq, its signals, its
-// result or error, its parent and children; a signal can be sent to it and it can be cancelled. The
+// result or error, its parent and children; a signal can be sent to it, it can be cancelled or terminated. The
 // page refreshes while the workflow runs; the forms stay outside what it redraws, so typing is kept.
 import { call, base64Of } from "../api.js";
 import { h, mount, route, time, number, payloadView, valueText, errorBox, confirmed, say, refreshKeepingFocus } from "../dom.js";
@@ -31,8 +31,19 @@ export async function render(main, params, ctx) {
     }
     load();
   } }, "Cancel workflow…");
+  const terminate = h("button", { type: "button", id: "terminate-workflow", class: "danger", onclick: async () => {
+    if (!confirmed(`Terminate workflow '${id}' now? No worker runs: its code and compensations do not, and its children are terminated too.`)) return;
+    try {
+      await call("workflows.terminate", { workflow_id: id, reason: "terminated from the console" });
+      say(`${id} terminated.`);
+      mount(problem);
+    } catch (e) {
+      mount(problem, errorBox(e));
+    }
+    load();
+  } }, "Terminate…");
   const signal = h("button", { type: "button", id: "signal-workflow", onclick: () => mount(signalBox, signalForm(info, signalBox, () => load())) }, "Send signal…");
-  mount(actions, signal, cancel);
+  mount(actions, signal, cancel, terminate);
   mount(main,
     h("p", { class: "crumbs" }, h("a", { href: "#/workflows" }, "Workflows"), " / "),
     h("div", { class: "page-head" }, h("h1", {}, id), actions),
