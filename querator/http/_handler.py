@@ -32,6 +32,7 @@ from querator.http._replies import (
     method_not_allowed,
     reference_view,
 )
+from querator.service import REQUEST_BOUNDS
 from querator.wire import JSON, decode, negotiate_accept
 from querator.wire import messages as m
 
@@ -72,6 +73,7 @@ def route_handler(  # noqa: C901 -- its handler maps every failure in one place
     by a wrapper: a coroutine per step is a measurable part of a small request (docs/benchmarks.md,
     "Small requests")."""
     call, type_, limit = route.call, route.type_, route.limit
+    bounds = REQUEST_BOUNDS.get(type_)  # checked before the body's repeated fields are built
     undelivered, shield = route.undelivered, route.shield
 
     # Long on purpose: each failure is mapped to its reply here, in one place, and every reply is
@@ -93,7 +95,7 @@ def route_handler(  # noqa: C901 -- its handler maps every failure in one place
                 body = await read_body(request, limit)
                 if (verified := verified_forward(request)) is not None:
                     verified.check_body(body)
-                pending = call(request, decode(body, content_type, type_))
+                pending = call(request, decode(body, content_type, type_, bounds))
                 result = await (asyncio.shield(pending) if shield else pending)
             except StorageError as e:
                 # Queue metadata reads and writes reach storage outside the engine: a storage outage is

@@ -9,10 +9,12 @@ and encodes, and an embedding program calls it directly with the same results. I
 - ``_local_queue``: this node's engine of a queue, with the methods of ``cluster.RemoteQueue``;
 - ``_queue_admin``: queue administration (create, update, delete, info, list, and telling the other
   members of a change), mixed into ``Service``;
+- ``_bounds``: the count bounds of the requests' repeated fields, checked as a body is decoded;
 - ``_service``: ``Service`` itself -- routing each request to one of those.
 """
 
+from querator.service._bounds import REQUEST_BOUNDS
 from querator.service._service import Service
 from querator.service._validation import MAX_NAME
 
-__all__ = ["MAX_NAME", "Service"]
+__all__ = ["MAX_NAME", "REQUEST_BOUNDS", "Service"]

@@ -20,6 +20,10 @@ from querator.wire import messages as m
 MAX_PRODUCE_BATCH = 1000
 MAX_LEASE_BATCH = 1000
 MAX_COMPLETE_BATCH = 1000
+MAX_IMPORT_BATCH = MAX_PRODUCE_BATCH
+"""Items of a storage/items.import: a produce's, so that what a produce may hold can be imported."""
+MAX_DELETE_IDS = 65536
+"""Ids of a storage/items.delete: a list's largest page (``MAX_LIST_LIMIT``) can be deleted at once."""
 MAX_REQUEST_TIMEOUT_US = 15 * 60 * MICROS
 MIN_REQUEST_TIMEOUT_US = 10_000
 MAX_LIST_LIMIT = 65536
@@ -30,6 +34,7 @@ MAX_DEDUP_ID = 128
 MAX_DEDUP_WINDOW_US = 7 * 24 * 3600 * MICROS
 DEFAULT_LIST_LIMIT = 1000
 SYSTEM_NAMESPACE = "_system"
+TOO_MANY_FAILURES = f"failures is invalid; an item keeps at most {MAX_FAILURES}"
 
 
 # -- the queue API -----------------------------------------------------------------------------------------
@@ -41,9 +46,7 @@ def check_produce(req: m.QueueProduceRequest) -> int:
     if not req.items:
         raise InvalidOption("items cannot be empty; at least one item is required")
     if len(req.items) > MAX_PRODUCE_BATCH:
-        raise InvalidOption(
-            f"items is invalid; max_produce_batch_size is {MAX_PRODUCE_BATCH} but received {len(req.items)}"
-        )
+        raise too_many("items", "max_produce_batch_size", MAX_PRODUCE_BATCH, len(req.items))
     for i in req.items:
         if len(i.dedup_id) > MAX_DEDUP_ID:
             raise InvalidOption(f"dedup id is invalid; cannot be greater than '{MAX_DEDUP_ID}' characters")
@@ -94,9 +97,7 @@ def check_retry(req: m.QueueRetryRequest) -> None:
     if not req.items:
         raise InvalidOption("items is invalid; list of items cannot be empty")
     if len(req.items) > MAX_COMPLETE_BATCH:
-        raise InvalidOption(
-            f"items is invalid; max_complete_batch_size is {MAX_COMPLETE_BATCH} but received {len(req.items)}"
-        )
+        raise too_many("items", "max_complete_batch_size", MAX_COMPLETE_BATCH, len(req.items))
     for n, item in enumerate(req.items):
         if len(item.error) > MAX_ERROR_CHARS:
             raise InvalidOption(
@@ -151,13 +152,15 @@ def check_list_items(req: m.StorageItemsListRequest) -> None:
 def check_import(req: m.StorageItemsImportRequest) -> None:
     if not req.items:
         raise InvalidOption("items is invalid; cannot be empty")
+    if len(req.items) > MAX_IMPORT_BATCH:
+        raise too_many("items", "max_import_batch_size", MAX_IMPORT_BATCH, len(req.items))
     for item in req.items:
         if item.attempts < 0:
             raise InvalidOption(f"attempts is invalid; cannot be negative, but {item.attempts} was given")
         if item.job_id and storage_id_error(item.job_id) is not None:
             raise InvalidOption("job id is invalid; must be an item id (a KSUID)")
         if len(item.failures) > MAX_FAILURES:
-            raise InvalidOption(f"failures is invalid; an item keeps at most {MAX_FAILURES}")
+            raise InvalidOption(TOO_MANY_FAILURES)
         if any(len(f.error) > MAX_ERROR_CHARS for f in item.failures):
             raise InvalidOption(f"failures is invalid; an error is longer than {MAX_ERROR_CHARS} characters")
 
@@ -165,6 +168,8 @@ def check_import(req: m.StorageItemsImportRequest) -> None:
 def check_delete(req: m.StorageItemsDeleteRequest) -> None:
     if not req.ids:
         raise InvalidOption("ids is invalid; cannot be empty")
+    if len(req.ids) > MAX_DELETE_IDS:
+        raise too_many("ids", "max_delete_ids", MAX_DELETE_IDS, len(req.ids))
     for item_id in req.ids:
         if (error := storage_id_error(item_id)) is not None:
             raise error
@@ -233,9 +238,13 @@ def check_ids(ids: list[str]) -> None:
     if not ids:
         raise InvalidOption("ids is invalid; list of ids cannot be empty")
     if len(ids) > MAX_COMPLETE_BATCH:
-        raise InvalidOption(
-            f"ids is invalid; max_complete_batch_size is {MAX_COMPLETE_BATCH} but received {len(ids)}"
-        )
+        raise too_many("ids", "max_complete_batch_size", MAX_COMPLETE_BATCH, len(ids))
+
+
+def too_many(field: str, setting: str, limit: int, received: int | str) -> InvalidOption:
+    """A list over its batch limit, in the reference's words: ``received`` is the count, or "more than
+    <limit>" when the body was refused before its elements were counted (``querator.wire.Bound``)."""
+    return InvalidOption(f"{field} is invalid; {setting} is {limit} but received {received}")
 
 
 def lease_too_long(lease_timeout_us: int, expire_timeout_us: int) -> InvalidOption:
@@ -323,6 +332,10 @@ def namespace(namespace: str) -> str:
     return namespace
 
 
+def partitions_error() -> InvalidOption:
+    return InvalidOption(f"partitions is invalid; cannot be greater than {MAX_PARTITIONS}")
+
+
 def check_record(r: QueueRecord) -> None:
     """The store checks, in the reference's order."""
     if len(r.dead_queue) > 512:
@@ -336,7 +349,7 @@ def check_record(r: QueueRecord) -> None:
     if r.requested_partitions < 1:
         raise InvalidOption("partitions is invalid; cannot be less than 1")
     if r.requested_partitions > MAX_PARTITIONS:
-        raise InvalidOption(f"partitions is invalid; cannot be greater than {MAX_PARTITIONS}")
+        raise partitions_error()
     if not r.lease_timeout:
         raise InvalidOption("lease timeout is invalid; cannot be empty")
     if not r.expire_timeout:
@@ -351,6 +364,7 @@ MAX_WORKFLOW_ID = 256
 MAX_WORKFLOW_NAME = 256
 MAX_SIGNAL_ID = 128
 MAX_APPEND_ENTRIES = 1000
+TOO_MANY_ENTRIES = f"entries is invalid; at most {MAX_APPEND_ENTRIES} entries to an append"
 DEFAULT_CLAIM_TIMEOUT_US = 30 * MICROS
 MAX_CLAIM_TIMEOUT_US = 15 * 60 * MICROS
 MIN_CLAIM_TIMEOUT_US = MICROS
@@ -430,7 +444,7 @@ def check_workflow_append(req: m.WorkflowsAppendRequest) -> None:
     if req.fence == 0 and (req.then or not req.entries):
         raise InvalidOption("fence is invalid; only entries may be recorded without a claim's fence")
     if len(req.entries) > MAX_APPEND_ENTRIES:
-        raise InvalidOption(f"entries is invalid; at most {MAX_APPEND_ENTRIES} entries to an append")
+        raise InvalidOption(TOO_MANY_ENTRIES)
     for e in req.entries:
         if e.seq < 1:
             raise InvalidOption(f"entries is invalid; seq must be at least 1, got {e.seq}")

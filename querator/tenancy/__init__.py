@@ -14,12 +14,15 @@ from querator.tenancy import _permissions as permissions
 from querator.tenancy._access import CACHE_TTL_S, CALLER, Access, Principal
 from querator.tenancy._api import Tenancy
 from querator.tenancy._permissions import STANDARD_ROLES, SYSTEM
+from querator.tenancy._validation import MAX_PERMISSIONS, TOO_MANY_PERMISSIONS
 
 __all__ = [
     "CACHE_TTL_S",
     "CALLER",
+    "MAX_PERMISSIONS",
     "STANDARD_ROLES",
     "SYSTEM",
+    "TOO_MANY_PERMISSIONS",
     "Access",
     "Principal",
     "Tenancy",

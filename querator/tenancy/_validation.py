@@ -18,6 +18,7 @@ MAX_TAG: Final = 16
 MAX_DESCRIPTION: Final = 2000
 """Not a limit of the reference, which has none: a bound on what one record may hold."""
 MAX_PERMISSIONS: Final = 1000
+TOO_MANY_PERMISSIONS: Final = f"permissions is invalid; cannot hold more than {MAX_PERMISSIONS} permissions"
 DEFAULT_LIMIT: Final = 1000
 MAX_LIMIT: Final = 65536
 
@@ -85,7 +86,7 @@ def check_role(namespace: str, name: str, permissions: list[str], created: bool)
     if created and ":" in name:
         raise InvalidOption(f"name is invalid; '{name}' cannot contain ':' character")
     if len(permissions) > MAX_PERMISSIONS:
-        raise InvalidOption(f"permissions is invalid; cannot hold more than {MAX_PERMISSIONS} permissions")
+        raise InvalidOption(TOO_MANY_PERMISSIONS)
     for permission in permissions:
         if permission not in KNOWN:
             raise InvalidOption(f"permission is invalid; '{permission}' is not a recognized permission")

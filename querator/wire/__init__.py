@@ -12,7 +12,7 @@ Modules: ``messages`` (public: one msgspec Struct per protobuf message), ``_fiel
 both codecs derive from a class), ``_json`` (the msgspec fast path), ``_protojson`` (Go protojson's
 lenient rules and the error messages), ``_timestamps`` (RFC 3339 as Go reads it), ``_protobuf`` (binary
 bodies, through the generated ``_pb`` package), ``_negotiation`` (Content-Type and Accept) and
-``_errors``.
+``_errors``, and ``_bounds`` (the count bounds of repeated fields, checked before decoding).
 
 JSON (``decode_json``/``encode_json``)
     Decoding first tries msgspec's typed decoder (C speed), which takes the canonical protojson shape:
@@ -54,9 +54,17 @@ Negotiation (``decode``/``encode``/``negotiate_accept``)
     else raises ``ClientContentError`` (455). As duh does, the Content-Type message quotes the header
     exactly as given, and the Accept message quotes it cut at the first ``;``/``,`` but neither trimmed
     nor lower-cased. A body that does not decode raises ``ClientContentError`` with the decoder's text.
+
+Bounds (``Bound``, the ``bounds`` of ``decode``)
+    A route names the most elements each repeated field of its request (and of their elements) may hold;
+    ``decode`` refuses a body over one with the bound's ``InvalidOption`` before it builds any element:
+    a small body of empty elements would otherwise become millions of messages. Protobuf bodies are
+    walked key by key; JSON bodies pass through msgspec into structs of ``limit`` raw slots, which stop
+    at the next element and check every occurrence of a repeated key.
 """
 
 from querator.wire import messages
+from querator.wire._bounds import Bound, Bounds
 from querator.wire._errors import DecodeError
 from querator.wire._json import decode_json, encode_json
 from querator.wire._negotiation import JSON, PROTOBUF, decode, encode, negotiate_accept
@@ -65,6 +73,8 @@ from querator.wire._protobuf import decode_protobuf, encode_protobuf
 __all__ = [
     "JSON",
     "PROTOBUF",
+    "Bound",
+    "Bounds",
     "DecodeError",
     "decode",
     "decode_json",

@@ -7,6 +7,7 @@ import re
 from typing import Final, TypeVar
 
 from querator.errors import ClientContentError
+from querator.wire._bounds import Bounds, check_json_bounds, check_protobuf_bounds
 from querator.wire._errors import DecodeError
 from querator.wire._json import decode_json, encode_json
 from querator.wire._protobuf import decode_protobuf, encode_protobuf
@@ -54,13 +55,19 @@ def negotiate_accept(accept: str | None) -> str:
     return media
 
 
-def decode(body: bytes, content_type: str | None, type: type[T]) -> T:
-    """Decode a request body as the ``Content-Type`` says; raises ``ClientContentError`` (455)."""
+def decode(body: bytes, content_type: str | None, type: type[T], bounds: Bounds | None = None) -> T:
+    """Decode a request body as the ``Content-Type`` says; raises ``ClientContentError`` (455), or the
+    ``InvalidOption`` of the first field of ``bounds`` with more elements than it allows, found before
+    any element is built."""
     media = _media(content_type)
     try:
         if media == JSON:
+            if bounds:
+                check_json_bounds(body, type, bounds)
             return decode_json(body, type)
         if media == PROTOBUF:
+            if bounds:
+                check_protobuf_bounds(body, type, bounds)
             return decode_protobuf(body, type)
     except DecodeError as exc:
         raise ClientContentError(str(exc)) from None

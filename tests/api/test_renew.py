@@ -103,7 +103,10 @@ async def test_renew_validation(api: Api) -> None:
         ({"queue_name": "nope"}, "queue does not exist; no such queue named 'nope'"),
         ({"partition": 3}, "partition is invalid; '3' is not a valid partition"),
         ({"ids": []}, "ids is invalid; list of ids cannot be empty"),
-        ({"ids": ["x"] * 1001}, "ids is invalid; max_complete_batch_size is 1000 but received 1001"),
+        (
+            {"ids": ["x"] * 1001},
+            "ids is invalid; max_complete_batch_size is 1000 but received more than 1000",
+        ),
         (
             {"lease_timeout": "2h"},
             "lease timeout is too long; 2h0m0s cannot be greater than the expire timeout 1h0m0s",

@@ -136,7 +136,7 @@ async def test_retry_errors(api: Api) -> None:
     e = await api.error(
         "/v1/queue.retry", {"queue_name": "q", "partition": 0, "items": [{"id": stored["id"]}] * 1001}
     )
-    assert e.message == "items is invalid; max_complete_batch_size is 1000 but received 1001"
+    assert e.message == "items is invalid; max_complete_batch_size is 1000 but received more than 1000"
 
 
 EXTENSIONS = {"X-Querator-Extensions": "3"}

@@ -43,7 +43,7 @@ PRODUCE_ERRORS: list[tuple[dict[str, Any], str]] = [
     ({"queue_name": "q", "request_timeout": "1m"}, "items cannot be empty; at least one item is required"),
     (
         {"queue_name": "q", "request_timeout": "1m", "items": [{}] * 1001},
-        "items is invalid; max_produce_batch_size is 1000 but received 1001",
+        "items is invalid; max_produce_batch_size is 1000 but received more than 1000",
     ),
 ]
 
@@ -95,7 +95,7 @@ COMPLETE_ERRORS: list[tuple[dict[str, Any], str]] = [
     ),
     (
         {"queue_name": "q", "ids": ["a"] * 1001, "request_timeout": "1m"},
-        "ids is invalid; max_complete_batch_size is 1000 but received 1001",
+        "ids is invalid; max_complete_batch_size is 1000 but received more than 1000",
     ),
     (
         {"queue_name": "q", "ids": ["a"], "request_timeout": "1m"},
