@@ -288,7 +288,7 @@ class MemoryWorkflowRows:
             i for i, w in self._workflows.items() if i >= pivot and (not status or w.status == status)
         )
         # Measured as stored elsewhere, so that every backend pages alike.
-        return workflow_page((encode_workflow(self._workflows[i]) for i in ids), status, limit)
+        return workflow_page((encode_workflow(self._workflows[i]) for i in ids), status, pivot, limit)
 
     async def purge_workflows(self, now: int) -> int:
         expired = [i for i, w in self._workflows.items() if w.expires_at and w.expires_at <= now]

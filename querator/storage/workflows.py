@@ -136,11 +136,13 @@ of ``storage.base.LIST_PAGE_BYTES``)."""
 
 
 def workflow_page(
-    records: Iterable[bytes], status: str, limit: int, max_bytes: int = LIST_PAGE_RECORD_BYTES
+    records: Iterable[bytes], status: str, pivot: str, limit: int, max_bytes: int = LIST_PAGE_RECORD_BYTES
 ) -> list[Workflow]:
-    """The first ``limit`` of ``records`` of ``status`` ("" for any), decoded, taken lazily, ending early
-    before the record that would pass ``max_bytes`` in all. The first is always taken, whatever its size,
-    so a caller paging by pivot always moves on."""
+    """The first ``limit`` of ``records`` (those from ``pivot``, inclusive) of ``status`` ("" for any),
+    decoded, taken lazily, ending early before the record that would pass ``max_bytes`` in all. The first
+    record after the pivot is always taken, whatever its size: a caller paging on from the last id it got
+    always moves on, also past a record larger than a page (a page of only the pivot hid every record
+    after a large one)."""
     page: list[Workflow] = []
     size = 0
     for record in records:
@@ -148,7 +150,7 @@ def workflow_page(
         if status and workflow.status != status:
             continue
         size += len(record)
-        if page and size > max_bytes:
+        if size > max_bytes and any(w.id != pivot for w in page):
             break
         page.append(workflow)
         if len(page) >= limit:
@@ -168,8 +170,8 @@ class WorkflowRows(Protocol):
 
     async def list_workflows(self, status: str, pivot: str, limit: int) -> list[Workflow]:
         """Records with ``id >= pivot`` in id order, at most ``limit``, of ``status`` ("" for any), a page
-        ending early at ``LIST_PAGE_RECORD_BYTES`` of records (``workflow_page``); the backend reads no
-        further."""
+        ending early at ``LIST_PAGE_RECORD_BYTES`` of records but never before the first record after the
+        pivot (``workflow_page``); the backend reads no further."""
 
     async def purge_workflows(self, now: int) -> int:
         """Drops records whose ``expires_at`` passed; how many (0 for a backend that expires them itself)."""

@@ -81,7 +81,7 @@ class CassandraWorkflowRows:
                     if rows and rows[0]["record"] is not None:  # (expired: see get_workflow)
                         yield rows[0]["record"]
 
-            return workflow_page(records(), status, limit)
+            return workflow_page(records(), status, pivot, limit)
 
         return await self._connection.call(list_)
 

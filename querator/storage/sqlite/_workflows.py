@@ -68,7 +68,7 @@ class SqliteWorkflowRows:
                 rows = worker.conn.execute(SQL_LIST_STATUS, (status, pivot, limit))
             else:
                 rows = worker.conn.execute(SQL_LIST, (pivot, limit))
-            return workflow_page((r[0] for r in rows), status, limit)
+            return workflow_page((r[0] for r in rows), status, pivot, limit)
 
         return await self._submit(job)
 
