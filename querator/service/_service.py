@@ -63,6 +63,9 @@ from querator.tenancy import permissions as perm
 from querator.wire import messages as m
 
 DEDUP_PURGE_INTERVAL_US = 60 * MICROS
+WORKFLOW_SWEEP_INTERVAL_US = 60 * MICROS
+WORKFLOW_SWEEPER = "querator.workflow-sweep"
+"""The ring key whose owner sweeps the workflows (docs/durable.md, "No workflow stuck")."""
 READY_TIMEOUT_S = 5.0
 PROBE_TIMEOUT_S = 1.0
 """Seconds a lease probe of another owner may take, reply included."""
@@ -139,6 +142,7 @@ class Service(QueueAdministration):
         self._closing = False
         self._started = False
         self._purger: asyncio.Task[None] | None = None
+        self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Opens the storage backend and starts dropping expired de-duplication records."""
@@ -156,16 +160,18 @@ class Service(QueueAdministration):
             raise
         self.cluster.on_change(self._cluster_changed)
         self._purger = _tasks.start(self._purge_dedup(), "dedup-purge")
+        self._sweeper = _tasks.start(self._sweep_workflows(), "workflow-sweep")
         self.scheduler.start()
         self._started = True
 
     async def shutdown(self) -> None:
         """Stops every queue (waiting requests get 453), then closes storage."""
         self._closing = True
-        if self._purger is not None:
-            self._purger.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._purger
+        for task in (self._purger, self._sweeper):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self.scheduler.stop()
         await self.manager.shutdown()
         await self.tenancy.stop()
@@ -273,6 +279,22 @@ class Service(QueueAdministration):
             else:
                 if purged or finished:
                     log.debug("dropped %d expired dedup ids, %d expired workflows", purged, finished)
+
+    async def _sweep_workflows(self) -> None:
+        """Wakes stranded workflows (``Workflows.sweep``) every ``WORKFLOW_SWEEP_INTERVAL_US`` on the one
+        node the ring gives ``WORKFLOW_SWEEPER``: the scan reads every running record, once per interval
+        whatever the number of nodes."""
+        while True:
+            await sleep_until(self.clock, self.clock.now() + WORKFLOW_SWEEP_INTERVAL_US)
+            if not self.router.owns_schedule(WORKFLOW_SWEEPER):
+                continue
+            try:
+                woken = await self.workflows.sweep()
+            except Exception as e:  # a store's failure: the next interval tries again
+                log.warning("sweeping workflows failed (tried again later): %s", e)
+            else:
+                if woken:
+                    log.info("woke %d running workflow(s) that had no activation to move them on", woken)
 
     async def _queue_exists(self, name: str) -> bool:
         return await self._queue_namespace(name) is not None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import secrets
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
@@ -21,7 +22,7 @@ import msgspec
 from msgspec.structs import replace
 
 from querator.clock import MICROS, Clock, from_datetime, sleep_until, to_datetime
-from querator.errors import InvalidOption, try_again
+from querator.errors import InvalidOption, QueratorError, try_again
 from querator.service._conversion import workflow_entry, workflow_info
 from querator.service._validation import (
     SYSTEM_NAMESPACE,
@@ -42,6 +43,8 @@ from querator.tenancy import permissions as perm
 from querator.wire import messages as m
 from querator.wire.workflows import RUNNING, child_id
 
+log = logging.getLogger(__name__)
+
 T = TypeVar("T")
 
 ACTIVATION_KIND: Final = "querator.durable.run"
@@ -55,6 +58,10 @@ WRITE_ATTEMPTS: Final = 20
 to the same workflow succeeded."""
 RESULT_POLL_US: Final = MICROS
 """Microseconds between reads of a workflow a ``result`` waits for, when another node may finish it."""
+SWEEP_GRACE_US: Final = 5 * 60 * MICROS
+"""How long a workflow with something to do stays untouched before a sweep wakes it: longer than any
+activation's way from its record's write to a worker's claim under load."""
+SWEEP_PAGE: Final = 1000
 
 Produce = Callable[[m.QueueProduceRequest], Awaitable[m.QueueProduceResponse]]
 QueueNamespace = Callable[[str], Awaitable[str | None]]
@@ -324,6 +331,28 @@ class Workflows:
             await self._apply(wf.parent_id, lambda parent: journal.record(parent, parent_id, [entry], now))
         except InvalidOption:
             pass  # the parent is gone (dropped after its retention): nobody is left to tell
+
+    async def sweep(self, grace_us: int = SWEEP_GRACE_US) -> int:
+        """Wakes every running workflow that may have no activation left (``journal.stranded``): one
+        more is harmless (a claim finds the workflow busy or with nothing new), none leaves it running
+        for ever. Pages through the running ones; how many it woke. One node of a cluster runs it."""
+        woken = 0
+        pivot = ""
+        while True:
+            page = await self._rows.list_workflows(RUNNING, pivot, SWEEP_PAGE)
+            now = self._clock.now()
+            for wf in page:
+                if wf.id == pivot or not journal.stranded(wf, now, grace_us):
+                    continue
+                try:  # once per version of the record: sweeps before it changes produce it once
+                    await self._activate(wf, dedup_id=f"sweep:{_digest(wf.id)}:{wf.version}")
+                except QueratorError as e:  # its queue deleted, say: the others are still swept
+                    log.warning("workflow %s could not be woken: %s", split_stored_id(wf.id)[1], e.message)
+                else:
+                    woken += 1
+            if not page or page[-1].id == pivot:
+                return woken
+            pivot = page[-1].id
 
     async def _activate(self, wf: Workflow, enqueue_at: int = 0, dedup_id: str = "") -> None:
         """Produces an activation of ``wf``: a worker will claim it and replay it (by its id in its

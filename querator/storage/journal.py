@@ -105,6 +105,18 @@ def start(current: Workflow | None, new: Workflow, now: int) -> tuple[bool, Work
     return True, replace(new, status=RUNNING, created_at=now, updated_at=now, version=0)
 
 
+def stranded(wf: Workflow, now: int, grace_us: int) -> bool:
+    """Whether a workflow may have no activation left to move it on (one lost with a crash between its
+    record's write and the produce, or taken out of its queue by hand): running, no claim holds it, it
+    has not changed for ``grace_us``, and it has something to do -- it was never claimed, something
+    arrived that no turn saw, its timer is overdue, or its last claim ran out. A workflow waiting for a
+    signal, a child or a dispatched step has nothing to do until that arrives, which wakes it."""
+    if wf.status != RUNNING or wf.claim_deadline > now or wf.updated_at > now - grace_us:
+        return False
+    overdue = now - grace_us
+    return wf.fence == 0 or wf.changed or 0 < wf.timer_at < overdue or 0 < wf.claim_deadline < overdue
+
+
 def check_same_run(found: Workflow, started: Workflow) -> None:
     """A start of an id that exists must name the same workflow and queue as its run, or the caller would
     take another workflow's result for its own.

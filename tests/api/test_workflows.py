@@ -152,6 +152,40 @@ async def test_claims_that_run_out_are_counted_until_the_journal_grows(
     assert "lapsed_claims" not in info
 
 
+async def test_the_sweep_wakes_a_workflow_whose_activation_was_lost(durable: Api, clock: FakeClock) -> None:
+    """A workflow whose activation is gone (a crash between its record and the produce, a queue cleared
+    by hand) stayed running for ever (issue 46). The sweep wakes those with something to do, once per
+    change of their record, and leaves alone those waiting for something to arrive."""
+    for workflow_id in ("never-claimed", "waiting", "lapsed", "changed"):
+        await start(durable, workflow_id)
+    await activations(durable)  # lost, all of them
+    for workflow_id in ("waiting", "lapsed", "changed"):
+        await claim(durable, workflow_id)
+    await append(durable, 1, "waiting", then="suspend")  # waits for a signal: nothing to do yet
+    await append(durable, 1, "changed", then="suspend")
+    await durable.post("/v1/workflows.signal", {"workflow_id": "changed", "name": "go", "signal_id": "s"})
+    await activations(durable)  # the signal's wake-up, lost too
+    assert await durable.service.workflows.sweep() == 0  # too soon: their activations may be on the way
+    clock.advance(6 * 60)  # past the grace, and past "lapsed"'s claim
+    assert await durable.service.workflows.sweep() == 3
+    woken = sorted(i["reference"] for i in await activations(durable))
+    assert woken == ["changed", "lapsed", "never-claimed"]
+    assert await durable.service.workflows.sweep() == 3  # nothing changed: their wake-ups are duplicates
+    assert await activations(durable) == []
+
+
+async def test_the_node_sweeps_on_its_own(durable: Api, clock: FakeClock) -> None:
+    await start(durable)
+    await activations(durable)  # lost
+    clock.advance(6 * 60)
+    await eventually(lambda: _activated(durable))
+
+
+async def _activated(api: Api) -> bool:
+    listed = await api.post("/v1/storage/items.list", {"queue_name": "durable", "partition": 0})
+    return [i["reference"] for i in listed.get("items", [])] == ["wf-1"]
+
+
 async def test_a_recorded_step_is_never_replaced(durable: Api) -> None:
     await start(durable)
     await claim(durable)
