@@ -13,6 +13,7 @@ from querator.cluster.router import Router
 from querator.engine.queues_manager import QueuesManager
 from querator.errors import InvalidOption, shutting_down
 from querator.service._conversion import queue_info
+from querator.service._schedules import Schedules
 from querator.service._validation import (
     DEFAULT_LIST_LIMIT,
     SYSTEM_NAMESPACE,
@@ -27,6 +28,7 @@ from querator.service._validation import (
     namespace,
     timeouts,
 )
+from querator.service._workflows import Workflows
 from querator.storage.base import DEFAULT_DEDUP_WINDOW, QueueRecord, Store
 from querator.storage.operations import LEASE_TOKEN_KEY, new_lease_token_key
 from querator.storage.split import SplitStore
@@ -47,6 +49,8 @@ class QueueAdministration:
     tenancy: Tenancy
     router: Router
     proxy: Proxy
+    schedules: Schedules
+    workflows: Workflows
     _closing: bool
     _split: SplitStore | None
 
@@ -122,6 +126,8 @@ class QueueAdministration:
         await self.tenancy.authorize(current.namespace if current else SYSTEM_NAMESPACE, perm.QUEUE_DELETE)
         # Every node's engine stops writing before the items go.
         await self.manager.delete(req.queue_name, before_items=self._refresh_elsewhere)
+        if current is not None:
+            await self._queue_deleted(current)
 
     async def queue_info(self, req: m.QueuesInfoRequest) -> m.QueueInfo:
         check_stored_name(req.queue_name)
@@ -165,6 +171,17 @@ class QueueAdministration:
                 await self._split.forget_partitions(req.queue_name)
         else:
             await self.manager.refresh(record)
+
+    async def _queue_deleted(self, record: QueueRecord) -> None:
+        """What names a deleted queue goes with it: its schedules, which would fire into whoever's queue
+        of that name comes next, and its running workflows, which no activation can reach."""
+        schedules = await self.schedules.delete_of_queue(record.name)
+        workflows = await self.workflows.end_of_queue(record.name, record.namespace)
+        if schedules or workflows:
+            log.info(
+                "queue %s deleted with its %d schedule(s); %d running workflow(s) terminated",
+                record.name, schedules, workflows,
+            )  # fmt: skip
 
     async def _refresh_elsewhere(self, name: str) -> None:
         """Tells every other member that a queue changed; a member that cannot be told keeps its engine

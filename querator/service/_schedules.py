@@ -142,6 +142,27 @@ class Schedules:
         await self._check("", perm.QUEUE_UPDATE)  # a client's call; a member's forward passes
         self._scheduler.changed()
 
+    async def delete_of_queue(self, queue: str) -> int:
+        """Deletes the schedules whose ticks go to ``queue``, which was deleted: left, they would fire
+        into whoever's queue of that name comes next, another tenant's included. How many."""
+        deleted: list[str] = []
+        pivot = ""
+        while True:
+            page = await self._store.list_schedules(pivot, MAX_SCHEDULES_LIMIT)
+            for record in page:
+                if (
+                    record.name > pivot
+                    and record.queue == queue
+                    and await self._store.delete_schedule(record.name)
+                ):
+                    deleted.append(record.name)
+            if len(page) < MAX_SCHEDULES_LIMIT:
+                break
+            pivot = page[-1].name  # inclusive: skipped above
+        for name in deleted:
+            await self._changed(name)
+        return len(deleted)
+
     async def _changed(self, name: str) -> None:
         """A schedule changed here: the schedulers of this member and of its owner read them again now;
         an owner that cannot be told reads them within ``RELOAD_US`` anyway."""

@@ -332,6 +332,23 @@ class Workflows:
         except InvalidOption:
             pass  # the parent is gone (dropped after its retention): nobody is left to tell
 
+    async def end_of_queue(self, queue: str, owner: str) -> int:
+        """Terminates the running workflows of ``queue`` (in namespace ``owner``), which was deleted: no
+        activation can reach them any more. Finished ones stay until their retention ends, readable in
+        their namespace only. How many."""
+        ended = 0
+        pivot = ""
+        while True:
+            page = await _namespace_page(self._rows, owner, RUNNING, pivot, SWEEP_PAGE)
+            for wf in page:
+                if wf.queue == queue and wf.status == RUNNING:
+                    workflow_id = split_stored_id(wf.id)[1]
+                    await self._terminate_one(wf.id, workflow_id, f"its queue {queue} was deleted")
+                    ended += 1
+            if not page:
+                return ended
+            pivot = split_stored_id(page[-1].id)[1] + "\x01"  # past the last one read
+
     async def sweep(self, grace_us: int = SWEEP_GRACE_US) -> int:
         """Wakes every running workflow that may have no activation left (``journal.stranded``): one
         more is harmless (a claim finds the workflow busy or with nothing new), none leaves it running

@@ -186,6 +186,26 @@ async def _activated(api: Api) -> bool:
     return [i["reference"] for i in listed.get("items", [])] == ["wf-1"]
 
 
+async def test_deleting_a_queue_ends_its_workflows_and_schedules(durable: Api) -> None:
+    """Left behind, whoever made a queue of that name next (another tenant too) got the schedules' ticks,
+    and the workflows stayed running with no queue to wake them (issue 42)."""
+    await start(durable, "on-durable")
+    await durable.create("other")
+    await start(durable, "elsewhere", queue_name="other")
+    for name, queue in (("ticks", "durable"), ("others", "other")):
+        body = {"name": name, "cron": "0 0 * * *", "queue_name": queue}
+        await durable.post("/v1/schedules.create", body)
+    assert await durable.post("/v1/queues.delete", {"queue_name": "durable"}) == {"code": 200}
+    await durable.create("durable")  # the name again, anyone's
+    gone = await durable.error("/v1/schedules.info", {"name": "ticks"})
+    assert gone.message == "schedule does not exist; no such schedule named 'ticks'"
+    assert (await durable.post("/v1/schedules.info", {"name": "others"}))["queue_name"] == "other"
+    ended = await durable.post("/v1/workflows.info", {"workflow_id": "on-durable"})
+    assert (ended["status"], ended["error"]) == ("failed", "Terminated: its queue durable was deleted")
+    kept = await durable.post("/v1/workflows.info", {"workflow_id": "elsewhere"})
+    assert kept["status"] == "running"
+
+
 async def test_a_recorded_step_is_never_replaced(durable: Api) -> None:
     await start(durable)
     await claim(durable)
