@@ -1,5 +1,5 @@
-"""``querator workflows list | show | signal | cancel | terminate | result``: a caller's view of durable
-workflows (docs/durable.md), printed as the other client commands print (``querator.cli``)."""
+"""``querator workflows list | show | signal | cancel | resume | terminate | result``: a caller's view of
+durable workflows (docs/durable.md), printed as the other client commands print (``querator.cli``)."""
 
 from __future__ import annotations
 
@@ -77,6 +77,7 @@ def add_parser(
     )
     a.add_argument("--signal-id", default="", help="a signal sent again with the same id counts once")
     add("cancel", "ask a workflow to stop (its compensations run, its children are cancelled)")
+    add("resume", "run a workflow that failed on non-determinism again, once its code is fixed")
     a = add("terminate", "end a workflow now, with no worker (no compensation runs; children too)")
     a.add_argument("--reason", default="", help="why: its error becomes 'Terminated: <reason>'")
     a = add(
@@ -111,6 +112,8 @@ async def command(client: AsyncClient, args: argparse.Namespace) -> m.Message | 
             signal_id=args.signal_id or None,
             namespace=args.namespace,
         )
+    elif args.action == "resume":
+        await client.resume_workflow(args.workflow_id, namespace=args.namespace)
     elif args.action == "terminate":
         await client.terminate_workflow(args.workflow_id, args.reason, namespace=args.namespace)
     else:

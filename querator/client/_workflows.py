@@ -78,6 +78,16 @@ class WorkflowCalls(Caller):
         msg = m.WorkflowsCancelRequest(workflow_id=workflow_id, namespace=namespace)
         await self.call("/v1/workflows.cancel", msg, m.Reply, idempotent=True)
 
+    async def resume_workflow(self, workflow_id: str, *, namespace: str = "") -> None:
+        """Runs a workflow that failed for its code (non-determinism, ``resumable``) again, from its
+        journal, with the code the workers have now.
+
+        Raises:
+            Conflict: it did not fail that way, or is a child workflow.
+        """
+        msg = m.WorkflowsResumeRequest(workflow_id=workflow_id, namespace=namespace)
+        await self.call("/v1/workflows.resume", msg, m.Reply)
+
     async def terminate_workflow(self, workflow_id: str, reason: str = "", *, namespace: str = "") -> None:
         """Ends a running workflow now, failed with ``Terminated: <reason>``, with no worker: its code and
         compensations do not run; its unfinished children are terminated too."""

@@ -89,8 +89,9 @@ async def _turn(ctx: Context, definition: Any) -> m.WorkflowsAppendResponse:
         wake_at = to_datetime(s.wake_at) if s.wake_at else None
         return await ctx.append("suspend", wake_at=wake_at)
     except NonDeterminism as e:
-        log.error("workflow %s failed: %s", ctx.workflow_id, e)
-        return await ctx.append("fail", error=describe(e))
+        # The code's failure, not the workflow's: once the code is fixed, workflows.resume runs it again.
+        log.error("workflow %s failed (resume it once its code is fixed): %s", ctx.workflow_id, e)
+        return await ctx.append("fail", error=describe(e), resumable=True)
     except Exception as e:
         return await _compensate(ctx, e)
     return await ctx.append("complete", result=definition.encode(value))

@@ -370,6 +370,15 @@ class Durable:
         """Cancels a workflow: its compensations run, its children are cancelled, it ends cancelled."""
         await (await self.client()).cancel_workflow(workflow_id, namespace=self.namespace)
 
+    async def resume(self, workflow_id: str) -> None:
+        """Runs a workflow that failed on ``NonDeterminism`` again, once its code is fixed: it replays
+        its journal with the code the workers have now.
+
+        Raises:
+            Conflict: it did not fail that way, or is a child workflow.
+        """
+        await (await self.client()).resume_workflow(workflow_id, namespace=self.namespace)
+
     async def terminate(self, workflow_id: str, reason: str = "") -> None:
         """Ends a workflow now, failed with ``Terminated: <reason>``, without a worker: its code and its
         compensations do not run, its unfinished children are terminated too."""

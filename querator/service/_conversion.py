@@ -201,6 +201,7 @@ def workflow_info(wf: Workflow, journal: bool) -> m.WorkflowInfo:
         finished_at=_when(wf.finished_at),
         expires_at=_when(wf.expires_at),
         lapsed_claims=wf.lapsed_claims,
+        resumable=wf.resumable,
     )
     if journal:
         info.entries = [

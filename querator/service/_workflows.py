@@ -178,6 +178,15 @@ class Workflows:
         await self._cancel_one(key, req.workflow_id)
         return m.OK_REPLY
 
+    async def resume(self, req: m.WorkflowsResumeRequest) -> m.Reply:
+        check_workflow_id(req.workflow_id)
+        key = await self._key(req.namespace, req.workflow_id, perm.QUEUE_UPDATE)
+        now = self._clock.now()
+        await self._apply(
+            key, lambda wf: journal.resume(wf, req.workflow_id, now), dedup_id=f"resume:{_digest(key)}:{now}"
+        )
+        return m.OK_REPLY
+
     async def terminate(self, req: m.WorkflowsTerminateRequest) -> m.Reply:
         check_terminate(req)
         key = await self._key(req.namespace, req.workflow_id, perm.QUEUE_UPDATE)
@@ -268,7 +277,7 @@ class Workflows:
             return m.WorkflowsAppendResponse()
         until = now + claim_timeout(req.claim_timeout) if req.claim_timeout else 0
         wake_at = from_datetime(req.wake_at) if req.wake_at is not None else 0
-        ending = Ending(req.then, wake_at, req.result, req.error)
+        ending = Ending(req.then, wake_at, req.result, req.error, req.resumable)
         timers: set[int] = set()
 
         def rule(wf: Workflow | None) -> tuple[Effects, Workflow | None]:

@@ -54,6 +54,8 @@ RECORDED = "workflow entry recorded already"
 else: another call, or another result."""
 TERMINATED = "Terminated"
 """How a terminated workflow's error starts (``<type name>: <message>``, as a step's failure)."""
+NOT_RESUMABLE = "workflow cannot be resumed"
+"""The stable prefix of a resume of a workflow that did not fail for its code."""
 EXISTS = "workflow exists already"
 """The stable prefix of a start of an id whose run is of another workflow or queue."""
 
@@ -95,6 +97,8 @@ class Ending:
     wake_at: int = 0
     result: bytes = b""
     error: str = ""
+    resumable: bool = False
+    """With fail: the failure is the code's, which a fix may cure (``resume``)."""
 
 
 def start(current: Workflow | None, new: Workflow, now: int) -> tuple[bool, Workflow | None]:
@@ -209,6 +213,8 @@ def append(
                 wf = replace(wf, timer_at=ending.wake_at)
     elif ending.then in ENDINGS:
         wf = _finish(wf, ENDINGS[ending.then], ending.result, ending.error, now, retention_us, effects)
+        # A child's failure is its parent's to handle (recorded there): only a top workflow resumes.
+        wf = replace(wf, resumable=ending.resumable and ending.then == "fail" and not wf.parent_id)
     elif ending.then != CONTINUE:
         raise InvalidOption(f"then is invalid; '{ending.then}' is not suspend, complete, fail or cancel")
     _check_size(wf)
@@ -310,6 +316,32 @@ def cancel(current: Workflow | None, workflow_id: str, now: int) -> tuple[Effect
     if wf.cancel_requested:
         return Effects(wake=True), None  # asked before; its wake-up may be what was lost
     return Effects(wake=True), replace(wf, cancel_requested=True, changed=True, updated_at=now)
+
+
+def resume(current: Workflow | None, workflow_id: str, now: int) -> tuple[Effects, Workflow | None]:
+    """Runs a workflow that failed for its code (``resumable``) again: running, its error cleared, woken
+    to replay its journal with the code the workers have now. Its journal, claims and signals stay.
+
+    Raises:
+        Conflict: it is running, ended another way, or is a child (whose parent recorded its failure).
+    """
+    wf = _existing(current, workflow_id)
+    if wf.status != FAILED or not wf.resumable:
+        raise Conflict(
+            f"{NOT_RESUMABLE}; '{workflow_id}' is {wf.status} and did not fail for its code (non-determinism)"
+        )
+    resumed = replace(
+        wf,
+        status=RUNNING,
+        error="",
+        resumable=False,
+        finished_at=0,
+        expires_at=0,
+        claim_deadline=0,
+        changed=True,
+        updated_at=now,
+    )
+    return Effects(wake=True), resumed
 
 
 def terminate(

@@ -354,6 +354,7 @@ class WorkflowInfo(Message):
     expires_at: datetime | None = None
     namespace: str = ""
     lapsed_claims: int = 0
+    resumable: bool = False
 
 
 class WorkflowsStartRequest(Message):
@@ -400,6 +401,11 @@ class WorkflowsCancelRequest(Message):
     namespace: str = ""
 
 
+class WorkflowsResumeRequest(Message):
+    workflow_id: str = ""
+    namespace: str = ""
+
+
 class WorkflowsTerminateRequest(Message):
     workflow_id: str = ""
     namespace: str = ""
@@ -433,6 +439,7 @@ class WorkflowsAppendRequest(Message):
     error: str = ""
     claim_timeout: str = ""
     namespace: str = ""
+    resumable: bool = False
 
 
 class WorkflowsAppendResponse(Message):

@@ -304,6 +304,7 @@ async def test_workflow_routes_need_the_permissions_of_their_queue(admin: Caller
     assert (await admin.ok("/v1/workflows.list")).get("workflows", []) == []  # none in _system
     await viewer.fails("/v1/workflows.cancel", wf, 403, "access denied")
     assert (await owner.call("/v1/workflows.cancel", wf))[0] == 200
+    await viewer.fails("/v1/workflows.resume", wf, 403, "access denied")
     await viewer.fails("/v1/workflows.terminate", wf, 403, "access denied")
     assert (await owner.call("/v1/workflows.terminate", wf))[0] == 200
 

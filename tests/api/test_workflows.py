@@ -383,6 +383,32 @@ async def test_terminate_ends_a_workflow_and_its_children_without_a_worker(durab
     assert unknown.message == "workflow does not exist; no workflow 'nope'"
 
 
+async def test_only_a_failure_of_the_code_resumes(durable: Api) -> None:
+    await start(durable, "ndx")
+    await claim(durable, "ndx")
+    await append(durable, 1, "ndx", entries=[step(1)], then="fail", error="NonDeterminism: x", resumable=True)
+    assert (await durable.post("/v1/workflows.info", {"workflow_id": "ndx"}))["resumable"] is True
+    await durable.post("/v1/workflows.resume", {"workflow_id": "ndx"})
+    info = await durable.post("/v1/workflows.info", {"workflow_id": "ndx"})
+    assert (info["status"], "error" in info, "resumable" in info) == ("running", False, False)
+    assert [e["seq"] for e in info["entries"]] == [1]  # its journal kept
+    assert [a["reference"] for a in await activations(durable)][-1] == "ndx"
+    again = await durable.error("/v1/workflows.resume", {"workflow_id": "ndx"})
+    assert (again.status, again.message) == (
+        409,
+        "workflow cannot be resumed; 'ndx' is running and did not fail for its code (non-determinism)",
+    )
+    await start(durable, "plain")
+    await claim(durable, "plain")
+    await append(durable, 1, "plain", then="fail", error="ValueError: no")
+    assert (await durable.error("/v1/workflows.resume", {"workflow_id": "plain"})).status == 409
+    # A child's failure is recorded in its parent: it does not resume on its own.
+    await start(durable, "ndx/2", parent_id="ndx", parent_seq=2)
+    await claim(durable, "ndx/2")
+    await append(durable, 1, "ndx/2", then="fail", error="NonDeterminism: y", resumable=True)
+    assert (await durable.error("/v1/workflows.resume", {"workflow_id": "ndx/2"})).status == 409
+
+
 async def test_lists_page_by_id_and_filter_by_status(durable: Api) -> None:
     for workflow_id in ("c", "a", "b"):
         await start(durable, workflow_id)

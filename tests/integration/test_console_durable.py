@@ -16,6 +16,7 @@ from playwright.async_api import Browser, Page, expect
 from querator.client import AsyncClient
 from querator.durable import WorkflowHandle
 from querator.errors import InvalidOption
+from querator.wire import messages as m
 from tests.integration import durable_app as wf
 
 from .browser import browser, screenshot_path
@@ -70,7 +71,27 @@ async def test_workflows_listed_signalled_and_cancelled(
     await _signal_from_the_console(page, server, approved)
     await _cancel_from_the_console(page, server, client, questions)
     await _terminate_from_the_console(page, server, questions)
+    await _resume_from_the_console(page, server, client, questions)
     assert problems == []
+
+
+async def _resume_from_the_console(
+    page: Page, server: ServerProcess, client: AsyncClient, questions: list[str]
+) -> None:
+    """A workflow failed on non-determinism offers "Resume…"; it runs again (issue 46)."""
+    await client.start_workflow("broken", "no-such-code", "durable")
+    fence = (await client.claim_workflow("broken")).workflow.fence
+    failing = m.WorkflowsAppendRequest(
+        workflow_id="broken", fence=fence, then="fail", error="NonDeterminism: changed", resumable=True
+    )
+    await client.append_workflow(failing)
+    await page.goto(server.url + "/ui/#/workflow/broken")
+    await expect(page.locator("#workflow-status")).to_have_text("failed")
+    await page.get_by_role("button", name="Resume…").click()
+    await expect(page.locator("#workflow-status")).to_have_text("running")
+    await expect(page.get_by_role("button", name="Resume…")).to_be_hidden()
+    assert questions[-1].startswith("Resume workflow 'broken'?")
+    await client.terminate_workflow("broken")  # no worker has its code
 
 
 async def _terminate_from_the_console(page: Page, server: ServerProcess, questions: list[str]) -> None:

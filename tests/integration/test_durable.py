@@ -17,6 +17,7 @@ import pytest
 
 from querator.client import AsyncClient
 from querator.durable import WorkflowFailed
+from querator.errors import Conflict
 from tests.integration import durable_app as wf
 
 from .conftest import ServerProcess, Servers, WorkerProcesses, eventually, kill9, wait_until
@@ -208,20 +209,31 @@ async def test_a_child_workflow_and_cancel_that_reaches_it(workers: Workers, cli
     await eventually(lambda: _status(client, "forever/2", "cancelled"), DEADLINE, "child cancelled")
 
 
-async def test_changed_code_fails_the_workflow_with_non_determinism(
+async def test_changed_code_fails_the_workflow_with_non_determinism_until_resumed(
     workers: Workers, client: AsyncClient
 ) -> None:
+    """Once the code is fixed, the failed workflow resumes from its journal (issue 46: it failed for
+    good, with no way to run it again)."""
     before = workers.start()
     handle = await wf.app.start(wf.evolving, "e", workflow_id="evolving")
     await eventually(lambda: _pending(client, "evolving", "signal"), DEADLINE, "waiting")
     before.terminate()
     before.wait(DEADLINE)
-    workers.start(env={"DURABLE_VARIANT": "renamed"})
+    broken = workers.start(env={"DURABLE_VARIANT": "renamed"})
     await wf.app.signal("evolving", "go")
     with pytest.raises(WorkflowFailed) as failed:
         await handle.result(timeout=DEADLINE)
     assert failed.value.error.startswith("NonDeterminism: the workflow's code asked for step")
     assert workers.runs("undo", "e") == []  # the new step never ran in place of the recorded one
+    assert (await client.workflow_info("evolving")).resumable
+    broken.terminate()
+    broken.wait(DEADLINE)
+    workers.start()  # the fix: the code as it was
+    await wf.app.resume("evolving")
+    assert await handle.result(timeout=DEADLINE) == 4
+    assert [r["key"] for r in workers.runs("add")] == ["e-1", "e-2"]  # the recorded step did not run again
+    with pytest.raises(Conflict, match="workflow cannot be resumed; 'evolving' is completed"):
+        await wf.app.resume("evolving")
 
 
 async def _pending(client: AsyncClient, workflow_id: str, kind: str) -> bool:

@@ -42,16 +42,29 @@ export async function render(main, params, ctx) {
     }
     load();
   } }, "Terminate…");
+  // A failure of its code (non-determinism): once the workers run fixed code, it can run again.
+  const resume = h("button", { type: "button", id: "resume-workflow", class: "primary", hidden: true, onclick: async () => {
+    if (!confirmed(`Resume workflow '${id}'? It replays its journal with the code the workers run now.`)) return;
+    try {
+      await call("workflows.resume", { workflow_id: id });
+      say(`${id} resumed.`);
+      mount(problem);
+    } catch (e) {
+      mount(problem, errorBox(e));
+    }
+    load();
+  } }, "Resume…");
   const signal = h("button", { type: "button", id: "signal-workflow", onclick: () => mount(signalBox, signalForm(info, signalBox, () => load())) }, "Send signal…");
   mount(actions, signal, cancel, terminate);
   mount(main,
     h("p", { class: "crumbs" }, h("a", { href: "#/workflows" }, "Workflows"), " / "),
-    h("div", { class: "page-head" }, h("h1", {}, id), actions),
+    h("div", { class: "page-head" }, h("h1", {}, id), actions, resume),
     signalBox, problem, body);
 
   function draw() {
     const running = info.status === "running";
     actions.hidden = !running;
+    resume.hidden = !info.resumable;
     if (!running) mount(signalBox);
     const entries = [...(info.entries || [])].sort((a, b) => a.seq - b.seq);
     const children = entries.filter((e) => e.kind === "child");
