@@ -23,6 +23,7 @@ from msgspec.structs import replace
 
 from querator.clock import MICROS, Clock, from_datetime, sleep_until, to_datetime
 from querator.errors import InvalidOption, QueratorError, try_again
+from querator.service._batcher import KeyedBatcher
 from querator.service._conversion import workflow_entry, workflow_info
 from querator.service._validation import (
     SYSTEM_NAMESPACE,
@@ -38,7 +39,7 @@ from querator.service._validation import (
 )
 from querator.storage import journal
 from querator.storage.journal import CLAIMED, FINISHED, Effects, Ending
-from querator.storage.workflows import Signal, Workflow, WorkflowRows, split_stored_id, stored_id
+from querator.storage.workflows import Entry, Signal, Workflow, WorkflowRows, split_stored_id, stored_id
 from querator.tenancy import permissions as perm
 from querator.wire import messages as m
 from querator.wire.workflows import RUNNING, child_id
@@ -63,6 +64,10 @@ SWEEP_GRACE_US: Final = 5 * 60 * MICROS
 activation's way from its record's write to a worker's claim under load."""
 SWEEP_PAGE: Final = 1000
 
+Recorded = tuple[str, list[Entry], int]
+"""Results recorded from outside a workflow's claim: its id in messages, the entries, the time."""
+Batch = list[Recorded]
+Outcomes = list[BaseException | None]
 Produce = Callable[[m.QueueProduceRequest], Awaitable[m.QueueProduceResponse]]
 QueueNamespace = Callable[[str], Awaitable[str | None]]
 """The namespace of a queue, None when there is no such queue."""
@@ -93,6 +98,8 @@ class Workflows:
         self._finished: dict[str, asyncio.Event] = {}
         """Events of the workflows a ``result`` on this node waits for, set when this node finishes one
         (by stored id, as every key here)."""
+        self._fan_in: KeyedBatcher[Recorded] = KeyedBatcher(self._record_together)
+        """Results from outside the claim (dispatched steps, children), written together per workflow."""
         self._waiting: Counter[str] = Counter()
         """How many ``result`` calls wait for each workflow: its event goes when the last one does."""
 
@@ -273,7 +280,7 @@ class Workflows:
         now = self._clock.now()
         entries = [workflow_entry(e) for e in req.entries]
         if req.fence == 0:
-            await self._apply(key, lambda wf: journal.record(wf, req.workflow_id, entries, now))
+            await self._fan_in.submit(key, (req.workflow_id, entries, now))
             return m.WorkflowsAppendResponse()
         until = now + claim_timeout(req.claim_timeout) if req.claim_timeout else 0
         wake_at = from_datetime(req.wake_at) if req.wake_at is not None else 0
@@ -332,12 +339,38 @@ class Workflows:
             except InvalidOption:
                 pass  # never started (its parent ended between recording it and starting it)
 
+    async def _record_together(self, key: str, batch: Batch) -> Outcomes:
+        """Records the results of ``batch`` in the workflow stored as ``key`` in one write (``journal.record``
+        for each, in turn, on the record as the ones before left it); for each, None or the error it
+        alone got. The workflow is woken once, if any of them wakes it."""
+        outcomes: Outcomes = []
+
+        def rule(current: Workflow | None) -> tuple[bool, Workflow | None]:
+            outcomes.clear()
+            wf, written, wake = current, None, False
+            for workflow_id, entries, now in batch:
+                try:
+                    effects, updated = journal.record(wf, workflow_id, entries, now)
+                except QueratorError as e:
+                    outcomes.append(e)
+                    continue
+                outcomes.append(None)
+                wake = wake or effects.wake
+                if updated is not None:
+                    wf = written = updated
+            return wake, written
+
+        wake, wf = await self._write(key, rule)
+        if wake:
+            await self._carry_out(key, Effects(wake=True), wf)
+        return outcomes[:]
+
     async def _tell_parent(self, wf: Workflow) -> None:
         now = self._clock.now()
         entry = journal.child_result(wf)  # (its parent_seq is the entry's seq)
         parent_id = split_stored_id(wf.parent_id)[1]
         try:
-            await self._apply(wf.parent_id, lambda parent: journal.record(parent, parent_id, [entry], now))
+            await self._fan_in.submit(wf.parent_id, (parent_id, [entry], now))
         except InvalidOption:
             pass  # the parent is gone (dropped after its retention): nobody is left to tell
 
