@@ -54,7 +54,9 @@ class KeyedBatcher(Generic[T]):
         finally:
             del self._pending[key]
             for _, left in pending:  # cancelled while carrying them out: they go on by themselves
-                if not left.done():
+                if left is done:
+                    left.cancel()
+                elif not left.done():
                     left.set_exception(_HandedBack())
         return await done
 
