@@ -15,7 +15,7 @@ import asyncio
 import bisect
 import itertools
 from collections import Counter as Tally
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, ProcessCollector
@@ -24,6 +24,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from querator._tasks import Supervised
 from querator.clock import Clock, seconds
 from querator.cluster.node import ClusterNode
 from querator.cluster.proxy import CLIENT_GONE, NO_REPLY
@@ -40,6 +41,8 @@ MEMBER_STATES = ("serving", "grace", "joining")
 
 Ready = Callable[[], Awaitable[str]]
 """Why the node should not get traffic now ("" when ready): what ``/ready`` answers."""
+Tasks = Callable[[], Iterable[Supervised]]
+"""The node's long-lived background tasks."""
 
 
 @dataclass(slots=True)
@@ -56,7 +59,9 @@ class QueueGauges:
 class Metrics:
     """The node's private registry (no global state, so tests can run many servers in one process)."""
 
-    def __init__(self, clock: Clock, cluster: ClusterNode, manager: QueuesManager, ready: Ready) -> None:
+    def __init__(
+        self, clock: Clock, cluster: ClusterNode, manager: QueuesManager, ready: Ready, tasks: Tasks = tuple
+    ) -> None:
         self.registry = CollectorRegistry()
         self.latency = LightHistogram(
             "querator_request_duration_seconds",
@@ -80,7 +85,7 @@ class Metrics:
         ProcessCollector(registry=self.registry)
         self._queues = _QueueCollector(clock)
         self.registry.register(self._queues)
-        self._node = _NodeCollector(cluster, manager.counters)
+        self._node = _NodeCollector(cluster, manager.counters, tasks)
         self.registry.register(self._node)
         self._manager = manager
         self._ready = ready
@@ -247,9 +252,10 @@ class _NodeCollector(Collector):
     """The node's readiness and its place in the cluster (a node alone: a one-member ring owning every
     partition)."""
 
-    def __init__(self, cluster: ClusterNode, counters: ClusterCounters) -> None:
+    def __init__(self, cluster: ClusterNode, counters: ClusterCounters, tasks: Tasks) -> None:
         self._cluster = cluster
         self._counters = counters
+        self._tasks = tasks
         self.ready = False
         self.partitions_owned = 0
 
@@ -287,3 +293,11 @@ class _NodeCollector(Collector):
             "Writes storage refused because another node claimed the partition (a newer owner's epoch).",
             self._counters.fenced_writes,
         )
+        restarts = CounterMetricFamily(
+            "querator_task_restarts",
+            "Long-lived background tasks started again after an unexpected failure, by task.",
+            labels=["task"],
+        )
+        for task in self._tasks():
+            restarts.add_metric([task.name], task.restarts)
+        yield restarts

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from itertools import islice
+from datetime import UTC, datetime
 from typing import Final
 from zoneinfo import ZoneInfo, available_timezones
 
@@ -39,7 +39,7 @@ MAX_CATCH_UP: Final = 1000
 downtime only the newest this many ticks are looked at."""
 MAX_CRON: Final = 256
 """Characters of a cron expression (its error messages quote it)."""
-DST_MARGIN: Final = timedelta(hours=3)
+DST_MARGIN_US: Final = 3 * 3600 * MICROS
 """How far before the newest ``MAX_CATCH_UP`` ticks the forward walk starts: a reverse walk finds them,
 and may disagree with the forward one about a tick near a shift of local time (shifts are < 3 h)."""
 
@@ -75,35 +75,47 @@ class Calendar:
         return next(self._forward(after_us), None)
 
     def ticks(self, after_us: int, until_us: int, limit: int) -> list[int]:
-        """The newest ``limit`` ticks in ``(after_us, until_us]``, oldest first."""
+        """The newest ``limit`` ticks in ``(after_us, until_us]``, oldest first.
+
+        Walks forward from ``after_us`` first, so a schedule with nothing due costs one step whatever its
+        calendar; only when more than ``limit`` ticks are due (a long downtime) does it walk backwards
+        from ``until_us`` to skip the older ones. A reverse walk with nothing to find would cross up to
+        ``limit`` gaps of the calendar: four thousand years for a leap-day cron, past year 1.
+        """
         if limit <= 0:
             return []
+        found = list(itertools.islice(_until(self._forward(after_us), until_us), limit + 1))
+        if len(found) <= limit:
+            return found
         start_us = after_us
-        newest = list(islice(self._reverse(until_us), limit))
-        if len(newest) == limit and newest[-1] > after_us:
-            # More may be due than asked for: skip the walk over the older ones.
-            start_us = max(after_us, newest[-1] - int(DST_MARGIN.total_seconds()) * MICROS)
-        found: list[int] = []
-        for tick in self._forward(start_us):
-            if tick > until_us:
-                break
-            if tick > after_us:
-                found.append(tick)
-        return found[-limit:]
+        newest = list(itertools.islice(self._reverse(until_us), limit))
+        if len(newest) == limit:
+            start_us = max(after_us, newest[-1] - DST_MARGIN_US)
+        return list(_until(self._forward(start_us), until_us))[-limit:]
 
     def _forward(self, after_us: int) -> Iterator[int]:
-        return _walk(self.cron, _local(after_us, self.zone), reverse=False)
+        return _walk(self.cron, after_us // MICROS, self.zone, reverse=False)
 
     def _reverse(self, until_us: int) -> Iterator[int]:
         # Reverse walks are strict for a whole second: start one second later to include ``until_us``.
-        whole_s = until_us // MICROS
-        return _walk(self.cron, _local((whole_s + 1) * MICROS, self.zone), reverse=True)
+        return _walk(self.cron, until_us // MICROS + 1, self.zone, reverse=True)
 
 
-def _walk(cron: str, start: datetime, reverse: bool) -> Iterator[int]:
-    """cronsim's walk from ``start``, in UTC microseconds."""
-    for found in CronSim(cron, start, reverse=reverse):
-        yield from_datetime(found)
+def _walk(cron: str, start_s: int, zone: ZoneInfo, reverse: bool) -> Iterator[int]:
+    """cronsim's walk from ``start_s`` (whole seconds since the epoch), in UTC microseconds. It ends
+    where ``datetime`` does (years 1 and 9999: OverflowError or ValueError from cronsim or the zone
+    conversion): a valid expression must never stop the scheduler (a leap-day cron walked backwards
+    1000 ticks reaches year 1)."""
+    try:
+        walk = CronSim(cron, datetime.fromtimestamp(start_s, UTC).astimezone(zone), reverse=reverse)
+        for found in walk:
+            yield from_datetime(found)
+    except (OverflowError, ValueError):
+        return
+
+
+def _until(ticks: Iterator[int], until_us: int) -> Iterator[int]:
+    return itertools.takewhile(lambda tick: tick <= until_us, ticks)
 
 
 @functools.cache
@@ -112,10 +124,6 @@ def _zones() -> frozenset[str]:
     so that no file name a client sends is ever opened. Not ``localtime``, which some systems list: it is
     the server's own zone, not a name that means the same everywhere."""
     return frozenset(available_timezones() - {"localtime"})
-
-
-def _local(us: int, zone: ZoneInfo) -> datetime:
-    return datetime.fromtimestamp(us // MICROS, UTC).astimezone(zone)
 
 
 def jitter_of(name: str, tick_us: int, jitter_us: int) -> int:

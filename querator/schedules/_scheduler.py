@@ -7,14 +7,21 @@ durable workflow to start) would plug in. A tick's last tick is stored only afte
 crash in between fires it again on the next owner, and the dedup id of schedule and tick time makes that
 second produce store nothing. The task never sleeps longer than ``MAX_SLEEP_US``: the event loop's
 timers run on a monotonic clock, and a step of the wall clock must not leave a tick waiting.
+
+Each schedule held keeps when to look at it again (its next firing time, or its retry), in a heap: a
+look at the schedules plans only those whose time has come, and a reading of the schedules plans again
+only those whose record changed. So the work per second follows the ticks due, not the number of
+schedules or the gaps of their calendars.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import heapq
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Final
 
 from querator import _tasks
@@ -34,9 +41,23 @@ RETRY_US: Final = MICROS
 in a row, up to ``MAX_RETRY_US`` (a schedule whose queue was deleted must not flood the log)."""
 MAX_RETRY_US: Final = 30 * MICROS
 PAGE: Final = 1000
+MAX_CALENDARS: Final = 1000
+"""Calendars kept for the routes (``Scheduler.calendar``), the least recently used dropped: an
+expression sent in a refused create must not stay in memory for good."""
+TASK: Final = "schedules"
 
 Fire = Callable[[ScheduleRecord, int], Awaitable[None]]
 """Produces the item of one tick of a schedule; raises when it could not."""
+
+
+@dataclass(slots=True)
+class _Held:
+    """An owned, unpaused schedule, as last read."""
+
+    record: ScheduleRecord
+    look_at: int | None
+    """When to plan it again (None: not until its record changes)."""
+    calendar: Calendar | None = None
 
 
 class Scheduler:
@@ -45,7 +66,8 @@ class Scheduler:
     Args:
         store: Where schedules and their last ticks are kept.
         clock: The time of every plan and timer.
-        owns: Whether this node fires a schedule now (the ring, and whether the node may serve).
+        owns: Whether this node fires a schedule now (the ring, and whether the node may serve); asked
+            at each reading of the schedules, which every change of the ring or of ``serving`` starts.
         fire: Produces one tick's item.
     """
 
@@ -56,23 +78,25 @@ class Scheduler:
         self._fire = fire
         self._wake = asyncio.Event()
         self._reload = True
-        self._records: list[ScheduleRecord] = []
-        self._calendars: dict[tuple[str, str], Calendar] = {}
+        self._loaded_at = 0
+        self._held: dict[str, _Held] = {}
+        self._heap: list[tuple[int, str]] = []
+        """``(look_at, name)`` of the schedules held; an entry whose time is no longer its schedule's
+        ``look_at`` is stale and skipped."""
+        self._calendars: OrderedDict[tuple[str, str], Calendar] = OrderedDict()
         self._retry_at: dict[str, int] = {}
         self._failures: dict[str, int] = {}
         """Failures in a row per schedule, for the back-off."""
-        self._unreadable: set[str] = set()
-        """Schedules whose record this version cannot plan (logged once per reload)."""
-        self._task: asyncio.Task[None] | None = None
+        self._broken: set[str] = set()
+        """Schedules whose look raised unexpectedly (logged once until one succeeds)."""
+        self.task: _tasks.Supervised | None = None
 
     def start(self) -> None:
-        self._task = _tasks.start(self._run(), "schedules")
+        self.task = _tasks.Supervised(self._run, TASK, self._clock)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        if self.task is not None:
+            await self.task.stop()
 
     def changed(self) -> None:
         """A schedule or the ring changed: read the schedules again now (their last ticks too, which
@@ -81,44 +105,83 @@ class Scheduler:
         self._wake.set()
 
     def calendar(self, record: ScheduleRecord) -> Calendar:
-        """The record's calendar, parsed once per expression and zone."""
+        """The record's calendar, parsed once per expression and zone while it is among the
+        ``MAX_CALENDARS`` used last."""
         key = (record.cron, record.time_zone)
         found = self._calendars.get(key)
         if found is None:
             found = self._calendars[key] = Calendar(record.cron, record.time_zone)
+            if len(self._calendars) > MAX_CALENDARS:
+                self._calendars.popitem(last=False)
+        else:
+            self._calendars.move_to_end(key)
         return found
 
-    def timing(self, record: ScheduleRecord) -> Timing:
-        return Timing(
-            record.name, self.calendar(record), record.catch_up, record.catch_up_limit, record.jitter
-        )
-
     async def _run(self) -> None:
-        loaded_at = 0
+        # Started again after a failure: plan everything from what is stored, nothing from before.
+        self._reload = True
+        self._held, self._heap = {}, []
         while True:
-            now = self._clock.now()
-            wake_at = now + MAX_SLEEP_US
-            if self._reload or not loaded_at <= now < loaded_at + RELOAD_US:
-                try:
-                    self._reload = False
-                    self._records = await self._load()
-                    loaded_at = now
-                    self._forget_others({r.name for r in self._records})
-                except QueratorError as e:
-                    log.warning("reading schedules failed (tried again): %s", e.message)
-                    self._reload = True
-            owned = [r for r in self._records if not r.paused and self._owns(r.name)]
-            for next_at in await asyncio.gather(*(self._advance(r, now) for r in owned)):
-                if next_at is not None:
-                    wake_at = min(wake_at, next_at)
-            await self._sleep_until(wake_at)
+            await self._sleep_until(await self.look())
 
-    def _forget_others(self, names: set[str]) -> None:
-        """Drops what is kept about schedules other than ``names`` (deleted ones), and the warnings."""
-        for kept in (self._retry_at, self._failures):
-            for name in kept.keys() - names:
-                del kept[name]
-        self._unreadable.clear()
+    async def look(self) -> int:
+        """One look at the schedules: reads them again when it is time, fires what is due; returns when
+        to look again."""
+        now = self._clock.now()
+        if self._reload or not self._loaded_at <= now < self._loaded_at + RELOAD_US:
+            try:
+                self._reload = False
+                self._hold(await self._load(), now)
+                self._loaded_at = now
+            except QueratorError as e:
+                log.warning("reading schedules failed (tried again): %s", e.message)
+                self._reload = True
+        due = self._due(now)
+        looks = await asyncio.gather(*(self._advance(held, now) for held in due))
+        for held, look_at in zip(due, looks, strict=True):
+            self._plan_at(held, look_at)
+        wake_at = now + MAX_SLEEP_US
+        if self._heap:
+            wake_at = min(wake_at, self._heap[0][0])
+        return wake_at
+
+    def _hold(self, records: list[ScheduleRecord], now: int) -> None:
+        """Holds the owned, unpaused ``records``: a schedule read as it was kept keeps its next look, a
+        new or changed one is planned now."""
+        held: dict[str, _Held] = {}
+        for record in records:
+            if record.paused or not self._owns(record.name):
+                continue
+            kept = self._held.get(record.name)
+            if kept is not None and kept.record == record:
+                held[record.name] = kept
+                continue
+            held[record.name] = _Held(record, look_at=None)
+            self._plan_at(held[record.name], now)
+            self._broken.discard(record.name)
+        self._held = held
+        for kept_of in (self._retry_at, self._failures):
+            for name in kept_of.keys() - held.keys():
+                del kept_of[name]
+        self._broken &= held.keys()
+        if len(self._heap) > 2 * len(held) + PAGE:  # mostly stale entries: rebuild
+            self._heap = [(h.look_at, n) for n, h in held.items() if h.look_at is not None]
+            heapq.heapify(self._heap)
+
+    def _plan_at(self, held: _Held, look_at: int | None) -> None:
+        held.look_at = look_at
+        if look_at is not None:
+            heapq.heappush(self._heap, (look_at, held.record.name))
+
+    def _due(self, now: int) -> list[_Held]:
+        """The held schedules whose look has come, taken off the heap."""
+        due: dict[str, _Held] = {}
+        while self._heap and self._heap[0][0] <= now:
+            look_at, name = heapq.heappop(self._heap)
+            held = self._held.get(name)
+            if held is not None and held.look_at == look_at and name not in due:
+                due[name] = held
+        return list(due.values())
 
     async def _load(self) -> list[ScheduleRecord]:
         records: list[ScheduleRecord] = []
@@ -130,18 +193,31 @@ class Scheduler:
                 return records
             pivot = page[-1].name
 
-    async def _advance(self, record: ScheduleRecord, now: int) -> int | None:
-        """Fires what is due of one schedule; returns when to look at it again."""
+    async def _advance(self, held: _Held, now: int) -> int | None:
+        """Fires what is due of one schedule; returns when to look at it again. A schedule whose look
+        fails unexpectedly backs off alone: the others go on."""
+        name = held.record.name
+        try:
+            return await self._advance_one(held, now)
+        except Exception:
+            if name not in self._broken:
+                self._broken.add(name)
+                log.exception("schedule %s: looking at it failed (tried again later)", name)
+            return self._failed(name, now)
+
+    async def _advance_one(self, held: _Held, now: int) -> int | None:
+        record = held.record
         retry_at = self._retry_at.get(record.name, 0)
         if now < retry_at:
             return retry_at
         try:
-            found = plan(self.timing(record), max(record.start, record.last_tick), now)
+            if held.calendar is None:
+                held.calendar = self.calendar(record)
+            timing = Timing(record.name, held.calendar, record.catch_up, record.catch_up_limit, record.jitter)
+            found = plan(timing, max(record.start, record.last_tick), now)
         except QueratorError as e:  # a record this version cannot plan (a zone it does not know)
-            if record.name not in self._unreadable:
-                self._unreadable.add(record.name)
-                log.warning("schedule %s cannot fire: %s", record.name, e.message)
-            return None
+            log.warning("schedule %s cannot fire: %s", record.name, e.message)
+            return None  # until its record changes
         fired = tick = 0
         try:
             for tick in found.fire:
@@ -159,6 +235,7 @@ class Scheduler:
             retry_at = 0
             self._retry_at.pop(record.name, None)
             self._failures.pop(record.name, None)
+            self._broken.discard(record.name)
         if done > record.last_tick:
             try:
                 await self._store.record_tick(record.name, done)

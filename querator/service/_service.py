@@ -11,7 +11,6 @@ served here or refused, never forwarded again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import ssl
 from collections.abc import Awaitable, Iterable
@@ -112,7 +111,7 @@ class Service(QueueAdministration):
             owned=self.router.owned if self.cluster.clustered else None,
             owner=self.cluster.owner if self.cluster.clustered else None,
         )
-        self.metrics = Metrics(self.clock, self.cluster, self.manager, self.ready)
+        self.metrics = Metrics(self.clock, self.cluster, self.manager, self.ready, self.background_tasks)
         self.proxy = Proxy(self.cluster.node_id, cluster_auth, cluster_tls, self.metrics.forwarded)
         self.scheduler = Scheduler(store, self.clock, self.router.owns_schedule, self._fire_tick)
         self.schedules = Schedules(
@@ -141,8 +140,8 @@ class Service(QueueAdministration):
         records are then the queue's."""
         self._closing = False
         self._started = False
-        self._purger: asyncio.Task[None] | None = None
-        self._sweeper: asyncio.Task[None] | None = None
+        self._purger: _tasks.Supervised | None = None
+        self._sweeper: _tasks.Supervised | None = None
 
     async def start(self) -> None:
         """Opens the storage backend and starts dropping expired de-duplication records."""
@@ -159,8 +158,8 @@ class Service(QueueAdministration):
             await self.store.close()
             raise
         self.cluster.on_change(self._cluster_changed)
-        self._purger = _tasks.start(self._purge_dedup(), "dedup-purge")
-        self._sweeper = _tasks.start(self._sweep_workflows(), "workflow-sweep")
+        self._purger = _tasks.Supervised(self._purge_dedup, "dedup-purge", self.clock)
+        self._sweeper = _tasks.Supervised(self._sweep_workflows, "workflow-sweep", self.clock)
         self.scheduler.start()
         self._started = True
 
@@ -169,15 +168,18 @@ class Service(QueueAdministration):
         self._closing = True
         for task in (self._purger, self._sweeper):
             if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await task.stop()
         await self.scheduler.stop()
         await self.manager.shutdown()
         await self.tenancy.stop()
         await self.cluster.stop()
         await self.proxy.close()
         await self.store.close()
+
+    def background_tasks(self) -> list[_tasks.Supervised]:
+        """The node's long-lived tasks that run now (started again when they fail)."""
+        tasks = (self._purger, self._sweeper, self.scheduler.task, self.tenancy.flusher)
+        return [task for task in tasks if task is not None]
 
     # Long on purpose: one reason per check, in the order a probe should read them.
     async def ready(self) -> str:  # noqa: PLR0911
@@ -198,6 +200,11 @@ class Service(QueueAdministration):
                 # Storage refused it (a damaged file, a full disk, an outage): until it recovers, its
                 # requests get 454s; a node whose partition serves nothing should not get traffic.
                 return f"partition {failing[0]} of queue {queue.name} is failing: {failing[1]}"
+        # A task that keeps failing (the scheduler: no schedule of this node fires) is restarted, but
+        # what it does is not done meanwhile: the node should be looked at, not just kept in traffic.
+        failing_task = next((t.failing() for t in self.background_tasks() if t.failing()), "")
+        if failing_task:
+            return failing_task
         try:
             await asyncio.wait_for(self.store.check(), READY_TIMEOUT_S)
         except Exception as e:

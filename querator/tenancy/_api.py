@@ -3,7 +3,6 @@ of a store (docs/tenancy.md). Each route validates, then authorizes, then acts, 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import logging
@@ -56,7 +55,7 @@ class Tenancy:
         self.access = Access(self.directory, clock, registry=registry)
         self._open_door = True
         self._ids = KsuidGenerator(clock.now() // 1_000_000)
-        self._flusher: asyncio.Task[None] | None = None
+        self.flusher: _tasks.Supervised | None = None
 
     def enable(self, bootstrap_hashes: Iterable[bytes] = ()) -> None:
         """Turns tenancy on; ``bootstrap_hashes`` (``--api-keys``) are the keys of the bootstrap admin."""
@@ -70,13 +69,11 @@ class Tenancy:
         if not self.enabled:
             return
         await self._bootstrap()
-        self._flusher = _tasks.start(self._flush_forever(), "tenancy-flush")
+        self.flusher = _tasks.Supervised(self._flush_forever, "tenancy-flush", self.clock)
 
     async def stop(self) -> None:
-        if self._flusher is not None:
-            self._flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._flusher
+        if self.flusher is not None:
+            await self.flusher.stop()
             with contextlib.suppress(QueratorError):
                 await self.access.flush()
 

@@ -288,3 +288,50 @@ async def test_a_list_page_ends_at_the_payload_byte_cap(api: Api) -> None:
     assert len(first) == LIST_PAGE_BYTES // 180_000  # 23 payloads fit in 4 MiB, the 24th would not
     rest = (await api.post("/v1/schedules.list", {"pivot": first[-1]["name"] + "~"}))["items"]
     assert [s["name"] for s in first + rest] == [f"s{n:02d}" for n in range(25)]
+
+
+async def test_a_scheduler_that_keeps_failing_is_restarted_and_shown_by_ready(
+    api: Api, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scheduler task that died stopped every schedule of the node for good while /ready passed: it is
+    started again after a back-off, counted, and a node whose scheduler keeps failing is not ready."""
+    await api.create("q")
+    await api.post("/v1/schedules.create", schedule())
+    scheduler = api.service.scheduler
+    store = scheduler._store
+    readable = store.list_schedules
+
+    async def unreadable(pivot: str, limit: int) -> Any:
+        raise RuntimeError("a bug in the store")
+
+    monkeypatch.setattr(store, "list_schedules", unreadable)
+    scheduler.changed()
+    for wait_s in (1, 2):  # the back-off doubles
+        await eventually(lambda wait_s=wait_s: _restarted(scheduler, wait_s))
+        clock.advance(wait_s)
+    await eventually(lambda: _restarted(scheduler, 3))
+    async with api.session.get(api.base + "/ready") as resp:
+        assert resp.status == 503
+        assert (await resp.json(content_type=None))["output"] == (
+            "background task schedules keeps failing (3 times in a row): RuntimeError: a bug in the store"
+        )
+    async with api.session.get(api.base + "/metrics") as resp:
+        assert 'querator_task_restarts_total{task="schedules"} 3.0' in await resp.text()
+    monkeypatch.setattr(store, "list_schedules", readable)
+    clock.advance(4)  # started again: it fires the schedule
+    await eventually(lambda: _has_ticks(api))
+    clock.advance(30)  # a run that lasts has recovered
+    await eventually(lambda: _ready(api))
+
+
+async def _restarted(scheduler: Any, n: int) -> bool:
+    return bool(scheduler.task.restarts == n)
+
+
+async def _has_ticks(api: Api) -> bool:
+    return bool(await references(api))
+
+
+async def _ready(api: Api) -> bool:
+    async with api.session.get(api.base + "/ready") as resp:
+        return resp.status == 200

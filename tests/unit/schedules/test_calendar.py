@@ -3,7 +3,9 @@ time, the catch-up policies, jitter. Pure: every function takes ``now``."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -20,6 +22,7 @@ from querator.schedules import (
     plan,
     tick_time,
 )
+from querator.schedules import _calendar as calendar_module
 
 S = MICROS
 
@@ -219,3 +222,96 @@ def test_a_jittered_tick_fires_after_its_delay_and_holds_back_later_ones() -> No
     assert plan(t, START, first + delay - 1).fire == []
     assert plan(t, START, first + delay - 1).next_at == first + delay
     assert plan(t, START, first + delay).fire == [first]
+
+
+# -- rare and extreme calendars ----------------------------------------------------------------------------
+
+RARE_CRONS = (
+    "0 0 29 2 *",
+    "0 0 29 2 1",
+    "0 0 0 29 2 *",
+    "59 59 23 31 12 *",
+    "59 23 31 12 *",
+    "0 0 1 1 *",
+    "0 0 L 2 *",
+    "0 0 * * 5#5",
+    "* * * * *",
+)
+RARE_ZONES = ("UTC", "Pacific/Kiritimati", "Pacific/Pago_Pago", "Europe/Berlin")
+INSTANTS = (
+    utc(2026, 1, 1, 12),
+    utc(2027, 12, 31, 23, 59, 59),
+    utc(2028, 2, 29),
+    utc(2099, 12, 31, 23, 59),
+    utc(9999, 12, 30),
+    utc(1, 1, 2),
+    utc(1970, 1, 1),
+)
+
+
+@pytest.mark.parametrize("zone", RARE_ZONES)
+@pytest.mark.parametrize("cron", RARE_CRONS)
+def test_a_valid_calendar_never_raises_near_the_ends_of_time(cron: str, zone: str) -> None:
+    """A leap-day cron walked backwards reached year 1 and raised OverflowError, which stopped every
+    schedule of the node: every valid expression is planned at any instant, its walks end at the
+    ends of ``datetime``."""
+    calendar = Calendar(cron, zone)
+    t = Timing("s", calendar, ALL, 1000, 0)
+    for now in INSTANTS:
+        for after in (now - 5000 * 24 * 3600 * S, now - 3600 * S, now):
+            found = calendar.ticks(after, now, 1000)
+            assert found == sorted(set(found)) and all(after < tick <= now for tick in found)
+            upcoming = calendar.next_after(now)
+            assert upcoming is None or upcoming > now
+            result = plan(t, after, now)
+            assert result.fire == found and (result.next_at is None or result.next_at > now)
+
+
+def test_a_leap_day_cron_is_planned_on_its_days() -> None:
+    calendar = Calendar("0 0 29 2 *", "UTC")
+    assert times(calendar.ticks(utc(2026, 1, 1), utc(2036, 3, 1), 1000)) == [
+        "2028-02-29T00:00:00Z",
+        "2032-02-29T00:00:00Z",
+        "2036-02-29T00:00:00Z",
+    ]
+    assert times(calendar.ticks(utc(2026, 1, 1), utc(2036, 3, 1), 2)) == [
+        "2032-02-29T00:00:00Z",
+        "2036-02-29T00:00:00Z",
+    ]
+    assert tick_time(calendar.next_after(utc(2026, 1, 1)) or 0) == "2028-02-29T00:00:00Z"
+
+
+@pytest.mark.parametrize("cron", ["0 0 29 2 *", "0 0 1 7 *", "30 6 * * *"])
+def test_nothing_due_costs_one_step_of_the_calendar(cron: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Looking at a schedule with nothing due walked 1000 ticks backwards (years of a yearly cron, the
+    whole history of a leap-day one) every second: now it looks at the next tick only."""
+    steps = count_steps(monkeypatch)
+    calendar = Calendar(cron, "Europe/Berlin")
+    found = plan(Timing("s", calendar, ONE, 0, 0), START, START + 10 * S)
+    assert found.fire == [] and found.next_at is not None
+    assert steps == [1, 1]  # the first tick after START, then the next one after now
+
+
+def count_steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The ticks each walk of the calendar went through, one entry per walk."""
+    steps: list[int] = []
+    walk = calendar_module._walk
+
+    def counted(*args: Any, **kwargs: Any) -> Iterator[int]:
+        steps.append(0)
+        n = len(steps) - 1
+        for tick in walk(*args, **kwargs):
+            steps[n] += 1
+            yield tick
+
+    monkeypatch.setattr(calendar_module, "_walk", counted)
+    return steps
+
+
+def test_a_long_downtime_walks_back_only_the_newest_ticks(monkeypatch: pytest.MonkeyPatch) -> None:
+    steps = count_steps(monkeypatch)
+    calendar = Calendar("* * * * *", "UTC")
+    found = calendar.ticks(START - 365 * 24 * 3600 * S, START, 10)
+    assert len(found) == 10 and found[-1] == START
+    # forward until more than 10 are found, back 10, forward over the margin before the oldest
+    assert steps[0] == 11 and steps[1] == 10 and steps[2] <= 10 + 3 * 60 + 1

@@ -4,14 +4,17 @@ new owner goes on from the stored last tick (docs/schedules.md)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
 from querator.clock import MICROS, FakeClock, from_datetime
 from querator.errors import RetryRequest
-from querator.schedules import Scheduler, tick_time
+from querator.schedules import Plan, Scheduler, Timing, plan, tick_time
+from querator.schedules import _calendar as calendar_module
+from querator.schedules import _scheduler as scheduler_module
 from querator.storage.memory import MemoryStore
 from querator.storage.schedules import ScheduleRecord
 from tests.conftest import eventually
@@ -148,3 +151,123 @@ async def test_failures_in_a_row_back_off(node: Node, store: MemoryStore, clock:
 
 async def _failures_are(node: Node, n: int) -> bool:
     return node.failures == n
+
+
+# -- failures that are not a fire's ------------------------------------------------------------------------
+
+
+async def test_a_schedule_whose_plan_raises_does_not_stop_the_others(
+    store: MemoryStore, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unexpected exception while planning one schedule stopped the scheduler task, and with it every
+    schedule of the node: now that schedule backs off alone."""
+    await store.add_schedule(ScheduleRecord(name="bad", cron="* * * * * *", queue="q", start=START))
+    calls: list[str] = []
+
+    def failing_plan(timing: Timing, after_us: int, now_us: int) -> Plan:
+        calls.append(timing.name)
+        if timing.name == "bad":
+            raise RuntimeError("a bug in the calendar")
+        return plan(timing, after_us, now_us)
+
+    monkeypatch.setattr(scheduler_module, "plan", failing_plan)
+    node = Node(store, clock)
+    node.scheduler.start()
+    try:
+        clock.advance(1)
+        await fired_is(node, ["s@2026-01-01T12:00:01Z"])
+        for n in range(2, 7):
+            clock.advance(1)
+            await fired_is(node, [f"s@2026-01-01T12:00:0{t}Z" for t in range(1, n + 1)])
+        assert node.scheduler.task is not None and node.scheduler.task.restarts == 0
+        assert calls.count("bad") == 3 and calls.count("s") == 6  # it backs off: 1 s, then 2 s
+    finally:
+        await node.scheduler.stop()
+
+
+async def test_a_scheduler_that_fails_is_started_again(store: MemoryStore, clock: FakeClock) -> None:
+    """The scheduler task died on an unexpected exception (nothing fired again until a restart of the
+    node): it is started again after a back-off, and counted."""
+    broken = [True]
+    node = Node(store, clock)
+
+    def owns(_name: str) -> bool:
+        if broken[0]:
+            broken[0] = False
+            raise RuntimeError("the ring is confused")
+        return True
+
+    node.scheduler = Scheduler(store, clock, owns, node.fire)
+    node.scheduler.start()
+    try:
+        await eventually(lambda: _restarts_are(node.scheduler, 1))
+        clock.advance(1)  # the back-off; then the tick of 12:00:01 is due
+        await fired_is(node, ["s@2026-01-01T12:00:01Z"])
+        clock.advance(1)
+        await fired_is(node, ["s@2026-01-01T12:00:01Z", "s@2026-01-01T12:00:02Z"])
+    finally:
+        await node.scheduler.stop()
+
+
+async def _restarts_are(scheduler: Scheduler, n: int) -> bool:
+    return scheduler.task is not None and scheduler.task.restarts == n
+
+
+# -- the work of a look -------------------------------------------------------------------------------------
+
+SPARSE = ("0 0 1 7 *", "0 0 29 2 *", "30 6 * * *")
+"""Nothing due in the minute after START (12:00 UTC, 2026-01-01)."""
+
+
+async def test_schedules_with_nothing_due_cost_no_calendar_work(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every look (each second) planned every schedule, and each plan walked 1000 ticks backwards:
+    twenty daily schedules held a core. Now a schedule is planned when its time has come or its record
+    changed, so ten thousand sparse schedules cost nothing over a minute of looks and readings."""
+    store = MemoryStore()
+    for n in range(10_000):
+        await add(store, f"sparse-{n:05}", SPARSE[n % 3])
+    for n in range(10):  # due once, at 12:00:30
+        await add(store, f"due-{n}", "30 0 12 * * *")
+    await add(store, "s", "* * * * * *")
+    walks: dict[str, int] = {}
+    walk = calendar_module._walk
+
+    def counted(cron: str, *args: Any, **kwargs: Any) -> Iterator[int]:
+        walks[cron] = walks.get(cron, 0) + 1
+        return walk(cron, *args, **kwargs)
+
+    monkeypatch.setattr(calendar_module, "_walk", counted)
+    node = Node(store, clock)
+    node.scheduler.start()
+    try:
+        clock.advance(1)
+        await fired_is(node, ["s@2026-01-01T12:00:01Z"])
+        planned = {cron: walks[cron] for cron in SPARSE}
+        assert all(count <= 2 * 3334 for count in planned.values())  # each planned once
+        for second in range(2, 60):  # eleven readings of the schedules, none changed
+            clock.advance(1)
+            await eventually(lambda second=second: _fired_at(node, second))
+        assert {cron: walks[cron] for cron in SPARSE} == planned
+        due = [f for f in node.fired if f.startswith("due-")]
+        assert sorted(due) == [f"due-{n}@2026-01-01T12:00:30Z" for n in range(10)]
+    finally:
+        await node.scheduler.stop()
+
+
+async def add(store: MemoryStore, name: str, cron: str) -> None:
+    await store.add_schedule(ScheduleRecord(name=name, cron=cron, queue="q", start=START))
+
+
+async def _fired_at(node: Node, second: int) -> bool:
+    return f"s@2026-01-01T12:00:{second:02}Z" in node.fired
+
+
+def test_the_calendars_kept_for_the_routes_are_bounded(store: MemoryStore, clock: FakeClock) -> None:
+    """Every expression a create was checked with stayed parsed in memory, refused creates included."""
+    scheduler = Scheduler(store, clock, lambda _: True, Node(store, clock).fire)
+    for n in range(3 * scheduler_module.MAX_CALENDARS):
+        cron = f"{n % 60} {n // 60 % 24} {n // 1440 + 1} * *"
+        assert scheduler.calendar(ScheduleRecord(name="x", cron=cron)).cron == cron
+    assert len(scheduler._calendars) == scheduler_module.MAX_CALENDARS
