@@ -68,7 +68,7 @@ class QueueAdministration:
             raise shutting_down("service")
         if await self.manager.record(info.queue_name) is not None:
             raise InvalidOption(f"invalid queue; '{info.queue_name}' already exists")
-        await self._check_dead_queue(info.queue_name, info.dead_queue)
+        await self._check_dead_queue(info.queue_name, info.dead_queue, owner)
         now = self.clock.now()
         record = QueueRecord(
             name=info.queue_name,
@@ -95,7 +95,7 @@ class QueueAdministration:
         if current is None:
             raise InvalidOption(f"queue does not exist; no such queue named '{info.queue_name}'")
         await self.tenancy.authorize(current.namespace, perm.QUEUE_UPDATE)
-        await self._check_dead_queue(info.queue_name, info.dead_queue)
+        await self._check_dead_queue(info.queue_name, info.dead_queue, current.namespace or SYSTEM_NAMESPACE)
         record = QueueRecord(
             name=current.name,
             namespace=current.namespace,
@@ -143,7 +143,10 @@ class QueueAdministration:
         records = await self.manager.list_queues(req.pivot, req.limit or DEFAULT_LIST_LIMIT, listed)
         return m.QueuesListResponse(items=[queue_info(r) for r in records])
 
-    async def _check_dead_queue(self, name: str, dead_queue: str) -> None:
+    async def _check_dead_queue(self, name: str, dead_queue: str, owner: str) -> None:
+        """The reference's dead-queue checks; with tenancy, also that the dead queue is in the queue's
+        namespace ``owner``: dead items are written there by the server, so a dead queue elsewhere
+        would let a namespace's owner produce into a queue it may not write (docs/tenancy.md)."""
         if not dead_queue:
             return
         if "~" in dead_queue:
@@ -155,6 +158,11 @@ class QueueAdministration:
         target = await self.manager.record(dead_queue)
         if target is None:
             raise InvalidOption(f"dead_queue does not exist; '{dead_queue}' was not found, create it first")
+        # Before the next check, which would tell how another namespace's queue is set.
+        if self.tenancy.enabled and (target.namespace or SYSTEM_NAMESPACE) != owner:
+            raise InvalidOption(
+                f"dead_queue is invalid; '{dead_queue}' is not in the queue's namespace '{owner}'"
+            )
         if target.dead_queue:
             raise InvalidOption(
                 f"dead_queue is invalid; '{dead_queue}' already has its own dead_queue configured"
