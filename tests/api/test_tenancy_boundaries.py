@@ -74,3 +74,26 @@ async def test_a_dead_queue_is_in_its_queues_namespace(admin: Caller) -> None:
     assert "leaky" not in [
         q["queue_name"] for q in (await admin.ok("/v1/queues.list", {"namespace": TEAM}))["items"]
     ]
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])  # a restart on the same file
+async def test_a_store_with_tenants_started_without_its_key_gets_no_open_door(
+    start_server: ServerFactory, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Open Door is for a new store (docs/tenancy.md): a store that has users, started once without its
+    bootstrap key (a setting lost in a deploy), must not make anonymous its Admin, then or later."""
+    api = await tenant_server(start_server, clock)
+    ops = await Caller(api, BOOTSTRAP_KEY).member("ops", "_system", "Admin")
+    await api.service.shutdown()
+    keyless = await tenant_server(start_server, clock, open_door=True)
+    ops = Caller(keyless, ops.key)
+    await Caller(keyless).fails("/v1/queues.list", {}, 403, "access denied")
+    assert "no bootstrap key is configured, but the store already has namespaces, users" in caplog.text
+    assert "so no Open Door is made" in caplog.text
+    await keyless.service.shutdown()
+    again = await tenant_server(start_server, clock)  # the key is back
+    ops = Caller(again, ops.key)
+    bindings = (await ops.ok("/v1/rolebindings.list"))["items"]
+    ops_id = next(u["id"] for u in (await ops.ok("/v1/users.list"))["items"] if u["username"] == "ops")
+    assert [b["user_id"] for b in bindings] == [ops_id]
+    await Caller(again).fails("/v1/queues.list", {}, 403, "access denied")
