@@ -4,6 +4,7 @@ is in it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -97,3 +98,70 @@ async def test_a_store_with_tenants_started_without_its_key_gets_no_open_door(
     ops_id = next(u["id"] for u in (await ops.ok("/v1/users.list"))["items"] if u["username"] == "ops")
     assert [b["user_id"] for b in bindings] == [ops_id]
     await Caller(again).fails("/v1/queues.list", {}, 403, "access denied")
+
+
+Body = Callable[[str], dict[str, Any]]
+WAIT = {"request_timeout": "1m"}
+# Every route that names a queue, with a body that passes the route's own checks of its fields.
+QUEUE_ROUTES: list[tuple[str, Body]] = [
+    ("/v1/queue.produce", lambda q: {"queue_name": q, **WAIT}),
+    ("/v1/queue.lease", lambda q: {"queue_name": q, **WAIT}),
+    ("/v1/queue.complete", lambda q: {"queue_name": q, **WAIT}),
+    ("/v1/queue.retry", lambda q: {"queue_name": q}),
+    ("/v1/queue.renew", lambda q: {"queue_name": q, **WAIT}),
+    ("/v1/queue.stats", lambda q: {"queue_name": q}),
+    ("/v1/queue.clear", lambda q: {"queue_name": q, "queue": True}),
+    ("/v1/queue.reload", lambda q: {"queue_name": q}),
+    ("/v1/queue.redrive", lambda q: {"queue_name": q, "target_queue": f"q-{TEAM}"}),
+    ("/v1/queue.redrive", lambda q: {"queue_name": f"q-{TEAM}", "target_queue": q}),
+    ("/v1/queues.update", _queue),
+    ("/v1/queues.info", lambda q: {"queue_name": q}),
+    ("/v1/queues.delete", lambda q: {"queue_name": q}),
+    ("/v1/storage/items.list", lambda q: {"queue_name": q}),
+    ("/v1/storage/scheduled.list", lambda q: {"queue_name": q}),
+    ("/v1/storage/items.import", lambda q: {"queue_name": q}),
+    ("/v1/storage/items.delete", lambda q: {"queue_name": q}),
+    ("/v1/cluster.info", lambda q: {"queue_name": q}),
+    ("/v1/workflows.start", lambda q: {"workflow_id": "w", "name": "flow", "queue_name": q}),
+    ("/v1/schedules.create", lambda q: {"name": "s", "cron": "0 2 * * *", "queue_name": q}),
+    ("/v1/schedules.update", lambda q: {"name": "mine", "cron": "0 2 * * *", "queue_name": q}),
+]
+SCHEDULE_ROUTES: list[tuple[str, Body]] = [
+    ("/v1/schedules.info", lambda s: {"name": s}),
+    ("/v1/schedules.pause", lambda s: {"name": s}),
+    ("/v1/schedules.resume", lambda s: {"name": s}),
+    ("/v1/schedules.delete", lambda s: {"name": s}),
+    ("/v1/schedules.update", lambda s: {"name": s, "cron": "0 2 * * *", "queue_name": f"q-{TEAM}"}),
+]
+DENIED = (403, {"code": 403, "code_text": "Forbidden", "message": "access denied"})
+
+
+async def test_a_caller_refused_in_a_namespace_learns_nothing_of_its_names(admin: Caller) -> None:
+    """A queue or schedule of another namespace and one that exists nowhere get the same 403: before,
+    the one that did not exist got 400 "does not exist", which told a tenant which names another
+    namespace uses. Only a caller who may see every namespace (here the admin) learns that one does
+    not exist."""
+    owner = await admin.member("owner", TEAM, "NamespaceOwner")
+    await admin.ok(
+        "/v1/schedules.create", {"name": "theirs", "cron": "0 2 * * *", "queue_name": f"q-{OTHER}"}
+    )
+    await owner.ok("/v1/schedules.create", {"name": "mine", "cron": "0 2 * * *", "queue_name": f"q-{TEAM}"})
+    for routes, foreign in ((QUEUE_ROUTES, f"q-{OTHER}"), (SCHEDULE_ROUTES, "theirs")):
+        for path, body in routes:
+            assert await owner.call(path, body(foreign)) == DENIED, (path, foreign)
+            assert await owner.call(path, body("nowhere")) == DENIED, (path, "nowhere")
+    await admin.fails(
+        "/v1/queues.info",
+        {"queue_name": "nowhere"},
+        400,
+        "queue does not exist; no such queue named 'nowhere'",
+    )
+    await admin.fails(
+        "/v1/schedules.info",
+        {"name": "nowhere"},
+        400,
+        "schedule does not exist; no such schedule named 'nowhere'",
+    )
+    # What the owner may see still answers as before.
+    assert (await owner.call("/v1/queue.stats", {"queue_name": f"q-{TEAM}"}))[0] == 200
+    assert (await owner.call("/v1/schedules.info", {"name": "mine"}))[0] == 200
