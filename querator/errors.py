@@ -146,6 +146,11 @@ def outcome_unknown(error: QueratorError) -> bool:
     return isinstance(error, RetryRequest) and error.outcome_unknown
 
 
+def no_such_queue(name: str) -> InvalidOption:
+    """The 400 of a request naming a queue that does not exist."""
+    return InvalidOption(f"queue does not exist; no such queue named '{name}'")
+
+
 def shutting_down(what: str = "queue") -> RequestFailed:
     """The 453 every request gets once its queue or the service has begun to stop."""
     return RequestFailed(f"{what} is shutting down")

@@ -22,7 +22,7 @@ from querator.clock import Clock
 from querator.engine.hand_off_log import Direction, HandOffEntry, HandOffLog, Outcome
 from querator.engine.logical_queue import DeadLetter
 from querator.engine.queue import Queue
-from querator.errors import InvalidOption, RetryRequest, shutting_down
+from querator.errors import InvalidOption, RetryRequest, no_such_queue, shutting_down
 from querator.storage.base import QueueRecord, Store
 
 Owned = Callable[[str, int], Sequence[int]]
@@ -123,7 +123,7 @@ class QueuesManager:
                     return queue
                 record = await self.store.get_queue(name)
                 if record is None:
-                    raise InvalidOption(f"queue does not exist; no such queue named '{name}'")
+                    raise no_such_queue(name)
                 if name not in self._stopping:  # else: stopped again while its settings were read
                     self._records.pop(name, None)  # the engine's settings are the ones from now on
                     queue = self._queues[name] = self._spawn(record)
@@ -241,15 +241,21 @@ class QueuesManager:
     async def settings(self, name: str) -> QueueRecord:
         """The queue's settings to check and route a request by, without starting its engine: the
         running engine's, else the ones last read; 400 when no such queue exists."""
+        record = await self.known(name)
+        if record is None:
+            raise no_such_queue(name)
+        return record
+
+    async def known(self, name: str) -> QueueRecord | None:
+        """``settings``, or None when no such queue exists."""
         queue = self._queues.get(name)
         if queue is not None:
             return queue.settings
         record = self._records.get(name)
         if record is None:
             record = await self.store.get_queue(name)
-            if record is None:
-                raise InvalidOption(f"queue does not exist; no such queue named '{name}'")
-            self._records[name] = record
+            if record is not None:
+                self._records[name] = record
         return record
 
     async def record(self, name: str) -> QueueRecord | None:
@@ -284,7 +290,7 @@ class QueuesManager:
         the other nodes' engines stop)."""
         record = await self.record(name)
         if record is None:
-            raise InvalidOption(f"queue does not exist; no such queue named '{name}'")
+            raise no_such_queue(name)
         await self.store.delete_queue(name)
         await self.forget(name)
         if before_items is not None:

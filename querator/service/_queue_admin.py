@@ -11,7 +11,7 @@ from querator.cluster.proxy import Proxy
 from querator.cluster.remote_queue import CALL_TIMEOUT_S
 from querator.cluster.router import Router
 from querator.engine.queues_manager import QueuesManager
-from querator.errors import InvalidOption, shutting_down
+from querator.errors import InvalidOption, no_such_queue, shutting_down
 from querator.service._conversion import queue_info
 from querator.service._schedules import Schedules
 from querator.service._validation import (
@@ -68,7 +68,7 @@ class QueueAdministration:
             raise shutting_down("service")
         if await self.manager.record(info.queue_name) is not None:
             raise InvalidOption(f"invalid queue; '{info.queue_name}' already exists")
-        await self._check_dead_queue(info.queue_name, info.dead_queue)
+        await self._check_dead_queue(info.queue_name, info.dead_queue, owner)
         now = self.clock.now()
         record = QueueRecord(
             name=info.queue_name,
@@ -91,11 +91,8 @@ class QueueAdministration:
         check_new_name(info.queue_name)
         lease_timeout, expire_timeout = timeouts(info)
         check_lease_token_setting(info.lease_token)
-        current = await self.manager.record(info.queue_name)
-        if current is None:
-            raise InvalidOption(f"queue does not exist; no such queue named '{info.queue_name}'")
-        await self.tenancy.authorize(current.namespace, perm.QUEUE_UPDATE)
-        await self._check_dead_queue(info.queue_name, info.dead_queue)
+        current = await self._authorized_record(info.queue_name, perm.QUEUE_UPDATE)
+        await self._check_dead_queue(info.queue_name, info.dead_queue, current.namespace or SYSTEM_NAMESPACE)
         record = QueueRecord(
             name=current.name,
             namespace=current.namespace,
@@ -123,7 +120,7 @@ class QueueAdministration:
     async def delete_queue(self, req: m.QueuesDeleteRequest) -> None:
         check_new_name(req.queue_name)
         current = await self.manager.record(req.queue_name)
-        await self.tenancy.authorize(current.namespace if current else SYSTEM_NAMESPACE, perm.QUEUE_DELETE)
+        await self._authorize_in(current, perm.QUEUE_DELETE)
         # Every node's engine stops writing before the items go.
         await self.manager.delete(req.queue_name, before_items=self._refresh_elsewhere)
         if current is not None:
@@ -131,11 +128,7 @@ class QueueAdministration:
 
     async def queue_info(self, req: m.QueuesInfoRequest) -> m.QueueInfo:
         check_stored_name(req.queue_name)
-        record = await self.manager.record(req.queue_name)
-        if record is None:
-            raise InvalidOption(f"queue does not exist; no such queue named '{req.queue_name}'")
-        await self.tenancy.authorize(record.namespace, perm.QUEUE_STATS)
-        return queue_info(record)
+        return queue_info(await self._authorized_record(req.queue_name, perm.QUEUE_STATS))
 
     async def list_queues(self, req: m.QueuesListRequest) -> m.QueuesListResponse:
         listed = check_queues_list(req)
@@ -143,7 +136,25 @@ class QueueAdministration:
         records = await self.manager.list_queues(req.pivot, req.limit or DEFAULT_LIST_LIMIT, listed)
         return m.QueuesListResponse(items=[queue_info(r) for r in records])
 
-    async def _check_dead_queue(self, name: str, dead_queue: str) -> None:
+    async def _authorized_record(self, name: str, permission: str) -> QueueRecord:
+        """The settings of the queue ``name``, once the caller holds ``permission`` in its namespace."""
+        record = await self.manager.record(name)
+        await self._authorize_in(record, permission)
+        if record is None:
+            raise no_such_queue(name)
+        return record
+
+    async def _authorize_in(self, record: QueueRecord | None, permission: str) -> None:
+        """403 unless the caller holds ``permission`` in the namespace of the queue ``record``, or in
+        ``_system`` when there is no such queue: a caller refused in a namespace gets the same 403
+        whether a queue of the name is there or nowhere, and only one who may see every namespace learns
+        that a queue does not exist (docs/tenancy.md, "Boundaries between namespaces")."""
+        await self.tenancy.authorize(record.namespace if record else SYSTEM_NAMESPACE, permission)
+
+    async def _check_dead_queue(self, name: str, dead_queue: str, owner: str) -> None:
+        """The reference's dead-queue checks; with tenancy, also that the dead queue is in the queue's
+        namespace ``owner``: dead items are written there by the server, so a dead queue elsewhere
+        would let a namespace's owner produce into a queue it may not write (docs/tenancy.md)."""
         if not dead_queue:
             return
         if "~" in dead_queue:
@@ -155,6 +166,11 @@ class QueueAdministration:
         target = await self.manager.record(dead_queue)
         if target is None:
             raise InvalidOption(f"dead_queue does not exist; '{dead_queue}' was not found, create it first")
+        # Before the next check, which would tell how another namespace's queue is set.
+        if self.tenancy.enabled and (target.namespace or SYSTEM_NAMESPACE) != owner:
+            raise InvalidOption(
+                f"dead_queue is invalid; '{dead_queue}' is not in the queue's namespace '{owner}'"
+            )
         if target.dead_queue:
             raise InvalidOption(
                 f"dead_queue is invalid; '{dead_queue}' already has its own dead_queue configured"

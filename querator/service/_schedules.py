@@ -16,7 +16,7 @@ from typing import Final
 
 from querator.clock import MICROS, Clock, to_datetime
 from querator.duration import MICROSECOND, DurationError, format_micros, parse_duration
-from querator.errors import InvalidOption, QueratorError
+from querator.errors import InvalidOption, QueratorError, no_such_queue
 from querator.schedules import ALL, CATCH_UP_POLICIES, MAX_CATCH_UP, ONE, RELOAD_US, Scheduler, tick_time
 from querator.service._validation import check_printable, check_stored_name, has_space
 from querator.storage.base import LIST_PAGE_BYTES
@@ -73,7 +73,7 @@ class Schedules:
         check_new_schedule_name(info.name)
         now = self._clock.now()
         record = await self._definition(info, ScheduleRecord(name=info.name, start=now, created_at=now))
-        await self._check(record.queue, perm.QUEUE_UPDATE)
+        await self._check_queue(record.queue)
         record.updated_at = now
         if not await self._store.add_schedule(record):
             raise InvalidOption(f"invalid schedule; '{info.name}' already exists")
@@ -83,10 +83,9 @@ class Schedules:
     async def update(self, info: m.ScheduleInfo) -> m.ScheduleInfo:
         """Replaces the definition; the paused state and the last tick stay. A new calendar (cron or
         time zone) starts from now: no tick before the update fires under it."""
-        current = await self._existing(info.name)
+        current = await self._existing(info.name, perm.QUEUE_UPDATE)
         record = await self._definition(info, dataclasses.replace(current))
-        await self._check(current.queue, perm.QUEUE_UPDATE)
-        await self._check(record.queue, perm.QUEUE_UPDATE)
+        await self._check_queue(record.queue)
         now = self._clock.now()
         if (record.cron, record.time_zone) != (current.cron, current.time_zone):
             record.start = max(now, current.start)
@@ -94,9 +93,7 @@ class Schedules:
         return await self._replace(record)
 
     async def info(self, req: m.SchedulesRequest) -> m.ScheduleInfo:
-        current = await self._existing(req.name)
-        await self._check(current.queue, perm.QUEUE_STATS)
-        return self._info(current)
+        return self._info(await self._existing(req.name, perm.QUEUE_STATS))
 
     async def list(self, req: m.SchedulesListRequest) -> m.SchedulesListResponse:
         if req.limit < 0:
@@ -108,15 +105,13 @@ class Schedules:
         return m.SchedulesListResponse(items=[self._info(r) for r in _page(records)])
 
     async def delete(self, req: m.SchedulesRequest) -> None:
-        check_schedule_name(req.name)
-        await self._check((await self._existing(req.name)).queue, perm.QUEUE_UPDATE)
+        await self._existing(req.name, perm.QUEUE_UPDATE)
         if not await self._store.delete_schedule(req.name):
             raise _missing(req.name)
         await self._changed(req.name)
 
     async def pause(self, req: m.SchedulesRequest) -> m.ScheduleInfo:
-        current = await self._existing(req.name)
-        await self._check(current.queue, perm.QUEUE_UPDATE)
+        current = await self._existing(req.name, perm.QUEUE_UPDATE)
         if current.paused:
             return self._info(current)
         return await self._replace(
@@ -125,8 +120,7 @@ class Schedules:
 
     async def resume(self, req: m.SchedulesRequest) -> m.ScheduleInfo:
         """Unpauses; ticks that came while paused never fire (the schedule starts again from now)."""
-        current = await self._existing(req.name)
-        await self._check(current.queue, perm.QUEUE_UPDATE)
+        current = await self._existing(req.name, perm.QUEUE_UPDATE)
         if not current.paused:
             return self._info(current)
         now = self._clock.now()
@@ -188,12 +182,24 @@ class Schedules:
     def _updated(self, current: ScheduleRecord) -> int:
         return max(self._clock.now(), current.updated_at + 1)
 
-    async def _existing(self, name: str) -> ScheduleRecord:
+    async def _existing(self, name: str, permission: str) -> ScheduleRecord:
+        """The schedule ``name``, once the caller holds ``permission`` for its queue. One that does not
+        exist is checked as a queue that does not exist (in ``_system``): a caller refused there gets
+        the same 403 whether the schedule exists or not (docs/tenancy.md, "Boundaries between
+        namespaces")."""
         check_schedule_name(name)
         record = await self._store.get_schedule(name)
+        await self._check(record.queue if record is not None else "", permission)
         if record is None:
             raise _missing(name)
         return record
+
+    async def _check_queue(self, queue: str) -> None:
+        """The queue a schedule is to produce into: the caller's ``queue.update`` there first, then
+        that it exists, so a caller learns nothing of a queue it may not change."""
+        await self._check(queue, perm.QUEUE_UPDATE)
+        if not await self._queue_exists(queue):
+            raise no_such_queue(queue)
 
     async def _replace(self, record: ScheduleRecord) -> m.ScheduleInfo:
         if not await self._store.update_schedule(record):
@@ -203,7 +209,8 @@ class Schedules:
         return self._info(stored or record)
 
     async def _definition(self, info: m.ScheduleInfo, record: ScheduleRecord) -> ScheduleRecord:
-        """``record`` with the definition ``info`` gives, once all of it is valid (the queue last)."""
+        """``record`` with the definition ``info`` gives, once all of it is valid (but for whether its queue
+        exists: ``_check_queue``, after the caller's permission)."""
         record.cron = info.cron.strip()
         record.time_zone = info.time_zone or "UTC"
         if not record.cron:
@@ -223,9 +230,7 @@ class Schedules:
         if not info.queue_name:
             raise InvalidOption("queue name is invalid; queue name cannot be empty")
         check_stored_name(info.queue_name)
-        if not await self._queue_exists(info.queue_name):
-            raise InvalidOption(f"queue does not exist; no such queue named '{info.queue_name}'")
-        record.queue = info.queue_name
+        record.queue = info.queue_name  # checked by ``_check_queue``, after the caller's permission
         return record
 
     def _info(self, r: ScheduleRecord) -> m.ScheduleInfo:

@@ -26,7 +26,15 @@ from querator.cluster.remote_queue import RemoteQueue
 from querator.cluster.router import HERE, Remote, Route, Router
 from querator.engine.queues_manager import HandOff, QueuesManager
 from querator.engine.redrive import redrive
-from querator.errors import TRY_AGAIN, InvalidOption, LeaseTimedOut, RetryRequest, shutting_down, try_again
+from querator.errors import (
+    TRY_AGAIN,
+    InvalidOption,
+    LeaseTimedOut,
+    RetryRequest,
+    no_such_queue,
+    shutting_down,
+    try_again,
+)
 from querator.metrics import Metrics
 from querator.schedules import Scheduler
 from querator.service._conversion import storage_item, stored_item
@@ -222,11 +230,7 @@ class Service(QueueAdministration):
         may not see)."""
         if req.queue_name:
             check_stored_name(req.queue_name)
-            record = await self.manager.record(req.queue_name)
-            if record is None:
-                raise InvalidOption(f"queue does not exist; no such queue named '{req.queue_name}'")
-            await self.tenancy.authorize(record.namespace, perm.QUEUE_STATS)
-            records = [record]
+            records = [await self._authorized_record(req.queue_name, perm.QUEUE_STATS)]
         else:
             listed = namespace(req.namespace)
             await self.tenancy.authorize(listed, perm.QUEUE_LIST)
@@ -322,15 +326,14 @@ class Service(QueueAdministration):
     async def _authorize_queue(self, name: str, permission: str) -> None:
         """403 unless the caller holds ``permission`` in the namespace of queue ``name`` (``_system`` for
         "" or a queue that is gone): for routes that name a queue only indirectly (schedules)."""
-        record = await self.manager.record(name) if name else None
-        await self.tenancy.authorize(record.namespace if record else SYSTEM_NAMESPACE, permission)
+        await self._authorize_in(await self.manager.record(name) if name else None, permission)
 
     # -- routing --------------------------------------------------------------------------------------------
 
     async def _record(self, name: str, permission: str, forwarded_by: str = "") -> QueueRecord:
-        """The settings of the queue a request names (400 when there is none), once the caller may use
-        ``permission`` in its namespace (403): what it is checked and routed by. Never waits for an
-        engine."""
+        """The settings of the queue a request names, once the caller may use ``permission`` in its
+        namespace (403, as ``_authorize_in``; then 400 when there is none): what it is checked and
+        routed by. Never waits for an engine."""
         if self._closing:
             if forwarded_by:
                 # The forwarding node's client should try again, and reach the next owner.
@@ -340,9 +343,11 @@ class Service(QueueAdministration):
         # The running engine's settings without an await: most requests find one (and a coroutine per
         # step is a measurable part of a small request: docs/benchmarks.md, "Small requests").
         queue = self.manager.find(name)
-        record = queue.settings if queue is not None else await self.manager.settings(name)
+        record = queue.settings if queue is not None else await self.manager.known(name)
         if self.tenancy.enabled:
-            await self.tenancy.authorize(record.namespace, permission)
+            await self._authorize_in(record, permission)
+        if record is None:
+            raise no_such_queue(name)
         return record
 
     def _at_partition(
@@ -399,7 +404,7 @@ class Service(QueueAdministration):
         """Dead items go to partition 0 of the dead queue, wherever its owner is (cluster mode)."""
         record = await self.manager.record(dead_queue)
         if record is None:
-            raise InvalidOption(f"queue does not exist; no such queue named '{dead_queue}'")
+            raise no_such_queue(dead_queue)
         copies = moved_copies(items, self.clock.now(), record.expire_timeout)
         try:
             await self.import_items_anywhere(dead_queue, 0, copies)

@@ -22,7 +22,7 @@ import msgspec
 from msgspec.structs import replace
 
 from querator.clock import MICROS, Clock, from_datetime, sleep_until, to_datetime
-from querator.errors import InvalidOption, QueratorError, try_again
+from querator.errors import InvalidOption, QueratorError, no_such_queue, try_again
 from querator.service._batcher import KeyedBatcher
 from querator.service._conversion import workflow_entry, workflow_info
 from querator.service._validation import (
@@ -111,9 +111,11 @@ class Workflows:
         id is the one its parent gives it (``<parent id>/<parent seq>``)."""
         check_start(req)
         owner = await self._queue_namespace(req.queue_name)
+        # A queue that does not exist is checked in _system, so that a caller refused in a namespace
+        # gets the same 403 whether the queue is there or nowhere (docs/tenancy.md).
+        await self._check(owner or SYSTEM_NAMESPACE, perm.QUEUE_PRODUCE)
         if owner is None:
-            raise InvalidOption(f"queue does not exist; no such queue named '{req.queue_name}'")
-        await self._check(owner, perm.QUEUE_PRODUCE)
+            raise no_such_queue(req.queue_name)
         key = stored_id(owner, req.workflow_id)
         parent_key = stored_id(owner, req.parent_id) if req.parent_id else ""
         if req.parent_id:

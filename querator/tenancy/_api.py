@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 ANONYMOUS: Final = "anonymous"
 FLUSH_INTERVAL_US: Final = 10_000_000
 """Microseconds between two writes of keys' ``last_used_at``."""
+OPEN_DOOR: Final = "open-door"
+"""The bootstrap step that decides, once per store, whether Open Door is made."""
 PREFIX_ENTROPY: Final = 8
 """Characters of a key's random part its ``prefix`` shows."""
 
@@ -53,7 +55,6 @@ class Tenancy:
         self.clock = clock
         self.enabled = False
         self.access = Access(self.directory, clock, registry=registry)
-        self._open_door = True
         self._ids = KsuidGenerator(clock.now() // 1_000_000)
         self.flusher: _tasks.Supervised | None = None
 
@@ -61,7 +62,6 @@ class Tenancy:
         """Turns tenancy on; ``bootstrap_hashes`` (``--api-keys``) are the keys of the bootstrap admin."""
         self.enabled = True
         self.access.bootstrap_hashes = tuple(bootstrap_hashes)
-        self._open_door = not self.access.bootstrap_hashes
 
     async def start(self) -> None:
         """Bootstraps the store (``_system``, the anonymous user, the standard roles) and starts writing
@@ -369,8 +369,7 @@ class Tenancy:
 
     async def _bootstrap(self) -> None:
         """Idempotent: ``_system``, the user ``anonymous``, the standard roles (their permissions reset to
-        the code's), and -- once per store, without bootstrap keys only -- the Open Door binding of
-        anonymous to Admin. Once an operator deletes that binding it stays deleted (docs/tenancy.md)."""
+        the code's), and the Open Door binding of anonymous to Admin when ``_door_opens``."""
         now = self.clock.now()
         with contextlib.suppress(InvalidOption):
             await self.directory.add_namespace(Namespace(name=p.SYSTEM, created_at=now))
@@ -390,10 +389,11 @@ class Tenancy:
                 role.permissions = list(permissions)
                 await self.directory.update_role(role)
             roles[name] = role
-        if self._open_door and await self.directory.first_time("open-door"):
+        if await self._door_opens(anonymous, roles.values()):
             log.warning(
-                "tenancy: no bootstrap key is configured, so anonymous callers are bound to Admin "
-                "('Open Door'); delete that binding once you have an admin key (docs/tenancy.md)"
+                "tenancy: no bootstrap key is configured and the store is new, so anonymous callers are "
+                "bound to Admin ('Open Door'); delete that binding once you have an admin key "
+                "(docs/tenancy.md)"
             )
             binding = Binding(
                 id=self._new_id(),
@@ -404,6 +404,41 @@ class Tenancy:
             )
             with contextlib.suppress(InvalidOption):
                 await self.directory.add_binding(binding)
+
+    async def _door_opens(self, anonymous: User, standard: Iterable[Role]) -> bool:
+        """Open Door is for a new store only (docs/tenancy.md): started without bootstrap keys, holding
+        nothing but what the bootstrap makes, and never started before with a key or an Open Door. A
+        store with tenants started once without its key (a lost setting) must not hand them to anyone.
+        The first start of a store, keys or not, takes the step, so it is decided once per store."""
+        if self.access.bootstrap_hashes:
+            await self.directory.first_time(OPEN_DOOR)
+            return False
+        if not await self._only_bootstrapped(anonymous, standard):
+            reason = "the store already has namespaces, users, roles, keys or role bindings"
+        elif not await self.directory.first_time(OPEN_DOOR):
+            reason = "the store was started before, with a bootstrap key or an Open Door"
+        else:
+            return True
+        log.warning(
+            "tenancy: no bootstrap key is configured, but %s, so no Open Door is made (it is for a new "
+            "store only; one made before stays until deleted): configure a bootstrap key (--api-keys) "
+            "to administer the store (docs/tenancy.md)",
+            reason,
+        )
+        return False
+
+    async def _only_bootstrapped(self, anonymous: User, standard: Iterable[Role]) -> bool:
+        """Whether the store holds no tenancy record but the bootstrap's own: the namespace ``_system``,
+        the user ``anonymous``, the standard roles; no key and no role binding."""
+        directory = self.directory
+        roles = await directory.list_roles(p.SYSTEM, "", len(p.STANDARD_ROLES) + 1)
+        return (
+            [n.name for n in await directory.list_namespaces("", 2)] == [p.SYSTEM]
+            and [u.id for u in await directory.list_users("", 2)] == [anonymous.id]
+            and {r.id for r in roles} <= {r.id for r in standard}
+            and not await directory.list_keys("", "", 1)
+            and not await directory.has_bindings()
+        )
 
     async def _flush_forever(self) -> None:
         while True:

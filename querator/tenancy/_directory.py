@@ -244,6 +244,10 @@ class Directory:
         """The user's bindings in one namespace (at most ``MAX_BINDINGS_READ``): what authorizes it."""
         return await self._list(BINDING_USER, *_range(f"{user_id}:{namespace}:"), MAX_BINDINGS_READ, Binding)
 
+    async def has_bindings(self) -> bool:
+        """Whether any role binding exists, in any namespace."""
+        return bool(await self.store.list_records(BINDING, "", "", 1))
+
     async def delete_binding(self, namespace: str, user_id: str, role_id: str) -> None:
         unique = f"{namespace}:{user_id}:{role_id}"
         binding_id = await self.store.get_record(BINDING_UNIQUE, unique)

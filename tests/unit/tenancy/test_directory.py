@@ -4,6 +4,7 @@ between two writes leaves behind (docs/tenancy.md "Rules and storage"), on the m
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -12,7 +13,7 @@ from querator.errors import InvalidOption
 from querator.storage.memory import MemoryStore
 from querator.tenancy import STANDARD_ROLES, Tenancy
 from querator.tenancy._directory import BINDING_USER, USER, USERNAME, Directory
-from querator.tenancy._model import Binding, User
+from querator.tenancy._model import Binding, Namespace, Role, User
 
 
 @pytest.fixture
@@ -97,3 +98,44 @@ async def test_nodes_bootstrapping_one_store_at_once_make_one_of_each() -> None:
     finally:
         for node in nodes:
             await node.stop()
+
+
+async def _bindings_after_start(store: MemoryStore, keys: list[bytes]) -> int:
+    """How many role bindings a store has after a start of tenancy with bootstrap ``keys``."""
+    tenancy = Tenancy(store, FakeClock())
+    tenancy.enable(keys)
+    await tenancy.start()
+    await tenancy.stop()
+    return len(await Directory(store).list_bindings("_system", "", 10))
+
+
+async def test_open_door_is_made_on_a_new_store_once() -> None:
+    """docs/tenancy.md: a new store started without keys gets Open Door; a store first started with a
+    bootstrap key gets none from a later start without keys, even holding nothing else."""
+    fresh = MemoryStore()
+    assert await _bindings_after_start(fresh, []) == 1
+    keyed = MemoryStore()
+    assert await _bindings_after_start(keyed, [b"k" * 32]) == 0
+    assert await _bindings_after_start(keyed, []) == 0
+
+
+async def _system_role(directory: Directory) -> None:
+    await directory.add_namespace(Namespace(name="_system"))
+    await directory.add_role(Role(id="r1", namespace="_system", name="custom"))
+
+
+@pytest.mark.parametrize(
+    "tenant",
+    [
+        lambda d: d.add_user(User(id="u1", username="someone")),
+        lambda d: d.add_namespace(Namespace(name="team")),
+        _system_role,
+    ],
+    ids=["user", "namespace", "role"],
+)
+async def test_a_store_with_tenants_gets_no_open_door(tenant: Callable[[Directory], Awaitable[None]]) -> None:
+    """A store holding anything but what the bootstrap makes (a store made before Open Door was
+    decided once per store) gets no Open Door from a start without keys."""
+    store = MemoryStore()
+    await tenant(Directory(store))
+    assert await _bindings_after_start(store, []) == 0
