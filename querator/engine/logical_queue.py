@@ -89,7 +89,9 @@ class Settings(Protocol):
     def settings(self) -> QueueRecord: ...
 
 
-DeadLetter = Callable[[str, list[Item]], Awaitable[None]]
+DeadLetter = Callable[[QueueRecord, list[Item]], Awaitable[None]]
+"""Copies dead items of a queue (its settings) into its dead queue; InvalidOption when it has none any
+more (the items are then deleted)."""
 """Stores copies of dead items in the named dead queue; raises if it cannot."""
 
 PARTITION_MOVED = f"{TRY_AGAIN}; the partition moved to another node"
@@ -502,13 +504,14 @@ class LogicalQueue:
         dead_queue = self._queue.settings.dead_queue
         if dead_queue:
             try:
-                await self._dead_letter_to(dead_queue, [i.copy() for i in items])
-            except InvalidOption:
+                await self._dead_letter_to(self._queue.settings, [i.copy() for i in items])
+            except InvalidOption as e:
                 log.warning(
-                    "queue %s: dead queue %s is gone; deleting %d dead items",
+                    "queue %s: deleting %d dead items, the dead queue %s cannot take them: %s",
                     self._queue.settings.name,
-                    dead_queue,
                     len(items),
+                    dead_queue,
+                    e.message,
                 )
             except Exception as e:
                 log.warning(

@@ -400,11 +400,17 @@ class Service(QueueAdministration):
             # The lease may lapse: stop writing before another node can be given these partitions.
             self.manager.hand_off_all()
 
-    async def _dead_letter(self, dead_queue: str, items: list[Item]) -> None:
-        """Dead items go to partition 0 of the dead queue, wherever its owner is (cluster mode)."""
+    async def _dead_letter(self, source: QueueRecord, items: list[Item]) -> None:
+        """Dead items go to partition 0 of the dead queue, wherever its owner is (cluster mode). With
+        tenancy, only into the source's namespace: a dead queue deleted and its name taken by another
+        namespace is gone for the source (docs/security.md, "Tenancy boundaries")."""
+        dead_queue = source.dead_queue
         record = await self.manager.record(dead_queue)
         if record is None:
             raise no_such_queue(dead_queue)
+        owners = {r.namespace or SYSTEM_NAMESPACE for r in (record, source)}
+        if self.tenancy.enabled and len(owners) > 1:
+            raise InvalidOption(f"dead_queue is invalid; '{dead_queue}' is not in the queue's namespace")
         copies = moved_copies(items, self.clock.now(), record.expire_timeout)
         try:
             await self.import_items_anywhere(dead_queue, 0, copies)

@@ -39,7 +39,7 @@ class Ring:
         return [n for n in self.owned if n < count]
 
 
-async def nowhere(queue: str, items: list[Item]) -> None:
+async def nowhere(queue: QueueRecord, items: list[Item]) -> None:
     raise AssertionError("nothing dies in these tests")
 
 
