@@ -35,7 +35,13 @@ from querator.config import ConfigError, ListenerConfig, ServerConfig, split_add
 from querator.connections import Listener
 from querator.duration import MICROSECOND, parse_duration
 from querator.errors import StorageError
-from querator.http import create_admin_app, create_app, dispatch_directly, protocol_factory
+from querator.http import (
+    create_admin_app,
+    create_app,
+    dispatch_directly,
+    protocol_factory,
+    unauthenticated,
+)
 from querator.processes import (
     ProcessRole,
     data_dir_held,
@@ -218,7 +224,7 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
     if config.admin_address:
         apps.append(create_admin_app(service, console, keys, config.max_produce_body))
     limits = config.listener_config()
-    listeners = [Listener(limits) for _ in apps]
+    listeners = [Listener(limits, unauthenticated) for _ in apps]
     private = _private_listener(role, limits, bool(config.cluster))
     runners = [
         # A client that disconnects cancels its handler (as under aiohttp's test server): a lease parked
@@ -358,7 +364,7 @@ def _private_listener(
     if role is None:
         return None
     forwarders = (CONNECTIONS + POLL_CONNECTIONS) * (role.count - 1) or 1
-    listener = Listener(limits if clustered else replace(limits, max_connections=forwarders))
+    listener = Listener(limits if clustered else replace(limits, max_connections=forwarders), unauthenticated)
     return listener, socket.socket(fileno=role.private_fd)
 
 

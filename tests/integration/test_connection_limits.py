@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 import msgspec
 import pytest
 
+from querator.auth import generate_key, key_hash
 from querator.client import Client
 from querator.config import ListenerConfig
 
@@ -566,6 +567,69 @@ def test_one_client_address_cannot_take_every_connection(servers: Servers) -> No
             assert closed and got == b""
         served_normally(server, "another-address")  # from 127.0.0.1
         assert "connection limit reached for client 127.0.0.2" in server.stderr()
+    finally:
+        for s in socks:
+            s.close()
+
+
+# --------------------------------------------------------------------------------------------------------
+# Connections without a valid key
+
+
+NOT_LINGERING = 5.0
+"""Seconds a test waits for something that aiohttp's lingering for an unread body (10 s, which held every
+refused connection busy) would have delayed past it."""
+
+
+def served_with_key(server: ServerProcess, key: str) -> bool:
+    """Whether a new connection presenting ``key`` is served (False: closed unanswered, at the limit)."""
+    body = b"{}"
+    head = request_head(
+        "POST",
+        "/v1/queues.list",
+        {
+            "Content-Type": "application/json",
+            "Content-Length": str(len(body)),
+            "Authorization": f"Bearer {key}",
+        },
+    )
+    with connect(server) as sock:
+        try:
+            sock.sendall(head + body)
+            got = sock.recv(65536, socket.MSG_PEEK)
+        except (BrokenPipeError, ConnectionResetError):
+            return False
+        if not got:
+            return False
+        assert read_response(sock).status == 200
+        return True
+
+
+def test_unauthenticated_requests_holding_their_body_do_not_lock_clients_out(servers: Servers) -> None:
+    """docs/security.md, "Connections": a request without a valid key is refused (401) from its headers,
+    and its connection closed without its body read, so requests that announce a large body and never
+    send it cannot hold every connection (the timeouts are long: they cannot be what frees them)."""
+    key, limit = generate_key(), 8
+    server = servers.start(
+        *("--storage", "memory", "--api-keys", key_hash(key), "--max-connections", str(limit)),
+        *("--header-timeout", "5m", "--body-timeout", "5m", "--idle-timeout", "5m"),
+    )
+    socks = open_idle(server, limit)
+    try:
+        for i, sock in enumerate(socks):
+            wrong = (
+                {"Authorization": f"Bearer {generate_key()}"} if i % 2 else {}
+            )  # no key, or an unknown one
+            headers = {"Content-Type": "application/json", "Content-Length": str(MB), **wrong}
+            sock.sendall(request_head("POST", "/v1/queue.produce", headers))
+        for sock in socks:
+            reply = read_response(sock)
+            assert reply.status == 401
+            assert reply.headers["connection"] == "close"
+        wait_until(lambda: served_with_key(server, key), NOT_LINGERING, "a client with a key served")
+        for sock in socks:
+            closed, extra = closed_by_peer(sock, NOT_LINGERING)
+            assert closed and extra == b""
     finally:
         for s in socks:
             s.close()
