@@ -14,8 +14,8 @@ reference's Go server has the same gap; it bounds only the number of connections
 - a cap: at ``max_connections`` a new connection takes the place of one that holds no request being
   handled: first one whose request was refused for want of a valid key, then one kept alive between
   requests (or whose refused body is being discarded), then one silent or stalled in its request's
-  headers or still sending the body of a request whose key is being checked; within each, the oldest.
-  When every connection is busy with a request
+  headers or still sending the body of a request whose key is being checked; within each, one of the
+  address holding the most connections, then the oldest. When every connection is busy with a request
   the new one is closed as soon as it is accepted, before aiohttp sees it, so descriptors stay bounded
   whatever clients do, and idle connections (a thousand kept alive after one ``/health`` each) or
   unauthenticated ones cannot lock other clients out;
@@ -156,16 +156,18 @@ class Listener:
             log.warning(message, *args)
 
     def _evict(self, eligible: Callable[[_Connection], bool]) -> bool:
-        """Closes the eligible connection that gives way first (``_Connection.precedence``), the oldest
-        of its rank; False when every eligible connection is busy with a request."""
-        unauthenticated = self._unauthenticated
+        """Closes the eligible connection that gives way first (``_Connection.precedence``): of the
+        address holding the most connections among those of its rank, so that a flood from one address
+        evicts its own, and the oldest of them; False when every eligible connection is busy."""
+        per_client, unauthenticated = self._per_client, self._unauthenticated
         ranked = []
         for c in self._connections.values():
             if eligible(c) and (precedence := c.precedence(unauthenticated)) is not None:
-                ranked.append((*precedence, c))
+                rank, since = precedence
+                ranked.append((rank, -per_client[c.client], since, c))
         if not ranked:
             return False
-        min(ranked, key=lambda r: r[:2])[2].evict()
+        min(ranked, key=lambda r: r[:3])[3].evict()
         return True
 
     def _register(self, inner: asyncio.BaseProtocol, connection: _Connection) -> None:

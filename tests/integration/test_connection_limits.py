@@ -633,3 +633,31 @@ def test_unauthenticated_requests_holding_their_body_do_not_lock_clients_out(ser
     finally:
         for s in socks:
             s.close()
+
+
+def test_at_the_limit_the_address_holding_most_connections_gives_way(servers: Servers) -> None:
+    """One address opening connection after connection evicts its own, not another client's older one."""
+    server = servers.start("--storage", "memory", "--max-connections", "4", "--header-timeout", "5m")
+    assert server.port is not None
+
+    def from_(source: str) -> socket.socket:
+        return socket.create_connection(("127.0.0.1", server.port), CLOSE_DEADLINE, (source, 0))
+
+    head = request_head("GET", "/health", {})
+    with from_("127.0.0.3") as other:
+        other.sendall(head[:10])  # the oldest connection: its request's headers still coming
+        flood = [from_("127.0.0.2") for _ in range(4)]  # the fourth is one too many
+        try:
+            closed: list[socket.socket] = []
+
+            def one_closed() -> bool:
+                closed[:] = closed_ones([other, *flood])
+                return bool(closed)
+
+            wait_until(one_closed, CLOSE_DEADLINE, "a connection evicted")
+            assert closed == [flood[0]]
+            other.sendall(head[10:])
+            assert read_response(other).status == 200
+        finally:
+            for s in flood:
+                s.close()
