@@ -36,6 +36,8 @@ from querator.connections import Listener
 from querator.duration import MICROSECOND, parse_duration
 from querator.errors import StorageError
 from querator.http import (
+    AllowedHosts,
+    check_hosts,
     create_admin_app,
     create_app,
     dispatch_directly,
@@ -224,6 +226,7 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
     if config.admin_address:
         apps.append(create_admin_app(service, console, keys, config.max_produce_body))
     limits = config.listener_config()
+    hosts = _allowed_hosts(config, role)
     listeners = [Listener(limits, unauthenticated) for _ in apps]
     private = _private_listener(role, limits, bool(config.cluster))
     runners = [
@@ -242,6 +245,8 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
             await runner.setup()
             assert runner.server is not None
             dispatch_directly(runner)
+            if hosts is not None:
+                check_hosts(runner, hosts)
             runner.server.request_handler = listener.tracked(runner.server.request_handler)
             if private is not None and runner is runners[0]:
                 # Each wrapper finds only its own listener's connections and passes the others on.
@@ -348,6 +353,16 @@ def _warn_if_exposed(setting: str, file: str) -> None:
             file,
             stat.S_IMODE(st.st_mode),
         )
+
+
+def _allowed_hosts(config: ServerConfig, role: ProcessRole | None) -> AllowedHosts | None:
+    """The Host names a node without API keys answers (DNS rebinding, querator.http._hosts): its own
+    addresses' hosts, those the other nodes and processes forward to included, and ``allowed-hosts``;
+    None with keys, whose requests a rebinding page cannot authenticate."""
+    if config.api_keys.strip() or config.api_keys_file:
+        return None
+    own = (config.address, config.admin_address, config.advertise_address, *(role.addresses if role else ()))
+    return AllowedHosts([*(split_address(a)[0] for a in own if a), *config.allowed_hosts.split(",")])
 
 
 def _private_listener(

@@ -11,7 +11,8 @@ the service call, its errors), ``_auth`` (the authentication middleware and sign
 ``unauthenticated``, which tells the connection limits a request refused without a valid key), ``_body``
 (body limits, reading a body), ``_replies`` (``Reply``, which writes a reply; encoding replies and
 errors, the view older JSON clients get), ``_probes`` (``/health``, ``/ready``, ``/metrics``,
-``/openapi.yaml``) and ``_protocol`` (``protocol_factory``: each connection's protocol).
+``/openapi.yaml``), ``_hosts`` (``check_hosts``: the Host names a keyless node answers) and
+``_protocol`` (``protocol_factory``: each connection's protocol).
 """
 
 from querator.http._auth import unauthenticated
@@ -24,6 +25,7 @@ from querator.http._body import (
     UPDATE_BODY,
     human_size,
 )
+from querator.http._hosts import AllowedHosts, check_hosts
 from querator.http._probes import OPENAPI_CONTENT_TYPE, OPENAPI_PATH, openapi_document
 from querator.http._protocol import protocol_factory
 from querator.http._replies import Reply
@@ -46,7 +48,9 @@ __all__ = [
     "OPEN_PATHS",
     "SMALL_BODY",
     "UPDATE_BODY",
+    "AllowedHosts",
     "Reply",
+    "check_hosts",
     "create_admin_app",
     "create_app",
     "dispatch_directly",
