@@ -137,10 +137,11 @@ class ClusterAuth:
 
     A forwarding node signs (method, path, body SHA-256, time, nonce, its own id, the owner's id); the
     owner refuses a request whose signature does not match, whose time is more than ``MAX_CLOCK_SKEW``
-    from its own clock, or whose nonce it has seen (a replay), then signs (the request's signature,
-    status, Content-Type, body SHA-256) of its reply, which the forwarder checks before passing the reply
-    on. The body's digest travels in the signature header, so the headers are authenticated before the
-    body is read (``check_body`` checks the body then). Every comparison is constant-time.
+    from its own clock or before this process started, or whose nonce it has seen (a replay), then signs
+    (the request's signature, status, Content-Type, body SHA-256) of its reply, which the forwarder
+    checks before passing the reply on. The body's digest travels in the signature header, so the
+    headers are authenticated before the body is read (``check_body`` checks the body then). Every
+    comparison is constant-time.
     """
 
     def __init__(self, secret: bytes, node_id: str, clock: Clock | None = None) -> None:
@@ -149,6 +150,9 @@ class ClusterAuth:
         self._clock = clock or SystemClock()
         self._nonces: dict[bytes, int] = {}
         """Nonce -> when it may be forgotten (ms): by then its request is refused as stale anyway."""
+        self._started_ms = self._millis()
+        """Forwards signed before this are refused: the nonces they were checked against were lost with
+        the process before this one, so a forward recorded then could be played back now."""
 
     def _mac(self, *fields: str | int) -> str:
         return hmac.new(self._key, _encode(fields), hashlib.sha256).hexdigest()
@@ -186,6 +190,8 @@ class ClusterAuth:
                 f"forwarded request is invalid; its time is more than {MAX_CLOCK_SKEW // 1000}s away "
                 "from this node's clock"
             )
+        if int(at) < self._started_ms:
+            raise Unauthorized("forwarded request is invalid; it was signed before this node started")
         expected = self._mac("request", method, path, digest, int(at), nonce, by, self.node_id)
         if not hmac.compare_digest(expected, mac):
             raise Unauthorized("forwarded request is invalid; its signature does not match")

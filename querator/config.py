@@ -34,6 +34,7 @@ DEFAULT_CLUSTER_PREFIX = "/querator"
 _NODE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 _PREFIX = re.compile(r"[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*")
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
+_ALLOWED_HOST = re.compile(r"\*|\.?[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?")
 MAX_PROCESSES = 256
 """The most processes one node runs (``--processes``): far beyond any machine's cores, but bounded."""
 MIN_ETCD_LEASE_TTL = 2
@@ -159,6 +160,15 @@ class ServerConfig:
     api_keys_file: str = field(
         default="", metadata={"help": "file of API key hashes, one per line ('#' starts a comment)"}
     )
+    allowed_hosts: str = field(
+        default="",
+        metadata={
+            "help": "without API keys, comma-separated Host names the node answers besides its own "
+            "addresses' hosts, loopback names, IP literals and names without a dot: 'name', '.domain' "
+            "(it and every name under it) or '*' (any; turns the check off)",
+            "default": "none beyond those",
+        },
+    )
     tenancy: bool = field(
         default=False,
         metadata={
@@ -280,6 +290,11 @@ class ServerConfig:
             if _duration(option_name(name), value) <= 0:
                 raise ConfigError(f"{option_name(name)} is invalid; '{value}' is not greater than zero")
         self._validate_tls()
+        for host in self.allowed_hosts.split(","):
+            if host.strip() and not _ALLOWED_HOST.fullmatch(host.strip()):
+                raise ConfigError(
+                    f"allowed-hosts is invalid; '{host.strip()}' is not a host name, '.<domain>' or '*'"
+                )
         _pair("etcd-tls-cert-file", self.etcd_tls_cert_file, "etcd-tls-key-file", self.etcd_tls_key_file)
         if self.etcd_tls_cert_file and not self.etcd_tls_ca_file:
             raise ConfigError("etcd-tls-cert-file is invalid; it needs --etcd-tls-ca-file (TLS to etcd)")

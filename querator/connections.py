@@ -11,11 +11,16 @@ reference's Go server has the same gap; it bounds only the number of connections
 ``Listener.protocol_factory`` wraps aiohttp's protocol factory. Each connection's protocol is a
 ``_Connection`` that passes every event through to aiohttp's own and adds:
 
-- a cap: at ``max_connections`` a new connection takes the place of the connection idle the longest
-  (kept alive between requests, or silent or stalled in its request's headers); when every connection is
-  busy with a request it is closed as soon as it is accepted, before aiohttp sees it, so descriptors stay
-  bounded whatever clients do, and idle connections (a thousand kept alive after one ``/health`` each)
-  cannot lock other clients out;
+- a cap: at ``max_connections`` a new connection takes the place of one that holds no request being
+  handled: first one whose request was refused for want of a valid key, then one kept alive between
+  requests (or whose refused body is being discarded), then one silent or stalled in its request's
+  headers or still sending the body of a request whose key is being checked; within each, one of the
+  address holding the most connections, then the oldest. When every connection is busy with a request
+  the new one is closed as soon as it is accepted, before aiohttp sees it, so descriptors stay bounded
+  whatever clients do, and idle connections (a thousand kept alive after one ``/health`` each) or
+  unauthenticated ones cannot lock other clients out;
+- no body read for a request refused without a valid key: its reply is written and its connection closed
+  (aiohttp would read and discard the body for up to 10 s, holding the connection busy);
 - a cap per client address (``max_connections_per_client``, off by default: a load balancer brings many
   clients from one address), with the same eviction among that address's own connections;
 - a header deadline: a request's line and headers must arrive within ``header_timeout`` of its first byte,
@@ -44,6 +49,7 @@ only then) and when its handling is done.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 from collections.abc import Awaitable, Callable
@@ -65,17 +71,27 @@ class _Phase(enum.Enum):
     HANDLING = "handling"  # the handler runs with the whole body in: no deadline
     IDLE = "idle"  # between requests: aiohttp's keep-alive timer applies
     DRAINING = "draining"  # the handler left part of the body unread: aiohttp discards it, then closes
+    REFUSED = "refused"  # refused for want of a valid key: its reply is written, then it closes
 
 
 SWEEPS_PER_TIMEOUT = 4
 MAX_SWEEP_INTERVAL = 1.0
 
 
-class Listener:
-    """The limits of one listening address, shared by its connections."""
+def _never(request: web.BaseRequest) -> bool:
+    return False
 
-    def __init__(self, config: ListenerConfig) -> None:
+
+class Listener:
+    """The limits of one listening address, shared by its connections. ``unauthenticated`` tells a
+    request refused for want of a valid key, or whose key is still being checked (the application's
+    authentication marks them)."""
+
+    def __init__(
+        self, config: ListenerConfig, unauthenticated: Callable[[web.BaseRequest], bool] = _never
+    ) -> None:
         self.config = config
+        self._unauthenticated = unauthenticated
         self.open = 0
         """Connections being served (refused ones are not counted)."""
         self._refusing = False
@@ -108,6 +124,8 @@ class Listener:
                     # The handler answered without reading the whole body (too large, say): close after
                     # the reply, as Go does, rather than read the rest to find the next request.
                     response.force_close()
+                    if self._unauthenticated(request):
+                        await connection.refuse(request, response)
                 return response
             finally:
                 connection.request_done(request.content.is_eof())
@@ -138,13 +156,18 @@ class Listener:
             log.warning(message, *args)
 
     def _evict(self, eligible: Callable[[_Connection], bool]) -> bool:
-        """Closes the eligible connection idle the longest, one kept alive before one whose request's
-        headers have not all come; False when every eligible connection is busy with a request."""
-        idle = [c for c in self._connections.values() if c.idle_since is not None and eligible(c)]
-        if not idle:
+        """Closes the eligible connection that gives way first (``_Connection.precedence``): of the
+        address holding the most connections among those of its rank, so that a flood from one address
+        evicts its own, and the oldest of them; False when every eligible connection is busy."""
+        per_client, unauthenticated = self._per_client, self._unauthenticated
+        ranked = []
+        for c in self._connections.values():
+            if eligible(c) and (precedence := c.precedence(unauthenticated)) is not None:
+                rank, since = precedence
+                ranked.append((rank, -per_client[c.client], since, c))
+        if not ranked:
             return False
-        oldest = min(idle, key=lambda c: (c.phase is not _Phase.IDLE, c.idle_since))
-        oldest.evict()
+        min(ranked, key=lambda r: r[:3])[3].evict()
         return True
 
     def _register(self, inner: asyncio.BaseProtocol, connection: _Connection) -> None:
@@ -188,9 +211,9 @@ class _Connection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self.client = ""
         """The client's address (host only)."""
-        self.idle_since: float | None = self._loop.time()
-        """Loop time since which the connection holds no request being handled (kept alive, or its
-        request's headers not all in); None while a request is handled."""
+        self._since = self._loop.time()
+        """Loop time the phase began."""
+        self._evicted = False
         self.deadline: float | None = None
         """Loop time by which the request's headers or body must be in; None: nothing is due."""
         self.write_deadline: float | None = None
@@ -214,8 +237,7 @@ class _Connection(asyncio.Protocol):
         if self._inner is None:
             return
         if self.phase is _Phase.IDLE:  # the first byte of the next request
-            self.phase = _Phase.HEADERS
-            self.idle_since = self._loop.time()
+            self._enter(_Phase.HEADERS)
             self._arm(self._listener.config.header_timeout)
         self._inner.data_received(data)
 
@@ -246,19 +268,53 @@ class _Connection(asyncio.Protocol):
     # -- from ``tracked``
 
     def headers_received(self, request: web.BaseRequest) -> None:
-        self.phase = _Phase.BODY
-        self.idle_since = None
+        self._enter(_Phase.BODY)
         self._request = request
         self._arm(self._listener.config.body_timeout)
+
+    async def refuse(self, request: web.BaseRequest, response: web.StreamResponse) -> None:
+        """Writes the reply to a request refused without a valid key, then closes the connection without
+        reading the rest of its body: nobody is owed that, and aiohttp would read and discard it for up
+        to 10 s, a connection held for nothing. Bytes of the body still in the socket make the close a
+        reset, which may cost the client the reply: a client that sends a body without a valid key gets
+        no more than its headers earned."""
+        self._enter(_Phase.REFUSED)
+        with contextlib.suppress(ConnectionError):  # the client left: nothing to write to
+            await response.prepare(request)
+            await response.write_eof()
+        request.protocol.force_close()  # aiohttp's: closes without lingering for the body
 
     def request_done(self, body_read: bool) -> None:
         # Bytes that arrive from now on start the next request (IDLE) or are the unread rest of this
         # body, which aiohttp discards for a bounded time before closing (DRAINING): no deadline for those,
         # an abort would reset the connection before the client had read its reply.
-        self.phase = _Phase.IDLE if body_read else _Phase.DRAINING
-        self.idle_since = self._loop.time() if body_read else None
+        if self.phase is not _Phase.REFUSED:
+            self._enter(_Phase.IDLE if body_read else _Phase.DRAINING)
         self._request = None
         self._disarm()
+
+    def _enter(self, phase: _Phase) -> None:
+        self.phase = phase
+        self._since = self._loop.time()
+
+    def precedence(self, unauthenticated: Callable[[web.BaseRequest], bool]) -> tuple[int, float] | None:
+        """How readily it gives way to a new connection at the limit: (rank, since when), the lowest
+        first; None while it is busy with a request (an authenticated one's body, or its handling), or
+        already closing."""
+        if self._evicted:
+            return None
+        phase = self.phase
+        if phase is _Phase.REFUSED:
+            return 0, self._since
+        if phase in (_Phase.IDLE, _Phase.DRAINING):
+            return 1, self._since
+        if phase is _Phase.HEADERS:
+            return 2, self._since
+        request = self._request
+        if phase is _Phase.BODY and request is not None and not request.content.is_eof():
+            # Its body is due and its key not (yet) known good: it holds nothing anyone is owed.
+            return (2, self._since) if unauthenticated(request) else None
+        return None
 
     # -- deadlines (checked by the listener's sweep)
 
@@ -283,7 +339,7 @@ class _Connection(asyncio.Protocol):
 
     def evict(self) -> None:
         """Closes the connection to make room for a new one; it holds no request being handled."""
-        self.idle_since = None  # not chosen twice while its close is under way
+        self._evicted = True  # not chosen twice while its close is under way
         if self._transport is not None:
             log.debug("closing idle connection from %s: the connection limit is reached", self.client)
             self._transport.close()

@@ -35,7 +35,15 @@ from querator.config import ConfigError, ListenerConfig, ServerConfig, split_add
 from querator.connections import Listener
 from querator.duration import MICROSECOND, parse_duration
 from querator.errors import StorageError
-from querator.http import create_admin_app, create_app, dispatch_directly, protocol_factory
+from querator.http import (
+    AllowedHosts,
+    check_hosts,
+    create_admin_app,
+    create_app,
+    dispatch_directly,
+    protocol_factory,
+    unauthenticated,
+)
 from querator.processes import (
     ProcessRole,
     data_dir_held,
@@ -218,7 +226,8 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
     if config.admin_address:
         apps.append(create_admin_app(service, console, keys, config.max_produce_body))
     limits = config.listener_config()
-    listeners = [Listener(limits) for _ in apps]
+    hosts = _allowed_hosts(config, role)
+    listeners = [Listener(limits, unauthenticated) for _ in apps]
     private = _private_listener(role, limits, bool(config.cluster))
     runners = [
         # A client that disconnects cancels its handler (as under aiohttp's test server): a lease parked
@@ -236,6 +245,8 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
             await runner.setup()
             assert runner.server is not None
             dispatch_directly(runner)
+            if hosts is not None:
+                check_hosts(runner, hosts)
             runner.server.request_handler = listener.tracked(runner.server.request_handler)
             if private is not None and runner is runners[0]:
                 # Each wrapper finds only its own listener's connections and passes the others on.
@@ -344,6 +355,16 @@ def _warn_if_exposed(setting: str, file: str) -> None:
         )
 
 
+def _allowed_hosts(config: ServerConfig, role: ProcessRole | None) -> AllowedHosts | None:
+    """The Host names a node without API keys answers (DNS rebinding, querator.http._hosts): its own
+    addresses' hosts, those the other nodes and processes forward to included, and ``allowed-hosts``;
+    None with keys, whose requests a rebinding page cannot authenticate."""
+    if config.api_keys.strip() or config.api_keys_file:
+        return None
+    own = (config.address, config.admin_address, config.advertise_address, *(role.addresses if role else ()))
+    return AllowedHosts([*(split_address(a)[0] for a in own if a), *config.allowed_hosts.split(",")])
+
+
 def _private_listener(
     role: ProcessRole | None, limits: ListenerConfig, clustered: bool
 ) -> tuple[Listener, socket.socket] | None:
@@ -358,7 +379,7 @@ def _private_listener(
     if role is None:
         return None
     forwarders = (CONNECTIONS + POLL_CONNECTIONS) * (role.count - 1) or 1
-    listener = Listener(limits if clustered else replace(limits, max_connections=forwarders))
+    listener = Listener(limits if clustered else replace(limits, max_connections=forwarders), unauthenticated)
     return listener, socket.socket(fileno=role.private_fd)
 
 

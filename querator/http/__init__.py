@@ -7,12 +7,15 @@ any other method is a 400, an unknown path a 501. Errors are mapped to replies i
 
 Modules: ``_routes`` (``create_app``, ``create_admin_app``: the route table; ``dispatch_directly``:
 the v1 routes served without aiohttp's router), ``_handler`` (one route's handler: checks, decoding,
-the service call, its errors), ``_auth`` (the authentication middleware and signed forwards), ``_body``
+the service call, its errors), ``_auth`` (the authentication middleware and signed forwards;
+``unauthenticated``, which tells the connection limits a request refused without a valid key), ``_body``
 (body limits, reading a body), ``_replies`` (``Reply``, which writes a reply; encoding replies and
 errors, the view older JSON clients get), ``_probes`` (``/health``, ``/ready``, ``/metrics``,
-``/openapi.yaml``) and ``_protocol`` (``protocol_factory``: each connection's protocol).
+``/openapi.yaml``), ``_hosts`` (``check_hosts``: the Host names a keyless node answers) and
+``_protocol`` (``protocol_factory``: each connection's protocol).
 """
 
+from querator.http._auth import unauthenticated
 from querator.http._body import (
     DEFAULT_BODY,
     IMPORT_BODY,
@@ -22,6 +25,7 @@ from querator.http._body import (
     UPDATE_BODY,
     human_size,
 )
+from querator.http._hosts import AllowedHosts, check_hosts
 from querator.http._probes import OPENAPI_CONTENT_TYPE, OPENAPI_PATH, openapi_document
 from querator.http._protocol import protocol_factory
 from querator.http._replies import Reply
@@ -44,11 +48,14 @@ __all__ = [
     "OPEN_PATHS",
     "SMALL_BODY",
     "UPDATE_BODY",
+    "AllowedHosts",
     "Reply",
+    "check_hosts",
     "create_admin_app",
     "create_app",
     "dispatch_directly",
     "human_size",
     "openapi_document",
     "protocol_factory",
+    "unauthenticated",
 ]

@@ -40,6 +40,19 @@ class VerifiedForward:
             response.headers[REPLY_SIGNATURE_HEADER] = signature
 
 
+UNAUTHENTICATED = web.RequestKey("unauthenticated", bool)
+"""True on a request the authentication middleware refused (or let through to an open path) without a
+valid key, or whose key is still being checked: the connection limits (querator.connections) close its
+connection rather than read its body, and let a new connection take its place meanwhile."""
+
+
+def unauthenticated(request: web.BaseRequest) -> bool:
+    """Whether ``request`` was refused by the authentication middleware, or is waiting for it. Looked up
+    on the rare paths only (a body left unread, a full listener): a request's ``get`` of a missing key
+    raises and catches a KeyError."""
+    return request.get(UNAUTHENTICATED) is True
+
+
 VERIFIED_FORWARD: web.RequestKey[VerifiedForward] = web.RequestKey("verified_forward")
 """Set by the authentication middleware on a verified forward; a handler that writes its reply itself
 (``_handler._deliver``) signs it first."""
@@ -70,10 +83,13 @@ def authentication(
                     request.method, request.path, request.headers, _certified(request)
                 )
             if access is not None and forwarded is None:
+                request[UNAUTHENTICATED] = True  # until the key is found (it may take a storage read)
                 caller = await access.authenticate(request.headers.get("Authorization"))
+                request[UNAUTHENTICATED] = False
                 if request.method == "GET":
                     await _check_get(request, access, caller)
         except QueratorError as e:
+            request[UNAUTHENTICATED] = True
             path = request.path
             if request.method != "GET" or not (
                 path in open_paths

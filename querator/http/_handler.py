@@ -65,10 +65,10 @@ a forward abandoned for the same reason is counted)."""
 
 
 def route_handler(  # noqa: C901 -- its handler maps every failure in one place
-    route: Route[M, R], refuse_cross_site: bool, monotonic_s: Callable[[], float], timed: Timed
+    route: Route[M, R], monotonic_s: Callable[[], float], timed: Timed
 ) -> Handler:
-    """The handler of ``route``. ``refuse_cross_site``: whether a body without a Content-Type is
-    refused when a browser sent it for another site (``_check_forgery``). Every request is ``timed``
+    """The handler of ``route``; a request a browser sent for another site is refused
+    (``_check_forgery``). Every request is ``timed``
     here, by its reply's status (``CLIENT_GONE`` for none, 500 for an error aiohttp answers) rather than
     by a wrapper: a coroutine per step is a measurable part of a small request (docs/benchmarks.md,
     "Small requests")."""
@@ -90,8 +90,8 @@ def route_handler(  # noqa: C901 -- its handler maps every failure in one place
             except ClientContentError as e:
                 return (response := error_reply(e, JSON))
             try:
+                _check_forgery(request)
                 content_type = request.headers.get("Content-Type")
-                _check_forgery(request, content_type, refuse_cross_site)
                 body = await read_body(request, limit)
                 if (verified := verified_forward(request)) is not None:
                     verified.check_body(body)
@@ -144,12 +144,12 @@ CROSS_SITE = frozenset({"cross-site", "same-site"})
 """``Sec-Fetch-Site`` values of a request another site's page made the browser send."""
 
 
-def _check_forgery(request: web.Request, content_type: str | None, refuse_cross_site: bool) -> None:
-    """Refuses a cross-site request forgery: a page of another site making the console user's browser
-    POST to the node. Such a page can send no Content-Type but the form ones (text/plain, urlencoded,
-    multipart), which ``decode`` refuses, or none, which it reads as JSON: so only a body without one is
-    checked, and requests of real clients (which name their type) cost nothing more. With API keys the
-    forgery would also lack the key: the console sends it in a header no other site can set
-    (docs/adr/0020-web-console.md)."""
-    if content_type is None and refuse_cross_site and request.headers.get("Sec-Fetch-Site") in CROSS_SITE:
+def _check_forgery(request: web.Request) -> None:
+    """Refuses a cross-site request forgery: a page of another site making a user's browser POST to a
+    node it can reach, which without API keys needs no credential, console or not. Browsers mark every
+    request with the site that made it (``Sec-Fetch-Site``); clients and curl send no such header, and
+    no other site can call the API legitimately (the node grants no CORS), so every request marked
+    as another site's is refused, whatever its Content-Type
+    (docs/adr/0032-keyless-nodes-check-the-site-and-the-host.md)."""
+    if request.headers.get("Sec-Fetch-Site") in CROSS_SITE:
         raise InvalidOption("request is invalid; a browser sent it for another site (Sec-Fetch-Site)")

@@ -153,7 +153,7 @@ def _api_app(
     latency, monotonic_s = service.metrics.latency, service.clock.monotonic
     direct = app[DIRECT_ROUTES] = {}
     for path, route in routes:
-        handler = route_handler(route, console, monotonic_s, _timed(path, latency, monotonic_s))
+        handler = route_handler(route, monotonic_s, _timed(path, latency, monotonic_s))
         app.router.add_route("*", path, handler)
         direct[path] = handler if auth is None else functools.partial(auth, handler=handler)
     return app

@@ -164,37 +164,46 @@ async def test_the_api_still_needs_the_key(console: str) -> None:
             assert r.status == 200
 
 
-async def test_a_cross_site_post_without_a_type_is_refused(keyless: str) -> None:
+@pytest.mark.parametrize("ui", [True, False], ids=["console", "no-ui"])
+async def test_a_cross_site_post_is_refused(ui: bool) -> None:
     """What another site's page can make a browser send: a body with no Content-Type (read as JSON)
-    or with a form's type (refused as any unknown type); docs/adr/0020-web-console.md."""
+    or with a form's type, marked by the browser as another site's; refused whether the console is
+    served or not (``--no-ui``), before the body is read (docs/adr/0020-web-console.md,
+    docs/adr/0032-keyless-nodes-check-the-site-and-the-host.md)."""
     forged = b'{"queue_name": "forged"}'
-    async with aiohttp.ClientSession() as session:
-        for site in ("cross-site", "same-site"):
-            async with session.post(
-                keyless + "/v1/queues.create",
-                data=forged,
-                headers={"Sec-Fetch-Site": site},
-                skip_auto_headers=["Content-Type"],
-            ) as r:
-                assert r.status == 400
-                assert (await r.json())["message"] == (
-                    "request is invalid; a browser sent it for another site (Sec-Fetch-Site)"
-                )
-            for form_type in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data"):
-                headers = {"Sec-Fetch-Site": site, "Content-Type": form_type}
-                async with session.post(keyless + "/v1/queues.create", data=forged, headers=headers) as r:
-                    assert r.status == 455
-        async with session.post(keyless + "/v1/queues.info", json={"queue_name": "forged"}) as r:
-            assert r.status == 400  # never created
-        # The console's own calls (same-origin), and clients that send no such header, go through.
-        for headers in ({"Sec-Fetch-Site": "same-origin"}, {}):
-            async with session.post(
-                keyless + "/v1/queues.list", data=b"{}", headers=headers, skip_auto_headers=["Content-Type"]
-            ) as r:
-                assert r.status == 200
-        # A link from another site to the console is a navigation (a GET): it opens.
-        status, _, _ = await _get(keyless + "/ui/", {"Sec-Fetch-Site": "cross-site"})
-        assert status == 200
+    refused = "request is invalid; a browser sent it for another site (Sec-Fetch-Site)"
+    async for keyless in _serve(lambda s: create_app(s, console=ui)):
+        async with aiohttp.ClientSession() as session:
+            for site in ("cross-site", "same-site"):
+                for form_type in (
+                    None,
+                    "text/plain",
+                    "application/x-www-form-urlencoded",
+                    "application/json",
+                ):
+                    headers = {"Sec-Fetch-Site": site} | ({"Content-Type": form_type} if form_type else {})
+                    async with session.post(
+                        keyless + "/v1/queues.create",
+                        data=forged,
+                        headers=headers,
+                        skip_auto_headers=["Content-Type"],
+                    ) as r:
+                        assert r.status == 400
+                        assert (await r.json())["message"] == refused
+            async with session.post(keyless + "/v1/queues.info", json={"queue_name": "forged"}) as r:
+                assert r.status == 400  # never created
+            # The console's own calls (same-origin), and clients that send no such header, go through.
+            for headers in ({"Sec-Fetch-Site": "same-origin"}, {}):
+                async with session.post(
+                    keyless + "/v1/queues.list",
+                    data=b"{}",
+                    headers=headers,
+                    skip_auto_headers=["Content-Type"],
+                ) as r:
+                    assert r.status == 200
+            if ui:  # A link from another site to the console is a navigation (a GET): it opens.
+                status, _, _ = await _get(keyless + "/ui/", {"Sec-Fetch-Site": "cross-site"})
+                assert status == 200
 
 
 async def test_without_the_console_ui_is_an_unknown_path() -> None:

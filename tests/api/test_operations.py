@@ -480,7 +480,7 @@ async def test_a_reply_that_fails_to_encode_is_timed_as_the_500_aiohttp_answers(
 
     route = Route(unencodable, m.QueueStatsRequest, 1000)
     app = web.Application()
-    handler = route_handler(route, False, SystemClock().monotonic, lambda status, _: counted.append(status))
+    handler = route_handler(route, SystemClock().monotonic, lambda status, _: counted.append(status))
     app.router.add_post("/v1/queue.stats", handler)
     server = await serving(app)
     try:

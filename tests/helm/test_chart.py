@@ -17,6 +17,7 @@ import yaml
 from cassandra import ConsistencyLevel
 
 from querator.config import ServerConfig, load
+from querator.http import AllowedHosts
 
 from .chart import (
     CHART,
@@ -470,3 +471,21 @@ def test_nodes_spread_over_hosts_and_zones(rendered: Render) -> None:
     assert spread["labelSelector"] == selector
     soft = rendered("defaults").statefulset["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
     assert "preferredDuringSchedulingIgnoredDuringExecution" in soft
+
+
+def test_a_keyless_node_answers_the_chart_s_host_names(rendered: Render) -> None:
+    """Without API keys a node refuses Host names not its own (DNS rebinding, docs/configuration.md
+    "Host names"): the chart names the client Service, the pods and the ingress hosts, and the names
+    configured give it no other, so clients reaching it through any of them are served."""
+    r = rendered("ingress")
+    env = pod_env(r.container, {"metadata.name": "x"}, _any_secret(r.container))
+    service, headless = r.client_service["metadata"]["name"], r.headless_service["metadata"]["name"]
+    assert env["QUERATOR_ALLOWED_HOSTS"].split(",") == [
+        f"{service}.{NAMESPACE}.svc",
+        f"{service}.{NAMESPACE}.svc.cluster.local",
+        f".{headless}.{NAMESPACE}.svc.cluster.local",
+        "queues.example.com",
+    ]
+    hosts = AllowedHosts(env["QUERATOR_ALLOWED_HOSTS"].split(","))
+    assert hosts.allows(env["QUERATOR_ADVERTISE_ADDRESS"].replace("$(QUERATOR_NODE_ID)", "x-0"))
+    assert not hosts.allows(f"{service}.{NAMESPACE}")  # a namespace may be named as a public domain

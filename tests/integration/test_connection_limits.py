@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 import msgspec
 import pytest
 
+from querator.auth import generate_key, key_hash
 from querator.client import Client
 from querator.config import ListenerConfig
 
@@ -569,3 +570,94 @@ def test_one_client_address_cannot_take_every_connection(servers: Servers) -> No
     finally:
         for s in socks:
             s.close()
+
+
+# --------------------------------------------------------------------------------------------------------
+# Connections without a valid key
+
+
+NOT_LINGERING = 5.0
+"""Seconds a test waits for something that aiohttp's lingering for an unread body (10 s, which held every
+refused connection busy) would have delayed past it."""
+
+
+def served_with_key(server: ServerProcess, key: str) -> bool:
+    """Whether a new connection presenting ``key`` is served (False: closed unanswered, at the limit)."""
+    body = b"{}"
+    head = request_head(
+        "POST",
+        "/v1/queues.list",
+        {
+            "Content-Type": "application/json",
+            "Content-Length": str(len(body)),
+            "Authorization": f"Bearer {key}",
+        },
+    )
+    with connect(server) as sock:
+        try:
+            sock.sendall(head + body)
+            got = sock.recv(65536, socket.MSG_PEEK)
+        except (BrokenPipeError, ConnectionResetError):
+            return False
+        if not got:
+            return False
+        assert read_response(sock).status == 200
+        return True
+
+
+def test_unauthenticated_requests_holding_their_body_do_not_lock_clients_out(servers: Servers) -> None:
+    """docs/security.md, "Connections": a request without a valid key is refused (401) from its headers,
+    and its connection closed without its body read, so requests that announce a large body and never
+    send it cannot hold every connection (the timeouts are long: they cannot be what frees them)."""
+    key, limit = generate_key(), 8
+    server = servers.start(
+        *("--storage", "memory", "--api-keys", key_hash(key), "--max-connections", str(limit)),
+        *("--header-timeout", "5m", "--body-timeout", "5m", "--idle-timeout", "5m"),
+    )
+    socks = open_idle(server, limit)
+    try:
+        for i, sock in enumerate(socks):
+            wrong = (
+                {"Authorization": f"Bearer {generate_key()}"} if i % 2 else {}
+            )  # no key, or an unknown one
+            headers = {"Content-Type": "application/json", "Content-Length": str(MB), **wrong}
+            sock.sendall(request_head("POST", "/v1/queue.produce", headers))
+        for sock in socks:
+            reply = read_response(sock)
+            assert reply.status == 401
+            assert reply.headers["connection"] == "close"
+        wait_until(lambda: served_with_key(server, key), NOT_LINGERING, "a client with a key served")
+        for sock in socks:
+            closed, extra = closed_by_peer(sock, NOT_LINGERING)
+            assert closed and extra == b""
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_at_the_limit_the_address_holding_most_connections_gives_way(servers: Servers) -> None:
+    """One address opening connection after connection evicts its own, not another client's older one."""
+    server = servers.start("--storage", "memory", "--max-connections", "4", "--header-timeout", "5m")
+    assert server.port is not None
+
+    def from_(source: str) -> socket.socket:
+        return socket.create_connection(("127.0.0.1", server.port), CLOSE_DEADLINE, (source, 0))
+
+    head = request_head("GET", "/health", {})
+    with from_("127.0.0.3") as other:
+        other.sendall(head[:10])  # the oldest connection: its request's headers still coming
+        flood = [from_("127.0.0.2") for _ in range(4)]  # the fourth is one too many
+        try:
+            closed: list[socket.socket] = []
+
+            def one_closed() -> bool:
+                closed[:] = closed_ones([other, *flood])
+                return bool(closed)
+
+            wait_until(one_closed, CLOSE_DEADLINE, "a connection evicted")
+            assert closed == [flood[0]]
+            other.sendall(head[10:])
+            assert read_response(other).status == 200
+        finally:
+            for s in flood:
+                s.close()

@@ -356,3 +356,61 @@ def test_storage_lists_are_paged_by_payload_bytes_and_count(
         assert rest[0].id == first[-1].id and len(rest) == 3
         assert [i.payload[0] for i in first + rest[1:]] == list(range(6))
         assert len(lister("q", 0, limit=2).items) == 2
+
+
+# --------------------------------------------------------------------------------------------------------
+# Host names (DNS rebinding)
+
+
+def for_host(port: int, host: str, method: str, path: str, key: str = "") -> tuple[int, bytes]:
+    """``method path`` sent to ``port`` with ``Host: host`` (a POST with an empty JSON body); (status,
+    body)."""
+    headers = [f"Host: {host}", "Content-Type: application/json", "Content-Length: 2"]
+    headers += [f"Authorization: Bearer {key}"] if key else []
+    head = "\r\n".join([f"{method} {path} HTTP/1.1", *headers]) + "\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=REPLY_DEADLINE) as sock:
+        sock.sendall(head.encode() + (b"{}" if method == "POST" else b""))
+        reply = read_response(sock)
+    return reply.status, reply.body
+
+
+def rebound(host: str) -> str:
+    return f"host is not allowed; '{host}' is not a name of this node (--allowed-hosts)"
+
+
+def test_a_keyless_node_answers_its_own_host_names_only(servers: Servers) -> None:
+    """docs/configuration.md, "Host names": a page that rebinds its own name to a keyless node's address
+    reaches it with that name as Host, and is refused, on the API and the admin address alike."""
+    admin = free_port()
+    server = servers.start(
+        *("--storage", "memory", "--admin-address", f"127.0.0.1:{admin}"),
+        *("--allowed-hosts", "queue.example.com,.corp.example"),
+    )
+    assert server.port is not None
+    port = server.port
+    for at, method, path in (
+        (port, "POST", "/v1/queues.list"),
+        (port, "GET", "/health"),
+        (admin, "GET", "/metrics"),
+    ):
+        status, body = for_host(at, f"evil.example:{at}", method, path)
+        assert (status, json.loads(body)["message"]) == (403, rebound(f"evil.example:{at}"))
+    for host in (
+        f"localhost:{port}",
+        f"127.0.0.1:{port}",
+        "querator",
+        "queue.example.com",
+        "n1.corp.example:80",
+    ):
+        assert for_host(port, host, "POST", "/v1/queues.list")[0] == 200, host
+    assert for_host(admin, f"127.0.0.1:{admin}", "GET", "/metrics")[0] == 200
+    assert f"refusing requests for host 'evil.example:{port}'" in server.stderr()
+
+
+def test_with_api_keys_the_host_is_not_checked(servers: Servers) -> None:
+    """A rebinding page cannot present a key: with keys the key decides, whatever the Host."""
+    key, key_hash = apikey()
+    server = servers.start("--storage", "memory", "--api-keys", key_hash)
+    assert server.port is not None
+    assert for_host(server.port, "evil.example", "POST", "/v1/queues.list")[0] == 401
+    assert for_host(server.port, "evil.example", "POST", "/v1/queues.list", key)[0] == 200

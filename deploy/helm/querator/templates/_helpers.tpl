@@ -28,6 +28,24 @@ The release's full name. Kept to 52 characters: a StatefulSet adds a revision ha
 {{- printf "%s-headless" (include "querator.fullname" .) }}
 {{- end }}
 
+{{/*
+The Host names a node without API keys answers (DNS rebinding): the client Service's names in the
+cluster, every pod's through the headless Service, the ingress hosts and querator.allowedHosts. Not
+"<service>.<namespace>": its last label could be a public domain (a namespace named "dev").
+*/}}
+{{- define "querator.allowedHosts" -}}
+{{- $fullname := include "querator.fullname" . }}
+{{- $svc := printf "%s.svc" .Release.Namespace }}
+{{- $hosts := list (printf "%s.%s" $fullname $svc) (printf "%s.%s.%s" $fullname $svc .Values.clusterDomain) }}
+{{- $hosts = append $hosts (printf ".%s.%s.%s" (include "querator.headlessName" .) $svc .Values.clusterDomain) }}
+{{- if .Values.ingress.enabled }}
+{{- range .Values.ingress.hosts }}
+{{- $hosts = append $hosts .host }}
+{{- end }}
+{{- end }}
+{{- concat $hosts .Values.querator.allowedHosts | join "," }}
+{{- end }}
+
 {{- define "querator.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
