@@ -174,6 +174,23 @@ async def test_the_sweep_wakes_a_workflow_whose_activation_was_lost(durable: Api
     assert await activations(durable) == []
 
 
+async def test_starting_a_stranded_workflow_again_wakes_it(durable: Api, clock: FakeClock) -> None:
+    """A start of an existing id whose workflow has nothing to move it on (its activation lost, its last
+    claim run out) produces an activation, as the sweep would: starting the same id again did not help
+    (issue 46). One a claim holds is left to its worker; repeated starts wake it once per change."""
+    await start(durable)
+    await activations(durable)
+    await claim(durable)
+    await start(durable)
+    assert await activations(durable) == []  # its claim holds: the worker moves it on
+    clock.advance(31)  # the claim ran out, and no activation is left
+    await start(durable)
+    [woken] = await activations(durable)
+    assert (woken["kind"], woken["reference"]) == (ACTIVATION, "wf-1")
+    await start(durable)
+    assert await activations(durable) == []  # the record did not change: a duplicate
+
+
 async def test_the_node_sweeps_on_its_own(durable: Api, clock: FakeClock) -> None:
     await start(durable)
     await activations(durable)  # lost
