@@ -31,6 +31,10 @@ DEFAULT_QUEUE = "durable"
 DEFAULT_STEP_ATTEMPTS = 3
 DEFAULT_STEP_RETRY = backoff.exponential(first="1s", cap="1m")
 SCHEDULED_START = "querator.durable.start"
+QUEUE_EXPIRE_TIMEOUT = "2562047h"
+"""The expire timeout of the queue the app makes: the longest a queue takes (Go's longest duration in
+whole hours, 292 years), so that no activation, a workflow's only way forward, is dropped while its
+workers are away (issue 46; docs/durable.md, "The task queue")."""
 """The worker task a schedule's tick runs to start a workflow (``Durable.schedule``)."""
 RESULT_POLL = 15 * 60.0
 """Seconds one ``workflows.result`` call may wait (the server's longest request_timeout)."""
@@ -151,7 +155,12 @@ class Durable:
         self.workflows: dict[str, WorkflowDef] = {}
         self.worker = Worker(endpoint, api_key=api_key, concurrency=concurrency, serializer=self.serializer)
         task = functools.partial(
-            self.worker.task, queue=queue, max_attempts=0, create_queue=True, dead_queue=""
+            self.worker.task,
+            queue=queue,
+            max_attempts=0,
+            create_queue=True,
+            dead_queue="",
+            expire_timeout=QUEUE_EXPIRE_TIMEOUT,
         )
         self._activation = task(name="querator.durable.run", lease_timeout=self.claim_timeout)(self._activate)
         task(name="querator.durable.step", lease_timeout=self.claim_timeout)(self._run_step)

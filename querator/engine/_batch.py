@@ -129,7 +129,6 @@ class BatchPlan:
             return
         req.partition = target
         for item in req.items:
-            item.expire_deadline = self._now + settings.expire_timeout
             item.max_attempts = settings.max_attempts
         self._ops(target).produce.extend(req.items)
 

@@ -404,6 +404,7 @@ class LogicalQueue:
                     settings.dedup_window,
                     settings.max_attempts,
                     lease_token_key(settings),
+                    settings.expire_timeout,
                 )
             )
         except StorageError as e:

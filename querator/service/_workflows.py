@@ -135,10 +135,13 @@ class Workflows:
         if not created:  # an existing run is what a read returns: the caller must be allowed one
             await self._check(owner, perm.QUEUE_STATS)
             journal.check_same_run(wf, new)
-        if wf.status == RUNNING and wf.fence == 0:
-            # Never claimed: its first activation may be the one a crash lost, and the produce's dedup
-            # id makes a repeated start produce it once.
-            await self._activate(wf, dedup_id=f"start:{_digest(wf.id)}")
+        if journal.stranded(wf, now, 0):
+            # Never claimed (its first activation may be the one a crash lost), or with nothing left to
+            # move it on (its activation expired or deleted by hand, its last claim run out): a start
+            # wakes it, as a sweep would. The dedup id makes repeated starts produce it once until the
+            # workflow moves (a claimed one's stored version has changed since it was made).
+            moved = f":{wf.version}" if wf.fence else ""
+            await self._activate(wf, dedup_id=f"start:{_digest(wf.id)}{moved}")
         return m.WorkflowsStartResponse(created=created, workflow=workflow_info(wf, journal=False))
 
     async def _check_parent(self, req: m.WorkflowsStartRequest, parent_key: str) -> None:

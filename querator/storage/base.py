@@ -141,8 +141,9 @@ class PartitionTx(Protocol):
     def update(self, items: Sequence[Item]) -> None:
         """Stores new lease and schedule fields of existing items, by id.
 
-        Only ``is_leased``, ``lease_deadline``, ``attempts``, ``enqueue_at`` and ``failures`` change while
-        an item keeps its id (anything else moving means a new id); a backend may write just those. Never
+        Only ``is_leased``, ``lease_deadline``, ``attempts``, ``enqueue_at``, ``expire_deadline`` (a retry
+        later extends it, ``operations.expires_at``) and ``failures`` change while an item keeps its id
+        (anything else moving means a new id); a backend may write just those. Never
         used to make an item queued again. As with ``insert``, the backend may keep the given objects.
         """
 

@@ -184,25 +184,42 @@ def apply_batch(
     dedup_window: int = 0,
     max_attempts: int = 0,
     token_key: bytes = b"",
+    expire_timeout: int = 0,
 ) -> BatchResult:
     """Applies a batch: produce, lease, renew, complete, retry, release, in that order.
 
     Renew goes before complete so that a consumer's heartbeat racing its own completion in one batch
     does not fail. ``max_attempts`` (0: unlimited) bounds retries as it bounds expired leases: an item
     retried after its last attempt dies instead (docs/compatibility.md). With a ``token_key`` (the
-    queue's ``lease_token_key``) renew, complete and retry need each item's lease token.
+    queue's ``lease_token_key``) renew, complete and retry need each item's lease token. The queue's
+    ``expire_timeout`` gives produced and retried items their expire_deadline (``expires_at``; 0: items
+    keep the deadline they carry).
     """
     result = BatchResult()
     if batch.produce:
         items = batch.produce
         if dedup_window and any(i.dedup_id for i in items):
             items = _not_seen(tx, items, now, dedup_window)
-        _produce(tx, items, now, new_id, result)
+        _produce(tx, items, now, new_id, expire_timeout, result)
     if batch.lease:
         _lease(tx, batch.lease, result)
     if batch.renew or batch.complete or batch.retry or batch.release:
-        _settle_leases(tx, batch, now, new_id, has_dead_queue, max_attempts, token_key, result)
+        _settle_leases(
+            tx, batch, now, new_id, has_dead_queue, max_attempts, token_key, expire_timeout, result
+        )
     return result
+
+
+def expires_at(leasable_at: int, expire_timeout: int, current: int = 0) -> int:
+    """The expire_deadline of an item that becomes leasable at ``leasable_at``: its expire_timeout counts
+    from then, not from its produce, so that a scheduled item (a durable sleep, a retry's back-off) longer
+    than the timeout still gets the whole timeout to be leased once due (ADR 0033, docs/semantics.md
+    §5.3). Never earlier than its ``current`` deadline: a retry later only ever extends it, and a retry
+    now does not, so an item's life stays bounded by its attempts and their back-offs. Without an
+    ``expire_timeout`` (the contract tests' batches) ``current`` stays."""
+    if not expire_timeout:
+        return current
+    return max(current, leasable_at + expire_timeout)
 
 
 def _not_seen(tx: PartitionTx, items: list[Item], now: int, dedup_window: int) -> list[Item]:
@@ -219,7 +236,9 @@ def _not_seen(tx: PartitionTx, items: list[Item], now: int, dedup_window: int) -
     return fresh
 
 
-def _produce(tx: PartitionTx, items: list[Item], now: int, new_id: NewId, result: BatchResult) -> None:
+def _produce(
+    tx: PartitionTx, items: list[Item], now: int, new_id: NewId, expire_timeout: int, result: BatchResult
+) -> None:
     """Stores ``items``, giving each its id in place: the produce's answer reports them
     (``engine._batch.Transaction.answer``), on every backend."""
     for item in items:
@@ -227,6 +246,8 @@ def _produce(tx: PartitionTx, items: list[Item], now: int, new_id: NewId, result
         item.created_at = now
         if item.enqueue_at and item.enqueue_at < now + NEAR_NOW:
             item.enqueue_at = 0
+        if expire_timeout:
+            item.expire_deadline = expires_at(item.enqueue_at or now, expire_timeout)
         if item.enqueue_at:
             result.next_enqueue_at = _earliest(result.next_enqueue_at, item.enqueue_at)
         else:
@@ -277,6 +298,7 @@ def _settle_leases(  # noqa: C901, PLR0912, PLR0915
     has_dead_queue: bool,
     max_attempts: int,
     token_key: bytes,
+    expire_timeout: int,
     result: BatchResult,
 ) -> None:
     """Renew, complete, retry and release: each acts on items that must be leased, and checks them the same
@@ -352,6 +374,8 @@ def _settle_leases(  # noqa: C901, PLR0912, PLR0915
                 result.dropped += 1
             elif entry.retry_at >= now + NEAR_NOW:
                 got.enqueue_at = entry.retry_at
+                if got.expire_deadline:  # one imported without an expiry keeps none
+                    got.expire_deadline = expires_at(entry.retry_at, expire_timeout, got.expire_deadline)
                 updated[entry.id] = got
                 found.pop(entry.id)
                 result.next_enqueue_at = _earliest(result.next_enqueue_at, entry.retry_at)
@@ -470,7 +494,7 @@ def moved_copies(
     return [
         Item(
             source_id=item.id,
-            expire_deadline=now + expire_timeout,
+            expire_deadline=expires_at(now, expire_timeout),
             max_attempts=item.max_attempts if max_attempts is None else max_attempts,
             reference=item.reference,
             encoding=item.encoding,

@@ -82,6 +82,8 @@ class TaskOptions:
     max_attempts: int
     retry: Policy
     lease_timeout: str
+    expire_timeout: str
+    """For ``create_queue`` ("": the client's default, 60 times the lease timeout)."""
     timeout_s: float | None
     concurrency: int | None
     permanent: tuple[type[BaseException], ...]

@@ -99,6 +99,7 @@ class Worker:
         create_queue: bool = False,
         dead_queue: str | None = None,
         serializer: Serializer | None = None,
+        expire_timeout: Duration | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -117,6 +118,7 @@ class Worker:
         create_queue: bool = False,
         dead_queue: str | None = None,
         serializer: Serializer | None = None,
+        expire_timeout: Duration | None = None,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Registers a function (sync or async) as a task, as a decorator.
 
@@ -136,6 +138,8 @@ class Worker:
                 ``max_attempts`` and ``dead_queue``.
             dead_queue: for ``create_queue``: the dead-letter queue (default ``<queue>-dead``; "" none).
             serializer: this task's, instead of the worker's.
+            expire_timeout: for ``create_queue``: how long an item may wait once it can be leased (a
+                delayed or retried item's counts from when it is due); default 60 times the lease timeout.
         """
 
         def register(function: Callable[P, R]) -> Task[P, R]:
@@ -151,6 +155,7 @@ class Worker:
                 max_attempts=max_attempts,
                 retry=retry,
                 lease_timeout="" if lease_timeout is None else go_duration(lease_timeout),
+                expire_timeout="" if expire_timeout is None else go_duration(expire_timeout),
                 timeout_s=None if timeout is None else seconds_of(timeout),
                 concurrency=concurrency,
                 permanent=tuple(permanent),
@@ -426,6 +431,7 @@ async def _ensure_queues(client: AsyncClient, options: TaskOptions) -> None:
         client,
         options.queue,
         lease_timeout=lease_timeout,
+        expire_timeout=options.expire_timeout or None,
         max_attempts=options.max_attempts,
         dead_queue=options.dead_queue,
     )

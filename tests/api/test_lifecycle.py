@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+from datetime import timedelta
 from typing import Any
 
 from querator.clock import FakeClock
@@ -159,3 +161,46 @@ async def test_lease_waits_for_lifecycle_requeue(api: Api, clock: FakeClock) -> 
     clock.advance(11)
     got = await asyncio.wait_for(waiting, 5)
     assert got["items"][0]["attempts"] == 2
+
+
+async def test_a_schedule_longer_than_the_expire_timeout_is_leased_when_due(
+    api: Api, clock: FakeClock
+) -> None:
+    """An item's expire_timeout counts from when it becomes leasable (docs/semantics.md §5.3, ADR 0033;
+    the reference counts from the produce, docs/compatibility.md): a produce scheduled twice the timeout
+    ahead is not dropped when it comes due, but waits the whole timeout for a consumer."""
+    from .test_queue import parse_ts, ts
+
+    await api.create("dead")
+    await api.create("q", lease_timeout="5s", expire_timeout="10s", dead_queue="dead")
+    enqueue_at = ts(clock, 20)
+    await api.produce("q", [{"utf8": "later", "enqueue_at": enqueue_at}])
+    [scheduled] = await api.scheduled("q")
+    assert parse_ts(scheduled["expire_deadline"]) == parse_ts(enqueue_at) + timedelta(seconds=10)
+    clock.advance(25)  # due 5 s ago: past its produce's timeout, within the timeout since it came due
+    await wait_for_items(api, "q", lambda items: len(items) == 1)
+    [item] = (await api.lease("q"))["items"]
+    assert item["bytes"] == base64.b64encode(b"later").decode()
+    await api.complete("q", 0, [item["id"]])
+    assert await api.items("dead") == []
+
+
+async def test_a_retry_later_than_the_expire_deadline_is_leased_when_due(api: Api, clock: FakeClock) -> None:
+    """A retry's back-off beyond the item's expire deadline extends it to retry_at + expire_timeout
+    (docs/semantics.md §4.4, ADR 0033; the reference never changes it on retry)."""
+    from .test_queue import parse_ts, ts
+
+    await api.create("dead")
+    await api.create("q", lease_timeout="5s", expire_timeout="10s", dead_queue="dead")
+    await api.produce_n("q", 1)
+    first = (await api.lease("q"))["items"][0]
+    retry_at = ts(clock, 30)
+    await api.retry("q", 0, [{"id": first["id"], "retry_at": retry_at}])
+    [scheduled] = await api.scheduled("q")
+    assert parse_ts(scheduled["expire_deadline"]) == parse_ts(retry_at) + timedelta(seconds=10)
+    clock.advance(35)
+    await wait_for_items(api, "q", lambda items: len(items) == 1)
+    [again] = (await api.lease("q"))["items"]
+    assert again["attempts"] == 2
+    await api.complete("q", 0, [again["id"]])
+    assert await api.items("dead") == []

@@ -174,6 +174,23 @@ async def test_the_sweep_wakes_a_workflow_whose_activation_was_lost(durable: Api
     assert await activations(durable) == []
 
 
+async def test_starting_a_stranded_workflow_again_wakes_it(durable: Api, clock: FakeClock) -> None:
+    """A start of an existing id whose workflow has nothing to move it on (its activation lost, its last
+    claim run out) produces an activation, as the sweep would: starting the same id again did not help
+    (issue 46). One a claim holds is left to its worker; repeated starts wake it once per change."""
+    await start(durable)
+    await activations(durable)
+    await claim(durable)
+    await start(durable)
+    assert await activations(durable) == []  # its claim holds: the worker moves it on
+    clock.advance(31)  # the claim ran out, and no activation is left
+    await start(durable)
+    [woken] = await activations(durable)
+    assert (woken["kind"], woken["reference"]) == (ACTIVATION, "wf-1")
+    await start(durable)
+    assert await activations(durable) == []  # the record did not change: a duplicate
+
+
 async def test_the_node_sweeps_on_its_own(durable: Api, clock: FakeClock) -> None:
     await start(durable)
     await activations(durable)  # lost
@@ -536,3 +553,25 @@ async def test_ending_with_a_child_that_never_started_still_ends(durable: Api) -
     assert await append(durable, 1, "parent", entries=[child], then="cancel", error="Cancelled: x") == {}
     info = await durable.post("/v1/workflows.info", {"workflow_id": "parent"})
     assert info["status"] == "cancelled"
+
+
+async def test_the_apps_queue_never_drops_an_activation(api: Api, clock: FakeClock) -> None:
+    """The queue a Durable app makes keeps an activation however long no worker runs: its expire
+    timeout was the client's default, 60 times the claim timeout (30 min), after which a started
+    workflow, or a timer that came due, was dropped and the workflow stayed running (issue 46)."""
+    from querator.durable import Durable
+
+    app = Durable(api.base)
+    try:
+
+        @app.workflow(name="idle")
+        async def idle(ctx: Any) -> None: ...
+
+        client = await app.client()
+        assert (await client.queue_info("durable")).expire_timeout == "2562047h0m0s"
+        await app.start(idle, workflow_id="wf-idle")
+        clock.advance(30 * 24 * 3600)  # a month without a worker
+        [item] = (await api.lease("durable"))["items"]
+        assert (item["kind"], item["reference"]) == (ACTIVATION, "wf-idle")
+    finally:
+        await app.close()

@@ -169,6 +169,29 @@ async def test_a_durable_sleep_survives_a_server_restart(
     assert [r["key"] for r in workers.runs("add")] == ["z-before", "z-after"]
 
 
+async def test_a_sleep_past_the_expire_timeout_wakes_a_worker_back_from_a_deploy(
+    workers: Workers, client: AsyncClient
+) -> None:
+    """The timer's activation is due 6 s after it is produced, on a queue whose expire_timeout is 5 s,
+    and no worker runs when it comes due: it waits the queue's whole expire timeout from then for the
+    worker to come back (docs/semantics.md §5.3, ADR 0033). It was dropped as it came due, and the
+    workflow stayed running (issue 45)."""
+    await client.create_queue("durable", lease_timeout="3s", expire_timeout="5s")
+    worker = workers.start()
+    handle = await wf.app.start(wf.sleeper, "d", 6.0, workflow_id="deployed")
+
+    async def timers(n: int) -> bool:
+        return len((await client.list_scheduled("durable", 0)).items) == n
+
+    await eventually(lambda: timers(1), DEADLINE, "asleep, its timer scheduled")
+    worker.terminate()  # the deploy
+    worker.wait(DEADLINE)
+    await eventually(lambda: timers(0), DEADLINE, "the timer came due")
+    workers.start()
+    assert await handle.result(timeout=DEADLINE) == "awake"
+    assert [r["key"] for r in workers.runs("add")] == ["d-before", "d-after"]
+
+
 async def test_signals_before_and_after_the_wait_and_the_timeout(
     workers: Workers, client: AsyncClient
 ) -> None:

@@ -95,10 +95,11 @@ class Part:
         dedup_window: int = 0,
         max_attempts: int = 0,
         token_key: bytes = b"",
+        expire_timeout: int = 0,
     ) -> BatchResult:
         return await self.run(
             lambda tx: apply_batch(
-                tx, batch, now, self.new_id, dead_queue, dedup_window, max_attempts, token_key
+                tx, batch, now, self.new_id, dead_queue, dedup_window, max_attempts, token_key, expire_timeout
             )
         )
 
@@ -599,6 +600,60 @@ class StoreContract(ScheduleContract, WorkflowContract):
         await part.batch(PartitionBatch(release=[ReleaseOp([a.id])]))
         (released,) = await part.list()
         assert (released.job_id, released.failures) == (a.id, b"")  # its job, but no failed attempt
+
+    # --- expiry counts from when an item becomes leasable (docs/semantics.md §5.3, ADR 0033) --------------
+
+    async def test_a_scheduled_items_expiry_counts_from_its_enqueue_at(self, part: Part) -> None:
+        """A produce scheduled further out than the queue's expire_timeout (a durable sleep) still has the
+        whole timeout to be leased once due; an item queued at once expires a timeout after its produce."""
+        timeout = 10 * SECOND
+        produced = [
+            item("now", expire_deadline=0),
+            item("near", enqueue_at=NOW + NEAR_NOW - 1, expire_deadline=0),
+            item("later", enqueue_at=NOW + 3 * timeout, expire_deadline=0),
+        ]
+        await part.batch(PartitionBatch(produce=produced), expire_timeout=timeout)
+        assert [i.expire_deadline for i in produced] == [NOW + timeout, NOW + timeout, NOW + 4 * timeout]
+        (scheduled,) = await part.list(scheduled=True)
+        assert scheduled.expire_deadline == NOW + 4 * timeout
+        # Past its produce's timeout: the queued items die, the scheduled one waits and then comes due.
+        result = await part.lifecycle(NOW + 3 * timeout + SECOND)
+        assert (result.deleted, result.enqueued) == (2, 1)
+        result = await part.lifecycle(NOW + 3 * timeout + 2 * SECOND)
+        assert (result.deleted, result.dead) == (0, [])
+        assert result.deadlines.expire_deadline == NOW + 4 * timeout
+        [[leased]] = await part.lease(1, deadline=NOW + 4 * timeout)
+        assert (leased.payload, leased.expire_deadline) == (b"later", NOW + 4 * timeout)
+
+    async def test_a_retry_later_extends_the_expiry_past_its_retry_at(self, part: Part) -> None:
+        """A retry's back-off longer than the expire_timeout leaves the item the whole timeout once due;
+        a retry now keeps the deadline it had, and an item without one (imported so) gets none."""
+        timeout = 10 * SECOND
+        far, now = item("far", expire_deadline=0), item("now", expire_deadline=0)
+        await part.batch(PartitionBatch(produce=[far, now]), expire_timeout=timeout)
+        (never,) = await part.produce(item("never", expire_deadline=0))
+        await part.lease(3)
+        retry_at = NOW + 3 * timeout
+        retry = RetryOp(
+            [
+                RetryEntry(far.id, retry_at=retry_at),
+                RetryEntry(now.id),
+                RetryEntry(never.id, retry_at=retry_at),
+            ]
+        )
+        await part.batch(PartitionBatch(retry=[retry]), expire_timeout=timeout)
+        assert retry.error is None
+        scheduled = await part.list(scheduled=True)
+        assert [(i.id, i.expire_deadline) for i in scheduled] == [(far.id, retry_at + timeout), (never.id, 0)]
+        (requeued,) = await part.list()
+        assert (requeued.payload, requeued.expire_deadline) == (b"now", NOW + timeout)
+        result = await part.lifecycle(retry_at + SECOND)
+        assert (result.deleted, result.enqueued) == (1, 2)
+        [leased] = await part.lease(2, deadline=retry_at + timeout)
+        assert [(i.payload, i.expire_deadline) for i in leased] == [
+            (b"far", retry_at + timeout),
+            (b"never", 0),
+        ]
 
     # --- lifecycle ----------------------------------------------------------------------------------------
 

@@ -15,8 +15,8 @@ _ITEM_VALUES = ", ".join("?" * 16)
 SQL_INSERT_ITEM: Final = f"INSERT INTO items (part, {_COLUMNS}) VALUES ({_ITEM_VALUES})"
 # Only the lease and schedule fields change while an item keeps its id (see PartitionTx.update).
 SQL_UPDATE_ITEM: Final = (
-    "UPDATE items SET is_leased = ?, lease_deadline = ?, attempts = ?, enqueue_at = ?, failures = ? "
-    "WHERE part = ? AND id = ?"
+    "UPDATE items SET is_leased = ?, lease_deadline = ?, attempts = ?, enqueue_at = ?, expire_deadline = ?, "
+    "failures = ? WHERE part = ? AND id = ?"
 )
 # One statement for a whole batch of ids: the ids travel as one JSON array.
 SQL_DELETE_ITEMS: Final = "DELETE FROM items WHERE part = ? AND id IN (SELECT value FROM json_each(?))"

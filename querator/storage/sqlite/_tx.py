@@ -63,7 +63,16 @@ class SqliteTx:
         self._conn.executemany(
             SQL_UPDATE_ITEM,
             [
-                (int(i.is_leased), i.lease_deadline, i.attempts, i.enqueue_at, i.failures, key, i.id)
+                (
+                    int(i.is_leased),
+                    i.lease_deadline,
+                    i.attempts,
+                    i.enqueue_at,
+                    i.expire_deadline,
+                    i.failures,
+                    key,
+                    i.id,
+                )
                 for i in items
             ],
         )
