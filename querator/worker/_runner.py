@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import inspect
 import logging
 import random
 import traceback
@@ -88,6 +89,34 @@ class Runtime:
     pool: ThreadPoolExecutor
     runs: set[asyncio.Task[None]] = field(default_factory=set)
     renewals: set[asyncio.Task[None]] = field(default_factory=set)
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set by a warm stop: runs still waiting for their rate limit's slot give their items back."""
+
+
+async def _rate_limited(
+    task: Task[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], stopping: asyncio.Event
+) -> _Failure | None:
+    """Waits for the task's next free start (its ``rate_limit``, per ``rate_key``), holding the task's own
+    slot but not the worker's: other tasks run meanwhile, and the item's lease is renewed. A warm stop
+    ends the wait and gives the item back to the queue at once (its attempt spent); a ``rate_key`` that
+    raises fails the run as the task would."""
+    rate = task.options.rate_limit
+    if rate is None:
+        return None
+    try:
+        key = "" if task.options.rate_key is None else str(task.options.rate_key(*args, **kwargs))
+    except Exception as e:
+        return _Failure("error", e)
+    waiting = asyncio.ensure_future(rate.take(key))
+    stopped = asyncio.ensure_future(stopping.wait())
+    try:
+        await asyncio.wait([waiting, stopped], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+        waiting.cancel()
+    if waiting.done() and not waiting.cancelled():
+        return None
+    return _Failure("later", RetryLater(0))
 
 
 def error_record(error: BaseException) -> str:
@@ -224,10 +253,25 @@ class QueueRunner:
             call = task.signature.convert(args, kwargs)
         except (EnvelopeError, TypeError, ValueError, msgspec.ValidationError) as e:
             return _Failure("undecodable", e)
+        limit = self._limits.get(task.name) or _NO_LIMIT
+        async with limit:
+            failure = await _rate_limited(task, call.args, call.kwargs, self._rt.stopping)
+            if failure is not None:
+                return failure
+            return await self._run_in_slot(task, item, fields, call, trace)
+
+    async def _run_in_slot(
+        self,
+        task: Task[..., Any],
+        item: m.QueueLeaseItem,
+        fields: dict[str, Any],
+        call: inspect.BoundArguments,
+        trace: dict[str, str],
+    ) -> _Failure | None:
+        """The run itself, once a slot of the worker is free."""
         loop = asyncio.get_running_loop()
         attributes = {"messaging.system": "querator", "messaging.destination.name": self.queue}
-        limit = self._limits.get(task.name) or _NO_LIMIT
-        async with limit, self._rt.running:
+        async with self._rt.running:
             with continued(trace, f"{task.name} process", attributes):
                 fields["traceparent"] = current_traceparent()
                 started_s = loop.time()

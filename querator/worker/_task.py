@@ -14,6 +14,7 @@ from querator.client import Duration
 from querator.client._arguments import seconds_of
 from querator.wire import messages as m
 from querator.worker._envelope import pack
+from querator.worker._rate import RateLimit
 from querator.worker._serializer import Serializer, Signature
 from querator.worker._trace import outgoing
 from querator.worker.backoff import Policy
@@ -89,6 +90,8 @@ class TaskOptions:
     permanent: tuple[type[BaseException], ...]
     create_queue: bool
     dead_queue: str
+    rate_limit: RateLimit | None = None
+    rate_key: Callable[..., str] | None = None
 
 
 class Task(Generic[P, R]):

@@ -19,6 +19,7 @@ from querator.errors import InvalidOption
 from querator.wire import messages as m
 from querator.worker._envelope import pack
 from querator.worker._observe import Metrics
+from querator.worker._rate import RateLimit
 from querator.worker._runner import QueueRunner, Reservations, Runtime
 from querator.worker._serializer import JsonSerializer, Serializer
 from querator.worker._settle import Settler
@@ -100,6 +101,8 @@ class Worker:
         dead_queue: str | None = None,
         serializer: Serializer | None = None,
         expire_timeout: Duration | None = None,
+        rate_limit: str | None = None,
+        rate_key: Callable[..., str] | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -119,6 +122,8 @@ class Worker:
         dead_queue: str | None = None,
         serializer: Serializer | None = None,
         expire_timeout: Duration | None = None,
+        rate_limit: str | None = None,
+        rate_key: Callable[..., str] | None = None,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Registers a function (sync or async) as a task, as a decorator.
 
@@ -140,7 +145,14 @@ class Worker:
             serializer: this task's, instead of the worker's.
             expire_timeout: for ``create_queue``: how long an item may wait once it can be leased (a
                 delayed or retried item's counts from when it is due); default 60 times the lease timeout.
+            rate_limit: at most this many starts of the task in this process, ``"<n>/s"``, ``"<n>/m"``
+                or ``"<n>/h"``, evenly spaced (docs/worker.md, "Rate limits").
+            rate_key: with ``rate_limit``, a function of the task's arguments whose result is the key
+                the limit applies to on its own (a customer, an API host); default one key for all.
         """
+        limiter = None if rate_limit is None else RateLimit(rate_limit)
+        if rate_key is not None and limiter is None:
+            raise ValueError("worker: rate_key needs a rate_limit")
 
         def register(function: Callable[P, R]) -> Task[P, R]:
             task_name = name or f"{function.__module__}.{function.__qualname__}"
@@ -161,6 +173,8 @@ class Worker:
                 permanent=tuple(permanent),
                 create_queue=create_queue,
                 dead_queue=f"{target}-dead" if dead_queue is None else dead_queue,
+                rate_limit=limiter,
+                rate_key=rate_key,
             )
             task = Task(self, function, options, serializer or self.serializer)
             self.tasks[task_name] = task
@@ -381,7 +395,9 @@ class Worker:
 
     @staticmethod
     async def _wind_down(rt: Runtime, leasing: list[asyncio.Task[None]], pool: ThreadPoolExecutor) -> None:
-        """No more leases; the runs in flight end (renewed meanwhile) and are settled; then renewal stops."""
+        """No more leases; the runs in flight end (renewed meanwhile) and are settled, those waiting for a
+        rate limit's slot given back; then renewal stops."""
+        rt.stopping.set()
         for loop_task in leasing:
             loop_task.cancel()
         await asyncio.gather(*leasing, return_exceptions=True)

@@ -182,6 +182,24 @@ async def _ran(workers: Workers, task: str, n: int) -> bool:
     return len(workers.runs(task)) >= n
 
 
+async def test_a_rate_limit_spaces_each_keys_starts_and_a_stop_gives_waiting_items_back(
+    workers: Workers, client: AsyncClient
+) -> None:
+    """``rate_limit="1/h"`` per customer (issue 45: no rate limits): each customer's first call starts at
+    once, a second of the same customer waits for its slot an hour on, another customer's does not. A
+    warm stop does not wait that hour: the waiting item goes back to its queue."""
+    worker = workers.start("--queues", "limited")
+    for customer, n in (("a", 1), ("a", 2), ("b", 1)):
+        await tasks.limited.enqueue(customer, n)
+    await eventually(lambda: _ran(workers, "limited", 2), DEADLINE, "a-1 and b-1 ran")
+    assert sorted(r["key"] for r in workers.runs("limited")) == ["a-1", "b-1"]  # a-2 waits for its slot
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(DEADLINE) == 0
+    [back] = (await client.list_items("limited", 0)).items
+    assert json.loads(back.payload)["args"] == ["a", 2]
+    assert sorted(r["key"] for r in workers.runs("limited")) == ["a-1", "b-1"]  # it never ran
+
+
 async def test_a_killed_workers_task_runs_again_on_another(workers: Workers, client: AsyncClient) -> None:
     first = workers.start("--queues", "held")
     await tasks.held.enqueue("k")

@@ -233,3 +233,8 @@ def ticking(region: str) -> None:
 @worker.task(queue="argless", max_attempts=1, create_queue=True)
 def argless() -> None:
     record(task="argless", key="")
+
+
+@worker.task(queue="limited", rate_limit="1/h", rate_key=lambda customer, n: customer, create_queue=True)
+def limited(customer: str, n: int) -> None:
+    record(task="limited", key=f"{customer}-{n}")
