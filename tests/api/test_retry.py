@@ -173,9 +173,16 @@ async def test_a_dead_letter_says_why_and_keeps_its_job_id(api: Api, clock: Fake
     # The reference's clients reject fields they do not know: without the header, none of these.
     [plain] = await api.items("dead")
     assert "job_id" not in plain and "failures" not in plain
-    await api.produce("q", [{"utf8": "again"}])
-    await api.retry("q", 0, [{"id": (await api.lease("q"))["items"][0]["id"]}])
-    assert "job_id" not in (await api.lease("q"))["items"][0]
+    await api.create("plain")
+    await api.produce("plain", [{"utf8": "again"}])
+    await api.retry("plain", 0, [{"id": (await api.lease("plain"))["items"][0]["id"]}])
+    item = (await api.lease("plain"))["items"][0]
+    assert "job_id" not in item
+    await api.retry("plain", 0, [{"id": item["id"]}])
+    # Level 2 (this project's clients before): its own fields, but not these.
+    level_2 = {"X-Querator-Extensions": "2"}
+    older = await api.post("/v1/queue.lease", {**lease, "queue_name": "plain"}, level_2)
+    assert "job_id" not in older["items"][0]
 
 
 async def test_a_retry_error_is_bounded(api: Api) -> None:
