@@ -337,3 +337,21 @@ ODD = [
 ]
 """Control and invisible format characters (Unicode Cc, Cf): what a name must not contain, as the hostile
 request tests send them."""
+
+IGNORABLE = [
+    "\u034f",
+    "\u115f",
+    "\u1160",
+    "\u17b4",
+    "\u180b",
+    "\u2065",
+    "\u3164",
+    "\ufe00",
+    "\ufe0f",
+    "\uffa0",
+    "\ufff0",
+    "\U000e0100",
+    "\U000e0fff",
+]
+"""Default_Ignorable code points outside Cc and Cf (combining marks, Hangul fillers, variation selectors,
+unassigned): what a new name must not contain either (querator/names.py)."""

@@ -12,6 +12,7 @@ from querator.cluster.remote_queue import CALL_TIMEOUT_S
 from querator.cluster.router import Router
 from querator.engine.queues_manager import QueuesManager
 from querator.errors import InvalidOption, no_such_queue, shutting_down
+from querator.names import check_new_name_characters
 from querator.service._conversion import queue_info
 from querator.service._schedules import Schedules
 from querator.service._validation import (
@@ -19,7 +20,6 @@ from querator.service._validation import (
     SYSTEM_NAMESPACE,
     check_lease_token_setting,
     check_new_name,
-    check_printable,
     check_queues_list,
     check_record,
     check_stored_name,
@@ -57,10 +57,10 @@ class QueueAdministration:
     async def create_queue(self, info: m.QueueInfo) -> None:
         check_new_name(info.queue_name)
         # On create only: a queue made before this check stays usable and removable.
-        check_printable("queue name", info.queue_name)
+        check_new_name_characters("queue name", info.queue_name)
         lease_timeout, expire_timeout = timeouts(info)
         owner = namespace(info.namespace)
-        check_printable("namespace name", owner)
+        check_new_name_characters("namespace name", owner)
         check_lease_token_setting(info.lease_token)
         await self.tenancy.authorize(owner, perm.QUEUE_CREATE)
         await self.tenancy.check_namespace(owner)
@@ -92,7 +92,9 @@ class QueueAdministration:
         lease_timeout, expire_timeout = timeouts(info)
         check_lease_token_setting(info.lease_token)
         current = await self._authorized_record(info.queue_name, perm.QUEUE_UPDATE)
-        await self._check_dead_queue(info.queue_name, info.dead_queue, current.namespace or SYSTEM_NAMESPACE)
+        await self._check_dead_queue(
+            info.queue_name, info.dead_queue, current.namespace or SYSTEM_NAMESPACE, kept=current.dead_queue
+        )
         record = QueueRecord(
             name=current.name,
             namespace=current.namespace,
@@ -151,16 +153,19 @@ class QueueAdministration:
         that a queue does not exist (docs/tenancy.md, "Boundaries between namespaces")."""
         await self.tenancy.authorize(record.namespace if record else SYSTEM_NAMESPACE, permission)
 
-    async def _check_dead_queue(self, name: str, dead_queue: str, owner: str) -> None:
+    async def _check_dead_queue(self, name: str, dead_queue: str, owner: str, kept: str = "") -> None:
         """The reference's dead-queue checks; with tenancy, also that the dead queue is in the queue's
         namespace ``owner``: dead items are written there by the server, so a dead queue elsewhere
-        would let a namespace's owner produce into a queue it may not write (docs/tenancy.md)."""
+        would let a namespace's owner produce into a queue it may not write (docs/tenancy.md). The
+        rule of new names spares the dead queue ``kept`` by an update, set before that rule."""
         if not dead_queue:
             return
         if "~" in dead_queue:
             raise InvalidOption(f"dead queue is invalid; '{dead_queue}' cannot contain '~' character")
         if has_space(dead_queue):
             raise InvalidOption(f"dead queue is invalid; '{dead_queue}' cannot contain whitespace")
+        if dead_queue != kept:
+            check_new_name_characters("dead queue", dead_queue)
         if dead_queue == name:
             raise InvalidOption("dead_queue cannot reference itself")
         target = await self.manager.record(dead_queue)

@@ -17,8 +17,9 @@ from typing import Final
 from querator.clock import MICROS, Clock, to_datetime
 from querator.duration import MICROSECOND, DurationError, format_micros, parse_duration
 from querator.errors import InvalidOption, QueratorError, no_such_queue
+from querator.names import check_new_name_characters
 from querator.schedules import ALL, CATCH_UP_POLICIES, MAX_CATCH_UP, ONE, RELOAD_US, Scheduler, tick_time
-from querator.service._validation import check_printable, check_stored_name, has_space
+from querator.service._validation import check_stored_name, has_space
 from querator.storage.base import LIST_PAGE_BYTES
 from querator.storage.schedules import ScheduleRecord, ScheduleStore
 from querator.tenancy import permissions as perm
@@ -280,7 +281,7 @@ def check_new_schedule_name(name: str) -> None:
         )
     if has_space(name):
         raise InvalidOption(f"schedule name is invalid; '{name}' cannot contain whitespace")
-    check_printable("schedule name", name)
+    check_new_name_characters("schedule name", name)
 
 
 def _missing(name: str) -> InvalidOption:

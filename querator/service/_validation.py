@@ -6,12 +6,12 @@ on any node and backend, whether or not this node serves the queue. Durations co
 
 from __future__ import annotations
 
-import unicodedata
 from typing import Final
 
 from querator.clock import MICROS
 from querator.duration import MICROSECOND, DurationError, format_duration, format_micros, parse_duration
 from querator.errors import InvalidOption
+from querator.names import check_new_name_characters, check_printable
 from querator.storage.base import QueueRecord
 from querator.storage.failures import MAX_ERROR_CHARS, MAX_FAILURES
 from querator.storage.operations import storage_id_error
@@ -192,22 +192,6 @@ def has_space(text: str) -> bool:
     return any(c.isspace() for c in text)
 
 
-def _unprintable(text: str) -> str | None:
-    """The first control or invisible format character of ``text`` (Unicode Cc, Cf: NUL, escapes, bidi
-    overrides, zero-width spaces), as ``U+XXXX``: names reach logs, metrics labels and terminals, where
-    such characters hide or disguise what a name says."""
-    found = next((c for c in text if unicodedata.category(c) in ("Cc", "Cf")), None)
-    return None if found is None else f"U+{ord(found):04X}"
-
-
-def check_printable(what: str, name: str) -> None:
-    if (found := _unprintable(name)) is not None:
-        # The name is not quoted: it is what must not reach the logs.
-        raise InvalidOption(
-            f"{what} is invalid; cannot contain control or invisible characters, found {found}"
-        )
-
-
 def check_stored_name(name: str) -> None:
     if not name.strip():
         raise InvalidOption("queue name is invalid; queue name cannot be empty")
@@ -374,25 +358,28 @@ _THENS = frozenset({"", "suspend", "complete", "fail", "cancel"})
 _WORKFLOW_STATUSES = frozenset({"", "running", "completed", "failed", "cancelled"})
 
 
-def check_workflow_id(workflow_id: str, what: str = "workflow id") -> None:
+def check_workflow_id(workflow_id: str, what: str = "workflow id", *, new: bool = False) -> None:
+    """A workflow's id: a ``new`` one (a start's) under the rule of new names, one looked up under the
+    rule it was created with before (a stored id keeps being found)."""
     if not workflow_id.strip():
         raise InvalidOption(f"{what} is invalid; cannot be empty")
     if len(workflow_id) > MAX_WORKFLOW_ID:
         raise InvalidOption(f"{what} is invalid; cannot be greater than '{MAX_WORKFLOW_ID}' characters")
-    check_printable(what, workflow_id)
+    (check_new_name_characters if new else check_printable)(what, workflow_id)
 
 
 def _check_label(value: str, what: str) -> None:
-    """A workflow's, step's or signal's name: what workers look code up by."""
+    """A workflow's, step's or signal's name: what workers look code up by; always a new one, stored
+    with what is being recorded."""
     if not value.strip():
         raise InvalidOption(f"{what} is invalid; cannot be empty")
     if len(value) > MAX_WORKFLOW_NAME:
         raise InvalidOption(f"{what} is invalid; cannot be greater than '{MAX_WORKFLOW_NAME}' characters")
-    check_printable(what, value)
+    check_new_name_characters(what, value)
 
 
 def check_start(req: m.WorkflowsStartRequest) -> None:
-    check_workflow_id(req.workflow_id)
+    check_workflow_id(req.workflow_id, new=True)
     _check_label(req.name, "workflow name")
     check_stored_name(req.queue_name)
     if req.parent_id:
@@ -402,7 +389,7 @@ def check_start(req: m.WorkflowsStartRequest) -> None:
     elif req.parent_seq:
         # Stored and answered as given otherwise, a negative seq included.
         raise InvalidOption(f"parent seq is invalid; {req.parent_seq} was given without a parent id")
-    check_printable("encoding", req.encoding)
+    check_new_name_characters("encoding", req.encoding)
 
 
 def check_signal(req: m.WorkflowsSignalRequest) -> None:
@@ -410,7 +397,7 @@ def check_signal(req: m.WorkflowsSignalRequest) -> None:
     _check_label(req.name, "signal name")
     if len(req.signal_id) > MAX_SIGNAL_ID:
         raise InvalidOption(f"signal id is invalid; cannot be greater than '{MAX_SIGNAL_ID}' characters")
-    check_printable("signal id", req.signal_id)
+    check_new_name_characters("signal id", req.signal_id)
 
 
 MAX_TERMINATE_REASON: Final = 1024

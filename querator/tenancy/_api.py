@@ -98,7 +98,7 @@ class Tenancy:
 
     async def create_namespace(self, req: m.NamespaceInfo) -> None:
         self._require("namespace")
-        self._check_namespace(req)
+        self._check_namespace(req, created=True)
         await self.authorize(p.SYSTEM, p.NAMESPACE_CREATE)
         check_reserved(req.name)
         await self.directory.add_namespace(
@@ -120,8 +120,8 @@ class Tenancy:
         )
 
     @staticmethod
-    def _check_namespace(req: m.NamespaceInfo) -> None:
-        check_namespace_name(req.name)
+    def _check_namespace(req: m.NamespaceInfo, created: bool = False) -> None:
+        check_namespace_name(req.name, created=created)
         check_tag("api_key_tag", req.api_key_tag)
         check_description(req.description)
 

@@ -6,6 +6,7 @@ import re
 from typing import Final
 
 from querator.errors import InvalidOption
+from querator.names import check_new_name_characters
 from querator.tenancy._permissions import KNOWN, SYSTEM
 
 MAX_NAMESPACE: Final = 256
@@ -25,7 +26,8 @@ MAX_LIMIT: Final = 65536
 _TAG = re.compile(r"[a-z0-9]*")
 
 
-def check_namespace_name(name: str) -> None:
+def check_namespace_name(name: str, *, created: bool = False) -> None:
+    """A namespace's name; the rule of new names only on create, so an older namespace stays usable."""
     if len(name) > MAX_NAMESPACE:
         raise InvalidOption(f"namespace name is invalid; cannot be greater than '{MAX_NAMESPACE}' characters")
     if not name.strip():
@@ -36,6 +38,8 @@ def check_namespace_name(name: str) -> None:
         raise InvalidOption(f"namespace name is invalid; '{name}' cannot contain '~' character")
     if ":" in name:
         raise InvalidOption(f"namespace name is invalid; '{name}' cannot contain ':' character")
+    if created:
+        check_new_name_characters("namespace name", name)
 
 
 def check_reserved(name: str) -> None:
@@ -60,6 +64,7 @@ def check_user(username: str, email: str, external_id: str) -> None:
         raise InvalidOption(f"username is invalid; cannot be greater than '{MAX_USERNAME}' characters")
     if not username:
         raise InvalidOption("username is invalid; cannot be empty")
+    check_new_name_characters("username", username)
     if len(email) > MAX_EMAIL:
         raise InvalidOption(f"email is invalid; cannot be greater than '{MAX_EMAIL}' characters")
     if len(external_id) > MAX_EXTERNAL_ID:
@@ -71,6 +76,7 @@ def check_key(user_id: str, name: str, key_tag: str) -> None:
         raise InvalidOption("user_id is invalid; cannot be empty")
     if len(name) > MAX_KEY_NAME:
         raise InvalidOption(f"name is invalid; cannot be greater than '{MAX_KEY_NAME}' characters")
+    check_new_name_characters("name", name)
     check_tag("key_tag", key_tag)
 
 
@@ -85,6 +91,8 @@ def check_role(namespace: str, name: str, permissions: list[str], created: bool)
         raise InvalidOption(f"name is invalid; cannot be greater than '{MAX_ROLE_NAME}' characters")
     if created and ":" in name:
         raise InvalidOption(f"name is invalid; '{name}' cannot contain ':' character")
+    if created:
+        check_new_name_characters("name", name)
     if len(permissions) > MAX_PERMISSIONS:
         raise InvalidOption(TOO_MANY_PERMISSIONS)
     for permission in permissions:

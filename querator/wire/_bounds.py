@@ -218,6 +218,7 @@ def check_json_bounds(body: bytes, cls: type[Message], bounds: Bounds) -> None:
         strict.decode(body)
     except msgspec.ValidationError as exc:
         _find_over(body, _shadow(cls, bounds))
+        _find_over_repeated(body, cls, bounds)
         raise DecodeError(f"proto: {exc}") from None
     except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
         pass  # not JSON, read no further than the first error: the decoder says so
@@ -246,3 +247,52 @@ def _find_over(body: bytes | msgspec.Raw, shadow: _Shadow) -> None:
                 if element is msgspec.UNSET:
                     break
                 _find_over(element, inner)
+
+
+_ANY_ARRAY: Final = msgspec.defstruct("_AnyArray", [], array_like=True, gc=False)
+"""Any JSON array, its elements skipped in C."""
+_PASSES: dict[tuple[type[Message], str, str, bool, int], tuple[Bound, msgspec.json.Decoder[Any]]] = {}
+
+
+def _find_over_repeated(body: bytes, cls: type[Message], bounds: Bounds) -> None:
+    """Raises the bound of the first field over it in any occurrence of its key: a key repeated keeps
+    only its last value in the shadow. A field fails a pass capped at its bound either for its count or
+    for its type; the same pass with any array allowed tells them apart (the decoder refuses the type)."""
+    for attr, bound in bounds.items():
+        assert all(not b.inner for b in bound.inner.values()), "bounds nest one level deep"
+        for inner in ("", *bound.inner):
+            if _passes(body, cls, attr, inner, bound, capped=True):
+                continue
+            if _passes(body, cls, attr, inner, bound, capped=False):
+                raise InvalidOption(bound.inner[inner].message if inner else bound.message)
+            return
+
+
+def _passes(body: bytes, cls: type[Message], attr: str, inner: str, bound: Bound, capped: bool) -> bool:
+    """Whether every occurrence of ``attr`` (or, with ``inner``, of that field of each of its elements) is
+    an array, of at most its bound's elements when ``capped``."""
+    key = (cls, attr, inner, capped, id(bound))
+    cached = _PASSES.get(key)
+    if cached is not None and cached[0] is bound:
+        decoder = cached[1]
+    else:
+
+        def array(limit: int, element: Any, cap: bool) -> Any:
+            return (_cap(limit, element, strict=True) if cap else _ANY_ARRAY) | None
+
+        def slot_type(f: Any, b: Bound) -> Any:
+            if not inner:
+                return array(b.limit, msgspec.Raw, capped)
+            element = _struct(
+                f.sub, {inner: b.inner[inner]}, lambda g, ib: array(ib.limit, msgspec.Raw, capped)
+            )
+            # The outer counts passed already: capping them here builds at most ``limit`` elements.
+            return array(b.limit, element[0], True)
+
+        decoder = msgspec.json.Decoder(_struct(cls, {attr: bound}, slot_type)[0])
+        _PASSES[key] = (bound, decoder)
+    try:
+        decoder.decode(body)
+    except _NOT_CHECKED:
+        return False
+    return True

@@ -13,7 +13,7 @@ from querator.tenancy import STANDARD_ROLES
 from querator.wire import PROTOBUF, decode, encode_protobuf
 from querator.wire import messages as m
 from tests.api.tenancy import BOOTSTRAP_KEY, Caller, tenant_server
-from tests.conftest import Api, ServerFactory
+from tests.conftest import IGNORABLE, ODD, Api, ServerFactory
 
 KEY = re.compile(r"qtr-([a-z0-9]{1,16})-[0-9A-Za-z]{43}")
 
@@ -107,6 +107,35 @@ async def test_namespace_create_errors(
     admin: Caller, body: dict[str, Any], status: int, message: str
 ) -> None:
     await admin.fails("/v1/namespaces.create", body, status, message)
+
+
+HIDDEN = ODD + IGNORABLE
+
+
+@pytest.mark.parametrize("char", HIDDEN, ids=[f"U+{ord(c):04X}" for c in HIDDEN])
+async def test_new_names_with_control_or_invisible_characters_are_refused(admin: Caller, char: str) -> None:
+    """A new namespace, username, API key or role name with a control, format or default-ignorable
+    character (querator/names.py); an existing one may still be named, as queues' (docs/tenancy.md)."""
+    await admin.namespace("ns")
+    user_id = await admin.user("u")
+    odd = f"a{char}b"
+    found = f"cannot contain control or invisible characters, found U+{ord(char):04X}"
+    cases: list[tuple[str, dict[str, Any], str]] = [
+        ("/v1/namespaces.create", {"name": odd}, "namespace name"),
+        ("/v1/users.create", {"username": odd}, "username"),
+        ("/v1/apikeys.create", {"user_id": user_id, "name": odd}, "name"),
+        ("/v1/roles.create", {"namespace": "ns", "name": odd, "permissions": []}, "name"),
+    ]
+    for path, body, what in cases:
+        await admin.fails(path, body, 400, f"{what} is invalid; {found}")
+    assert [n["name"] for n in (await admin.ok("/v1/namespaces.list"))["items"]] == ["_system", "ns"]
+    assert sorted(u["username"] for u in (await admin.ok("/v1/users.list"))["items"]) == ["anonymous", "u"]
+    assert await admin.ok("/v1/apikeys.list", {"user_id": user_id}) == {}
+    assert await admin.ok("/v1/roles.list", {"namespace": "ns"}) == {}
+    # Lookups keep the older rules: no such namespace or role, not a refused name.
+    await admin.fails(
+        "/v1/namespaces.delete", {"name": odd}, 453, f"namespace does not exist; '{odd}' was not found"
+    )
 
 
 async def test_namespace_duplicate_unknown_and_reserved(admin: Caller) -> None:

@@ -17,7 +17,7 @@ from querator.service import Service
 from querator.storage.base import QueueRecord
 from querator.storage.memory import MemoryStore
 from querator.wire import messages as m
-from tests.conftest import JSON, Api, eventually
+from tests.conftest import IGNORABLE, JSON, Api, eventually
 
 PRODUCE_ERRORS: list[tuple[dict[str, Any], str]] = [
     ({}, "queue name is invalid; queue name cannot be empty"),
@@ -246,3 +246,56 @@ async def test_a_request_is_checked_whole_before_it_waits_for_the_queues_engine(
                 )
     finally:
         await service.shutdown()
+
+
+def _hidden(what: str, char: str) -> str:
+    return f"{what} is invalid; cannot contain control or invisible characters, found U+{ord(char):04X}"
+
+
+@pytest.mark.parametrize("char", IGNORABLE, ids=[f"U+{ord(c):04X}" for c in IGNORABLE])
+async def test_new_names_with_default_ignorable_characters_are_refused(api: Api, char: str) -> None:
+    """Characters a renderer shows as nothing, outside Unicode Cc and Cf, in a new queue, namespace,
+    dead queue or schedule name (docs/semantics.md §2.2)."""
+    await api.create("q")
+    odd = f"a{char}b"
+    queue = {"lease_timeout": "1m", "expire_timeout": "1h", "requested_partitions": 1}
+    cases: list[tuple[str, dict[str, Any], str]] = [
+        ("/v1/queues.create", {**queue, "queue_name": odd}, "queue name"),
+        ("/v1/queues.create", {**queue, "queue_name": "q2", "namespace": odd}, "namespace name"),
+        ("/v1/queues.create", {**queue, "queue_name": "q2", "dead_queue": odd}, "dead queue"),
+        ("/v1/queues.update", {**queue, "queue_name": "q", "dead_queue": odd}, "dead queue"),
+        ("/v1/schedules.create", {"name": odd, "cron": "* * * * *", "queue_name": "q"}, "schedule name"),
+    ]
+    for path, body, what in cases:
+        error = await api.error(path, body)
+        assert (error.status, error.message) == (400, _hidden(what, char)), path
+    assert [q["queue_name"] for q in (await api.post("/v1/queues.list", {}))["items"]] == ["q"]
+    assert (await api.post("/v1/queues.info", {"queue_name": "q"})).get("dead_queue") is None
+    assert await api.post("/v1/schedules.list", {}) == {}
+
+
+async def test_a_queue_named_before_the_rule_of_new_names_stays_usable(api: Api) -> None:
+    """Only new names are checked: a queue stored with a Hangul filler (U+3164) is produced to, leased
+    from, kept as another's dead queue by an update, and deleted."""
+    old = "old\u3164queue"
+    now = api.service.clock.now()
+    for name, dead_queue in ((old, ""), ("q", old)):
+        record = QueueRecord(
+            name=name,
+            namespace="_system",
+            lease_timeout=60_000_000,
+            expire_timeout=3_600_000_000,
+            dead_queue=dead_queue,
+            requested_partitions=1,
+            created_at=now,
+            updated_at=now,
+        )
+        assert await api.service.store.add_queue(record)
+    await api.produce(old, [{"utf8": "kept"}])
+    assert len((await api.lease(old))["items"]) == 1
+    update = {"queue_name": "q", "dead_queue": old, "max_attempts": 3, "reference": "r"}
+    assert await api.post("/v1/queues.update", update) == {"code": 200}
+    assert (await api.post("/v1/queues.info", {"queue_name": "q"}))["dead_queue"] == old
+    await api.post("/v1/queues.update", {"queue_name": "q"})
+    await api.post("/v1/queues.delete", {"queue_name": old})
+    assert [q["queue_name"] for q in (await api.post("/v1/queues.list", {}))["items"]] == ["q"]

@@ -9,11 +9,13 @@ from __future__ import annotations
 import errno
 import json
 import os
+import sqlite3
 import stat
 import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -118,6 +120,24 @@ def test_a_corrupt_database_is_refused(servers: Servers, tmp_path: Path) -> None
     line = refused_start(servers, *sqlite_args(data))
     assert line.startswith(
         f"querator: data-dir is invalid; sqlite storage error; the database {data / 'querator.db'} is damaged"
+    ), line
+
+
+def test_a_schema_with_text_that_is_not_utf8_is_refused(servers: Servers, tmp_path: Path) -> None:
+    """An index renamed to the byte 0xFF: sqlite's own error names it, in bytes Python cannot decode."""
+    data = tmp_path / "data"
+    server = servers.start(*sqlite_args(data))
+    fill(server, items=1)
+    assert terminate(server) == 0
+    db = data / "querator.db"
+    with closing(sqlite3.connect(db, isolation_level=None)) as conn:
+        conn.execute("PRAGMA writable_schema = ON")
+        conn.execute("UPDATE sqlite_master SET name = CAST(X'FF' AS TEXT) WHERE name = 'items_queued'")
+    line = refused_start(servers, *sqlite_args(data))
+    assert line == (
+        f"querator: data-dir is invalid; sqlite storage error; the database {db} is damaged: sqlite"
+        " reported text that is not UTF-8, 'malformed database schema (\\xff)'; restore it from a backup"
+        " or repair it (sqlite3's .recover)\n"
     ), line
 
 

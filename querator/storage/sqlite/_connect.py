@@ -82,10 +82,23 @@ def connect(path: str, synchronous: str) -> sqlite3.Connection:  # noqa: C901, P
             raise
         if on_disk and not os.path.exists(marker):
             _write_marker(marker)
+    except UnicodeDecodeError as exc:
+        # sqlite's error message quotes a damaged schema's names, and the driver cannot decode them.
+        conn.close()
+        raise _not_utf8(path, exc) from None
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def _not_utf8(path: str, exc: UnicodeDecodeError) -> SqliteStorageError:
+    # As bytes' repr, less its b: every byte that is not printable ASCII escaped, none reaching the log.
+    text = repr(bytes(exc.object))[1:]
+    return SqliteStorageError(
+        f"sqlite storage error; the database {path} is damaged: sqlite reported text that is not UTF-8,"
+        f" {text}; restore it from a backup or repair it (sqlite3's .recover)"
+    )
 
 
 def _check(conn: sqlite3.Connection, path: str) -> None:

@@ -8,10 +8,13 @@ every caller turns into a 400 naming the field). Anything else would escape a ro
 type, or raises exactly that".
 Hanging is covered by construction: inputs are bounded and pytest's 120 s timeout stops a runaway loop.
 
-Inputs come in three kinds: arbitrary bytes or text; structurally valid messages (generated from the
+Inputs come in four kinds: arbitrary bytes or text; structurally valid messages (generated from the
 message classes) that are then mutated (cut, bytes flipped, values of the wrong type, huge varints and
-lengths, deep nesting, unknown fields); and, for durations, valid strings built term by term whose value
-an independent model computes with exact arithmetic.
+lengths, deep nesting, unknown fields); bodies whose repeated fields hold more elements than a route's
+bound (``querator.service.REQUEST_BOUNDS``), which the decoder must refuse with that bound's message before
+building them; and, for durations, valid strings built term by term whose value an independent model
+computes with exact arithmetic. Every request is decoded with its route's bounds, as the HTTP layer does:
+a bound's ``InvalidOption`` (400) is one more way to refuse.
 """
 
 from __future__ import annotations
@@ -38,10 +41,13 @@ from querator.duration import (
     format_duration,
     parse_duration,
 )
-from querator.errors import ClientContentError
+from querator.errors import ClientContentError, InvalidOption
 from querator.http import _routes
-from querator.wire import JSON, PROTOBUF, decode, encode_json, encode_protobuf
+from querator.service import REQUEST_BOUNDS
+from querator.wire import JSON, PROTOBUF, Bounds, _negotiation, decode, encode_json, encode_protobuf
 from querator.wire import messages as m
+from querator.wire._fields import Field, fields
+from querator.wire._pb import querator_pb2
 from tests.unit.wire.test_codec import strategy_for
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -79,13 +85,27 @@ def test_every_routed_type_is_fuzzed() -> None:
     assert routed <= {cls.__name__ for cls in REQUEST_TYPES}
 
 
-def decodes_or_client_error(body: bytes, content_type: str, cls: type[m.Message]) -> m.Message | None:
-    """The decoded message, or None when ``decode`` refused the body the way the HTTP layer expects."""
+def bound_messages(bounds: Bounds) -> set[str]:
+    """The messages of ``bounds`` and of their elements' bounds."""
+    return {b.message for b in bounds.values()} | {
+        message for b in bounds.values() for message in bound_messages(b.inner)
+    }
+
+
+def decodes_or_client_error(
+    body: bytes, content_type: str, cls: type[m.Message], bounded: bool = True
+) -> m.Message | None:
+    """The decoded message, or None when ``decode`` refused the body the way the HTTP layer expects:
+    a 455, or (``bounded``: with the route's bounds) the 400 of one of them."""
+    bounds = REQUEST_BOUNDS.get(cls) if bounded else None
     try:
-        msg = decode(body, content_type, cls)
+        msg = decode(body, content_type, cls, bounds)
     except ClientContentError as e:
         assert e.code == 455
         assert isinstance(e.message, str) and e.message
+        return None
+    except InvalidOption as e:
+        assert bounds is not None and e.message in bound_messages(bounds), e.message
         return None
     assert type(msg) is cls
     return msg
@@ -243,7 +263,7 @@ def test_protobuf_many_repeated_fields_decode_in_linear_time() -> None:
     # so far on every occurrence would take minutes here (pytest's timeout), not milliseconds.
     stamps = b"\x12\x02\x08\x01" * 100_000  # QueueInfo.created_at, merged occurrence by occurrence
     parts = b"\x52\x02\x08\x01" * 100_000  # QueueInfo.partitions, appended
-    msg = decodes_or_client_error(stamps + parts, PROTOBUF, m.QueueInfo)
+    msg = decodes_or_client_error(stamps + parts, PROTOBUF, m.QueueInfo, bounded=False)
     assert isinstance(msg, m.QueueInfo)
     assert msg.created_at == datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC)
     assert len(msg.partitions) == 100_000
@@ -356,6 +376,172 @@ def test_megabytes_of_nesting_are_refused_quickly(content_type: str) -> None:
             body = b"\x7a" + varint(len(body)) + body
         body = b"\x1a" + varint(len(body)) + body  # ... in an item
     decodes_or_client_error(body, content_type, m.QueueProduceRequest)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Repeated fields over their bound: refused with the bound's message, nothing built
+
+
+BOUNDED = sorted(REQUEST_BOUNDS, key=lambda cls: cls.__name__)
+
+
+def field_of(cls: type[m.Message], attr: str) -> Field:
+    return next(f for f in fields(cls) if f.attr == attr)
+
+
+def field_number(cls: type[m.Message], f: Field) -> int:
+    return next(
+        d.number for d in getattr(querator_pb2, cls.__name__).DESCRIPTOR.fields if d.json_name == f.key
+    )
+
+
+class Hostile(NamedTuple):
+    cls: type[m.Message]
+    content_type: str
+    body: bytes
+    message: str
+    """The bound's message the body must be refused with."""
+
+
+@st.composite
+def json_elements(draw: st.DrawFn, f: Field, count: int, inner: Bounds | None) -> bytes:
+    """``count`` elements of ``f`` as a JSON array: the emptiest valid ones, some of the wrong type; with
+    ``inner``, one element holds a field over its own bound."""
+    empty = b"{}" if f.sub is not None else b'""'
+    junk = draw(st.sampled_from([empty, empty, b"0", b"null", b"[]", b'"x"', b"{}", b'{"unknown":[1,2]}']))
+    elements = [empty] * count
+    if inner:  # a wrong-typed element is refused by the decoder, in its words, whatever else is wrong
+        assert f.sub is not None
+        attr, bound = draw(st.sampled_from(sorted(inner.items())))
+        g = field_of(f.sub, attr)
+        key = draw(st.sampled_from([g.key, g.camel]))
+        elements[-1] = b'{"%s":[%s]}' % (key.encode(), b",".join([b"{}"] * (bound.limit + 1)))
+    else:
+        elements[draw(st.integers(0, count - 1))] = junk
+    return b"[" + b",".join(elements) + b"]"
+
+
+@st.composite
+def over_bound_json(draw: st.DrawFn) -> Hostile:
+    cls = draw(st.sampled_from(BOUNDED))
+    attr, bound = draw(st.sampled_from(sorted(REQUEST_BOUNDS[cls].items())))
+    f = field_of(cls, attr)
+    nested = bool(bound.inner) and draw(st.booleans())
+    if nested:  # few elements, one of them with an inner field over its bound
+        count, message = draw(st.integers(1, 3)), next(iter(bound.inner.values())).message
+    else:
+        count, message = bound.limit + draw(st.integers(1, 2 * bound.limit)), bound.message
+    doc = msgspec.json.decode(encode_json(msgspec.structs.replace(draw(strategy_for(cls)), **{attr: []})))
+    assert isinstance(doc, dict)
+    hostile = b'"%s":%s' % (
+        draw(st.sampled_from([f.key, f.camel])).encode(),
+        draw(json_elements(f, count, bound.inner if nested else None)),
+    )
+    members = [msgspec.json.encode(k) + b":" + msgspec.json.encode(v) for k, v in doc.items()]
+    members.insert(draw(st.integers(0, len(members))), hostile)
+    # The same key again, before or after, with a short array: protojson keeps one occurrence and msgspec
+    # the last, so the over-long one must be refused wherever it is.
+    repeat = draw(st.sampled_from([None, b"[]", b"[{}]" if f.sub is not None else b'[""]', b"null"]))
+    if repeat is not None:
+        again = b'"%s":%s' % (draw(st.sampled_from([f.key, f.camel])).encode(), repeat)
+        members.insert(draw(st.integers(0, len(members))), again)
+    return Hostile(cls, JSON, b"{" + b",".join(members) + b"}", message)
+
+
+@st.composite
+def over_bound_protobuf(draw: st.DrawFn) -> Hostile:
+    cls = draw(st.sampled_from(BOUNDED))
+    attr, bound = draw(st.sampled_from(sorted(REQUEST_BOUNDS[cls].items())))
+    f = field_of(cls, attr)
+    tag = varint(field_number(cls, f) << 3 | 2)
+    count = bound.limit + draw(st.integers(1, 2 * bound.limit))
+    element = tag + draw(st.sampled_from([b"\x00", b"\x01\x00" if f.sub is None else b"\x02\x08\x01"]))
+    message = bound.message
+    elements = [element] * count
+    if bound.inner and draw(st.booleans()):  # few elements, the last with an inner field over its bound
+        assert f.sub is not None
+        attr_in, inner = draw(st.sampled_from(sorted(bound.inner.items())))
+        inner_tag = varint(field_number(f.sub, field_of(f.sub, attr_in)) << 3 | 2)
+        held = (inner_tag + b"\x00") * (inner.limit + 1)
+        elements = [element] * draw(st.integers(0, 2)) + [tag + varint(len(held)) + held]
+        message = inner.message
+    body = encode_protobuf(msgspec.structs.replace(draw(strategy_for(cls)), **{attr: []}))
+    # A repeated field's occurrences need not be adjacent: split them around the rest of the message.
+    split = draw(st.integers(0, len(elements)))
+    return Hostile(cls, PROTOBUF, b"".join(elements[:split]) + body + b"".join(elements[split:]), message)
+
+
+def refused_unbuilt(case: Hostile) -> None:
+    """``case`` is refused with its bound's message, the body's decoder never called."""
+
+    def unreachable(*args: Any) -> Any:
+        raise AssertionError("the body was decoded before its bounds were checked")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_negotiation, "decode_json", unreachable)
+        patch.setattr(_negotiation, "decode_protobuf", unreachable)
+        with pytest.raises(InvalidOption) as refused:
+            decode(case.body, case.content_type, case.cls, REQUEST_BOUNDS[case.cls])
+    assert refused.value.message == case.message
+
+
+def empties(n: int) -> bytes:
+    return b",".join([b"{}"] * n)
+
+
+@FUZZ
+@given(over_bound_json() | over_bound_protobuf())
+@example(  # the over-long occurrence of a repeated key is not the one a decoder keeps
+    Hostile(
+        m.QueueProduceRequest,
+        JSON,
+        b'{"items":[%s],"items":[]}' % empties(1001),
+        REQUEST_BOUNDS[m.QueueProduceRequest]["items"].message,
+    )
+)
+@example(
+    Hostile(
+        m.StorageItemsImportRequest,
+        JSON,
+        b'{"items":[{"failures":[%s],"failures":[]}]}' % empties(11),
+        REQUEST_BOUNDS[m.StorageItemsImportRequest]["items"].inner["failures"].message,
+    )
+)
+def test_repeated_fields_over_their_bound_are_refused_unbuilt(
+    case: Hostile,
+) -> None:
+    refused_unbuilt(case)
+
+
+def hostile_bodies() -> list[Hostile]:
+    """The probe's bodies: a million empty elements, a few megabytes, for each bounded route that takes
+    batches (produce, retry, complete, storage items.import, workflows.append)."""
+    cases = []
+    for cls, attr in [
+        (m.QueueProduceRequest, "items"),
+        (m.QueueRetryRequest, "items"),
+        (m.QueueCompleteRequest, "ids"),
+        (m.QueueCompleteRequest, "lease_tokens"),
+        (m.StorageItemsImportRequest, "items"),
+        (m.WorkflowsAppendRequest, "entries"),
+    ]:
+        f = field_of(cls, attr)
+        message = REQUEST_BOUNDS[cls][attr].message
+        empty = b"{}" if f.sub is not None else b'""'
+        body = b'{"%s":[%s]}' % (f.key.encode(), b",".join([empty] * 1_000_000))
+        cases.append(Hostile(cls, JSON, body, message))
+        cases.append(Hostile(cls, PROTOBUF, varint(field_number(cls, f) << 3 | 2) + b"\x00", message))
+        cases[-1] = cases[-1]._replace(body=cases[-1].body * 1_000_000)
+    return cases
+
+
+@pytest.mark.parametrize(
+    "case",
+    hostile_bodies(),
+    ids=lambda c: f"{c.cls.__name__}-{c.content_type.rsplit('/', 1)[-1]}-{len(c.body)}",
+)
+def test_a_million_empty_elements_are_refused_unbuilt(case: Hostile) -> None:
+    refused_unbuilt(case)
 
 
 # --------------------------------------------------------------------------------------------------------
