@@ -193,17 +193,8 @@ class Worker:
         time_zone: str = "",
         catch_up: str = "",
         jitter: Duration | None = None,
-        queue: str = "",
-        name: str | None = None,
-        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-        retry: Policy = DEFAULT_RETRY,
-        lease_timeout: Duration | None = None,
-        timeout: Duration | None = None,
-        concurrency: int | None = None,
-        permanent: Collection[type[BaseException]] = (),
         create_queue: bool = True,
-        dead_queue: str | None = None,
-        serializer: Serializer | None = None,
+        **options: Any,
     ) -> Callable[[Callable[P, R]], Task[P, R]]:
         """Registers a task, as ``task`` does, that a server-side cron schedule (docs/schedules.md) enqueues
         at each tick, as ``task(*args, **kwargs)``. ``run`` creates the schedule, or replaces its
@@ -217,23 +208,11 @@ class Worker:
             schedule: the schedule's name (default: the task's name).
             time_zone, catch_up, jitter: the schedule's (default UTC, ``one``, none).
             create_queue: as for ``task``, but on by default: the schedule needs its queue.
-            the others: as for ``task``.
+            options: the other options of ``task`` (``queue``, ``max_attempts``, ``rate_limit``...).
         """
 
         def register(function: Callable[P, R]) -> Task[P, R]:
-            task = self.task(
-                queue=queue,
-                name=name,
-                max_attempts=max_attempts,
-                retry=retry,
-                lease_timeout=lease_timeout,
-                timeout=timeout,
-                concurrency=concurrency,
-                permanent=permanent,
-                create_queue=create_queue,
-                dead_queue=dead_queue,
-                serializer=serializer,
-            )(function)
+            task = self.task(create_queue=create_queue, **options)(function)
             call = dict(kwargs or {})
             task.signature.check(args, call)  # a call that cannot bind fails here, not at every tick
             info = m.ScheduleInfo(
