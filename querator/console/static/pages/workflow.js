@@ -20,40 +20,31 @@ export async function render(main, params, ctx) {
   const problem = h("div");
   const actions = h("div", { class: "actions" });
   const signalBox = h("div");
-  const cancel = h("button", { type: "button", id: "cancel-workflow", class: "danger", onclick: async () => {
-    if (!confirmed(`Cancel workflow '${id}'? Its compensations run and its children are cancelled.`)) return;
-    try {
-      await call("workflows.cancel", { workflow_id: id });
-      say(`Cancel of ${id} requested.`);
-      mount(problem);
-    } catch (e) {
-      mount(problem, errorBox(e));
-    }
-    load();
-  } }, "Cancel workflow…");
-  const terminate = h("button", { type: "button", id: "terminate-workflow", class: "danger", onclick: async () => {
-    if (!confirmed(`Terminate workflow '${id}' now? No worker runs: its code and compensations do not, and its children are terminated too.`)) return;
-    try {
-      await call("workflows.terminate", { workflow_id: id, reason: "terminated from the console" });
-      say(`${id} terminated.`);
-      mount(problem);
-    } catch (e) {
-      mount(problem, errorBox(e));
-    }
-    load();
-  } }, "Terminate…");
+  // A button that asks first, calls one workflow route, then says how it went and reloads the page.
+  function action(buttonId, cls, label, question, route, fields, said) {
+    return h("button", { type: "button", id: buttonId, class: cls, onclick: async () => {
+      if (!confirmed(question)) return;
+      try {
+        await call(route, { workflow_id: id, ...fields });
+        say(said);
+        mount(problem);
+      } catch (e) {
+        mount(problem, errorBox(e));
+      }
+      load();
+    } }, label);
+  }
+  const cancel = action("cancel-workflow", "danger", "Cancel workflow…",
+    `Cancel workflow '${id}'? Its compensations run and its children are cancelled.`,
+    "workflows.cancel", {}, `Cancel of ${id} requested.`);
+  const terminate = action("terminate-workflow", "danger", "Terminate…",
+    `Terminate workflow '${id}' now? No worker runs: its code and compensations do not, and its children are terminated too.`,
+    "workflows.terminate", { reason: "terminated from the console" }, `${id} terminated.`);
   // A failure of its code (non-determinism): once the workers run fixed code, it can run again.
-  const resume = h("button", { type: "button", id: "resume-workflow", class: "primary", hidden: true, onclick: async () => {
-    if (!confirmed(`Resume workflow '${id}'? It replays its journal with the code the workers run now.`)) return;
-    try {
-      await call("workflows.resume", { workflow_id: id });
-      say(`${id} resumed.`);
-      mount(problem);
-    } catch (e) {
-      mount(problem, errorBox(e));
-    }
-    load();
-  } }, "Resume…");
+  const resume = action("resume-workflow", "primary", "Resume…",
+    `Resume workflow '${id}'? It replays its journal with the code the workers run now.`,
+    "workflows.resume", {}, `${id} resumed.`);
+  resume.hidden = true;
   const signal = h("button", { type: "button", id: "signal-workflow", onclick: () => mount(signalBox, signalForm(info, signalBox, () => load())) }, "Send signal…");
   mount(actions, signal, cancel, terminate);
   mount(main,
