@@ -13,9 +13,10 @@ import pytest
 from msgspec.structs import replace
 
 from querator.clock import FakeClock
+from querator.errors import StorageError
 from querator.service import _result_waits
 from querator.wire.workflows import COMPLETED
-from tests.conftest import Api, eventually
+from tests.conftest import Api, ApiError, eventually
 
 from .test_workflows import append, claim, start
 
@@ -158,3 +159,23 @@ async def test_a_node_refuses_result_calls_beyond_its_bound(
     assert (await waiting_c)["status"] == COMPLETED
     for task in waiting_a:
         task.cancel()
+
+
+async def test_a_failed_poll_answers_every_waiter_with_a_454(
+    durable: Api, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shared poll's storage failure is each call's, as its own read's was: a 454 to try again."""
+    await start(durable, "wf")
+    reads = Reads(durable, monkeypatch, "wf")
+    waiting = wait_for(durable, "wf", 3)
+    await parked(durable, "wf", 3)
+    await reads.reached(1)
+
+    async def failing(workflow_id: str) -> Any:
+        raise StorageError("disk on fire")
+
+    monkeypatch.setattr(durable.service.workflows._rows, "get_workflow", failing)
+    clock.advance(POLL_S)
+    for outcome in await asyncio.gather(*waiting, return_exceptions=True):
+        assert isinstance(outcome, ApiError) and outcome.status == 454, outcome
+    assert waits(durable) == {}
