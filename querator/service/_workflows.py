@@ -10,21 +10,20 @@ which is produced before the suspend that relies on it is stored.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
 import secrets
-from collections import Counter
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Final, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Final, TypeVar
 
 import msgspec
 from msgspec.structs import replace
 
-from querator.clock import MICROS, Clock, from_datetime, sleep_until, to_datetime
+from querator.clock import MICROS, Clock, from_datetime, to_datetime
 from querator.errors import InvalidOption, QueratorError, no_such_queue, try_again
 from querator.service._batcher import KeyedBatcher
 from querator.service._conversion import workflow_entry, workflow_info
+from querator.service._result_waits import ResultWaits
 from querator.service._validation import (
     SYSTEM_NAMESPACE,
     check_list_workflows,
@@ -57,8 +56,6 @@ DEFAULT_RETENTION_US: Final = 7 * 24 * 3600 * MICROS
 WRITE_ATTEMPTS: Final = 20
 """Compare-and-set rounds one write tries before it answers 454: each lost round means another write
 to the same workflow succeeded."""
-RESULT_POLL_US: Final = MICROS
-"""Microseconds between reads of a workflow a ``result`` waits for, when another node may finish it."""
 SWEEP_GRACE_US: Final = 5 * 60 * MICROS
 """How long a workflow with something to do stays untouched before a sweep wakes it: longer than any
 activation's way from its record's write to a worker's claim under load."""
@@ -95,13 +92,10 @@ class Workflows:
         self._produce = produce
         self._queue_namespace = queue_namespace
         self._retention_us = retention_us
-        self._finished: dict[str, asyncio.Event] = {}
-        """Events of the workflows a ``result`` on this node waits for, set when this node finishes one
-        (by stored id, as every key here)."""
+        self._results = ResultWaits(rows, clock)
+        """The ``result`` calls waiting on this node (by stored id, as every key here)."""
         self._fan_in: KeyedBatcher[Recorded] = KeyedBatcher(self._record_together)
         """Results from outside the claim (dispatched steps, children), written together per workflow."""
-        self._waiting: Counter[str] = Counter()
-        """How many ``result`` calls wait for each workflow: its event goes when the last one does."""
 
     # -- callers ---------------------------------------------------------------------------------------
 
@@ -232,24 +226,7 @@ class Workflows:
         check_workflow_id(req.workflow_id)
         deadline = self._clock.now() + request_timeout(req.request_timeout)
         key = await self._key(req.namespace, req.workflow_id, perm.QUEUE_STATS)
-        event = self._finished.setdefault(key, asyncio.Event())
-        self._waiting[key] += 1
-        try:
-            while True:
-                wf = await self._rows.get_workflow(key)
-                if wf is None:
-                    raise journal.not_found(req.workflow_id)
-                now = self._clock.now()
-                if wf.status != RUNNING or now >= deadline:
-                    return workflow_info(wf, journal=False)
-                # Woken by a finish on this node; another node's is seen by reading again.
-                await _first(event.wait(), sleep_until(self._clock, min(deadline, now + RESULT_POLL_US)))
-        finally:
-            # Not before the last wait ends (a client may leave mid-wait): another may share the event.
-            self._waiting[key] -= 1
-            if not self._waiting[key]:
-                del self._waiting[key]
-                self._finished.pop(key, None)
+        return await self._results.wait(key, req.workflow_id, deadline)
 
     async def _key(self, namespace_name: str, workflow_id: str, permission: str) -> str:
         """The stored id of ``workflow_id`` in the namespace a request names ("": ``_system``), once the
@@ -331,9 +308,7 @@ class Workflows:
 
     async def _carry_out(self, key: str, effects: Effects, wf: Workflow | None, dedup_id: str = "") -> None:
         if wf is not None and wf.status != RUNNING:
-            event = self._finished.pop(key, None)
-            if event is not None:
-                event.set()
+            self._results.finished(key, wf)
         if effects.wake and wf is not None:
             await self._activate(wf, dedup_id=dedup_id)
         if effects.parent is not None and wf is not None:
@@ -463,16 +438,6 @@ async def _namespace_page(
 def activation_payload(workflow_id: str) -> bytes:
     """The task call ``querator.durable.run(workflow_id)`` in the worker runtime's envelope."""
     return msgspec.json.encode({"args": [workflow_id]})
-
-
-async def _first(*waits: Coroutine[Any, Any, Any]) -> None:
-    """Waits until the first of ``waits`` ends; the others are cancelled."""
-    tasks = [asyncio.ensure_future(w) for w in waits]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for t in tasks:
-            t.cancel()
 
 
 def _digest(text: str) -> str:

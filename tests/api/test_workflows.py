@@ -58,7 +58,7 @@ def step(seq: int, value: bytes = b'"ok"', **kw: Any) -> dict[str, Any]:
 
 
 async def _has_waiter(api: Api, workflow_id: str) -> bool:
-    return workflow_id in api.service.workflows._finished
+    return workflow_id in api.service.workflows._results._watches
 
 
 @pytest.fixture

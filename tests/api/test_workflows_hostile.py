@@ -314,7 +314,7 @@ async def test_error_texts_count_toward_the_size_of_a_workflow(durable: Api) -> 
 
 async def test_a_result_whose_client_leaves_leaves_nothing_waiting(durable: Api) -> None:
     await start(durable, "wf")
-    waits = durable.service.workflows._finished
+    waits = durable.service.workflows._results._watches
     async with aiohttp.ClientSession() as session:
         body = json.dumps({"workflow_id": "wf", "request_timeout": "10m"})
         waiting = asyncio.create_task(
@@ -325,12 +325,13 @@ async def test_a_result_whose_client_leaves_leaves_nothing_waiting(durable: Api)
             return "wf" in waits
 
         await eventually(parked)
+        poller = waits["wf"].poller
         waiting.cancel()  # the client gives up: its connection closes mid-wait
         with pytest.raises(asyncio.CancelledError):
             await waiting
 
     async def gone() -> bool:
-        return "wf" not in waits
+        return "wf" not in waits and poller.done()  # the last call's poller goes with it
 
     await eventually(gone)
     # The workflow is as it was, and a later wait is served.
@@ -344,7 +345,7 @@ async def test_a_result_whose_client_leaves_does_not_strand_another_wait(durable
     """Two callers wait for one workflow and the first leaves: the second is still woken by the finish
     (on the FakeClock, a wait that missed it would never end)."""
     await start(durable, "wf")
-    waits = durable.service.workflows._finished
+    waits = durable.service.workflows._results._watches
     body = {"workflow_id": "wf", "request_timeout": "10m"}
     staying = asyncio.create_task(durable.post("/v1/workflows.result", body))
     async with aiohttp.ClientSession() as session:
@@ -353,7 +354,7 @@ async def test_a_result_whose_client_leaves_does_not_strand_another_wait(durable
         )
 
         async def both_parked() -> bool:
-            return "wf" in waits and durable.service.workflows._waiting.get("wf", 0) == 2
+            return "wf" in waits and waits["wf"].waiters == 2
 
         await eventually(both_parked)
         leaving.cancel()
