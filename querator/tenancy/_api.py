@@ -253,8 +253,7 @@ class Tenancy:
         self._require("role")
         check_role(req.namespace, req.name, req.permissions, created=True)
         await self.authorize(req.namespace, p.ROLE_CREATE)
-        if req.name in p.STANDARD_ROLES:
-            raise _standard(req.name)
+        _refuse_standard(req.name)
         if await self.directory.get_namespace(req.namespace) is None:
             raise namespace_missing(req.namespace)
         role = Role(
@@ -289,9 +288,8 @@ class Tenancy:
         self._require("role")
         check_role(req.namespace, req.name, req.permissions, created=False)
         await self.authorize(req.namespace, p.ROLE_UPDATE)
+        _refuse_standard(req.name)
         role = await self._role(req.namespace, req.name)
-        if role.namespace == p.SYSTEM and role.name in p.STANDARD_ROLES:
-            raise _standard(role.name)
         role.permissions = list(req.permissions)
         await self.directory.update_role(role)
         self.access.forget_grants()
@@ -300,9 +298,8 @@ class Tenancy:
         self._require("role")
         namespace = or_system(req.namespace)
         await self.authorize(namespace, p.ROLE_DELETE)
+        _refuse_standard(req.name)
         role = await self._role(namespace, req.name)
-        if role.namespace == p.SYSTEM and role.name in p.STANDARD_ROLES:
-            raise _standard(role.name)
         await self.directory.delete_role(role)
         self.access.forget_grants()
 
@@ -456,5 +453,8 @@ def _fixed_id(label: str) -> str:
     return format_ksuid(int.from_bytes(digest[:20]) & KSUID_MAX_VALUE)
 
 
-def _standard(name: str) -> InvalidOption:
-    return InvalidOption(f"cannot modify or delete standard role; '{name}' is a standard role")
+def _refuse_standard(name: str) -> None:
+    """A standard role's name is refused by name before any lookup, in every namespace, as the reference
+    does: no other role can carry it, since creating one is refused too."""
+    if name in p.STANDARD_ROLES:
+        raise InvalidOption(f"cannot modify or delete standard role; '{name}' is a standard role")

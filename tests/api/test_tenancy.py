@@ -387,6 +387,15 @@ async def test_standard_roles_cannot_change_and_used_roles_stay(admin: Caller) -
         400,
         "cannot modify or delete standard role; 'NamespaceOwner' is a standard role",
     )
+    # The name is checked before the role is looked up: the reference answers so in any namespace.
+    await admin.namespace("ns")
+    for route in ("/v1/roles.update", "/v1/roles.delete"):
+        await admin.fails(
+            route,
+            {"namespace": "ns", "name": "PublicViewer"},
+            400,
+            "cannot modify or delete standard role; 'PublicViewer' is a standard role",
+        )
     await admin.fails(
         "/v1/roles.update",
         {"namespace": "_system", "name": "nope"},
