@@ -153,7 +153,7 @@ class Node:
         warmly: what it is running ends first. The app's endpoint becomes this node's."""
         worker = app.worker if isinstance(app, Durable) else app
         await worker.close()  # a client made before points at the app's own endpoint
-        worker.endpoint = self.url
+        worker.connect(self.url)
         run = asyncio.create_task(worker.run(concurrency=concurrency, handle_signals=False))
         try:
             yield

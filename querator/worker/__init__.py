@@ -22,12 +22,15 @@ SIGTERM stops a worker warmly. docs/worker.md has all of it, docs/adr/0014 why i
 Modules: ``backoff`` (retry policies, public), ``_worker`` (``Worker``: tasks, ``run``, shutdown),
 ``_task`` (``Task``, enqueue), ``_runner`` (a queue's lease loop and each run), ``_settle`` (batched
 completes and retries), ``_serializer`` (JSON, typed arguments), ``_envelope`` (the payload),
-``_trace`` (W3C trace context), ``_observe`` (run logs, metrics) and ``_cli`` (``querator worker``).
+``_trace`` (W3C trace context), ``_observe`` (run logs, metrics) and ``_cli`` (``querator worker``;
+``load_worker`` and ``run_worker``, for programs that start workers their own way).
 """
 
 from __future__ import annotations
 
 from querator.worker import backoff
+from querator.worker._cli import load as load_worker
+from querator.worker._cli import run_worker
 from querator.worker._envelope import EnvelopeError
 from querator.worker._observe import JsonFormatter
 from querator.worker._serializer import JsonSerializer, Serializer
@@ -49,5 +52,7 @@ __all__ = [
     "current_item",
     "current_job_id",
     "current_traceparent",
+    "load_worker",
+    "run_worker",
     "use_traceparent",
 ]

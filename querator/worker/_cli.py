@@ -7,7 +7,7 @@ import asyncio
 import importlib
 import os
 import sys
-from collections.abc import Coroutine
+from collections.abc import Collection, Coroutine
 from typing import Any
 
 from querator.worker._observe import setup_logging
@@ -68,14 +68,30 @@ def run(args: argparse.Namespace) -> int:
     try:
         worker = load(args.app)
         queues = [q.strip() for q in args.queues.split(",") if q.strip()]
-        worker.selected(queues)
-        if args.concurrency is not None and args.concurrency < 1:
-            raise ValueError("--concurrency must be at least 1")
+        run_worker(worker, queues, concurrency=args.concurrency, metrics_port=args.metrics_port)
     except (ValueError, ImportError, AttributeError) as e:
         print(f"querator: {e}", file=sys.stderr)
         return EXIT_USAGE
-    _run(worker.run(queues, concurrency=args.concurrency, metrics_port=args.metrics_port))
     return 0
+
+
+def run_worker(
+    worker: Worker,
+    queues: Collection[str] = (),
+    *,
+    concurrency: int | None = None,
+    metrics_port: int | None = None,
+) -> None:
+    """Runs ``worker`` until SIGTERM or SIGINT, as ``querator worker`` does (on uvloop when installed):
+    for programs that start workers their own way (a framework's command).
+
+    Raises:
+        ValueError: a queue that no task uses, or a concurrency below 1 (before anything runs).
+    """
+    worker.selected(queues)
+    if concurrency is not None and concurrency < 1:
+        raise ValueError("--concurrency must be at least 1")
+    _run(worker.run(queues, concurrency=concurrency, metrics_port=metrics_port))
 
 
 def _run(main: Coroutine[Any, Any, None]) -> None:

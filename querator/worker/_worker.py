@@ -233,6 +233,13 @@ class Worker:
 
         return register
 
+    def connect(self, endpoint: str, *, api_key: str | None = None) -> None:
+        """Points the worker and its tasks' ``enqueue`` at ``endpoint`` with ``api_key`` (from a
+        framework's settings, or a test's node). Call it before the first ``enqueue`` or ``run``: a loop
+        that already has a client keeps it until ``close``."""
+        self.endpoint = endpoint
+        self._api_key = api_key
+
     # -- the client of enqueue and of the runtime ------------------------------------------------------------
 
     async def client_for(self, task: Task[..., Any] | None = None) -> AsyncClient:
