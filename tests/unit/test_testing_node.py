@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import textwrap
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -66,6 +70,36 @@ async def test_a_skip_runs_only_the_timers_it_passes() -> None:
         clock.skip(-1)
     clock.skip(86_400)
     await eventually(lambda: _true(fired == ["hour", "day"]))
+
+
+def test_the_pytest_plugin_gives_a_users_tests_a_node(tmp_path: Path) -> None:
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n"
+    )
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["querator.testing.fixtures"]\n')
+    (tmp_path / "test_user.py").write_text(
+        textwrap.dedent(
+            """
+            from querator.client import AsyncClient
+
+            async def test_a_queue_on_the_node(querator_node):
+                async with AsyncClient(querator_node.url) as client:
+                    await client.create_queue("q")
+                    await client.produce("q", [b"x"])
+                    assert (await client.stats("q")).logical_queues[0].partitions[0].total == 1
+            """
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
 
 
 async def _true(value: bool) -> bool:
