@@ -1,8 +1,8 @@
-"""``querator worker module:attr``: loads a ``Worker`` from the user's code and runs it until a signal."""
+"""Loading a ``Worker`` from the user's code (``module:attr``) and running it until a signal: what
+``querator worker`` does, for any program that starts workers."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import importlib
 import os
@@ -10,32 +10,7 @@ import sys
 from collections.abc import Collection, Coroutine
 from typing import Any
 
-from querator.worker._observe import setup_logging
 from querator.worker._worker import Worker
-
-EXIT_USAGE = 2
-
-
-def add_parser(sub: Any) -> None:
-    """Adds the ``worker`` command to the ``querator`` command's subparsers."""
-    p = sub.add_parser(
-        "worker",
-        help="run the tasks of a querator.worker.Worker",
-        description="Run the tasks of a querator.worker.Worker until SIGTERM or SIGINT (warm shutdown: "
-        "what is in flight finishes; a second signal exits at once). The worker connects where its "
-        "Worker says (by default QUERATOR_ENDPOINT, QUERATOR_API_KEY).",
-    )
-    p.add_argument(
-        "app",
-        help="module:attribute of the Worker (or querator.durable.Durable app), e.g. myapp.tasks:worker",
-    )
-    p.add_argument("-c", "--concurrency", type=int, help="items run at once (default: the Worker's)")
-    p.add_argument("-Q", "--queues", default="", help="comma-separated queues to run (default: all)")
-    p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
-    p.add_argument(
-        "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="default info"
-    )
-    p.add_argument("--log-format", default="text", choices=["text", "json"], help="default text")
 
 
 def load(app: str) -> Worker:
@@ -60,19 +35,6 @@ def load(app: str) -> Worker:
     if not isinstance(found, Worker):
         raise ValueError(f"'{app}' is a {type(found).__name__}, not a querator.worker.Worker")
     return found
-
-
-def run(args: argparse.Namespace) -> int:
-    """Runs the ``worker`` command; its exit status."""
-    setup_logging(args.log_level, args.log_format)
-    try:
-        worker = load(args.app)
-        queues = [q.strip() for q in args.queues.split(",") if q.strip()]
-        run_worker(worker, queues, concurrency=args.concurrency, metrics_port=args.metrics_port)
-    except (ValueError, ImportError, AttributeError) as e:
-        print(f"querator: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    return 0
 
 
 def run_worker(
