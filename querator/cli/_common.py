@@ -10,6 +10,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from querator.client import DEFAULT_ENDPOINT, AsyncClient
 from querator.duration import DurationError, parse_duration
@@ -20,8 +21,8 @@ EXIT_USAGE = 2
 EXIT_CONNECTION = 3
 EXIT_NOT_FINISHED = 4
 
-Command = Callable[[AsyncClient, argparse.Namespace], Awaitable[m.Message | None]]
-"""A client command: one or more calls, and the message to print (None: ``{"code": 200}``)."""
+Command = Callable[[AsyncClient, argparse.Namespace], Awaitable[m.Message | dict[str, Any] | None]]
+"""A client command: one or more calls, and what to print (None: ``{"code": 200}``)."""
 
 
 class UsageError(Exception):
@@ -51,7 +52,7 @@ def timestamp(text: str) -> datetime:
 
 
 def global_options(with_defaults: bool) -> argparse.ArgumentParser:
-    """``--endpoint``, ``--api-key`` and ``--ca-file``, accepted before or after the command.
+    """``--endpoint``, ``--api-key``, ``--ca-file`` and ``--output``, accepted before or after the command.
 
     Only the top-level parser has defaults; after the command they are SUPPRESSed so that an absent flag
     does not overwrite one given before it.
@@ -73,6 +74,13 @@ def global_options(with_defaults: bool) -> argparse.ArgumentParser:
         default=os.environ.get("QUERATOR_CA_FILE") if with_defaults else argparse.SUPPRESS,
         help="PEM file of the CAs that verify an https:// endpoint, for a private CA "
         "(env QUERATOR_CA_FILE; default: the system's CAs)",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        choices=["json", "table"],
+        default=None if with_defaults else argparse.SUPPRESS,
+        help="how replies print (env QUERATOR_OUTPUT; default: table on a terminal, else json)",
     )
     return p
 

@@ -7,10 +7,11 @@ import asyncio
 import sys
 from collections.abc import Sequence
 from dataclasses import fields
+from typing import Any
 
 from querator import __version__
 from querator.auth import generate_key, key_hash
-from querator.cli import _queues, _schedules, _tenancy, _worker, _workflows
+from querator.cli import _completion, _queues, _schedules, _status, _tenancy, _worker, _workflows
 from querator.cli._common import (
     EXIT_CONNECTION,
     EXIT_NOT_FINISHED,
@@ -23,7 +24,7 @@ from querator.cli._common import (
     timestamp,
     tls,
 )
-from querator.cli._output import print_reply
+from querator.cli._output import default_output, print_reply
 from querator.client import AsyncClient, ConnectionFailed
 from querator.config import ConfigError, ServerConfig, environment, load, option_name
 from querator.errors import QueratorError
@@ -33,6 +34,7 @@ COMMANDS: dict[str, Command] = {
     **_queues.COMMANDS,
     "workflows": _workflows.command,
     "schedules": _schedules.command,
+    "status": _status.command,
     **dict.fromkeys(_tenancy.GROUPS, _tenancy.run),
 }
 
@@ -72,11 +74,13 @@ def build_parser() -> argparse.ArgumentParser:
     _workflows.add_parser(sub, common, duration)
     _schedules.add_parser(sub, common)
     _tenancy.add_parsers(sub, common, timestamp)
+    _status.add_parser(sub, common)
     _worker.add_parser(sub)
+    _completion.add_parser(sub)
     return parser
 
 
-async def _client_command(command: Command, args: argparse.Namespace) -> m.Message:
+async def _client_command(command: Command, args: argparse.Namespace) -> m.Message | dict[str, Any]:
     async with AsyncClient(args.endpoint, api_key=args.api_key, ssl=tls(args.ca_file)) as client:
         result = await command(client, args)
     return m.OK_REPLY if result is None else result
@@ -96,9 +100,9 @@ def run_client(args: argparse.Namespace) -> int:
         print(f"querator: {e.code} {e.message}", file=sys.stderr)
         return EXIT_SERVER_ERROR
     except _workflows.NotFinished as e:
-        print_reply(e.info)
+        print_reply(e.info, args.output or default_output())
         return EXIT_NOT_FINISHED
-    print_reply(result)
+    print_reply(result, args.output or default_output())
     return 0
 
 
@@ -134,6 +138,9 @@ def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0911
         return 0
     if args.command == "worker":
         return _worker.run(args)
+    if args.command == "completion":
+        print(_completion.script(build_parser(), args.shell), end="")
+        return 0
     if args.command == "serve":
         try:
             config = load(None, environment(), vars(args))
