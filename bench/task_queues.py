@@ -183,7 +183,18 @@ def _open(port: int) -> bool:
 def worker_command(system: str, concurrency: int) -> list[str]:
     py = sys.executable
     return {
-        "querator": [py, "-m", "querator.cli", "worker", "task_queue_apps:querator", "-c", str(concurrency)],
+        # Logs at WARNING, as Celery's: a log record per successful run is INFO in both.
+        "querator": [
+            py,
+            "-m",
+            "querator.cli",
+            "worker",
+            "task_queue_apps:querator",
+            "-c",
+            str(concurrency),
+            "--log-level",
+            "warning",
+        ],
         "celery": [
             py,
             "-m",
