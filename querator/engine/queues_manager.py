@@ -2,10 +2,12 @@
 
 A queue's engine (``Queue`` and its logical queue) is spawned lazily on first use, so a restarted node
 costs nothing for queues nobody touches; their partitions' lifecycles start with that first use. In a
-cluster it runs over the partitions the ring gives this node (``Owned``), claimed in storage first; when
-the ring moves partitions, or storage says another node took one over, the engine is handed off: it
-finishes its batch, answers what waits with 454, and the next request spawns it over the new set.
-``ClusterCounters`` counts the hand-offs by reason and the writes storage refused (docs/cluster.md);
+cluster it runs over the partitions the ring gives this node (``Owned``), claimed in storage first. When
+the ring moves some of them, the engine gives away those it lost and claims those it gained between two
+batches, the others serving on (docs/adr/0039). When it loses them all, its lease is uncertain, or storage
+says another node took one over, the engine is handed off: it finishes its batch, answers what waits with
+454, and the next request spawns it over the new set. ``ClusterCounters`` counts the hand-offs by reason,
+the partitions moved and claimed, and the writes storage refused (docs/cluster.md);
 ``hand_offs`` lists the recent ones, partition by partition (``querator.engine.hand_off_log``).
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +41,8 @@ class HandOff(enum.Enum):
     """Why an engine was handed off."""
 
     RING = "ring"
-    """The ring moved partitions: this node owns another set of the queue's partitions now."""
+    """The ring moved partitions: this node owns another set of the queue's partitions now (only those
+    that moved change hands, unless none is left here)."""
     LEASE = "lease"
     """This node's cluster lease is uncertain: it stops writing before another node can be given them."""
     FENCED = "fenced"
@@ -52,6 +56,10 @@ class ClusterCounters:
     hand_offs: dict[HandOff, int] = field(default_factory=lambda: dict.fromkeys(HandOff, 0))
     fenced_writes: int = 0
     """Writes storage refused because another node claimed the partition (``StaleOwnerError``)."""
+    partitions_moved: dict[Direction, int] = field(default_factory=lambda: dict.fromkeys(Direction, 0))
+    """Partitions this node stopped serving (given) or was given by the ring (taken), as logged."""
+    partition_claims: int = 0
+    """Claims made in storage before serving a partition (a Paxos round each on Cassandra)."""
 
 
 class QueuesManager:
@@ -157,6 +165,9 @@ class QueuesManager:
             if queue is not None:
                 self.hand_off(queue, HandOff.FENCED)
 
+        def claimed() -> None:
+            self.counters.partition_claims += 1
+
         queue = Queue(
             record,
             self.store,
@@ -165,6 +176,7 @@ class QueuesManager:
             self._max_requests,
             owned=self._owned(record.name, record.requested_partitions),
             on_stale=stale,
+            on_claim=claimed,
         )
         self._note_owners(queue)
         return queue
@@ -175,15 +187,22 @@ class QueuesManager:
             self._owners[queue.name] = tuple(self._owner(queue.name, n) for n in range(count))
 
     def rebalance(self) -> None:
-        """Hands off every running queue whose partitions the ring now gives to another set of nodes."""
+        """Moves, in every running queue, the partitions the ring now gives to another node (and takes
+        those it gives this one); a queue left with none here is handed off."""
         if self._owned is None:
             return
         self._records.clear()  # read again: a queue may have changed while this node did not hear of it
         for queue in list(self._queues.values()):
-            if tuple(self._owned(queue.name, queue.settings.requested_partitions)) != queue.owned:
+            owned = tuple(self._owned(queue.name, queue.settings.requested_partitions))
+            if not owned:
                 self.hand_off(queue, HandOff.RING)
-            else:
-                self._note_owners(queue)  # its partitions stay, others' may have moved between nodes
+                continue
+            if owned != queue.owned:
+                log.info("queue %s: partitions %s now (were %s)", queue.name, list(owned), list(queue.owned))
+                self.counters.hand_offs[HandOff.RING] += 1
+                entries = self._log_hand_off(queue, HandOff.RING)
+                queue.move(owned).add_done_callback(functools.partial(_moved, entries))
+            self._note_owners(queue)  # others' partitions may have moved between nodes
 
     def hand_off_all(self) -> None:
         """Stops serving every partition (this node may lose them: its cluster lease is not certain)."""
@@ -198,13 +217,9 @@ class QueuesManager:
             self.counters.hand_offs[reason] += 1
             entries = self._log_hand_off(queue, reason)
             stopping = self._stop(queue, moved=True)
-
-            def stopped(task: asyncio.Task[None]) -> None:
-                failed = task.cancelled() or task.exception() is not None
-                for entry in entries:
-                    entry.outcome = Outcome.FAILED if failed else Outcome.STOPPED
-
-            stopping.add_done_callback(stopped)
+            stopping.add_done_callback(
+                lambda task: _outcome(entries, task.cancelled() or task.exception() is not None)
+            )
 
     def _log_hand_off(self, queue: Queue, reason: HandOff) -> list[HandOffEntry]:
         """Adds the partitions ``queue``'s hand-off moves to ``hand_offs``. A ring change moves those
@@ -228,6 +243,7 @@ class QueuesManager:
             entries.append(HandOffEntry(now, name, partition, direction, other, reason.value))
         for entry in entries:
             self.hand_offs.add(entry)
+            self.counters.partitions_moved[entry.direction] += 1
         return entries
 
     def find(self, name: str) -> Queue | None:
@@ -314,3 +330,13 @@ class QueuesManager:
         stopping.extend(self._stopping.values())
         if stopping:
             await asyncio.wait(set(stopping))
+
+
+def _moved(entries: list[HandOffEntry], _: asyncio.Future[None]) -> None:
+    _outcome(entries, False)
+
+
+def _outcome(entries: list[HandOffEntry], failed: bool) -> None:
+    """The hand-off of ``entries`` is over: this node no longer writes to the partitions it gave."""
+    for entry in entries:
+        entry.outcome = Outcome.FAILED if failed else Outcome.STOPPED
