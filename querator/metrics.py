@@ -305,6 +305,11 @@ class _NodeCollector(Collector):
             self._counters.partition_claims,
         )
         yield CounterMetricFamily(
+            "querator_cluster_ring_changes",
+            "Rings this node adopted since it started: member events arriving together count once.",
+            self._cluster.ring_changes,
+        )
+        yield CounterMetricFamily(
             "querator_cluster_fenced_writes",
             "Writes storage refused because another node claimed the partition (a newer owner's epoch).",
             self._counters.fenced_writes,
