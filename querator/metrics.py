@@ -284,7 +284,7 @@ class _NodeCollector(Collector):
             "querator_cluster_hand_offs",
             "Queues handed off: ring (the ring moved some of their partitions: only those changed hands), "
             "lease (this node's cluster lease was uncertain: its engines stopped), fenced (storage refused "
-            "a write: another node claimed a partition, the engine stopped).",
+            "a write: another node claimed the partition, given up alone).",
             labels=["reason"],
         )
         for reason in HandOff:

@@ -106,12 +106,13 @@ class LogicalQueue:
         dead_letter: DeadLetter,
         max_requests: int = 100,
         claim: bool = False,
-        on_stale: Callable[[], None] | None = None,
+        on_stale: Callable[[int], None] | None = None,
         on_claim: Callable[[], None] | None = None,
     ) -> None:
         """``claim``: take each partition over in storage before serving it (a node the ring just made
-        its owner). ``on_stale``: called each time storage refuses a write because another node has taken
-        a partition over. ``on_claim``: called for each claim made (a Paxos round on Cassandra)."""
+        its owner). ``on_stale``: called with the partition's number each time storage refuses a write
+        because another node has taken that partition over. ``on_claim``: called for each claim made
+        (a Paxos round on Cassandra)."""
         self._queue = queue
         self._clock = clock
         self._claim = claim
@@ -600,7 +601,7 @@ class LogicalQueue:
         if isinstance(error, StaleOwnerError) and self._on_stale is not None:
             # Another node owns the partition now: hand the queue back rather than retry in vain. Told
             # of every refused write (each is counted), the hand-off itself happens once.
-            self._on_stale()
+            self._on_stale(p.number)
         p.failures += 1
         p.error = str(error) or type(error).__name__
         log.warning(

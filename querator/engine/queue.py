@@ -28,7 +28,7 @@ class Queue:
         dead_letter: DeadLetter,
         max_requests: int,
         owned: Sequence[int] | None = None,
-        on_stale: Callable[[], None] | None = None,
+        on_stale: Callable[[int], None] | None = None,
         on_claim: Callable[[], None] | None = None,
     ) -> None:
         """``owned``: the partitions this node serves (None: all of them, a node alone, which need not

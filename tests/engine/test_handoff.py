@@ -17,7 +17,7 @@ from querator.clock import FakeClock
 from querator.cluster.node import ClusterNode
 from querator.engine.hand_off_log import MAX_HAND_OFFS, Direction, Outcome
 from querator.engine.logical_queue import PARTITION_MOVED
-from querator.engine.queues_manager import HandOff, QueuesManager
+from querator.engine.queues_manager import FENCED_RECHECK_S, HandOff, QueuesManager
 from querator.errors import RetryRequest, StaleOwnerError
 from querator.metrics import Metrics
 from querator.storage.base import Item, Partition, PartitionTx, QueueRecord
@@ -215,13 +215,54 @@ async def test_a_request_waits_for_a_starting_engine_no_longer_than_its_timeout(
     await manager.shutdown()
 
 
-async def test_a_fenced_write_hands_off_and_both_are_counted(manager: QueuesManager) -> None:
-    """Storage refusing a write (another node claimed the partition) stops the engine at once; the
-    refused write and the hand-off show in the node's metrics, as does a ring move after it."""
+async def test_a_fenced_write_gives_up_that_partition_and_both_are_counted(manager: QueuesManager) -> None:
+    """Storage refusing a write (another node claimed the partition) gives that partition up at once, the
+    engine serving on with the others; after ``FENCED_RECHECK_S`` a partition the ring still gives this
+    node is claimed back. The refused write and the hand-off show in the node's metrics, as does a ring
+    move after it."""
     store = manager.store
     assert isinstance(store, FencedStore)
+    clock = manager.clock
+    assert isinstance(clock, FakeClock)
     queue = await manager.get("q")
     await queue.produce([Item(payload=b"a")], MINUTE)
+    store.fenced = True
+    with pytest.raises(RetryRequest):
+        await queue.produce([Item(payload=b"b")], MINUTE)
+    (fenced,) = {0, 2} - set(queue.owned)  # the one partition the refused write went to
+    assert manager.find("q") is queue, "the engine serves on with the other partition"
+
+    async def given_up() -> bool:
+        return fenced not in queue.logical.partitions
+
+    await eventually(given_up)
+    store.fenced = False
+    claims = manager.counters.partition_claims
+    clock.advance(FENCED_RECHECK_S)  # the ring still names this node: it takes the partition back
+
+    async def taken_back() -> bool:
+        p = queue.logical.partitions.get(fenced)
+        return p is not None and p.ids is not None
+
+    await eventually(taken_back)
+    assert manager.counters.partition_claims == claims + 1
+    ring = manager._owned
+    assert isinstance(ring, Ring)
+    ring.owned = [1]
+    manager.rebalance()
+    samples = await scrape(manager)
+    assert samples[("querator_cluster_fenced_writes_total", ())] == 1
+    assert [samples[("querator_cluster_hand_offs_total", (r.value,))] for r in HandOff] == [2, 0, 1]
+    await manager.shutdown()
+
+
+async def test_a_fenced_write_to_the_last_partition_hands_the_engine_off(manager: QueuesManager) -> None:
+    store = manager.store
+    assert isinstance(store, FencedStore)
+    ring = manager._owned
+    assert isinstance(ring, Ring)
+    ring.owned = [3]
+    queue = await manager.get("q")
     store.fenced = True
     with pytest.raises(RetryRequest):
         await queue.produce([Item(payload=b"b")], MINUTE)
@@ -231,22 +272,7 @@ async def test_a_fenced_write_hands_off_and_both_are_counted(manager: QueuesMana
 
     await eventually(stopped)
     assert manager.find("q") is None, "handed off"
-    store.fenced = False
-    ring = manager._owned
-    assert isinstance(ring, Ring)
-    await manager.get("q")
-    ring.owned = [1]
-    manager.rebalance()
-    clock = FakeClock()
-    metrics = Metrics(clock, ClusterNode(None, clock, ""), manager, ready=ready)
-    body, _ = await metrics.render("application/openmetrics-text; version=1.0.0")
-    samples = {
-        (s.name, tuple(s.labels.values())): s.value
-        for f in text_string_to_metric_families(body.decode())
-        for s in f.samples
-    }
-    assert samples[("querator_cluster_fenced_writes_total", ())] == 1
-    assert [samples[("querator_cluster_hand_offs_total", (r.value,))] for r in HandOff] == [1, 0, 1]
+    assert manager.counters.hand_offs[HandOff.FENCED] == 1
     await manager.shutdown()
 
 
