@@ -28,6 +28,7 @@ from querator._tasks import Supervised
 from querator.clock import Clock, seconds
 from querator.cluster.node import ClusterNode
 from querator.cluster.proxy import CLIENT_GONE, NO_REPLY
+from querator.engine.hand_off_log import Direction
 from querator.engine.logical_queue import ItemCounters
 from querator.engine.queue import Queue
 from querator.engine.queues_manager import ClusterCounters, HandOff, QueuesManager
@@ -178,8 +179,8 @@ async def _gauges(queue: Queue) -> QueueGauges | None:
             continue
         try:
             queued, leased, scheduled, oldest = await queue.logical.run_on(number, read, limited=False)
-        except RetryRequest:  # failed just now
-            gauges.failing_partitions += 1
+        except RetryRequest:  # failed just now, or given to another node
+            gauges.failing_partitions += number in queue.logical.partitions
             continue
         except QueratorError:
             return None
@@ -281,13 +282,33 @@ class _NodeCollector(Collector):
         )
         hand_offs = CounterMetricFamily(
             "querator_cluster_hand_offs",
-            "Queue engines handed off: ring (the ring moved partitions), lease (this node's cluster lease "
-            "was uncertain), fenced (storage refused a write: another node claimed a partition).",
+            "Queues handed off: ring (the ring moved some of their partitions: only those changed hands), "
+            "lease (this node's cluster lease was uncertain: its engines stopped), fenced (storage refused "
+            "a write: another node claimed the partition, given up alone).",
             labels=["reason"],
         )
         for reason in HandOff:
             hand_offs.add_metric([reason.value], self._counters.hand_offs[reason])
         yield hand_offs
+        moved = CounterMetricFamily(
+            "querator_cluster_partitions_moved",
+            "Partitions of running queues this node stopped serving (given) or was given (taken) by a "
+            "hand-off, as listed by cluster.info.",
+            labels=["direction"],
+        )
+        for direction in Direction:
+            moved.add_metric([direction.value], self._counters.partitions_moved[direction])
+        yield moved
+        yield CounterMetricFamily(
+            "querator_cluster_partition_claims",
+            "Partitions claimed in storage before this node served them (a Paxos round each on Cassandra).",
+            self._counters.partition_claims,
+        )
+        yield CounterMetricFamily(
+            "querator_cluster_ring_changes",
+            "Rings this node adopted since it started: member events arriving together count once.",
+            self._cluster.ring_changes,
+        )
         yield CounterMetricFamily(
             "querator_cluster_fenced_writes",
             "Writes storage refused because another node claimed the partition (a newer owner's epoch).",

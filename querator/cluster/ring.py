@@ -76,8 +76,13 @@ class Placement:
 
     def update(self, members: MemberSet) -> Ring:
         """Takes a new member set (ignored if older than the last one); returns ``ring()``."""
+        self.see(members)
+        return self.ring()
+
+    def see(self, members: MemberSet) -> None:
+        """Takes a new member set (ignored if older than the last one), without building a ring."""
         if members.revision < self._revision:
-            return self.ring()
+            return
         now = self._clock.now()
         live = members.node_ids
         for node_id in self._live - live:
@@ -86,18 +91,22 @@ class Placement:
             self._vanished.pop(node_id, None)
         self._live = live
         self._revision = members.revision
-        return self.ring()
 
     def ring(self) -> Ring:
         """The ring of the live members and those still in their grace period, as of now."""
+        effective, revision = self.node_ids()
+        if effective != self._ring.node_ids:
+            self._ring = Ring(effective, revision)
+        return self._ring
+
+    def node_ids(self) -> tuple[frozenset[str], int]:
+        """The ids ``ring()`` would hold now (live members and those still in their grace period), and
+        the revision of the member set: for a caller that builds the ring elsewhere."""
         now = self._clock.now()
         for node_id, until in list(self._vanished.items()):
             if until <= now:
                 del self._vanished[node_id]
-        effective = self._live | self._vanished.keys()
-        if effective != self._ring.node_ids:
-            self._ring = Ring(effective, self._revision)
-        return self._ring
+        return self._live | self._vanished.keys(), self._revision
 
     def in_grace(self) -> frozenset[str]:
         """Ids that vanished but still own their partitions (as of the last ``ring()``)."""

@@ -18,12 +18,13 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any, Protocol, TypeVar
 
 from querator import _tasks
 from querator.clock import MICROS, Clock
 from querator.engine._batch import BatchPlan, Transaction
+from querator.engine._moves import PARTITION_MOVED, Move, Moves
 from querator.engine._partition import PartitionState
 from querator.engine._requests import (
     Cold,
@@ -43,7 +44,6 @@ from querator.engine._wake import Wake
 from querator.engine.backlog import Backlog
 from querator.engine.distribution import Distribution
 from querator.errors import (
-    TRY_AGAIN,
     InvalidOption,
     QueratorError,
     RetryRequest,
@@ -94,8 +94,6 @@ DeadLetter = Callable[[QueueRecord, list[Item]], Awaitable[None]]
 more (the items are then deleted)."""
 """Stores copies of dead items in the named dead queue; raises if it cannot."""
 
-PARTITION_MOVED = f"{TRY_AGAIN}; the partition moved to another node"
-
 
 class LogicalQueue:
     """One asyncio task that owns ``partitions`` of a queue. See the module docstring."""
@@ -108,15 +106,18 @@ class LogicalQueue:
         dead_letter: DeadLetter,
         max_requests: int = 100,
         claim: bool = False,
-        on_stale: Callable[[], None] | None = None,
+        on_stale: Callable[[int], None] | None = None,
+        on_claim: Callable[[], None] | None = None,
     ) -> None:
         """``claim``: take each partition over in storage before serving it (a node the ring just made
-        its owner). ``on_stale``: called each time storage refuses a write because another node has taken
-        a partition over."""
+        its owner). ``on_stale``: called with the partition's number each time storage refuses a write
+        because another node has taken that partition over. ``on_claim``: called for each claim made
+        (a Paxos round on Cassandra)."""
         self._queue = queue
         self._clock = clock
         self._claim = claim
         self._on_stale = on_stale
+        self._on_claim = on_claim
         self._stop_error: QueratorError = shutting_down()
         self._dead_letter_to = dead_letter
         self._max_requests = max_requests
@@ -128,6 +129,7 @@ class LogicalQueue:
         self._wake = Wake(self._loop)
         self._closing = False
         self.counters = ItemCounters()
+        self._moves = Moves()
         self._task = _tasks.start(self._run(), f"logical-queue:{queue.settings.name}")
 
     # -- the API: each call validates nothing (the service did), queues a request and waits ------------
@@ -215,13 +217,14 @@ class LogicalQueue:
 
     async def run_on(self, number: int, fn: Callable[[PartitionTx], T], limited: bool = True) -> T:
         """Runs a storage function on one partition inside the loop; a storage failure is a 454."""
-        return await self.call(functools.partial(self._run_on, self.partitions[number], fn), limited)
+        return await self.call(functools.partial(self._run_on, self._served(number), fn), limited)
 
     async def reload(self, number: int) -> None:
         """Re-reads one partition's counts and deadlines from storage; also revives a failed partition."""
-        await self.call(functools.partial(self._reload, self.partitions[number]))
+        await self.call(functools.partial(self._reload, self._served(number)))
 
     async def _run_on(self, p: PartitionState, fn: Callable[[PartitionTx], T]) -> T:
+        self._check_served(p)
         if p.failures or p.ids is None:
             raise p.unavailable()
         try:
@@ -235,10 +238,23 @@ class LogicalQueue:
         return result
 
     async def _reload(self, p: PartitionState) -> None:
+        self._check_served(p)  # a reload of a partition given away would claim it back
         await self._load(p)
         if p.failures:
             raise p.unavailable()
         self._serve_parked_soon()
+
+    def move(self, give: Collection[int], take: list[tuple[int, Partition]]) -> asyncio.Future[None]:
+        """Stops serving the partitions ``give`` and starts serving ``take`` (claimed first), leaving the
+        others alone: their requests, parked leases included, carry on (docs/adr/0039). The future is
+        done once this queue no longer writes to ``give`` (after the batch in progress)."""
+        move = Move(set(give), take, self._future())
+        if self._closing or self._task.done():
+            settle(move.done, None)  # the engine is stopping: its shutdown stands for the move
+        else:
+            self._moves.queued.append(move)
+            self._wake.set()
+        return move.done
 
     def waiting(self) -> LogicalStats:
         """The counts of requests waiting on this logical queue."""
@@ -288,6 +304,8 @@ class LogicalQueue:
                 self._wake.clear()
                 if self._closing:
                     break
+                if self._moves.queued:
+                    self._apply_moves()
                 await self._process_pending()
                 if self._closing:  # shutdown asked during the batch: no new work after it
                     break
@@ -299,6 +317,52 @@ class LogicalQueue:
             # Whatever ends the loop, nobody is left waiting on a future that will never settle.
             self._closing = True
             self._stop()
+
+    def _served(self, number: int) -> PartitionState:
+        """The partition, or 454 when it was given to another node since the caller looked."""
+        p = self.partitions.get(number)
+        if p is None:
+            raise RetryRequest(PARTITION_MOVED)
+        return p
+
+    def _check_served(self, p: PartitionState) -> None:
+        """454 for a request that was queued for a partition since given to another node."""
+        if self.partitions.get(p.number) is not p:
+            raise RetryRequest(PARTITION_MOVED)
+
+    def _apply_moves(self) -> None:
+        """Between batches: nothing is in flight on any partition, so one given away is written no more."""
+        moves = self._moves
+        applying, moves.queued = moves.queued, []
+        for move in applying:
+            for number in move.give:
+                moves.give(self.partitions, self._waiting, number)
+            for number, storage in move.take:
+                if number not in self.partitions:
+                    p = self.partitions[number] = PartitionState(number, storage)
+                    moves.claims[number] = _tasks.start(self._take(p), f"claim:{p.number}")
+            settle(move.done, None)
+
+    async def _take(self, p: PartitionState) -> None:
+        """Claims a partition the ring gave this queue beside the task, so that a claim (a Paxos round
+        on Cassandra, or a storage timeout) holds up no request of the other partitions; the task then
+        reads it (``_run_lifecycles``: it is due and not loaded) and serves it."""
+        try:
+            await self._claim_partition(p)
+        except Exception as e:
+            if self.partitions.get(p.number) is p:
+                self._fail(p, e)  # its retry claims it in the task (``_load``)
+            return
+        finally:
+            self._moves.claim_ended(p.number)
+        p.due = True
+        self._wake.set()
+
+    async def _claim_partition(self, p: PartitionState) -> None:
+        await p.storage.claim()
+        p.claimed = True
+        if self._on_claim is not None:
+            self._on_claim()
 
     async def _process_pending(self) -> None:
         pending = self._waiting.pending
@@ -449,8 +513,7 @@ class LogicalQueue:
             if self._claim and not p.claimed:
                 # Only an engine's first load takes the partition over: a reload must not take it back
                 # from an owner that claimed it since (this engine is then stale, and handed off).
-                await p.storage.claim()
-                p.claimed = True
+                await self._claim_partition(p)
             last_id, deadlines = await p.storage.run(lambda tx: (tx.last_id(), p.read_deadlines(tx)))
         except Exception as e:
             self._fail(p, e)
@@ -538,7 +601,7 @@ class LogicalQueue:
         if isinstance(error, StaleOwnerError) and self._on_stale is not None:
             # Another node owns the partition now: hand the queue back rather than retry in vain. Told
             # of every refused write (each is counted), the hand-off itself happens once.
-            self._on_stale()
+            self._on_stale(p.number)
         p.failures += 1
         p.error = str(error) or type(error).__name__
         log.warning(
@@ -579,6 +642,7 @@ class LogicalQueue:
         for p in self.partitions.values():
             if p.timer is not None:
                 p.timer.cancel()
+        self._moves.stop()
 
 
 def _sooner(d: Deadlines, name: str, when: int) -> None:
