@@ -208,3 +208,29 @@ async def test_a_durable_app_sends_its_queue_requests_to_the_owners(
     # for items (lease balancing, not a request sent to the wrong member): not counted here.
     _, produces_forwarded = await counts(nodes, ("/v1/queue.produce",))
     assert produces_forwarded <= STARTS
+
+
+async def test_the_spark_sink_addresses_the_owners(
+    servers: Servers, etcd: EtcdServer, tmp_path: Path
+) -> None:
+    """The sink's tasks (``write_rows``, as ``foreachPartition`` runs it; no Spark needed to call it) with
+    ``addressNodes`` produce at the owners only."""
+    pytest.importorskip("pyspark")
+    from pyspark.sql import Row
+
+    from querator.spark._config import SinkConfig
+    from querator.spark._task import TaskIdentity, write_rows
+
+    nodes = await cluster(servers, etcd, tmp_path, "/owners-spark")
+    queue = far_queue("os")
+    await create_everywhere(nodes, queue)
+    config = SinkConfig.from_options(
+        {"endpoint": nodes[0].url, "queue": queue, "addressNodes": "true", "batchSize": "50"}
+    )
+    for task in range(6):  # each task addresses its own node of the owners
+        rows = [Row(payload=f"{task}-{n}") for n in range(200)]
+        totals = await asyncio.to_thread(write_rows, config, TaskIdentity(task, 0, 0, f"w-{task}-"), rows)
+        assert totals.items == 200
+    requests, forwarded = await counts(nodes)
+    assert requests == 6 * 200 / 50
+    assert forwarded <= FORWARDED_AT_MOST * requests
