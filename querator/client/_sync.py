@@ -99,6 +99,7 @@ class Client:
         limit: int = 100,
         limit_per_host: int = 0,
         retries: Retries | None = DEFAULT_RETRIES,
+        reach_owners: bool = False,
     ) -> None:
         self.aio = AsyncClient(
             endpoint,
@@ -108,6 +109,7 @@ class Client:
             limit=limit,
             limit_per_host=limit_per_host,
             retries=retries,
+            reach_owners=reach_owners,
         )
         self._runner = LoopThread("querator client")
 

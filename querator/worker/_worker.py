@@ -47,6 +47,8 @@ class Worker:
         concurrency: items run at once in this process, all tasks together (``run`` may override it).
         serializer: how arguments become payloads (``JsonSerializer`` by default; any ``Serializer``).
         protobuf: speak binary protobuf to the server instead of JSON.
+        reach_owners: send leases, completes and enqueues straight to the cluster member owning their
+            partitions (``AsyncClient``'s ``reach_owners``).
     """
 
     def __init__(
@@ -57,6 +59,7 @@ class Worker:
         concurrency: int = 16,
         serializer: Serializer | None = None,
         protobuf: bool = False,
+        reach_owners: bool = False,
     ) -> None:
         if concurrency < 1:
             raise ValueError("worker: concurrency must be at least 1")
@@ -69,6 +72,7 @@ class Worker:
         self.metrics = Metrics()
         self._api_key = api_key if api_key is not None else os.environ.get("QUERATOR_API_KEY")
         self._protobuf = protobuf
+        self._reach_owners = reach_owners
         self._clients: dict[asyncio.AbstractEventLoop, AsyncClient] = {}
         self._closers: dict[asyncio.AbstractEventLoop, AsyncGenerator[None, None]] = {}
         self._ensured: dict[asyncio.AbstractEventLoop, set[str]] = {}
@@ -249,7 +253,7 @@ class Worker:
         client = self._clients.get(loop)
         if client is None:
             client = self._clients[loop] = AsyncClient(
-                self.endpoint, api_key=self._api_key, protobuf=self._protobuf
+                self.endpoint, api_key=self._api_key, protobuf=self._protobuf, reach_owners=self._reach_owners
             )
             # Closed with the loop: asyncio.run() ends by closing the async generators the loop
             # started, so a script that enqueues in asyncio.run() leaves no session open.
