@@ -200,6 +200,24 @@ async def test_a_rate_limit_spaces_each_keys_starts_and_a_stop_gives_waiting_ite
     assert sorted(r["key"] for r in workers.runs("limited")) == ["a-1", "b-1"]  # it never ran
 
 
+async def test_higher_priority_items_run_first_and_keep_their_level_when_retried(
+    workers: Workers, client: AsyncClient
+) -> None:
+    """Issue 45 (priorities): a backlog enqueued low first, then normal, then high, runs high first,
+    then normal, then low, on a worker of one slot; a high item that fails is retried within its level,
+    before any normal or low item runs (docs/worker.md, "Priorities")."""
+    await tasks.ranked.enqueue_many([((f"l{n}",), {}) for n in range(3)], priority="low")
+    await tasks.ranked.enqueue_many([((f"n{n}",), {}) for n in range(3)])  # the task's default: normal
+    await tasks.ranked.enqueue("h0", fail_once=True, priority="high")
+    await tasks.ranked.enqueue_many([((f"h{n}",), {}) for n in (1, 2)], priority="high")
+    workers.start("--queues", "ranked", "--concurrency", "1")
+    await eventually(lambda: _ran(workers, "ranked", 10), DEADLINE, "every item ran")
+    order = [r["key"] for r in workers.runs("ranked")]
+    assert order == ["h0", "h1", "h2", "h0", "n0", "n1", "n2", "l0", "l1", "l2"]
+    for queue in ("ranked.high", "ranked", "ranked.low"):
+        await eventually(lambda q=queue: empty(client, q), DEADLINE, f"{queue} emptied")
+
+
 async def test_a_killed_workers_task_runs_again_on_another(workers: Workers, client: AsyncClient) -> None:
     first = workers.start("--queues", "held")
     await tasks.held.enqueue("k")
