@@ -32,6 +32,7 @@ from querator.wire import messages as m
 from querator.worker._envelope import EnvelopeError, unpack
 from querator.worker._observe import Metrics, log_run
 from querator.worker._priority import level_queues
+from querator.worker._rate import take_shared
 from querator.worker._settle import Settler
 from querator.worker._task import CURRENT_ITEM, MAX_BATCH, Permanent, RetryLater, Task
 from querator.worker._trace import continued, current_traceparent
@@ -100,29 +101,35 @@ class Runtime:
 
 
 async def _rate_limited(
-    task: Task[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], stopping: asyncio.Event
+    task: Task[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], rt: Runtime
 ) -> _Failure | None:
-    """Waits for the task's next free start (its ``rate_limit``, per ``rate_key``), holding the task's own
-    slot but not the worker's: other tasks run meanwhile, and the item's lease is renewed. A warm stop
-    ends the wait and gives the item back to the queue at once (its attempt spent); a ``rate_key`` that
-    raises fails the run as the task would."""
-    rate = task.options.rate_limit
+    """Waits for the task's next free start (its ``rate_limit``, per ``rate_key``; kept in this process,
+    or by the server with ``rate_scope="cluster"``), holding the task's own slot but not the worker's:
+    other tasks run meanwhile, and the item's lease is renewed. A warm stop ends the wait and gives the
+    item back to the queue at once (its attempt spent); a ``rate_key`` that raises, or a limit the
+    server refuses, fails the run as the task would."""
+    options = task.options
+    rate = options.rate_limit
     if rate is None:
         return None
     try:
-        key = "" if task.options.rate_key is None else str(task.options.rate_key(*args, **kwargs))
+        key = "" if options.rate_key is None else str(options.rate_key(*args, **kwargs))
     except Exception as e:
         return _Failure("error", e)
-    waiting = asyncio.ensure_future(rate.take(key))
-    stopped = asyncio.ensure_future(stopping.wait())
+    if options.rate_scope == "cluster":
+        waiting = asyncio.ensure_future(take_shared(rt.client, options.queue, rate, key, task.name))
+    else:
+        waiting = asyncio.ensure_future(rate.take(key))
+    stopped = asyncio.ensure_future(rt.stopping.wait())
     try:
         await asyncio.wait([waiting, stopped], return_when=asyncio.FIRST_COMPLETED)
     finally:
         stopped.cancel()
         waiting.cancel()
-    if waiting.done() and not waiting.cancelled():
-        return None
-    return _Failure("later", RetryLater(0))
+    if not waiting.done() or waiting.cancelled():
+        return _Failure("later", RetryLater(0))
+    error = waiting.exception()
+    return None if error is None else _Failure("error", error)
 
 
 def error_record(error: BaseException) -> str:
@@ -305,7 +312,7 @@ class QueueRunner:
             return _Failure("undecodable", e)
         limit = self._limits.get(task.name) or _NO_LIMIT
         async with limit:
-            failure = await _rate_limited(task, call.args, call.kwargs, self._rt.stopping)
+            failure = await _rate_limited(task, call.args, call.kwargs, self._rt)
             if failure is not None:
                 return failure
             return await self._run_in_slot(task, item, fields, call, trace)

@@ -93,6 +93,8 @@ class TaskOptions:
     dead_queue: str
     rate_limit: RateLimit | None = None
     rate_key: Callable[..., str] | None = None
+    rate_scope: str = "process"
+    """Where ``rate_limit`` is kept: in this process, or by the server for the cluster."""
     priority: str | None = None
     """The level of an ``enqueue`` that names none; None: the task has no levels, only its queue."""
 

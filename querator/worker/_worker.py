@@ -20,7 +20,7 @@ from querator.wire import messages as m
 from querator.worker._envelope import pack
 from querator.worker._observe import Metrics
 from querator.worker._priority import check_level, level_queues
-from querator.worker._rate import RateLimit
+from querator.worker._rate import SCOPES, RateLimit
 from querator.worker._runner import QueueRunner, Reservations, Runtime
 from querator.worker._serializer import JsonSerializer, Serializer
 from querator.worker._settle import Settler
@@ -111,6 +111,7 @@ class Worker:
         expire_timeout: Duration | None = None,
         rate_limit: str | None = None,
         rate_key: Callable[..., str] | None = None,
+        rate_scope: str = "process",
         priority: str | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
@@ -133,6 +134,7 @@ class Worker:
         expire_timeout: Duration | None = None,
         rate_limit: str | None = None,
         rate_key: Callable[..., str] | None = None,
+        rate_scope: str = "process",
         priority: str | None = None,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Registers a function (sync or async) as a task, as a decorator.
@@ -159,6 +161,9 @@ class Worker:
                 or ``"<n>/h"``, evenly spaced (docs/worker.md, "Rate limits").
             rate_key: with ``rate_limit``, a function of the task's arguments whose result is the key
                 the limit applies to on its own (a customer, an API host); default one key for all.
+            rate_scope: ``"process"`` (the default): ``rate_limit`` holds in each worker process;
+                ``"cluster"``: it holds across every worker of the cluster, kept by the server
+                (docs/worker.md, "Rate limits").
             priority: give the task priority levels (``"high"``, ``"normal"``, ``"low"``), this one
                 the level of an ``enqueue`` that names none: each level is a queue, and a worker with
                 free slots leases the higher levels first (docs/worker.md, "Priorities").
@@ -168,6 +173,10 @@ class Worker:
             check_level(priority)
         if rate_key is not None and limiter is None:
             raise ValueError("worker: rate_key needs a rate_limit")
+        if rate_scope not in SCOPES:
+            raise ValueError(f"worker: rate_scope {rate_scope!r} is not one of {', '.join(SCOPES)}")
+        if rate_scope != "process" and limiter is None:
+            raise ValueError("worker: rate_scope needs a rate_limit")
 
         def register(function: Callable[P, R]) -> Task[P, R]:
             task_name = name or f"{function.__module__}.{function.__qualname__}"
@@ -190,6 +199,7 @@ class Worker:
                 dead_queue=f"{target}-dead" if dead_queue is None else dead_queue,
                 rate_limit=limiter,
                 rate_key=rate_key,
+                rate_scope=rate_scope,
                 priority=priority,
             )
             task = Task(self, function, options, serializer or self.serializer)

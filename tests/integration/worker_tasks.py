@@ -254,3 +254,9 @@ def ranked(key: str, fail_once: bool = False) -> None:
     record(task="ranked", key=key)
     if fail_once and current_attempt() == 1:
         raise RuntimeError("the first attempt fails")
+
+
+@worker.task(queue="shared", rate_limit="1/h", rate_scope="cluster", create_queue=True)
+def shared(n: int) -> None:
+    """A cluster-wide limit: one start an hour among all the worker processes."""
+    record(task="shared", key=str(n))

@@ -45,3 +45,11 @@ async def test_priorities_are_checked_before_anything_is_produced() -> None:
     with pytest.raises(ValueError, match=r"task .*plain has no priority levels; declare it with priority="):
         await plain.enqueue_many([(("hello",), {})], priority="high")
     assert plain.options.queue_of(None) == "plain"
+
+
+def test_a_rate_scope_is_checked_when_the_task_is_declared() -> None:
+    worker = Worker("http://127.0.0.1:1")
+    with pytest.raises(ValueError, match=r"^worker: rate_scope 'global' is not one of process, cluster$"):
+        worker.task(queue="mail", rate_limit="1/s", rate_scope="global")
+    with pytest.raises(ValueError, match=r"^worker: rate_scope needs a rate_limit$"):
+        worker.task(queue="mail", rate_scope="cluster")
