@@ -499,6 +499,34 @@ class AsyncClient(QueueAdminCalls, StorageCalls, ScheduleCalls, WorkflowCalls, T
         """
         await change_limit(self, name, limit, timeout)
 
+    async def take_rate(
+        self,
+        queue_name: str,
+        key: str = "",
+        *,
+        limit: int,
+        period: Duration,
+        max_wait: Duration = 0,
+    ) -> m.RateLimitsTakeResponse:
+        """Reserves the next start of a cluster-wide rate limit: at most ``limit`` starts of ``key`` per
+        ``period``, evenly spaced, shared by every caller of the cluster that names the same queue and key
+        (docs/extensions.md, "Rate limits"). ``granted``: start after ``wait``; else ask again after
+        ``wait``, when a start within ``max_wait`` is free. Not tried again by itself: a lost reply may
+        have reserved a start.
+
+        Raises:
+            InvalidOption: unknown queue, a limit, period, max wait or key out of bounds.
+            RetryRequest: the key's owner is unreachable, or holds too many keys.
+        """
+        msg = m.RateLimitsTakeRequest(
+            queue_name=queue_name,
+            key=key,
+            limit=limit,
+            period=go_duration(period),
+            max_wait=go_duration(max_wait),
+        )
+        return await self.call("/v1/rate_limits.take", msg, m.RateLimitsTakeResponse)
+
     async def redrive(
         self, queue_name: str, target_queue: str, limit: int = 0, request_timeout: Duration = "1m"
     ) -> int:

@@ -139,6 +139,7 @@ class Client:
     lock = _blocking_context(AsyncClient.lock)
     semaphore = _blocking_context(AsyncClient.semaphore)
     set_limit = _blocking(AsyncClient.set_limit)
+    take_rate = _blocking(AsyncClient.take_rate)
     redrive = _blocking(AsyncClient.redrive)
     cluster_info = _blocking(AsyncClient.cluster_info)
     stats = _blocking(AsyncClient.stats)

@@ -51,6 +51,15 @@ class Ring:
         owner: str = self._ring.get_node(f"{name}@schedule")
         return owner
 
+    def rate_limit_owner(self, queue: str, key: str) -> str:
+        """The node id keeping the rate limit ``key`` of ``queue`` (docs/extensions.md, "Rate limits");
+        LookupError if the ring is empty."""
+        if not self.node_ids:
+            raise LookupError("the ring has no members")
+        # '@rate' cannot end a partition's key ('#<digits>') or a schedule's ('@schedule').
+        owner: str = self._ring.get_node(f"{queue}/{key}@rate")
+        return owner
+
     def __repr__(self) -> str:
         return f"Ring(revision={self.revision}, node_ids={sorted(self.node_ids)})"
 

@@ -40,6 +40,7 @@ from querator.schedules import Scheduler
 from querator.service._conversion import storage_item, stored_item
 from querator.service._local_queue import LocalQueue
 from querator.service._queue_admin import QueueAdministration
+from querator.service._rate_limits import RateLimits, check_take
 from querator.service._schedules import TELL_TIMEOUT_S, Schedules, tick_produce
 from querator.service._validation import (
     DEFAULT_LIST_LIMIT,
@@ -82,6 +83,8 @@ LEASE_SLICE_US = MICROS
 """Microseconds a lease waits on this node's partitions before it looks at the other owners again: the
 longest an item produced at another owner waits while a consumer waits here."""
 NOT_SERVING = f"{TRY_AGAIN}; this node is not serving partitions now"
+FORWARD_TIMEOUT_S = 5.0
+"""Seconds a forwarded rate limit take may take, reply included."""
 
 Target = LocalQueue | RemoteQueue
 """Where a routed request is carried out: the same methods either way."""
@@ -142,6 +145,8 @@ class Service(QueueAdministration):
             workflow_retention_us,
             authorize=self.tenancy.authorize if tenancy else None,
         )
+        self.rate_limits = RateLimits()
+        """The cluster-wide rate limits whose keys this node owns (docs/extensions.md)."""
         self._split = store if isinstance(store, SplitStore) else None
         """One of a node's processes (docs/processes.md): its partitions, and their de-duplication
         records, are its own; a produce carrying dedup ids goes to the owner of partition 0, whose
@@ -544,6 +549,20 @@ class Service(QueueAdministration):
         record = await self._record(req.queue_name, perm.QUEUE_UPDATE, forwarded_by)
         for target in await self._everywhere(record, forwarded_by):
             await target.reload(req)
+
+    async def take_rate(
+        self, req: m.RateLimitsTakeRequest, forwarded_by: str = ""
+    ) -> m.RateLimitsTakeResponse:
+        """Reserves the next start of a cluster-wide rate limit's key, at the key's ring owner
+        (docs/extensions.md, "Rate limits")."""
+        record = await self._record(req.queue_name, perm.QUEUE_LEASE, forwarded_by)
+        interval_us, max_wait_us = check_take(req)
+        self._check_serving()
+        route = self.router.rate_limit(record.name, req.key, forwarded_by)
+        if isinstance(route, Remote):
+            path = "/v1/rate_limits.take"
+            return await self.proxy.call(route, path, req, m.RateLimitsTakeResponse, FORWARD_TIMEOUT_S)
+        return self.rate_limits.take(record.name, req.key, interval_us, max_wait_us, self.clock.now())
 
     # -- partitions anywhere in the cluster (engine.redrive.Partitions) -------------------------------------
 

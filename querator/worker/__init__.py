@@ -20,11 +20,11 @@ by the function's annotations; leases are renewed while a task runs; a task that
 SIGTERM stops a worker warmly. docs/worker.md has all of it, docs/adr/0014 why it is built so.
 
 Modules: ``backoff`` (retry policies, public), ``_worker`` (``Worker``: tasks, ``run``, shutdown),
-``_task`` (``Task``, enqueue), ``_runner`` (a queue's lease loop and each run), ``_settle`` (batched
-completes and retries), ``_serializer`` (JSON, typed arguments), ``_envelope`` (the payload),
-``_trace`` (W3C trace context), ``_observe`` (run logs, metrics; ``setup_logging``) and ``_run``
-(``load_worker`` and ``run_worker``: what ``querator worker`` does, for programs that start workers
-their own way).
+``_task`` (``Task``, enqueue), ``_priority`` (priority levels, a queue each), ``_runner`` (a queue's
+lease loop and each run), ``_settle`` (batched completes and retries), ``_serializer`` (JSON, typed
+arguments), ``_envelope`` (the payload), ``_trace`` (W3C trace context), ``_observe`` (run logs,
+metrics; ``setup_logging``) and ``_run`` (``load_worker`` and ``run_worker``: what ``querator worker``
+does, for programs that start workers their own way).
 """
 
 from __future__ import annotations
