@@ -13,6 +13,7 @@ carries dedup ids to the process owning the queue's partition 0, so one table se
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Protocol
 
 from querator.storage.base import Partition, QueueRecord, Store
@@ -118,6 +119,12 @@ class SplitStore:
 
     async def list_schedules(self, pivot: str, limit: int) -> list[ScheduleRecord]:
         return await self.shared.list_schedules(pivot, limit)
+
+    async def list_slot_schedules(self, slot: int, pivot: str, limit: int) -> list[ScheduleRecord]:
+        return await self.shared.list_slot_schedules(slot, pivot, limit)
+
+    async def slot_versions(self, slots: Sequence[int]) -> dict[int, str]:
+        return await self.shared.slot_versions(slots)
 
     async def record_tick(self, name: str, tick: int) -> None:
         await self.shared.record_tick(name, tick)

@@ -6,6 +6,7 @@ from typing import Any, Final
 
 from querator.storage.cassandra._errors import CassandraStorageError
 from querator.storage.cassandra._schedules import TABLES as SCHEDULE_TABLES
+from querator.storage.cassandra._schedules import fill_slots
 from querator.storage.cassandra._settings import CassandraSettings
 
 SCHEMA_VERSION: Final = 2
@@ -92,3 +93,4 @@ def create_schema(session: Any, settings: CassandraSettings) -> None:
         )
     if version < SCHEMA_VERSION:
         session.execute(f"INSERT INTO {ks}.schema_version (name, version) VALUES ('items', {SCHEMA_VERSION})")
+    fill_slots(session, ks)
