@@ -64,6 +64,9 @@ SCHEMA: Final = (
     # lightweight transactions only. Kinds hold at most thousands of small rows.
     """CREATE TABLE IF NOT EXISTS {ks}.records (
         kind text, key text, value blob, PRIMARY KEY ((kind), key))""",
+    # Stamps (_records.py): a partition per key, plain writes whose write time is the value.
+    """CREATE TABLE IF NOT EXISTS {ks}.stamps (
+        kind text, key text, at bigint, PRIMARY KEY ((kind, key)))""",
 )
 
 

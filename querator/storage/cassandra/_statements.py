@@ -141,6 +141,11 @@ class Statement(Enum):
     LIST_RECORDS = "SELECT key, value FROM {ks}.records WHERE kind = ? AND key >= ? LIMIT ?"
     LIST_RECORDS_TO = "SELECT key, value FROM {ks}.records WHERE kind = ? AND key >= ? AND key < ? LIMIT ?"
 
+    # -- stamps (_records.py): plain writes, the write time is the value ------------------------------------
+    RAISE_STAMP = "UPDATE {ks}.stamps USING TIMESTAMP ? SET at = ? WHERE kind = ? AND key = ?"
+    GET_STAMPS = "SELECT key, at FROM {ks}.stamps WHERE kind = ? AND key IN ?"
+    DELETE_STAMP = "DELETE FROM {ks}.stamps WHERE kind = ? AND key = ?"
+
     def cql(self, keyspace: str) -> str:
         """The statement's text for ``keyspace``."""
         return str(self.value).replace("{ks}", keyspace)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Final
 
 from querator.storage.base import DEFAULT_DEDUP_WINDOW
+from querator.storage.sqlite._records import STAMPS_TABLE
 from querator.storage.sqlite._schedules import SLOT_TABLES
 from querator.storage.sqlite._schedules import TABLE as SCHEDULES_TABLE
 
@@ -98,6 +99,7 @@ SCHEMA: Final = (
         value BLOB NOT NULL,
         PRIMARY KEY (kind, key)
     ) WITHOUT ROWID""",
+    STAMPS_TABLE,
 )
 
 MIGRATIONS: Final = {
