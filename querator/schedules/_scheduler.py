@@ -170,14 +170,13 @@ class Scheduler:
         """Reads the schedules of ``slots`` again: all of them when ``every`` (the slots owned now, and
         nothing else held), else those whose version changed."""
         versions = await self._store.slot_versions(slots)  # before the schedules: never newer
-        if not every:
-            slots = [slot for slot in slots if versions.get(slot, "") != self._slots[slot]]
-        records = await self._load(slots)
-        read = set(slots)
-        kept = {} if every else {n: h for n, h in self._held.items() if schedule_slot(n) not in read}
-        self._hold(kept, records, now)
         if every:
             self._slots = {}
+        changed = [slot for slot in slots if versions.get(slot, "") != self._slots.get(slot, "")]
+        records = await self._load(changed)  # (a slot without a version holds no schedule)
+        read = set(slots) if every else set(changed)
+        kept = {} if every else {n: h for n, h in self._held.items() if schedule_slot(n) not in read}
+        self._hold(kept, records, now)
         self._slots.update((slot, versions.get(slot, "")) for slot in slots)
         self._checked_at = now
 

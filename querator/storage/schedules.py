@@ -81,7 +81,8 @@ class ScheduleStore(Protocol):
     async def slot_versions(self, slots: Sequence[int]) -> dict[int, str]:
         """A version per slot of ``slots`` that changes with every add, update and delete of a schedule
         in it, and is written after the schedule (so a version read before the slot's schedules is never
-        newer than them); a slot never changed may be absent. ``record_tick`` changes no version."""
+        newer than them); a slot absent holds no schedule (a reader need not list it). ``record_tick``
+        changes no version."""
 
     async def record_tick(self, name: str, tick: int) -> None:
         """Raises the schedule's ``last_tick`` to ``tick``; a lower value, or a schedule that no longer

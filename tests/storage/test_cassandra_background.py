@@ -83,11 +83,13 @@ async def test_a_keyspace_written_before_slots_is_filled_in(
         lambda cql: [
             cql.rows_statement(f"DELETE FROM {ks}.schedule_names WHERE scope = 'slot:{slot}'"),
             cql.rows_statement(f"DELETE FROM {ks}.schema_version WHERE name = 'schedule_slots'"),
+            cql.rows_statement(f"DELETE FROM {ks}.schedule_versions WHERE scope = 'all'"),
         ]
     )
     assert await store.list_slot_schedules(slot, "", 10) == []
     async with opened_store(cassandra_settings) as reopened:
         assert await reopened.list_slot_schedules(slot, "", 10) == [schedule("old")]
+        assert list(await reopened.slot_versions([slot])) == [slot]  # (else read as empty)
 
 
 # -- API keys' last use -------------------------------------------------------------------------------------

@@ -373,8 +373,9 @@ async def test_schedules_of_a_database_without_slots_are_filed_under_their_slots
     try:
         assert await store.list_slot_schedules(schedule_slot("old"), "", 10) == [schedule("old")]
         assert await store.list_slot_schedules(schedule_slot("gone"), "", 10) == []
-        assert await store.slot_versions([schedule_slot("old")]) == {}
+        filled = await store.slot_versions([schedule_slot("old")])  # a slot without one reads as empty
+        assert list(filled) == [schedule_slot("old")]
         assert await store.update_schedule(schedule("old", cron="0 3 * * *"))
-        assert list(await store.slot_versions([schedule_slot("old")])) == [schedule_slot("old")]
+        assert await store.slot_versions([schedule_slot("old")]) != filled
     finally:
         await store.close()

@@ -1,6 +1,6 @@
 """Schedules in the keyspace (``ScheduleStore``): a row each in ``schedules``, their names in
 ``schedule_names`` for listing in name order (all of them in one partition, and each slot's in one of
-its own), and each slot's version in ``schedule_slots``.
+its own), and each slot's version in ``schedule_versions``.
 
 Every write of a schedule row is a lightweight transaction, as queue records' are: mixing them with
 plain writes on one row would order the writes by two clocks. ``record_tick``'s condition
@@ -32,8 +32,11 @@ TABLES: Final = (
     # One partition holding every name, sorted: listing is a range read of it (``queues_by_namespace``).
     """CREATE TABLE IF NOT EXISTS {ks}.schedule_names (
         scope text, name text, PRIMARY KEY ((scope), name))""",
-    # Written without a condition: a version only has to differ from the one read before.
-    "CREATE TABLE IF NOT EXISTS {ks}.schedule_slots (slot int PRIMARY KEY, version timeuuid)",
+    # Written without a condition: a version only has to differ from the one read before. One partition:
+    # a member reads its slots' versions every 5 s in one read (a single node, all 1024, in a few), and
+    # it is written only when a schedule changes.
+    """CREATE TABLE IF NOT EXISTS {ks}.schedule_versions (
+        scope text, slot int, version timeuuid, PRIMARY KEY ((scope), slot))""",
 )
 
 _SCOPE = "all"
@@ -56,10 +59,10 @@ _INDEX: Final = "INSERT INTO {ks}.schedule_names (scope, name) VALUES (?, ?)"
 _UNINDEX: Final = "DELETE FROM {ks}.schedule_names WHERE scope = ? AND name = ?"
 _LIST: Final = "SELECT name FROM {ks}.schedule_names WHERE scope = ? AND name >= ? LIMIT ?"
 _GET_MANY: Final = f"SELECT {_COLUMNS} FROM {{ks}}.schedules WHERE name IN ?"
-_BUMP: Final = "UPDATE {ks}.schedule_slots SET version = now() WHERE slot = ?"
-_VERSIONS: Final = "SELECT slot, version FROM {ks}.schedule_slots WHERE slot IN ?"
-_VERSIONS_READ: Final = 128
-"""Slots one statement reads (partition keys of one ``IN``): a member of a cluster owns a few dozen."""
+_BUMP: Final = "UPDATE {ks}.schedule_versions SET version = now() WHERE scope = ? AND slot = ?"
+_VERSIONS: Final = "SELECT slot, version FROM {ks}.schedule_versions WHERE scope = ? AND slot IN ?"
+_VERSIONS_READ: Final = 256
+"""Slots one statement reads (rows of one ``IN``): a member of a cluster owns a few dozen."""
 _FILLED: Final = "schedule_slots"
 """The ``schema_version`` row saying the slots' names were filled from ``schedule_names``."""
 
@@ -75,8 +78,13 @@ def fill_slots(session: Any, ks: str) -> None:
     if session.execute(f"SELECT version FROM {ks}.schema_version WHERE name = '{_FILLED}'").one():
         return
     index = session.prepare(_INDEX.replace("{ks}", ks))
+    slots = set()
     for row in session.execute(f"SELECT name FROM {ks}.schedule_names WHERE scope = '{_SCOPE}'"):
-        session.execute(index, (_slot_scope(schedule_slot(row["name"])), row["name"]))
+        slots.add(slot := schedule_slot(row["name"]))
+        session.execute(index, (_slot_scope(slot), row["name"]))
+    bump = session.prepare(_BUMP.replace("{ks}", ks))
+    for slot in slots:  # a slot without a version is read as empty
+        session.execute(bump, (_SCOPE, slot))
     session.execute(f"INSERT INTO {ks}.schema_version (name, version) VALUES ('{_FILLED}', 1)")
 
 
@@ -142,7 +150,7 @@ class CassandraSchedules:
             if applied:
                 self._rows(cql, _INDEX, (_SCOPE, record.name))
                 self._rows(cql, _INDEX, (_slot_scope(schedule_slot(record.name)), record.name))
-                self._rows(cql, _BUMP, (schedule_slot(record.name),))
+                self._rows(cql, _BUMP, (_SCOPE, schedule_slot(record.name)))
             return applied
 
         return await self._connection.call(add, writes=True)
@@ -151,7 +159,7 @@ class CassandraSchedules:
         def update(cql: Cql) -> bool:
             applied = self._applied(cql, _UPDATE, (*_definition(record), record.name))
             if applied:
-                self._rows(cql, _BUMP, (schedule_slot(record.name),))
+                self._rows(cql, _BUMP, (_SCOPE, schedule_slot(record.name)))
             return applied
 
         return await self._connection.call(update, writes=True)
@@ -162,7 +170,7 @@ class CassandraSchedules:
             # Unindexed either way: a name left by a delete that failed half-way must not stay listed.
             self._rows(cql, _UNINDEX, (_SCOPE, name))
             self._rows(cql, _UNINDEX, (_slot_scope(schedule_slot(name)), name))
-            self._rows(cql, _BUMP, (schedule_slot(name),))
+            self._rows(cql, _BUMP, (_SCOPE, schedule_slot(name)))
             return applied
 
         return await self._connection.call(delete, writes=True)
@@ -195,7 +203,7 @@ class CassandraSchedules:
         def versions(cql: Cql) -> dict[int, str]:
             found: dict[int, str] = {}
             for start in range(0, len(wanted), _VERSIONS_READ):
-                rows = self._rows(cql, _VERSIONS, (wanted[start : start + _VERSIONS_READ],))
+                rows = self._rows(cql, _VERSIONS, (_SCOPE, wanted[start : start + _VERSIONS_READ]))
                 found.update((r["slot"], str(r["version"])) for r in rows if r["version"] is not None)
             return found
 

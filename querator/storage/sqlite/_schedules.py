@@ -41,6 +41,8 @@ SLOT_TABLES: Final = (
 _FILL_SLOTS: Final = (
     "INSERT OR IGNORE INTO schedule_slot_names (slot, name) SELECT schedule_slot(name), name FROM schedules",
     "DELETE FROM schedule_slot_names WHERE name NOT IN (SELECT name FROM schedules)",
+    # A slot without a version is read as empty.
+    "INSERT OR IGNORE INTO schedule_slots (slot, version) SELECT DISTINCT slot, 1 FROM schedule_slot_names",
 )
 
 _DEFINITION = (
@@ -162,9 +164,7 @@ class SqliteSchedules:
             found: dict[int, str] = {}
             for start in range(0, len(wanted), _MAX_PARAMETERS):
                 chunk = wanted[start : start + _MAX_PARAMETERS]
-                query = (
-                    f"SELECT slot, version FROM schedule_slots WHERE slot IN ({', '.join('?' * len(chunk))})"
-                )
+                query = f"{_VERSIONS} ({', '.join('?' * len(chunk))})"
                 found.update((slot, str(version)) for slot, version in worker.conn.execute(query, chunk))
             return found
 
