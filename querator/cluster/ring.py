@@ -21,6 +21,7 @@ from uhashring import HashRing
 
 from querator.clock import Clock, micros
 from querator.cluster.membership import MemberSet
+from querator.storage.schedules import schedule_slot
 
 __all__ = ["Placement", "Ring"]
 
@@ -44,11 +45,17 @@ class Ring:
         return owner
 
     def schedule_owner(self, name: str) -> str:
-        """The node id firing the schedule ``name`` (docs/schedules.md); LookupError if the ring is empty."""
+        """The node id firing the schedule ``name`` (docs/schedules.md): its slot's owner; LookupError if
+        the ring is empty."""
+        return self.schedule_slot_owner(schedule_slot(name))
+
+    def schedule_slot_owner(self, slot: int) -> str:
+        """The node id firing the schedules of ``slot`` (``storage.schedules.schedule_slot``), which
+        reads only its slots' schedules (docs/adr/0041); LookupError if the ring is empty."""
         if not self.node_ids:
             raise LookupError("the ring has no members")
-        # '@schedule' cannot be a partition's key, which ends in '#<digits>'.
-        owner: str = self._ring.get_node(f"{name}@schedule")
+        # '@schedule-slot' cannot be a partition's key, which ends in '#<digits>'.
+        owner: str = self._ring.get_node(f"{slot}@schedule-slot")
         return owner
 
     def rate_limit_owner(self, queue: str, key: str) -> str:

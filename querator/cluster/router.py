@@ -71,6 +71,10 @@ class Router:
         owner = self._current_ring().rate_limit_owner(queue, key)
         return HERE if owner == self._node.node_id else self._remote(owner, forwarded_by)
 
+    def owns_schedule_slot(self, slot: int) -> bool:
+        """Whether this node fires the schedules of ``slot`` now (``owns_schedule`` for a slot)."""
+        return self._node.serving and self._node.ring.schedule_slot_owner(slot) == self._node.node_id
+
     def partition(self, queue: str, partition: int, forwarded_by: str) -> Route:
         """Where the requests of one partition are served.
 

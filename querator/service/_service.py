@@ -124,7 +124,7 @@ class Service(QueueAdministration):
         )
         self.metrics = Metrics(self.clock, self.cluster, self.manager, self.ready, self.background_tasks)
         self.proxy = Proxy(self.cluster.node_id, cluster_auth, cluster_tls, self.metrics.forwarded)
-        self.scheduler = Scheduler(store, self.clock, self.router.owns_schedule, self._fire_tick)
+        self.scheduler = Scheduler(store, self.clock, self.router.owns_schedule_slot, self._fire_tick)
         self.schedules = Schedules(
             store,
             self.clock,
@@ -398,7 +398,7 @@ class Service(QueueAdministration):
     # -- the cluster ----------------------------------------------------------------------------------------
 
     def _cluster_changed(self) -> None:
-        self.scheduler.changed()  # the schedules this node fires may have changed
+        self.scheduler.ring_changed()  # the schedules this node fires may have changed
         if self.cluster.serving:
             self.manager.rebalance()
         else:
