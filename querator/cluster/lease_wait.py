@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -33,6 +34,9 @@ WATCH_S = 60
 leases renews each watch."""
 WATCH_RETRY_US = MICROS
 """Microseconds before a watch that failed (the owner unreachable, restarting) is sent again."""
+HERE_FIRST_US = MICROS
+"""Microseconds a lease that finds items on this member's partitions waits for them there alone, without
+watching (a task and a watch per lease cost a busy consumer measurably: docs/benchmarks.md)."""
 RECHECK_US = 5 * MICROS
 """Microseconds a lease waits here before it reads the queue's owners again (the ring may have moved)."""
 VAIN_PAUSE_US = 250_000
@@ -61,6 +65,8 @@ class LocalLease(Protocol):
     ``LeaseTimedOut`` when nothing came within ``timeout_us``."""
 
     def lease(self, req: m.QueueLeaseRequest, timeout_us: int) -> Awaitable[m.QueueLeaseResponse]: ...
+
+    def has_items(self) -> bool: ...
 
 
 L = TypeVar("L", bound=LocalLease)
@@ -153,12 +159,21 @@ class SharedQueue(Generic[L]):
     """A queue whose partitions this member shares with other owners, for a lease: it waits on this
     member's engine and watches the others (see the module docstring)."""
 
-    __slots__ = ("_clock", "_others", "_watches", "local")
+    __slots__ = ("_clock", "_others", "_owners", "_watches", "local")
 
-    def __init__(self, local: L, others: Callable[[], list[Remote]], watches: Watches, clock: Clock) -> None:
-        """``others``: the other owners of the queue's partitions now (read again as the lease waits)."""
+    def __init__(
+        self,
+        local: L,
+        others: list[Remote],
+        owners: Callable[[], list[Remote]],
+        watches: Watches,
+        clock: Clock,
+    ) -> None:
+        """``others``: the other owners of the queue's partitions now; ``owners`` reads them again (the
+        lease does every ``RECHECK_US``)."""
         self.local = local
         self._others = others
+        self._owners = owners
         self._watches = watches
         self._clock = clock
 
@@ -170,14 +185,19 @@ class SharedQueue(Generic[L]):
             LeaseTimedOut: nothing came to lease within ``timeout_us``.
         """
         until = self._clock.now() + timeout_us
-        vain: set[str] = set()
+        if self.local.has_items():
+            try:
+                return await self.local.lease(req, min(timeout_us, HERE_FIRST_US))
+            except LeaseTimedOut:
+                if self._clock.now() >= until:
+                    raise
+        others, next_us = self._others, RECHECK_US
         while True:
-            others = [o for o in self._others() if o.node_id not in vain]
-            slice_us = max(1, min(until - self._clock.now(), VAIN_PAUSE_US if vain else RECHECK_US))
+            slice_us = max(1, min(until - self._clock.now(), next_us))
             owner, reply = await self._wait_or_watch(req, slice_us, others)
             if reply is not None:
                 return reply
-            vain = set()
+            others, next_us = self._owners(), RECHECK_US
             if owner is None:  # nothing came here in this slice
                 if self._clock.now() >= until:
                     raise LeaseTimedOut()
@@ -187,7 +207,9 @@ class SharedQueue(Generic[L]):
                 found = await self._watches.probe(owner, req, budget_s)
                 if found is not None:
                     return found
-                vain.add(owner.node_id)
+                # Another consumer was first, or the owner's count is wrong: not again for a while.
+                others = [o for o in others if o.node_id != owner.node_id]
+                next_us = VAIN_PAUSE_US
 
     async def _wait_or_watch(
         self, req: m.QueueLeaseRequest, slice_us: int, others: list[Remote]
@@ -196,18 +218,26 @@ class SharedQueue(Generic[L]):
         (None, the reply), (None, None) when nothing came here, or (that owner, None)."""
         here = asyncio.ensure_future(self.local.lease(req, slice_us))
         elsewhere = self._watches.items_at(req.queue_name, others)
+        elsewhere.add_done_callback(functools.partial(_stop_waiting, here))
         try:
-            await asyncio.wait((here, elsewhere), return_when=asyncio.FIRST_COMPLETED)
+            return None, await here  # items here win, even if a watch fires at the same moment
+        except LeaseTimedOut:
+            return None, None
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if (
+                (current is not None and current.cancelling())
+                or not elsewhere.done()
+                or elsewhere.cancelled()
+            ):
+                raise  # this lease's own caller went away
+            return elsewhere.result(), None
         finally:
             elsewhere.cancel()
-            here.cancel()  # gives back anything leased here and not taken (LogicalQueue.lease)
-            await asyncio.wait((here,))
-        if not here.cancelled():
-            error = here.exception()
-            if error is None:
-                return None, here.result()  # items here, even if a watch fired at the same moment
-            if not isinstance(error, LeaseTimedOut):
-                raise error
-        if elsewhere.cancelled():
-            return None, None
-        return elsewhere.result(), None
+
+
+def _stop_waiting(here: asyncio.Future[m.QueueLeaseResponse], elsewhere: asyncio.Future[Remote]) -> None:
+    """A watch answered: the lease waiting here stops (anything leased to it and not taken goes back,
+    ``LogicalQueue.lease``)."""
+    if not elsewhere.cancelled():
+        here.cancel()

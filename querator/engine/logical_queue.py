@@ -181,7 +181,7 @@ class LogicalQueue:
         when none came within ``timeout_us``; leases nothing (``Watchers``)."""
         if self._closing or self._task.done():
             raise self._stop_error
-        has_items = self._has_items()
+        has_items = self.has_items()
         if not has_items:
             self._wake.set()  # a load in progress (the watch may have started the engine) may find some
         return self._watchers.add(has_items, timeout_us)
@@ -307,7 +307,7 @@ class LogicalQueue:
                 if self._waiting.leases:
                     await self._serve_parked()
                     self._waiting.expire_parked()
-                if self._watchers and self._has_items():  # what this node's leases left
+                if self._watchers and self.has_items():  # what this node's leases left
                     self._watchers.notify()
         finally:
             # Whatever ends the loop, nobody is left waiting on a future that will never settle.
@@ -343,7 +343,7 @@ class LogicalQueue:
     async def _serve_parked(self) -> None:
         # Parked leases get another chance whenever some partition may have items for them.
         waiting = self._waiting
-        while waiting.leases and self._has_items():
+        while waiting.leases and self.has_items():
             counts = [p.un_leased for p in self.partitions.values()]
             try:
                 # Nothing leased and no count put right (a lease found its partition emptier than
@@ -356,7 +356,8 @@ class LogicalQueue:
                     fail_future(lease.future, e)
                 waiting.leases = []
 
-    def _has_items(self) -> bool:
+    def has_items(self) -> bool:
+        """Whether a healthy partition holds items a lease could take now (the engine's estimate)."""
         return any(p.un_leased > 0 and not p.failures for p in self.partitions.values())
 
     def _serve_parked_soon(self) -> None:

@@ -78,6 +78,10 @@ class Queue:
             raise RetryRequest(PARTITION_MOVED)
         return self.logical.until_items(timeout_us)
 
+    def has_items(self) -> bool:
+        """See ``LogicalQueue.has_items``."""
+        return self.logical.has_items()
+
     def failing(self) -> tuple[int, str] | None:
         """A partition of this node that is failing now, and why; None when none is."""
         return next(((n, p.error) for n, p in sorted(self.logical.partitions.items()) if p.failures), None)

@@ -41,6 +41,10 @@ class LocalQueue:
         partition, items = await self.engine.lease(req.client_id, req.batch_size, timeout_us)
         return lease_reply(req.queue_name, partition, items, lease_token_key(self.engine.settings))
 
+    def has_items(self) -> bool:
+        """Whether this node's partitions hold items a lease could take now."""
+        return self.engine.has_items()
+
     async def watch(self, req: m.QueueLeaseRequest, timeout_us: int) -> None:
         """Returns once this node's partitions hold items a lease could take; leases nothing.
 

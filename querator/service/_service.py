@@ -373,10 +373,9 @@ class Service(QueueAdministration):
         target = await self._at_queue(record, forwarded_by, within_s)
         if isinstance(target, RemoteQueue) or forwarded_by or not self.cluster.clustered:
             return target
-        others = functools.partial(
-            self.router.other_owners, record.name, record.requested_partitions, forwarded_by
-        )
-        return SharedQueue(target, others, self.watches, self.clock) if others() else target
+        owners = functools.partial(self.router.other_owners, record.name, record.requested_partitions, "")
+        others = owners()
+        return SharedQueue(target, others, owners, self.watches, self.clock) if others else target
 
     async def _target(self, name: str, route: Route, within_s: float | None) -> Target:
         if isinstance(route, Remote):
