@@ -26,6 +26,7 @@ from prometheus_client.utils import floatToGoString
 
 from querator._tasks import Supervised
 from querator.clock import Clock, seconds
+from querator.cluster.lease_wait import LeaseCounters
 from querator.cluster.node import ClusterNode
 from querator.cluster.proxy import CLIENT_GONE, NO_REPLY
 from querator.engine.hand_off_log import Direction
@@ -61,8 +62,15 @@ class Metrics:
     """The node's private registry (no global state, so tests can run many servers in one process)."""
 
     def __init__(
-        self, clock: Clock, cluster: ClusterNode, manager: QueuesManager, ready: Ready, tasks: Tasks = tuple
+        self,
+        clock: Clock,
+        cluster: ClusterNode,
+        manager: QueuesManager,
+        ready: Ready,
+        tasks: Tasks = tuple,
+        leases: LeaseCounters | None = None,
     ) -> None:
+        """``leases``: what this member's waiting leases asked of the other owners."""
         self.registry = CollectorRegistry()
         self.latency = LightHistogram(
             "querator_request_duration_seconds",
@@ -86,7 +94,7 @@ class Metrics:
         ProcessCollector(registry=self.registry)
         self._queues = _QueueCollector(clock)
         self.registry.register(self._queues)
-        self._node = _NodeCollector(cluster, manager.counters, tasks)
+        self._node = _NodeCollector(cluster, manager.counters, tasks, leases or LeaseCounters())
         self.registry.register(self._node)
         self._manager = manager
         self._ready = ready
@@ -253,9 +261,12 @@ class _NodeCollector(Collector):
     """The node's readiness and its place in the cluster (a node alone: a one-member ring owning every
     partition)."""
 
-    def __init__(self, cluster: ClusterNode, counters: ClusterCounters, tasks: Tasks) -> None:
+    def __init__(
+        self, cluster: ClusterNode, counters: ClusterCounters, tasks: Tasks, leases: LeaseCounters
+    ) -> None:
         self._cluster = cluster
         self._counters = counters
+        self._leases = leases
         self._tasks = tasks
         self.ready = False
         self.partitions_owned = 0
@@ -313,6 +324,22 @@ class _NodeCollector(Collector):
             "querator_cluster_fenced_writes",
             "Writes storage refused because another node claimed the partition (a newer owner's epoch).",
             self._counters.fenced_writes,
+        )
+        leases = self._leases
+        yield CounterMetricFamily(
+            "querator_cluster_lease_probes",
+            "Leases waiting here that asked another owner for the items it said it had (not waiting there).",
+            leases.probes,
+        )
+        yield CounterMetricFamily(
+            "querator_cluster_lease_watches",
+            "Watches sent to other owners for the leases waiting here (one per queue and owner, renewed).",
+            leases.watches,
+        )
+        yield CounterMetricFamily(
+            "querator_cluster_lease_notifications",
+            "Watches another owner answered because items arrived there.",
+            leases.notifications,
         )
         restarts = CounterMetricFamily(
             "querator_task_restarts",

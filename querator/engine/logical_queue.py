@@ -41,6 +41,7 @@ from querator.engine._requests import (
 from querator.engine._stats import ItemCounters, LogicalStats
 from querator.engine._waiting import LEASE_GRACE_US, Waiting
 from querator.engine._wake import Wake
+from querator.engine._watchers import Watchers
 from querator.engine.backlog import Backlog
 from querator.engine.distribution import Distribution
 from querator.errors import (
@@ -127,6 +128,7 @@ class LogicalQueue:
         self._in_flight = 0
         self._loop = asyncio.get_running_loop()  # every request makes a future on it
         self._wake = Wake(self._loop)
+        self._watchers = Watchers(clock, self._loop)
         self._closing = False
         self.counters = ItemCounters()
         self._moves = Moves()
@@ -175,6 +177,16 @@ class LogicalQueue:
             if request.timer is not None:
                 request.timer.cancel()
             self._clients.discard(client_id)
+
+    def until_items(self, timeout_us: int) -> Awaitable[bool]:
+        """True once a healthy partition holds items a lease could take (at once if one does), False
+        when none came within ``timeout_us``; leases nothing (``Watchers``)."""
+        if self._closing or self._task.done():
+            raise self._stop_error
+        has_items = self.has_items()
+        if not has_items:
+            self._wake.set()  # a load in progress (the watch may have started the engine) may find some
+        return self._watchers.add(has_items, timeout_us)
 
     def complete(self, partition: int, ids: list[str], tokens: list[str] | None = None) -> Awaitable[None]:
         """Completes leased items of one partition (docs/semantics.md §4.3); ``tokens``: their lease
@@ -313,6 +325,8 @@ class LogicalQueue:
                 if self._waiting.leases:
                     await self._serve_parked()
                     self._waiting.expire_parked()
+                if self._watchers and self.has_items():  # what this node's leases left
+                    self._watchers.notify()
         finally:
             # Whatever ends the loop, nobody is left waiting on a future that will never settle.
             self._closing = True
@@ -393,7 +407,7 @@ class LogicalQueue:
     async def _serve_parked(self) -> None:
         # Parked leases get another chance whenever some partition may have items for them.
         waiting = self._waiting
-        while waiting.leases and any(p.un_leased > 0 and not p.failures for p in self.partitions.values()):
+        while waiting.leases and self.has_items():
             counts = [p.un_leased for p in self.partitions.values()]
             try:
                 # Nothing leased and no count put right (a lease found its partition emptier than
@@ -405,6 +419,10 @@ class LogicalQueue:
                 for lease in waiting.leases:
                     fail_future(lease.future, e)
                 waiting.leases = []
+
+    def has_items(self) -> bool:
+        """Whether a healthy partition holds items a lease could take now (the engine's estimate)."""
+        return any(p.un_leased > 0 and not p.failures for p in self.partitions.values())
 
     def _serve_parked_soon(self) -> None:
         if self._waiting.leases:
@@ -639,6 +657,7 @@ class LogicalQueue:
 
     def _stop(self) -> None:
         self._waiting.stop(self._stop_error)
+        self._watchers.stop(self._stop_error)
         for p in self.partitions.values():
             if p.timer is not None:
                 p.timer.cancel()

@@ -91,6 +91,16 @@ class Queue:
             raise RetryRequest(PARTITION_MOVED)
         return self.logical.lease(client_id, batch_size, request_timeout_us)
 
+    def until_items(self, timeout_us: int) -> Awaitable[bool]:
+        """See ``LogicalQueue.until_items``."""
+        if not self.owned:
+            raise RetryRequest(PARTITION_MOVED)
+        return self.logical.until_items(timeout_us)
+
+    def has_items(self) -> bool:
+        """See ``LogicalQueue.has_items``."""
+        return self.logical.has_items()
+
     def failing(self) -> tuple[int, str] | None:
         """A partition of this node that is failing now, and why; None when none is."""
         return next(((n, p.error) for n, p in sorted(self.logical.partitions.items()) if p.failures), None)
@@ -98,10 +108,6 @@ class Queue:
     def loading(self) -> bool:
         """Whether a partition of this node is still being claimed and read (not failed: loading)."""
         return any(p.ids is None and not p.failures for p in self.logical.partitions.values())
-
-    def un_leased(self) -> int:
-        """Items this node's partitions hold that a lease could take now (the engine's estimate)."""
-        return sum(p.un_leased for p in self.logical.partitions.values() if not p.failures)
 
     def complete(self, partition: int, ids: list[str], tokens: list[str] | None = None) -> Awaitable[None]:
         return self.owner(partition).complete(partition, ids, tokens)
