@@ -664,3 +664,18 @@ def test_item_metadata_of_before_jobs_and_failures_still_decodes() -> None:
     assert (row.item.id, row.item.attempts, row.item.job_id) == ("an-id", 5, "")
     new = _codec.metadata(_codec.item_from_row({"id": "x", "meta": meta}))
     assert _codec.item_from_row({"id": "x", "meta": _codec.ENCODER.encode(new)}).kind == "kind"
+
+
+async def test_runs_count_their_paxos_rounds_and_plain_statements(store: CassandraStore) -> None:
+    """A run that stores items sends their rows as a plain batch, then the commit, one Paxos round; a
+    run that only changes states sends the commit alone (what /metrics exports of the store's runs)."""
+    part = Part(store.partition("queue", 0))
+    await part.produce(item("first"))  # the first run claims and loads the partition
+    counters = store.run_counters
+    before = (counters.runs, counters.paxos, counters.plain)
+    await part.produce(item("a"), item("b"))
+    assert (counters.runs, counters.paxos, counters.plain) == (before[0] + 1, before[1] + 1, before[2] + 1)
+    [got] = await part.lease(3)
+    await part.complete(*ids(got))
+    assert (counters.runs, counters.paxos, counters.plain) == (before[0] + 3, before[1] + 3, before[2] + 1)
+    assert {"lock", "thread", "items", "commit"} <= counters.seconds.keys()
