@@ -35,6 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
 from querator.client import AsyncClient
 from querator.errors import RetryRequest
 from querator.wire import messages as m
@@ -58,6 +61,8 @@ class Result:
     latencies: list[float] = field(default_factory=list)
     server_cpu: float | None = None
     """Seconds of CPU the node used during the run (user + system), when the harness started it."""
+    counted: tuple[dict[str, float], dict[str, float]] = ({}, {})
+    """The node's run counters (``scrape``) before and after the measurement."""
 
     def line(self) -> str:
         lat = sorted(self.latencies)
@@ -73,6 +78,61 @@ class Result:
             cpu = f"{self.server_cpu * 1e6 / self.items:.1f}"
         run = f"| {self.scenario} | {self.batch} | {self.clients} | {rate:,.0f}"
         return f"{run} | {pct(0.5)} | {pct(0.99)} | {cpu} |"
+
+
+METRICS: list[str] = []
+"""The endpoint whose /metrics ``measure`` reads (the one the clients use)."""
+RUN_COUNTERS = {
+    "querator_batch_runs_total": "runs",
+    "querator_batch_run_requests_total": "requests",
+    "querator_batch_run_seconds_total": "seconds",
+    "querator_storage_runs_total": "storage_runs",
+}
+"""The counters of /metrics that ``run_costs`` reports, by a short name."""
+
+
+async def scrape(endpoint: str, queue: str) -> dict[str, float]:
+    """The node's counters of storage runs: ``queue``'s batch runs, and the store's statements and run
+    phases (``phase:<name>``; only a store that counts them exports them)."""
+    async with aiohttp.ClientSession() as session, session.get(f"{endpoint}/metrics") as reply:
+        text = await reply.text()
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.labels.get("queue", queue) != queue:
+                continue
+            if sample.name in RUN_COUNTERS:
+                found[RUN_COUNTERS[sample.name]] = sample.value
+            elif sample.name == "querator_storage_statements_total":
+                found[sample.labels["kind"]] = sample.value
+            elif sample.name == "querator_storage_run_phase_seconds_total":
+                found[f"phase:{sample.labels['phase']}"] = sample.value
+    return found
+
+
+def run_costs(result: Result, partitions: int) -> str:
+    """What the storage runs of a measurement cost (issue 38): requests merged per run, runs per second
+    per partition, statements per item, and where a store's run time went."""
+    before, after = result.counted
+    spent = {k: v - before.get(k, 0.0) for k, v in after.items()}
+    runs = spent.get("runs", 0.0)
+    if not runs or not result.items or not result.seconds:
+        return "  runs: none"
+    line = (
+        f"  runs: {spent.get('requests', 0.0) / runs:.1f} requests/run, "
+        f"{runs / result.seconds / partitions:.1f} runs/s per partition, "
+        f"{spent.get('seconds', 0.0) * 1000 / runs:.1f} ms/run"
+    )
+    if "paxos" in spent:
+        line += (
+            f"; per item {spent['paxos'] / result.items:.2f} Paxos rounds, "
+            f"{spent.get('plain', 0.0) / result.items:.2f} plain statements"
+        )
+    storage_runs = spent.get("storage_runs", 0.0)
+    phases = sorted((k.removeprefix("phase:"), v) for k, v in spent.items() if k.startswith("phase:"))
+    if storage_runs and phases:
+        line += "; ms per store run: " + ", ".join(f"{k} {v * 1000 / storage_runs:.1f}" for k, v in phases)
+    return line
 
 
 def free_port() -> int:
@@ -195,9 +255,12 @@ async def measure(
             result.items += items
             result.latencies.append(time.perf_counter() - start)
 
+    before = await scrape(METRICS[0], "bench") if METRICS else {}
     start = time.perf_counter()
     await asyncio.gather(*(client_loop(n, start + duration) for n in range(clients)))
     result.seconds = time.perf_counter() - start
+    if METRICS:
+        result.counted = (before, await scrape(METRICS[0], "bench"))
     return result
 
 
@@ -485,6 +548,7 @@ async def main() -> None:  # noqa: C901, PLR0912, PLR0915
         + (", reaching owners" if args.reach_owners else "")
         + (f", commit log {args.cassandra_commitlog}" if node is not None else "")
     )
+    METRICS.append(endpoint)
     try:
         async with AsyncClient(
             endpoint, limit=args.clients * 4, protobuf=args.protobuf, reach_owners=args.reach_owners
@@ -522,6 +586,7 @@ async def main() -> None:  # noqa: C901, PLR0912, PLR0915
                     if server is not None:
                         result.server_cpu = server.cpu_seconds() - used
                     print(result.line(), flush=True)
+                    print(run_costs(result, args.partitions), flush=True)
     finally:
         for store in OTHER_STORES:
             await store.close()

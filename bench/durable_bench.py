@@ -9,6 +9,9 @@ loops that each start a workflow and wait for its result, again and again.
 - ``memory``, ``sqlite``: a ``querator serve`` node (bench.py's node; sqlite with ``--sqlite-synchronous``,
   FULL by default) and ``--workers`` worker processes (``Durable.run``, ``--concurrency`` each); this
   process starts the workflows (``Durable.start``) and waits for their results (``WorkflowHandle.result``).
+- ``cassandra`` (only when named with ``--system``): the same on Cassandra, the tests' single node started
+  for the run (bench.py's ``start_cassandra``), or a running one on ``--cassandra-port``; its CPU counts as
+  the store's when the harness started it.
 - ``dbos``: DBOS Transact (the ``bench`` extra) on a throwaway local PostgreSQL started by
   ``scripts/postgres.sh`` (fsync and synchronous_commit on, its defaults). DBOS is a library: a workflow
   runs in the process that starts it, so ``--workers`` DBOS processes each run their share of the client
@@ -49,17 +52,23 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import aiohttp
 from worker_bench import cpu_s
 
-from bench import Server, free_port
+from bench import Server, free_port, start_cassandra
 from querator.client import AsyncClient
 from querator.durable import Context, Durable, WorkflowDef
 
+if TYPE_CHECKING:
+    from tests.cassandra_node import CassandraNode
+
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "bench-durable"
-SYSTEMS = ("memory", "sqlite", "dbos")
+SYSTEMS = ("memory", "sqlite", "dbos", "cassandra")
+DEFAULT_SYSTEMS = ("memory", "sqlite", "dbos")
+"""Without ``--system``: not Cassandra, whose node alone takes a minute and a GiB to start."""
 ROUTE_SAMPLE = re.compile(
     r'^querator_request_duration_seconds_(count|sum)\{code="2\d\d",route="([^"]+)"\} (\S+)$', re.MULTILINE
 )
@@ -136,9 +145,20 @@ def querator_app(endpoint: str, concurrency: int) -> tuple[Durable, WorkflowDef]
 class Querator:
     """A node of ``storage`` and its worker processes; this process is the client."""
 
-    def __init__(self, storage: str, synchronous: str, workers: int, concurrency: int) -> None:
+    def __init__(
+        self,
+        storage: str,
+        synchronous: str,
+        workers: int,
+        concurrency: int,
+        extra: list[str] | None = None,
+        store_pid: int | None = None,
+    ) -> None:
+        """``extra``: more ``querator serve`` options; ``store_pid``: a store's own process, whose CPU
+        counts as the store's (Cassandra's node)."""
         self.name = storage
-        self.server = Server(storage, synchronous, [])
+        self.server = Server(storage, synchronous, extra or [])
+        self.store_pid = store_pid
         self.app, self.workflow = querator_app(self.server.endpoint, concurrency)
         self.command = [sys.executable, __file__, "--role", "worker", "--endpoint", self.server.endpoint]
         self.command += ["--concurrency", str(concurrency)]
@@ -160,7 +180,8 @@ class Querator:
     def cpu(self) -> tuple[float, float]:
         """CPU seconds so far of the store and of the application (this process and the workers)."""
         app = time.process_time() + sum(cpu_s(w.pid) for w in self.workers)
-        return cpu_s(self.server.proc.pid), app
+        store = cpu_s(self.server.proc.pid) + (cpu_s(self.store_pid) if self.store_pid else 0.0)
+        return store, app
 
     async def round(self, clients: int, warmup_s: float, duration_s: float) -> Sample:
         async def one() -> list[float]:
@@ -329,6 +350,21 @@ def row(name: str, clients: int, sample: Sample, store_s: float, app_s: float) -
     )
 
 
+def make_system(name: str, args: argparse.Namespace, nodes: list[CassandraNode]) -> Querator | Dbos:
+    """The system ``name``; a Cassandra node it starts is added to ``nodes``."""
+    if name == "dbos":
+        return Dbos(args.workers)
+    if name != "cassandra":
+        return Querator(name, args.sqlite_synchronous, args.workers, args.concurrency)
+    port, pid = args.cassandra_port, None
+    if port is None:
+        node = start_cassandra("group")
+        nodes.append(node)
+        port, pid = node.cql_port, node.proc.pid if node.proc else None
+    extra = ["--cassandra-port", str(port), "--cassandra-keyspace", f"durable_{os.getpid()}"]
+    return Querator(name, args.sqlite_synchronous, args.workers, args.concurrency, extra, pid)
+
+
 async def run_bench(args: argparse.Namespace) -> None:
     """Starts the systems, runs the rounds, prints their rows and the summaries."""
     clients = args.clients or [1, 16]
@@ -341,13 +377,10 @@ async def run_bench(args: argparse.Namespace) -> None:
     )
     systems: list[Querator | Dbos] = []
     results: dict[tuple[str, int], list[tuple[Sample, float, float]]] = {}
+    nodes: list[CassandraNode] = []
     try:
-        for name in args.system or SYSTEMS:
-            system = (
-                Dbos(args.workers)
-                if name == "dbos"
-                else Querator(name, args.sqlite_synchronous, args.workers, args.concurrency)
-            )
+        for name in args.system or DEFAULT_SYSTEMS:
+            system = make_system(name, args, nodes)
             systems.append(system)
             await system.ready()
         print(
@@ -379,6 +412,9 @@ async def run_bench(args: argparse.Namespace) -> None:
     finally:
         for system in systems:
             await system.stop()
+        for node in nodes:
+            node.stop()
+            shutil.rmtree(node.base, ignore_errors=True)
 
 
 async def main() -> None:
@@ -388,6 +424,11 @@ async def main() -> None:
     parser.add_argument("--system", action="append", choices=SYSTEMS, help="repeatable; default all")
     parser.add_argument("--clients", type=int, action="append", help="repeatable; default 1 and 16")
     parser.add_argument("--sqlite-synchronous", default="FULL", choices=["FULL", "NORMAL"])
+    parser.add_argument(
+        "--cassandra-port",
+        type=int,
+        help="with --system cassandra: a running node (otherwise one is started)",
+    )
     parser.add_argument("--workers", type=int, default=1, help="worker (or DBOS) processes per system")
     parser.add_argument("--concurrency", type=int, default=16, help="a querator worker's concurrency")
     parser.add_argument("--duration", type=float, default=5.0, help="seconds measured per round")

@@ -34,7 +34,7 @@ from querator.engine.logical_queue import ItemCounters
 from querator.engine.queue import Queue
 from querator.engine.queues_manager import ClusterCounters, HandOff, QueuesManager
 from querator.errors import QueratorError, RetryRequest
-from querator.storage.base import PartitionTx
+from querator.storage.base import CountsRuns, PartitionTx, RunCounters
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900)
 """Seconds; up to 15 minutes because a lease long-polls up to its request_timeout."""
@@ -96,6 +96,8 @@ class Metrics:
         self.registry.register(self._queues)
         self._node = _NodeCollector(cluster, manager.counters, tasks, leases or LeaseCounters())
         self.registry.register(self._node)
+        if isinstance(manager.store, CountsRuns):
+            self.registry.register(_RunCollector(manager.store.run_counters))
         self._manager = manager
         self._ready = ready
         self._lock = asyncio.Lock()
@@ -238,6 +240,21 @@ class _QueueCollector(Collector):
                 ("dead_lettered", "Items that died: moved to the dead queue, or dropped without one."),
             )
         }
+        runs = {
+            "runs": CounterMetricFamily(
+                "querator_batch_runs",
+                "Storage runs of request batches: one per partition a batch touches.",
+                labels=["queue"],
+            ),
+            "requests": CounterMetricFamily(
+                "querator_batch_run_requests",
+                "Requests those runs answered; divided by the runs, the requests merged into one run.",
+                labels=["queue"],
+            ),
+            "seconds": CounterMetricFamily(
+                "querator_batch_run_seconds", "Time those runs took, summed.", labels=["queue"]
+            ),
+        }
         for name, g, c in self.snapshot:
             labels = [name]
             gauges["queued"].add_metric(labels, g.queued)
@@ -253,8 +270,43 @@ class _QueueCollector(Collector):
             counters["lease_expired"].add_metric(labels, c.lease_expired)
             counters["released"].add_metric(labels, c.released)
             counters["dead_lettered"].add_metric(labels, c.dead)
+            runs["runs"].add_metric(labels, c.batch_runs)
+            runs["requests"].add_metric(labels, c.batch_run_requests)
+            runs["seconds"].add_metric(labels, c.batch_run_s)
         yield from gauges.values()
         yield from counters.values()
+        yield from runs.values()
+
+
+class _RunCollector(Collector):
+    """What the store's partition runs cost (a store that counts it: ``CountsRuns``)."""
+
+    def __init__(self, counters: RunCounters) -> None:
+        self._counters = counters
+
+    def collect(self) -> Iterator[Metric]:
+        c = self._counters
+        yield CounterMetricFamily(
+            "querator_storage_runs", "Partition runs of the store, whatever asked.", c.runs
+        )
+        statements = CounterMetricFamily(
+            "querator_storage_statements",
+            "Statements the store sent, by kind: paxos (conditional writes and serial reads) or plain.",
+            labels=["kind"],
+        )
+        statements.add_metric(["paxos"], c.paxos)
+        statements.add_metric(["plain"], c.plain)
+        yield statements
+        phases = CounterMetricFamily(
+            "querator_storage_run_phase_seconds",
+            "Where partition runs spent their time, by phase: lock (waiting for the partition's previous "
+            "run), thread (queued for and on a worker thread), then each kind of write sent (items, "
+            "commit, roll...).",
+            labels=["phase"],
+        )
+        for phase, spent_s in sorted(c.seconds.items()):
+            phases.add_metric([phase], spent_s)
+        yield phases
 
 
 class _NodeCollector(Collector):

@@ -20,6 +20,12 @@ class ItemCounters:
     dead: int = 0
     """Items that died (max_attempts, expire_timeout, retry dead): dead-lettered, or dropped without a
     dead queue."""
+    batch_runs: int = 0
+    """Storage runs of request batches: one per partition a batch touches."""
+    batch_run_requests: int = 0
+    """Requests those runs answered (parked leases included): per run, the requests merged into it."""
+    batch_run_s: float = 0.0
+    """Time those runs took, summed."""
 
 
 @dataclass

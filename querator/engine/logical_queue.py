@@ -461,10 +461,15 @@ class LogicalQueue:
         """Runs one partition's transaction of a batch and answers its requests; returns how many items
         it leased."""
         p = transaction.partition
+        started_s = self._clock.monotonic()
         try:
             result = await self._apply(p, transaction.ops, now, has_dead_queue)
         finally:
             transaction.written()
+        counters = self.counters
+        counters.batch_runs += 1
+        counters.batch_run_requests += len(transaction.requests)
+        counters.batch_run_s += self._clock.monotonic() - started_s
         leased, undelivered = transaction.answer(result)
         if undelivered:
             self.release(p.number, undelivered)

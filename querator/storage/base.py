@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, runtime_checkable
 
 import msgspec
 
@@ -83,6 +83,32 @@ class Item(msgspec.Struct, gc=False):
             self.failures,
             self.dedup_id,
         )
+
+
+@dataclass(slots=True)
+class RunCounters:
+    """What a networked store's partition runs cost since it started (exported by /metrics): the
+    statements they sent and where their time went. Run times are counted on the event loop; statements
+    also on the store's worker threads, under a lock of the store's."""
+
+    runs: int = 0
+    """Partition runs (``Partition.run``), whatever the caller."""
+    paxos: int = 0
+    """Paxos rounds: conditional writes (lightweight transactions) and serial reads."""
+    plain: int = 0
+    """Every other statement (a batch is one)."""
+    seconds: dict[str, float] = field(default_factory=dict)
+    """Run time by phase (the backend names them), summed over the runs."""
+
+    def add_seconds(self, phase: str, spent_s: float) -> None:
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + spent_s
+
+
+@runtime_checkable
+class CountsRuns(Protocol):
+    """A store that keeps ``RunCounters`` (Cassandra: its runs are network round trips)."""
+
+    run_counters: RunCounters
 
 
 @dataclass(slots=True)

@@ -209,6 +209,22 @@ async def test_metrics_match_a_scripted_workload(api: Api, clock: FakeClock) -> 
     assert expiring["items"][0]["id"] not in {i["id"] for n in (0, 1) for i in await api.items("q", n)}
 
 
+@pytest.mark.one_process
+async def test_metrics_count_the_runs_of_batches_and_their_requests(api: Api) -> None:
+    """One request at a time: each is a run of its own (what /metrics says of merging, issue 38); only a
+    store that counts its statements (Cassandra) exports them."""
+    await api.create("q")
+    await api.produce("q", [{"utf8": "a"}])
+    lease = await api.lease("q", batch_size=1)
+    await api.complete("q", lease.get("partition", 0), [i["id"] for i in lease["items"]])
+    found = await metrics(api)
+    assert (found[("querator_batch_runs_total", "q")], found[("querator_batch_run_requests_total", "q")]) == (
+        3,
+        3,
+    )
+    assert not any(name.startswith("querator_storage_statements") for name, _ in found)
+
+
 CLUSTER_FAMILIES = {
     "querator_ready": "gauge",
     "querator_cluster_members": "gauge",

@@ -8,6 +8,7 @@ import contextlib
 import gc
 import io
 import socket
+import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -42,6 +43,7 @@ from querator.storage.cassandra._dedup import (
 from querator.storage.cassandra._schema import SCHEMA_VERSION
 from querator.storage.cassandra._session import Cql
 from querator.storage.cassandra._statements import Statement
+from querator.storage.cassandra._store import THREADS
 from querator.storage.cassandra._workflows import _bucket
 from querator.storage.operations import RetryEntry
 from querator.storage.workflows import Workflow
@@ -664,3 +666,38 @@ def test_item_metadata_of_before_jobs_and_failures_still_decodes() -> None:
     assert (row.item.id, row.item.attempts, row.item.job_id) == ("an-id", 5, "")
     new = _codec.metadata(_codec.item_from_row({"id": "x", "meta": meta}))
     assert _codec.item_from_row({"id": "x", "meta": _codec.ENCODER.encode(new)}).kind == "kind"
+
+
+async def test_runs_count_their_paxos_rounds_and_plain_statements(store: CassandraStore) -> None:
+    """A run that stores items sends their rows as a plain batch, then the commit, one Paxos round; a
+    run that only changes states sends the commit alone (what /metrics exports of the store's runs)."""
+    part = Part(store.partition("queue", 0))
+    await part.produce(item("first"))  # the first run claims and loads the partition
+    counters = store.run_counters
+    before = (counters.runs, counters.paxos, counters.plain)
+    await part.produce(item("a"), item("b"))
+    assert (counters.runs, counters.paxos, counters.plain) == (before[0] + 1, before[1] + 1, before[2] + 1)
+    [got] = await part.lease(3)
+    await part.complete(*ids(got))
+    assert (counters.runs, counters.paxos, counters.plain) == (before[0] + 3, before[1] + 3, before[2] + 1)
+    assert {"lock", "thread", "items", "commit"} <= counters.seconds.keys()
+
+
+async def test_a_workflow_record_is_read_and_written_without_a_worker_thread(store: CassandraStore) -> None:
+    """A workflow's step reads its record and writes it with a lightweight transaction: both are sent
+    from the event loop, so they go through while every worker thread of the store is busy (queues' runs
+    waiting out Cassandra, say) instead of queueing behind them."""
+    release = threading.Event()
+    loop = asyncio.get_running_loop()
+    busy = [loop.run_in_executor(store._threads, release.wait) for _ in range(THREADS)]
+    try:
+        started = Workflow(id="w", name="n", queue="q", version=1)
+        assert await asyncio.wait_for(store.workflows.put_workflow(started, 0), 10)
+        ended = replace(started, status="completed", version=2)
+        assert await asyncio.wait_for(store.workflows.put_workflow(ended, 1), 10)
+        assert not await asyncio.wait_for(store.workflows.put_workflow(ended, 1), 10)  # compare-and-set
+        assert await asyncio.wait_for(store.workflows.get_workflow("w"), 10) == ended
+    finally:
+        release.set()
+        await asyncio.gather(*busy)
+    assert await store.workflows.list_workflows("completed", "", 10) == [ended]

@@ -17,6 +17,7 @@ from typing import Any, Final, Literal, TypeVar
 
 from cassandra.query import BatchStatement, BatchType
 
+from querator.clock import SystemClock
 from querator.errors import StaleOwnerError
 from querator.storage.base import ClearOptions, Deadlines, Item, PartitionStats, PartitionTx
 from querator.storage.cassandra._codec import decode_states, encode_states, item_from_row, item_rows, log_key
@@ -27,6 +28,8 @@ from querator.storage.cassandra._session import Connection, Cql, Rows
 from querator.storage.cassandra._statements import Statement
 
 T = TypeVar("T")
+_monotonic_s = SystemClock().monotonic
+"""Where a run's phases are timed (``RunCounters.seconds``): observed, never decided on."""
 
 
 @dataclass
@@ -200,15 +203,23 @@ class CassandraPartition:
                 the next run. ``maybe_applied`` when a write was sent: it may have been applied.
             Exception: whatever ``fn`` raised; nothing of it was written.
         """
+        counters = self._connection.counters
+        counters.runs += 1
+        at_s = _monotonic_s()
         async with self._lock:
+            # Phases: "lock", waiting for the partition's previous run; "thread", queued for and on a
+            # worker thread (a load, the function, the plan); then each step kind's round trip.
+            at_s = self._timed("lock", at_s)
             if self._stale is not None:
                 raise self._stale
             loop = asyncio.get_running_loop()
             try:
                 result, steps = await loop.run_in_executor(self._threads, self._execute, fn)
+                at_s = self._timed("thread", at_s)
                 for step in steps:
                     try:
                         rows = await self._send(loop, step)
+                        at_s = self._timed(step.kind, at_s)
                     except DRIVER_ERRORS as e:
                         # Nothing before the commit is visible: item rows above the committed last_id
                         # are never read, a roll that did not finish is redone.
@@ -227,6 +238,12 @@ class CassandraPartition:
             assert self._index is not None
             self._index.end()
             return result
+
+    def _timed(self, phase: str, since_s: float) -> float:
+        """Adds the time since ``since_s`` to ``phase``; returns now."""
+        now_s = _monotonic_s()
+        self._connection.counters.add_seconds(phase, now_s - since_s)
+        return now_s
 
     async def _send(self, loop: asyncio.AbstractEventLoop, step: Step) -> list[dict[str, Any]]:
         """Where every step of a run goes out."""

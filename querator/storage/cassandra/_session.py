@@ -9,6 +9,7 @@ from the driver's callbacks.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from cassandra import ConsistencyLevel
 from cassandra.cluster import Cluster, Session
 from cassandra.query import PreparedStatement
 
+from querator.storage.base import RunCounters
 from querator.storage.cassandra._errors import DRIVER_ERRORS, CassandraStorageError, storage_error
 from querator.storage.cassandra._schema import create_schema
 from querator.storage.cassandra._settings import CassandraSettings
@@ -26,6 +28,7 @@ from querator.storage.cassandra._statements import Statement
 T = TypeVar("T")
 
 Rows = list[dict[str, Any]]
+SERIAL = frozenset({ConsistencyLevel.SERIAL, ConsistencyLevel.LOCAL_SERIAL})
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +66,8 @@ class Connection:
         self._threads = threads
         self._before_request = before_request
         self._cluster: Cluster | None = None
+        self.counters = RunCounters()
+        """What the store's runs cost (the ``Cql`` counts every statement it sends into it)."""
         self.cql: Cql | None = None
         """The session and its statements while open."""
 
@@ -85,7 +90,7 @@ class Connection:
         try:
             session = cluster.connect()
             create_schema(session, self._settings)
-            cql = Cql(session, self._settings.keyspace, self._before_request)
+            cql = Cql(session, self._settings.keyspace, self.counters, self._before_request)
             cql.prepare_all()
         except BaseException:
             cluster.shutdown()
@@ -115,7 +120,9 @@ class Connection:
         response = cql.session.execute_async(statement)
         settled = bridge(loop, response)
         try:
-            return await settled
+            rows = await settled
+            cql.count(statement, rows)
+            return rows
         finally:
             if settled.done() and not settled.cancelled():  # the driver answered: the request is over
                 finished(response)
@@ -138,12 +145,18 @@ class Cql:
     """The session and its prepared statements; every call here is blocking (worker threads only)."""
 
     def __init__(
-        self, session: Session, keyspace: str, before_request: Callable[[Statement], None] | None = None
+        self,
+        session: Session,
+        keyspace: str,
+        counters: RunCounters,
+        before_request: Callable[[Statement], None] | None = None,
     ) -> None:
         self.session = session
         self.keyspace = keyspace
         self._before_request = before_request
         self.statements: dict[Statement, PreparedStatement] = {}
+        self.counters = counters
+        self._counting = threading.Lock()
 
     def prepare_all(self) -> None:
         for statement in Statement:
@@ -159,22 +172,35 @@ class Cql:
 
     def rows_statement(self, statement: Any) -> list[dict[str, Any]]:
         # No driver error is raised before the request exists: "no host available" is the future's too.
-        return self.result(self.session.execute_async(statement))
+        return self.result(self.session.execute_async(statement), statement)
 
-    def first(self, response: Any) -> dict[str, Any]:
+    def first(self, response: Any, statement: Any) -> dict[str, Any]:
         """The first row of a driver ``ResponseFuture`` (waits for it): a conditional write's verdict."""
-        rows = self.result(response)
+        rows = self.result(response, statement)
         return rows[0] if rows else {"[applied]": False}
 
-    @staticmethod
-    def result(response: Any) -> list[dict[str, Any]]:
-        """The rows of a driver ``ResponseFuture`` (waits for it)."""
+    def result(self, response: Any, statement: Any) -> list[dict[str, Any]]:
+        """The rows of a driver ``ResponseFuture`` of ``statement`` (waits for it)."""
         try:
-            return list(response.result())
+            rows = list(response.result())
         except DRIVER_ERRORS as e:
             raise storage_error(e) from e
         finally:
             finished(response)
+        self.count(statement, rows)
+        return rows
+
+    def count(self, statement: Any, rows: Rows) -> None:
+        """Counts an answered statement as a Paxos round or a plain one: a conditional write's answer
+        has the ``[applied]`` column, a serial read asks for it (a statement given as a string, as
+        tests send, asks for nothing)."""
+        serial = getattr(statement, "consistency_level", None) in SERIAL
+        paxos = serial or bool(rows and "[applied]" in rows[0])
+        with self._counting:
+            if paxos:
+                self.counters.paxos += 1
+            else:
+                self.counters.plain += 1
 
     def applied(self, cql: Statement, params: Sequence[Any]) -> tuple[bool, dict[str, Any]]:
         if self._before_request is not None:
@@ -182,7 +208,7 @@ class Cql:
         return self.applied_statement(self.statements[cql].bind(params))
 
     def applied_statement(self, statement: Any) -> tuple[bool, dict[str, Any]]:
-        row = self.first(self.session.execute_async(statement))
+        row = self.first(self.session.execute_async(statement), statement)
         return bool(row["[applied]"]), row
 
     def exchange(self, exchange: Exchange[T]) -> T:
@@ -191,8 +217,11 @@ class Cql:
         try:
             requests = next(exchange)
             while True:
-                responses = [self.session.execute_async(self._bound(r)) for r in requests]
-                requests = exchange.send([self.result(r) for r in responses])
+                statements = [self._bound(r) for r in requests]
+                responses = [self.session.execute_async(s) for s in statements]
+                requests = exchange.send(
+                    [self.result(*sent) for sent in zip(responses, statements, strict=True)]
+                )
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 

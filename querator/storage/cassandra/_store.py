@@ -52,6 +52,8 @@ class CassandraStore(CassandraSchedules, CassandraRecords):
         self._send = send
         self._threads = ThreadPoolExecutor(THREADS, thread_name_prefix="querator-cassandra")
         self._connection = Connection(settings, self._threads, before_request)
+        self.run_counters = self._connection.counters
+        """What the partitions' runs cost (``CountsRuns``)."""
         self._partitions: dict[tuple[str, int], CassandraPartition] = {}
         self.workflows = CassandraWorkflowRows(self._connection, now)
 

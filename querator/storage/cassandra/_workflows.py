@@ -17,6 +17,7 @@ costs a read, never a wrong answer.
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import itertools
 import zlib
@@ -24,7 +25,8 @@ from collections.abc import Callable, Iterator
 from typing import Final
 
 from querator.clock import MICROS
-from querator.storage.cassandra._session import Connection, Cql
+from querator.storage.cassandra._errors import DRIVER_ERRORS, storage_error
+from querator.storage.cassandra._session import Connection, Cql, Rows
 from querator.storage.cassandra._statements import Statement
 from querator.storage.workflows import Workflow, decode_workflow, encode_workflow, workflow_page
 from querator.wire.workflows import RUNNING, STATUSES
@@ -80,14 +82,26 @@ class CassandraWorkflowRows:
 
     A record is written with a lightweight transaction only (never mixed with plain writes, whose
     timestamps would order differently). The indexes are written after the record.
+
+    A record's read and write are sent from the event loop (``Connection.execute_async``): a workflow's
+    every step reads and then writes its record, and on the store's few worker threads each would hold
+    one for a round trip and a Paxos round, ahead of the queues' runs (issue 38).
     """
 
     def __init__(self, connection: Connection, now: Callable[[], int]) -> None:
         self._connection = connection
         self.clock_now = now
 
+    async def _send(self, statement: Statement, params: tuple[object, ...], writes: bool = False) -> Rows:
+        """Sends one statement from the event loop; a failure of a write may have been applied."""
+        bound = self._connection.opened().stmt(statement).bind(params)
+        try:
+            return await self._connection.execute_async(asyncio.get_running_loop(), bound)
+        except DRIVER_ERRORS as e:
+            raise storage_error(e, sent=writes) from e
+
     async def get_workflow(self, workflow_id: str) -> Workflow | None:
-        rows = await self._connection.call(lambda cql: cql.rows(Statement.GET_WORKFLOW, (workflow_id,)))
+        rows = await self._send(Statement.GET_WORKFLOW, (workflow_id,))
         # A record first written by an INSERT (before ADD_WORKFLOW became an UPDATE) leaves its key alone
         # once its columns' TTL passes: such a row is a workflow dropped after its retention.
         record = rows[0]["record"] if rows else None
@@ -100,28 +114,23 @@ class CassandraWorkflowRows:
         if workflow.expires_at:
             ttl_s = max(1, (workflow.expires_at - now) // MICROS)
         w = workflow
+        if expected_version == 0:
+            rows = await self._send(Statement.ADD_WORKFLOW, (ttl_s, w.version, record, w.id), writes=True)
+        else:
+            params = (ttl_s, w.version, record, w.id, expected_version)
+            rows = await self._send(Statement.PUT_WORKFLOW, params, writes=True)
+        if not (rows and rows[0]["[applied]"]):
+            return False
         bucket = _bucket(w.id)
         current = generation(now)
-
-        def put(cql: Cql) -> bool:
+        if w.status == RUNNING:
             if expected_version == 0:
-                applied, _ = cql.applied(Statement.ADD_WORKFLOW, (ttl_s, w.version, record, w.id))
-            else:
-                applied, _ = cql.applied(
-                    Statement.PUT_WORKFLOW, (ttl_s, w.version, record, w.id, expected_version)
-                )
-            if not applied:
-                return False
-            if w.status == RUNNING:
-                if expected_version == 0:
-                    cql.rows(Statement.INDEX_RUNNING, (bucket, current, w.id))
-                return True
-            if expected_version != 0:  # it ran: its row, in one of the generations lists read, says so
-                cql.rows(Statement.MARK_DONE, (bucket, [current - 1, current], w.id))
-            cql.rows(Statement.INDEX_WORKFLOW, (w.status, bucket, w.id, ttl_s))
+                await self._send(Statement.INDEX_RUNNING, (bucket, current, w.id), writes=True)
             return True
-
-        return await self._connection.call(put, writes=True)
+        if expected_version != 0:  # it ran: its row, in one of the generations lists read, says so
+            await self._send(Statement.MARK_DONE, (bucket, [current - 1, current], w.id), writes=True)
+        await self._send(Statement.INDEX_WORKFLOW, (w.status, bucket, w.id, ttl_s), writes=True)
+        return True
 
     async def list_workflows(self, status: str, pivot: str, limit: int) -> list[Workflow]:
         now = self.clock_now()
