@@ -13,7 +13,13 @@ from msgspec.structs import replace
 from querator.storage.cassandra import CassandraSettings, CassandraStore
 from querator.storage.cassandra._session import Cql
 from querator.storage.cassandra._statements import Statement
-from querator.storage.cassandra._workflows import BUCKETS, GENERATION_US, _bucket, generation
+from querator.storage.cassandra._workflows import (
+    BUCKETS,
+    GENERATION_US,
+    CassandraWorkflowRows,
+    _bucket,
+    generation,
+)
 from querator.storage.schedules import schedule_slot
 from querator.storage.workflows import Workflow, encode_workflow
 from querator.wire.workflows import COMPLETED, RUNNING
@@ -49,6 +55,15 @@ def ran(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     monkeypatch.setattr(
         Cql, "applied_statement", wrapped(Cql.applied_statement, lambda s: f"LWT {by_text(s)}")
     )
+    # Workflow records are sent from the event loop, not through Cql (issue 38).
+    send = CassandraWorkflowRows._send
+
+    async def sent(self: CassandraWorkflowRows, statement: Statement, *args: Any, **kw: Any) -> Any:
+        conditional = statement in (Statement.ADD_WORKFLOW, Statement.PUT_WORKFLOW)
+        names.append(f"LWT {statement.name}" if conditional else statement.name)
+        return await send(self, statement, *args, **kw)
+
+    monkeypatch.setattr(CassandraWorkflowRows, "_send", sent)
     yield names
 
 
