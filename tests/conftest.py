@@ -36,9 +36,11 @@ from querator.service import Service
 from querator.storage.base import Store
 from querator.storage.cassandra import CassandraSettings
 from querator.storage.memory import MemoryStore
+from querator.storage.postgres import PostgresSettings
 from querator.storage.split import LocalStore, SplitStore
 from querator.storage.sqlite import SqliteStore
 from tests.cassandra_node import CassandraNode
+from tests.postgres_node import PostgresNode
 
 JSON = {"Content-Type": "application/json"}
 LEASE_TIMEOUT = "1m0s"
@@ -319,6 +321,31 @@ def cassandra_settings(
     name = "t_" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:20]
     yield CassandraSettings(hosts=("127.0.0.1",), port=cassandra_node.cql_port, keyspace=name)
     cassandra_node.drop_keyspace(name)
+
+
+# --- PostgreSQL: one server per test session, a schema per test ------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def postgres_node() -> Iterator[PostgresNode]:
+    """A real PostgreSQL server for the whole session (started on first use, stopped at the end)."""
+    node = PostgresNode()
+    try:
+        node.start()
+        yield node
+    finally:
+        node.close()
+
+
+@pytest.fixture
+def postgres_settings(
+    postgres_node: PostgresNode, request: pytest.FixtureRequest
+) -> Iterator[PostgresSettings]:
+    """Settings of a schema of this test's own (created by the store that opens it, dropped after)."""
+    name = "t_" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:20]
+    postgres_node.drop_schema(name)
+    yield PostgresSettings(url=postgres_node.url, schema=name)
+    postgres_node.drop_schema(name)
 
 
 ODD = [

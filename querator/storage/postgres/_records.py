@@ -1,0 +1,46 @@
+"""The PostgreSQL store's ``Records``: the ``records`` table (docs/tenancy.md)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from querator.storage.postgres._pool import Pool, count, rows
+
+_GET: Final = "SELECT value FROM records WHERE kind = %s AND key = %s"
+_ADD: Final = "INSERT INTO records (kind, key, value) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING"
+_PUT: Final = (
+    "INSERT INTO records (kind, key, value) VALUES (%s, %s, %s) "
+    "ON CONFLICT (kind, key) DO UPDATE SET value = excluded.value"
+)
+_DELETE: Final = "DELETE FROM records WHERE kind = %s AND key = %s"
+# key is COLLATE "C": byte order of UTF-8, which is code point order, as the contract says.
+_LIST: Final = "SELECT key, value FROM records WHERE kind = %s AND key >= %s ORDER BY key LIMIT %s"
+_LIST_TO: Final = (
+    "SELECT key, value FROM records WHERE kind = %s AND key >= %s AND key < %s ORDER BY key LIMIT %s"
+)
+
+
+class PostgresRecords:
+    """``Records`` on the store's pool: ``PostgresStore`` provides ``pool``."""
+
+    pool: Pool
+
+    async def get_record(self, kind: str, key: str) -> bytes | None:
+        found = await self.pool.run(lambda conn: rows(conn, _GET, (kind, key)))
+        return bytes(found[0][0]) if found else None
+
+    async def add_record(self, kind: str, key: str, value: bytes) -> bool:
+        return await self.pool.run(lambda conn: count(conn, _ADD, (kind, key, value))) == 1
+
+    async def put_record(self, kind: str, key: str, value: bytes) -> None:
+        await self.pool.run(lambda conn: count(conn, _PUT, (kind, key, value)))
+
+    async def delete_record(self, kind: str, key: str) -> None:
+        await self.pool.run(lambda conn: count(conn, _DELETE, (kind, key)))
+
+    async def list_records(self, kind: str, start: str, end: str, limit: int) -> list[tuple[str, bytes]]:
+        if end:
+            found = await self.pool.run(lambda conn: rows(conn, _LIST_TO, (kind, start, end, limit)))
+        else:
+            found = await self.pool.run(lambda conn: rows(conn, _LIST, (kind, start, limit)))
+        return [(str(k), bytes(v)) for k, v in found]

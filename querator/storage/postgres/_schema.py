@@ -1,0 +1,153 @@
+"""The tables, their version, and creating or migrating them when a store opens.
+
+Every text a query orders or compares by is ``COLLATE "C"``: ids must sort in byte order (KSUIDs mix
+upper and lower case, which a linguistic collation sorts differently), and record keys in code point
+order, whatever collation the database was created with.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from querator.storage.base import DEFAULT_DEDUP_WINDOW
+
+SCHEMA_VERSION: Final = 1
+"""The version of the tables below, kept in ``querator_schema``; a newer one is refused."""
+
+LOCK_KEY: Final = 0x71756572
+"""The advisory lock that serialises nodes creating or migrating one schema at the same time."""
+
+_T: Final = 'TEXT COLLATE "C" NOT NULL'
+
+SCHEMA: Final = (
+    "CREATE TABLE IF NOT EXISTS querator_schema (version INTEGER NOT NULL)",
+    f"""CREATE TABLE IF NOT EXISTS queues (
+        name {_T} PRIMARY KEY,
+        namespace {_T},
+        lease_timeout BIGINT NOT NULL,
+        expire_timeout BIGINT NOT NULL,
+        dead_queue TEXT NOT NULL,
+        max_attempts BIGINT NOT NULL,
+        reference TEXT NOT NULL,
+        requested_partitions BIGINT NOT NULL,
+        created_at BIGINT NOT NULL,
+        updated_at BIGINT NOT NULL,
+        extra TEXT NOT NULL,
+        dedup_window BIGINT NOT NULL DEFAULT {DEFAULT_DEDUP_WINDOW}
+    )""",
+    "CREATE INDEX IF NOT EXISTS queues_by_namespace ON queues (namespace, name)",
+    # One row per partition: its greatest id (new ids stay above it) and its owner epoch, the fence.
+    f"""CREATE TABLE IF NOT EXISTS partitions (
+        queue {_T},
+        number INTEGER NOT NULL,
+        last_id {_T} DEFAULT '',
+        epoch BIGINT NOT NULL DEFAULT 0,
+        PRIMARY KEY (queue, number)
+    )""",
+    # A partition is one contiguous range of the primary key, in id (FIFO) order. Partial indexes make
+    # every PartitionTx primitive an index range scan.
+    f"""CREATE TABLE IF NOT EXISTS items (
+        queue {_T},
+        part INTEGER NOT NULL,
+        id {_T},
+        source_id {_T},
+        is_leased BOOLEAN NOT NULL,
+        lease_deadline BIGINT NOT NULL,
+        expire_deadline BIGINT NOT NULL,
+        enqueue_at BIGINT NOT NULL,
+        created_at BIGINT NOT NULL,
+        attempts BIGINT NOT NULL,
+        max_attempts BIGINT NOT NULL,
+        reference TEXT NOT NULL,
+        encoding TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        payload BYTEA NOT NULL,
+        job_id TEXT NOT NULL,
+        failures BYTEA NOT NULL,
+        PRIMARY KEY (queue, part, id)
+    ) WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_insert_scale_factor = 0.02)""",
+    """CREATE INDEX IF NOT EXISTS items_queued ON items (queue, part, id)
+        WHERE NOT is_leased AND enqueue_at = 0""",
+    """CREATE INDEX IF NOT EXISTS items_leased ON items (queue, part, lease_deadline)
+        WHERE is_leased AND enqueue_at = 0""",
+    """CREATE INDEX IF NOT EXISTS items_expiring ON items (queue, part, expire_deadline)
+        WHERE enqueue_at = 0 AND expire_deadline > 0""",
+    "CREATE INDEX IF NOT EXISTS items_scheduled_at ON items (queue, part, enqueue_at) WHERE enqueue_at > 0",
+    "CREATE INDEX IF NOT EXISTS items_scheduled ON items (queue, part, id) WHERE enqueue_at > 0",
+    "CREATE INDEX IF NOT EXISTS items_source ON items (queue, part, source_id) WHERE source_id <> ''",
+    f"""CREATE TABLE IF NOT EXISTS dedup (
+        queue {_T},
+        id {_T},
+        expires_at BIGINT NOT NULL,
+        PRIMARY KEY (queue, id)
+    )""",
+    "CREATE INDEX IF NOT EXISTS dedup_expiry ON dedup (expires_at)",
+    f"""CREATE TABLE IF NOT EXISTS schedules (
+        name {_T} PRIMARY KEY,
+        cron TEXT NOT NULL,
+        time_zone TEXT NOT NULL,
+        queue TEXT NOT NULL,
+        catch_up TEXT NOT NULL,
+        catch_up_limit BIGINT NOT NULL,
+        jitter BIGINT NOT NULL,
+        paused BOOLEAN NOT NULL,
+        start BIGINT NOT NULL,
+        last_tick BIGINT NOT NULL,
+        payload BYTEA NOT NULL,
+        encoding TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        reference TEXT NOT NULL,
+        created_at BIGINT NOT NULL,
+        updated_at BIGINT NOT NULL
+    )""",
+    # A workflow's record is msgpack of storage.workflows.Workflow; the columns beside it are what lists
+    # and purges filter on.
+    f"""CREATE TABLE IF NOT EXISTS workflows (
+        id {_T} PRIMARY KEY,
+        status {_T},
+        version BIGINT NOT NULL,
+        expires_at BIGINT NOT NULL,
+        record BYTEA NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS workflows_by_status ON workflows (status, id)",
+    "CREATE INDEX IF NOT EXISTS workflows_expiring ON workflows (expires_at) WHERE expires_at > 0",
+    f"""CREATE TABLE IF NOT EXISTS records (
+        kind {_T},
+        key {_T},
+        value BYTEA NOT NULL,
+        PRIMARY KEY (kind, key)
+    )""",
+    # The fence (docs/adr/0045). The first statement of every run checks that the caller's epoch still owns
+    # the partition (``newest`` NULL); the last statement of a run that wrote raises the partition's
+    # last_id to the run's greatest new id under the same condition, and its row lock orders it against a
+    # claim: a claim committed first makes it fail. Failing rolls the whole run back.
+    """CREATE OR REPLACE FUNCTION querator_fence(q TEXT, n BIGINT, mine BIGINT, newest TEXT)
+    RETURNS VOID LANGUAGE plpgsql AS $$
+    DECLARE
+        owner BIGINT;
+    BEGIN
+        IF newest IS NULL THEN
+            SELECT epoch INTO owner FROM partitions WHERE queue = q AND number = n;
+            IF owner = mine THEN
+                RETURN;
+            END IF;
+        ELSE
+            UPDATE partitions SET last_id = greatest(last_id, newest COLLATE "C")
+                WHERE queue = q AND number = n AND epoch = mine;
+            IF FOUND THEN
+                RETURN;
+            END IF;
+            SELECT epoch INTO owner FROM partitions WHERE queue = q AND number = n;
+        END IF;
+        IF owner IS NULL THEN
+            RAISE EXCEPTION USING ERRCODE = 'QR002',
+                MESSAGE = format('partition %s of ''%s'' has no row (its queue was deleted)', n, q);
+        END IF;
+        RAISE EXCEPTION USING ERRCODE = 'QR001',
+            MESSAGE = format('partition %s of ''%s'' is owned by epoch %s, not %s', n, q, owner, mine);
+    END $$""",
+)
+"""Version 1, created by ``IF NOT EXISTS`` (and the fence by ``OR REPLACE``) on every open."""
+
+MIGRATIONS: Final[dict[int, tuple[str, ...]]] = {}
+"""Statements that bring a schema from the previous version to each version above 1."""
