@@ -26,6 +26,8 @@ from tests.storage.contract import NOW, SECOND, Part, RecordsContract, StoreCont
 
 EPOCH = 1_000
 
+pytestmark = pytest.mark.postgres
+
 
 class TestPostgresStore(StoreContract, RecordsContract):
     @pytest.fixture
@@ -194,3 +196,29 @@ async def test_runs_fail_while_postgres_is_down_and_go_on_after(
         postgres_node.start()
     await part.produce(item("after"))
     assert payloads(await part.list()) == ["kept", "after"]
+
+
+ODD_TEXT = "a\x00\u202e\ud800é"
+"""NUL (which PostgreSQL's TEXT cannot hold), a control character, a lone surrogate and a non-ASCII one."""
+
+
+async def test_strings_with_nul_and_lone_surrogates_round_trip(store: PostgresStore) -> None:
+    """Whatever string a client sends comes back as it was: names, references, ids and keys are stored
+    as their bytes, not as TEXT."""
+    odd = ODD_TEXT
+    record = QueueRecord(name=odd, namespace=odd, dead_queue=odd, reference=odd, extra={"k": "a\x00b"})
+    assert await store.add_queue(record)
+    assert await store.get_queue(odd) == record
+    assert await store.list_queues("", 10, odd) == [record]
+    part = Part(store.partition(odd, 0))
+    (produced,) = await part.produce(item("x", reference=odd, encoding=odd, kind=odd, source_id=odd))
+    (stored,) = await part.list()
+    assert (stored.reference, stored.encoding, stored.kind, stored.source_id) == (odd, odd, odd, odd)
+    assert stored.id == produced.id
+    assert await part.run(lambda tx: tx.existing_source_ids({odd, "other"})) == {odd}
+    assert await part.run(lambda tx: tx.dedup({odd}, NOW, NOW + SECOND)) == set()
+    assert await part.run(lambda tx: tx.dedup({odd}, NOW, NOW + SECOND)) == {odd}
+    assert await store.add_record(odd, odd, b"v")
+    assert await store.get_record(odd, odd) == b"v"
+    assert await store.list_records(odd, "", "", 10) == [(odd, b"v")]
+    assert await store.get_record(odd, "a") is None

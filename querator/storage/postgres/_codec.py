@@ -8,13 +8,19 @@ from typing import Any, Final
 import msgspec
 
 from querator.storage.base import Item, QueueRecord
+from querator.storage.postgres._pool import text
 
 _EXTRA_ENCODER: Final = msgspec.json.Encoder()
 _EXTRA_DECODER: Final = msgspec.json.Decoder(dict[str, str])
 
 
 def item_from_row(row: Sequence[Any]) -> Item:
-    return Item(*row)
+    (id_, source, leased, lease_deadline, expire_deadline, enqueue_at, created_at, attempts, max_attempts,
+     reference, encoding, kind, payload, job_id, failures) = row  # fmt: skip
+    return Item(
+        text(id_), text(source), leased, lease_deadline, expire_deadline, enqueue_at, created_at, attempts,
+        max_attempts, text(reference), text(encoding), text(kind), payload, text(job_id), failures,
+    )  # fmt: skip
 
 
 def item_arrays(items: Sequence[Item]) -> tuple[list[Any], ...]:
@@ -40,13 +46,15 @@ def update_arrays(items: Sequence[Item]) -> tuple[list[Any], ...]:
 def queue_row(r: QueueRecord) -> tuple[Any, ...]:
     return (
         r.name, r.namespace, r.lease_timeout, r.expire_timeout, r.dead_queue, r.max_attempts, r.reference,
-        r.requested_partitions, r.created_at, r.updated_at, _EXTRA_ENCODER.encode(r.extra).decode(),
+        r.requested_partitions, r.created_at, r.updated_at, _EXTRA_ENCODER.encode(r.extra),
         r.dedup_window,
     )  # fmt: skip
 
 
 def queue_record(row: Sequence[Any]) -> QueueRecord:
-    record = QueueRecord(*row[:10])
-    record.extra = _EXTRA_DECODER.decode(row[10])
-    record.dedup_window = row[11]
-    return record
+    (name, namespace, lease_timeout, expire_timeout, dead_queue, max_attempts, reference, partitions,
+     created_at, updated_at, extra, dedup_window) = row  # fmt: skip
+    return QueueRecord(
+        text(name), text(namespace), lease_timeout, expire_timeout, text(dead_queue), max_attempts,
+        text(reference), partitions, created_at, updated_at, _EXTRA_DECODER.decode(extra), dedup_window,
+    )  # fmt: skip

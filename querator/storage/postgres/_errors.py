@@ -19,10 +19,15 @@ class PostgresStorageError(StorageError):
     ``maybe_applied``: its COMMIT was sent and the connection died before the answer came."""
 
 
-def storage_error(exc: psycopg.Error, context: str = "", commit_sent: bool = False) -> StorageError:
-    """The one place a driver error becomes ours; ``context`` says what was being done."""
+def storage_error(
+    exc: psycopg.Error, context: str = "", commit_sent: bool = False, subject: str = "the partition"
+) -> StorageError:
+    """The one place a driver error becomes ours; ``context`` says what was being done, ``subject`` names
+    the partition the fence speaks of."""
     if exc.sqlstate == STALE:
-        error: StorageError = StaleOwnerError(f"stale owner; {exc.diag.message_primary or exc}")
+        error: StorageError = StaleOwnerError(f"stale owner; {subject} {exc.diag.message_primary}")
+    elif exc.sqlstate == GONE:
+        error = PostgresStorageError(f"postgres storage error; {subject} {exc.diag.message_primary}")
     else:
         lost = isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None
         detail = f"{context}: " if context else ""

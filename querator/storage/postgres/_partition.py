@@ -37,6 +37,10 @@ class PostgresPartition:
         self._stale: StaleOwnerError | None = None
         self._lock = asyncio.Lock()
 
+    @property
+    def _subject(self) -> str:
+        return f"partition {self.number} of '{self.queue}'"
+
     def forget(self) -> None:
         """Its rows were deleted (``delete_partitions``): the next run claims it again."""
         self.epoch = 0
@@ -73,7 +77,7 @@ class PostgresPartition:
                 conn.execute(sql.FENCE, (self.queue, self.number, self.epoch, tx.newest))
             return result
 
-        return transaction(conn, body)
+        return transaction(conn, body, self._subject)
 
     def _claim(self, conn: Conn) -> int:
         """Worker thread: makes the store's epoch the owner's, unless a newer one is there."""
@@ -82,8 +86,7 @@ class PostgresPartition:
         if row is None:
             found = conn.execute(sql.CURRENT_EPOCH, (self.queue, self.number)).fetchone()
             raise StaleOwnerError(
-                f"stale owner; partition {self.number} of '{self.queue}' is owned by epoch "
-                f"{found[0] if found else 'none'}, not {epoch}"
+                f"stale owner; {self._subject} is owned by epoch {found[0] if found else 'none'}, not {epoch}"
             )
         return epoch
 

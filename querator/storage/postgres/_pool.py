@@ -22,6 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.adapt import Dumper
+from psycopg.pq import Format
 from psycopg.types.numeric import Int8BinaryDumper, Int8Dumper
 
 from querator.storage.postgres._errors import PostgresStorageError, storage_error
@@ -34,17 +36,35 @@ T = TypeVar("T")
 Conn = psycopg.Connection[tuple[Any, ...]]
 
 
+class _Utf8Dumper(Dumper):
+    """A ``str`` as the ``BYTEA`` of its UTF-8: every string column is one (``_schema``). Lone surrogates
+    pass as the bytes of their code points, as they came."""
+
+    format = Format.BINARY
+    oid = psycopg.postgres.types["bytea"].oid
+
+    def dump(self, obj: str) -> bytes:
+        return obj.encode("utf-8", "surrogatepass")
+
+
+def text(value: bytes) -> str:
+    """A string column's value (``_Utf8Dumper``'s bytes) as the ``str`` it was."""
+    return value.decode("utf-8", "surrogatepass")
+
+
 def _connect(settings: PostgresSettings) -> Conn:
     conn = psycopg.Connection.connect(**settings.connect_kwargs(), autocommit=True)
     # Every integer the store sends is a BIGINT column's: as int8, never a numeric that would keep the
     # planner from comparing it with an index.
     conn.adapters.register_dumper(int, Int8Dumper)
     conn.adapters.register_dumper(int, Int8BinaryDumper)
+    conn.adapters.register_dumper(str, _Utf8Dumper)
     return conn
 
 
-def transaction(conn: Conn, body: Callable[[], T]) -> T:
+def transaction(conn: Conn, body: Callable[[], T], subject: str = "the partition") -> T:
     """Runs ``body`` (statements on ``conn``) in one transaction, pipelined; returns once it committed.
+    ``subject`` names the partition a fence in it speaks of.
 
     Raises:
         StorageError: PostgreSQL failed (``StaleOwnerError`` from the fence); nothing was applied unless
@@ -60,7 +80,7 @@ def transaction(conn: Conn, body: Callable[[], T]) -> T:
             conn.execute("COMMIT")
     except psycopg.Error as e:
         _rollback(conn)
-        raise storage_error(e, commit_sent=commit_sent) from e
+        raise storage_error(e, commit_sent=commit_sent, subject=subject) from e
     except BaseException:
         _rollback(conn)
         raise

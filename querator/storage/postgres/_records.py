@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from typing import Final
 
-from querator.storage.postgres._pool import Pool, count, rows
+from querator.storage.postgres._pool import Pool, count, rows, text
 
-_GET: Final = "SELECT value FROM records WHERE kind = %s AND key = %s"
-_ADD: Final = "INSERT INTO records (kind, key, value) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING"
+_GET: Final = "SELECT value FROM records WHERE kind = %b AND key = %b"
+_ADD: Final = "INSERT INTO records (kind, key, value) VALUES (%b, %b, %b) ON CONFLICT DO NOTHING"
 _PUT: Final = (
-    "INSERT INTO records (kind, key, value) VALUES (%s, %s, %s) "
+    "INSERT INTO records (kind, key, value) VALUES (%b, %b, %b) "
     "ON CONFLICT (kind, key) DO UPDATE SET value = excluded.value"
 )
-_DELETE: Final = "DELETE FROM records WHERE kind = %s AND key = %s"
-# key is COLLATE "C": byte order of UTF-8, which is code point order, as the contract says.
-_LIST: Final = "SELECT key, value FROM records WHERE kind = %s AND key >= %s ORDER BY key LIMIT %s"
+_DELETE: Final = "DELETE FROM records WHERE kind = %b AND key = %b"
+# key is the BYTEA of its UTF-8: byte order, which is code point order, as the contract says.
+_LIST: Final = "SELECT key, value FROM records WHERE kind = %b AND key >= %b ORDER BY key LIMIT %b"
 _LIST_TO: Final = (
-    "SELECT key, value FROM records WHERE kind = %s AND key >= %s AND key < %s ORDER BY key LIMIT %s"
+    "SELECT key, value FROM records WHERE kind = %b AND key >= %b AND key < %b ORDER BY key LIMIT %b"
 )
 
 
@@ -43,4 +43,4 @@ class PostgresRecords:
             found = await self.pool.run(lambda conn: rows(conn, _LIST_TO, (kind, start, end, limit)))
         else:
             found = await self.pool.run(lambda conn: rows(conn, _LIST, (kind, start, limit)))
-        return [(str(k), bytes(v)) for k, v in found]
+        return [(text(k), bytes(v)) for k, v in found]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
-from querator.storage.postgres._pool import Pool, count, rows
+from querator.storage.postgres._pool import Pool, count, rows, text
 from querator.storage.schedules import ScheduleRecord
 
 _DEFINITION: Final = (
@@ -13,14 +13,14 @@ _DEFINITION: Final = (
     "reference, created_at, updated_at"
 )
 _COLUMNS: Final = f"name, {_DEFINITION}, last_tick"
-_GET: Final = f"SELECT {_COLUMNS} FROM schedules WHERE name = %s"
+_GET: Final = f"SELECT {_COLUMNS} FROM schedules WHERE name = %b"
 _ADD: Final = (
-    f"INSERT INTO schedules ({_COLUMNS}) VALUES ({', '.join(['%s'] * 16)}) ON CONFLICT (name) DO NOTHING"
+    f"INSERT INTO schedules ({_COLUMNS}) VALUES ({', '.join(['%b'] * 16)}) ON CONFLICT (name) DO NOTHING"
 )
-_UPDATE: Final = f"UPDATE schedules SET ({_DEFINITION}) = ({', '.join(['%s'] * 14)}) WHERE name = %s"
-_DELETE: Final = "DELETE FROM schedules WHERE name = %s"
-_LIST: Final = f"SELECT {_COLUMNS} FROM schedules WHERE name >= %s ORDER BY name LIMIT %s"
-_TICK: Final = "UPDATE schedules SET last_tick = %s WHERE name = %s AND last_tick < %s"
+_UPDATE: Final = f"UPDATE schedules SET ({_DEFINITION}) = ({', '.join(['%b'] * 14)}) WHERE name = %b"
+_DELETE: Final = "DELETE FROM schedules WHERE name = %b"
+_LIST: Final = f"SELECT {_COLUMNS} FROM schedules WHERE name >= %b ORDER BY name LIMIT %b"
+_TICK: Final = "UPDATE schedules SET last_tick = %b WHERE name = %b AND last_tick < %b"
 
 
 def _definition(r: ScheduleRecord) -> tuple[Any, ...]:
@@ -34,9 +34,10 @@ def _record(row: Sequence[Any]) -> ScheduleRecord:
     (name, cron, zone, queue, catch_up, limit, jitter, paused, start, payload, encoding, kind, reference,
      created_at, updated_at, last_tick) = row  # fmt: skip
     return ScheduleRecord(
-        name=name, cron=cron, time_zone=zone, queue=queue, catch_up=catch_up, catch_up_limit=limit,
-        jitter=jitter, paused=bool(paused), start=start, last_tick=last_tick, payload=bytes(payload),
-        encoding=encoding, kind=kind, reference=reference, created_at=created_at, updated_at=updated_at,
+        name=text(name), cron=text(cron), time_zone=text(zone), queue=text(queue), catch_up=text(catch_up),
+        catch_up_limit=limit, jitter=jitter, paused=bool(paused), start=start, last_tick=last_tick,
+        payload=bytes(payload), encoding=text(encoding), kind=text(kind), reference=text(reference),
+        created_at=created_at, updated_at=updated_at,
     )  # fmt: skip
 
 

@@ -1,8 +1,9 @@
 """The tables, their version, and creating or migrating them when a store opens.
 
-Every text a query orders or compares by is ``COLLATE "C"``: ids must sort in byte order (KSUIDs mix
-upper and lower case, which a linguistic collation sorts differently), and record keys in code point
-order, whatever collation the database was created with.
+Every string is a ``BYTEA`` of its UTF-8 (``_pool`` dumps every ``str`` so): PostgreSQL's ``TEXT`` cannot
+hold NUL, which a client's name, reference or id may carry, and bytes sort in byte order, which ids need
+(KSUIDs mix upper and lower case, which a linguistic collation sorts differently) and which is code point
+order for record keys, whatever collation the database was created with.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ SCHEMA_VERSION: Final = 1
 LOCK_KEY: Final = 0x71756572
 """The advisory lock that serialises nodes creating or migrating one schema at the same time."""
 
-_T: Final = 'TEXT COLLATE "C" NOT NULL'
+_T: Final = "BYTEA NOT NULL"
 
 SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS querator_schema (version INTEGER NOT NULL)",
@@ -26,13 +27,13 @@ SCHEMA: Final = (
         namespace {_T},
         lease_timeout BIGINT NOT NULL,
         expire_timeout BIGINT NOT NULL,
-        dead_queue TEXT NOT NULL,
+        dead_queue BYTEA NOT NULL,
         max_attempts BIGINT NOT NULL,
-        reference TEXT NOT NULL,
+        reference BYTEA NOT NULL,
         requested_partitions BIGINT NOT NULL,
         created_at BIGINT NOT NULL,
         updated_at BIGINT NOT NULL,
-        extra TEXT NOT NULL,
+        extra BYTEA NOT NULL,
         dedup_window BIGINT NOT NULL DEFAULT {DEFAULT_DEDUP_WINDOW}
     )""",
     "CREATE INDEX IF NOT EXISTS queues_by_namespace ON queues (namespace, name)",
@@ -40,7 +41,7 @@ SCHEMA: Final = (
     f"""CREATE TABLE IF NOT EXISTS partitions (
         queue {_T},
         number INTEGER NOT NULL,
-        last_id {_T} DEFAULT '',
+        last_id {_T} DEFAULT ''::bytea,
         epoch BIGINT NOT NULL DEFAULT 0,
         PRIMARY KEY (queue, number)
     )""",
@@ -58,11 +59,11 @@ SCHEMA: Final = (
         created_at BIGINT NOT NULL,
         attempts BIGINT NOT NULL,
         max_attempts BIGINT NOT NULL,
-        reference TEXT NOT NULL,
-        encoding TEXT NOT NULL,
-        kind TEXT NOT NULL,
+        reference BYTEA NOT NULL,
+        encoding BYTEA NOT NULL,
+        kind BYTEA NOT NULL,
         payload BYTEA NOT NULL,
-        job_id TEXT NOT NULL,
+        job_id BYTEA NOT NULL,
         failures BYTEA NOT NULL,
         PRIMARY KEY (queue, part, id)
     ) WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_insert_scale_factor = 0.02)""",
@@ -84,19 +85,19 @@ SCHEMA: Final = (
     "CREATE INDEX IF NOT EXISTS dedup_expiry ON dedup (expires_at)",
     f"""CREATE TABLE IF NOT EXISTS schedules (
         name {_T} PRIMARY KEY,
-        cron TEXT NOT NULL,
-        time_zone TEXT NOT NULL,
-        queue TEXT NOT NULL,
-        catch_up TEXT NOT NULL,
+        cron BYTEA NOT NULL,
+        time_zone BYTEA NOT NULL,
+        queue BYTEA NOT NULL,
+        catch_up BYTEA NOT NULL,
         catch_up_limit BIGINT NOT NULL,
         jitter BIGINT NOT NULL,
         paused BOOLEAN NOT NULL,
         start BIGINT NOT NULL,
         last_tick BIGINT NOT NULL,
         payload BYTEA NOT NULL,
-        encoding TEXT NOT NULL,
-        kind TEXT NOT NULL,
-        reference TEXT NOT NULL,
+        encoding BYTEA NOT NULL,
+        kind BYTEA NOT NULL,
+        reference BYTEA NOT NULL,
         created_at BIGINT NOT NULL,
         updated_at BIGINT NOT NULL
     )""",
@@ -121,7 +122,7 @@ SCHEMA: Final = (
     # the partition (``newest`` NULL); the last statement of a run that wrote raises the partition's
     # last_id to the run's greatest new id under the same condition, and its row lock orders it against a
     # claim: a claim committed first makes it fail. Failing rolls the whole run back.
-    """CREATE OR REPLACE FUNCTION querator_fence(q TEXT, n BIGINT, mine BIGINT, newest TEXT)
+    """CREATE OR REPLACE FUNCTION querator_fence(q BYTEA, n BIGINT, mine BIGINT, newest BYTEA)
     RETURNS VOID LANGUAGE plpgsql AS $$
     DECLARE
         owner BIGINT;
@@ -132,7 +133,7 @@ SCHEMA: Final = (
                 RETURN;
             END IF;
         ELSE
-            UPDATE partitions SET last_id = greatest(last_id, newest COLLATE "C")
+            UPDATE partitions SET last_id = greatest(last_id, newest)
                 WHERE queue = q AND number = n AND epoch = mine;
             IF FOUND THEN
                 RETURN;
@@ -141,10 +142,10 @@ SCHEMA: Final = (
         END IF;
         IF owner IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'QR002',
-                MESSAGE = format('partition %s of ''%s'' has no row (its queue was deleted)', n, q);
+                MESSAGE = 'has no row (its queue was deleted)';
         END IF;
         RAISE EXCEPTION USING ERRCODE = 'QR001',
-            MESSAGE = format('partition %s of ''%s'' is owned by epoch %s, not %s', n, q, owner, mine);
+            MESSAGE = format('is owned by epoch %s, not %s', owner, mine);
     END $$""",
 )
 """Version 1, created by ``IF NOT EXISTS`` (and the fence by ``OR REPLACE``) on every open."""

@@ -11,7 +11,7 @@ from querator.storage.postgres import _statements as sql
 from querator.storage.postgres._codec import queue_record, queue_row
 from querator.storage.postgres._errors import PostgresStorageError
 from querator.storage.postgres._partition import PostgresPartition
-from querator.storage.postgres._pool import Conn, Pool, rows, transaction
+from querator.storage.postgres._pool import Conn, Pool, rows, text, transaction
 from querator.storage.postgres._pool import count as row_count
 from querator.storage.postgres._records import PostgresRecords
 from querator.storage.postgres._schedules import PostgresSchedules
@@ -102,7 +102,7 @@ class PostgresStore(PostgresSchedules, PostgresRecords):
 
     async def partition_queues(self) -> list[str]:
         """The names of the queues with a partition here."""
-        return [str(r[0]) for r in await self.pool.run(lambda conn: rows(conn, sql.PARTITION_QUEUES))]
+        return [text(r[0]) for r in await self.pool.run(lambda conn: rows(conn, sql.PARTITION_QUEUES))]
 
     async def delete_partitions(self, queue: str, count: int) -> None:
         def job(conn: Conn) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 from querator.storage.base import ClearOptions, Deadlines, Item, PartitionStats, list_page
 from querator.storage.postgres import _statements as sql
 from querator.storage.postgres._codec import item_arrays, item_from_row, update_arrays
-from querator.storage.postgres._pool import Conn
+from querator.storage.postgres._pool import Conn, text
 
 
 class PostgresTx:
@@ -43,7 +43,7 @@ class PostgresTx:
 
     def last_id(self) -> str:
         rows = self._rows(sql.LAST_ID, (self._queue, self._number))
-        return max(str(rows[0][0]) if rows else "", self.newest)
+        return max(text(rows[0][0]) if rows else "", self.newest)
 
     def insert(self, items: Sequence[Item]) -> None:
         if not items:
@@ -71,7 +71,7 @@ class PostgresTx:
         wanted = [s for s in source_ids if s]
         if not wanted:
             return set()
-        return {str(r[0]) for r in self._rows(sql.SOURCES, (self._queue, self._number, wanted))}
+        return {text(r[0]) for r in self._rows(sql.SOURCES, (self._queue, self._number, wanted))}
 
     def expired_leases(self, now: int, limit: int) -> list[Item]:
         return self._items(sql.EXPIRED_LEASES, now, limit)
@@ -104,7 +104,7 @@ class PostgresTx:
             return set()
         self.wrote = True
         rows = self._rows(sql.DEDUP, {"q": self._queue, "ids": ids, "until": expires_at, "now": now})
-        return set(ids).difference(str(r[0]) for r in rows)
+        return set(ids).difference(text(r[0]) for r in rows)
 
     def clear(self, options: ClearOptions) -> None:
         key = (self._queue, self._number)

@@ -11,20 +11,20 @@ from querator.storage.workflows import Workflow, decode_workflow, encode_workflo
 PURGE_LIMIT: Final = 1_000
 """Most expired workflows one purge statement deletes, so that runs go on in between."""
 
-_GET: Final = "SELECT record FROM workflows WHERE id = %s"
+_GET: Final = "SELECT record FROM workflows WHERE id = %b"
 _INSERT: Final = (
-    "INSERT INTO workflows (id, status, version, expires_at, record) VALUES (%s, %s, %s, %s, %s) "
+    "INSERT INTO workflows (id, status, version, expires_at, record) VALUES (%b, %b, %b, %b, %b) "
     "ON CONFLICT (id) DO NOTHING"
 )
 _REPLACE: Final = (
-    "UPDATE workflows SET status = %s, version = %s, expires_at = %s, record = %s "
-    "WHERE id = %s AND version = %s"
+    "UPDATE workflows SET status = %b, version = %b, expires_at = %b, record = %b "
+    "WHERE id = %b AND version = %b"
 )
-_LIST: Final = "SELECT record FROM workflows WHERE id >= %s ORDER BY id LIMIT %s"
-_LIST_STATUS: Final = "SELECT record FROM workflows WHERE status = %s AND id >= %s ORDER BY id LIMIT %s"
+_LIST: Final = "SELECT record FROM workflows WHERE id >= %b ORDER BY id LIMIT %b"
+_LIST_STATUS: Final = "SELECT record FROM workflows WHERE status = %b AND id >= %b ORDER BY id LIMIT %b"
 _PURGE: Final = (
     "DELETE FROM workflows WHERE id IN "
-    "(SELECT id FROM workflows WHERE expires_at > 0 AND expires_at <= %s LIMIT %s)"
+    "(SELECT id FROM workflows WHERE expires_at > 0 AND expires_at <= %b LIMIT %b)"
 )
 
 
