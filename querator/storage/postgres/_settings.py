@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +43,9 @@ class PostgresSettings:
         try:
             kwargs: dict[str, Any] = psycopg.conninfo.conninfo_to_dict(self.url)
         except psycopg.ProgrammingError as e:
-            raise ValueError(f"'{self.url}' is not a PostgreSQL connection URL: {e}") from None
+            # Neither the URL nor libpq's quotes of it: it may hold a password.
+            detail = re.sub(r'"[^"]*"', '"..."', str(e).strip().splitlines()[0])
+            raise ValueError(f"not a PostgreSQL connection URL: {detail}") from None
         kwargs.setdefault("connect_timeout", self.connect_timeout_s)
         kwargs["application_name"] = "querator"
         if self.username:
