@@ -8,11 +8,12 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
+from msgspec.structs import replace
 
 from querator.clock import SystemClock
 from querator.errors import StaleOwnerError
 from querator.ksuid import KsuidGenerator
-from querator.storage.base import QueueRecord, Store
+from querator.storage.base import Item, PartitionTx, QueueRecord, Store
 from querator.storage.operations import RetryEntry
 from querator.storage.postgres import (
     SCHEMA_VERSION,
@@ -22,7 +23,7 @@ from querator.storage.postgres import (
     PostgresStore,
 )
 from tests.postgres_node import PostgresNode
-from tests.storage.contract import NOW, SECOND, Part, RecordsContract, StoreContract, item, payloads
+from tests.storage.contract import NOW, SECOND, Part, RecordsContract, StoreContract, ids, item, payloads
 
 EPOCH = 1_000
 
@@ -222,3 +223,29 @@ async def test_strings_with_nul_and_lone_surrogates_round_trip(store: PostgresSt
     assert await store.get_record(odd, odd) == b"v"
     assert await store.list_records(odd, "", "", 10) == [(odd, b"v")]
     assert await store.get_record(odd, "a") is None
+
+
+async def test_head_scans_from_the_first_item_that_may_still_be_queued(store: PostgresStore) -> None:
+    """The head bound (``_tx.py``): after a lease the next ``head`` starts at the first item still
+    queued, past the rows leased before it, and new items at the tail are still found."""
+    partition = store.partition("queue", 0)
+    assert isinstance(partition, PostgresPartition)
+    part = Part(partition)
+    produced = await part.produce(*(item(f"i{n}") for n in range(5)))
+    [leased] = await part.lease(3)
+    assert ids(leased) == ids(produced[:3])
+    assert partition._head_from == produced[2].id + "\x00"  # above the last leased, below any later id
+
+    def lease_first(tx: PartitionTx) -> list[Item]:
+        found = tx.head(5)
+        tx.update([replace(found[0], is_leased=True, lease_deadline=NOW + SECOND)])
+        return found
+
+    assert ids(await part.run(lease_first)) == ids(produced[3:])
+    assert partition._head_from == produced[4].id  # the first item the run left queued
+    (late,) = await part.produce(item("late"))
+    assert ids(await part.head()) == [produced[4].id, late.id]
+    # A run that fails leaves the bound where it was.
+    with pytest.raises(ZeroDivisionError):
+        await part.run(lambda tx: (tx.head(1), tx.update([]), 1 // 0))
+    assert partition._head_from == produced[4].id

@@ -36,6 +36,8 @@ class PostgresPartition:
         """The epoch this owner writes with (0: not claimed yet)."""
         self._stale: StaleOwnerError | None = None
         self._lock = asyncio.Lock()
+        self._head_from = ""
+        """No item below this id is queued (``_tx``'s head bound); "" while nothing is known."""
 
     @property
     def _subject(self) -> str:
@@ -45,6 +47,7 @@ class PostgresPartition:
         """Its rows were deleted (``delete_partitions``): the next run claims it again."""
         self.epoch = 0
         self._stale = None
+        self._head_from = ""
 
     async def run(self, fn: Callable[[PartitionTx], T]) -> T:
         """Runs ``fn`` in one transaction on a worker thread; returns once it committed.
@@ -68,7 +71,7 @@ class PostgresPartition:
                 raise
 
     def _run(self, conn: Conn, fn: Callable[[PartitionTx], T]) -> T:
-        tx = PostgresTx(conn, self.queue, self.number)
+        tx = PostgresTx(conn, self.queue, self.number, self._head_from)
 
         def body() -> T:
             conn.execute(sql.FENCE, (self.queue, self.number, self.epoch, None))
@@ -77,7 +80,9 @@ class PostgresPartition:
                 conn.execute(sql.FENCE, (self.queue, self.number, self.epoch, tx.newest))
             return result
 
-        return transaction(conn, body, self._subject)
+        result = transaction(conn, body, self._subject)
+        self._head_from = tx.head_from()
+        return result
 
     def _claim(self, conn: Conn) -> int:
         """Worker thread: makes the store's epoch the owner's, unless a newer one is there."""
@@ -106,3 +111,4 @@ class PostgresPartition:
 
             self.epoch = await self._store.pool.run(take_over)
             self._stale = None
+            self._head_from = ""  # another owner may have written since

@@ -33,8 +33,10 @@ UPDATE_ITEMS: Final = (
 DELETE_ITEMS: Final = f"DELETE FROM items WHERE {_PART} AND id = ANY(%b::bytea[])"
 GET_ITEMS: Final = f"SELECT {ITEM_COLUMNS} FROM items WHERE {_PART} AND id = ANY(%b::bytea[])"
 # Each query repeats its partial index's WHERE terms, so that the planner can use it.
+# From the partition's head bound (``_tx.PostgresTx.head``): the index entries of items leased since the
+# last vacuum lie below it, and the scan starts past them.
 HEAD: Final = (
-    f"SELECT {ITEM_COLUMNS} FROM items WHERE {_PART} AND NOT is_leased AND enqueue_at = 0 "
+    f"SELECT {ITEM_COLUMNS} FROM items WHERE {_PART} AND NOT is_leased AND enqueue_at = 0 AND id >= %b "
     "ORDER BY id LIMIT %b"
 )
 SOURCES: Final = (

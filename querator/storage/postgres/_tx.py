@@ -2,6 +2,14 @@
 
 Writes are sent without waiting (pipeline mode); a read waits for its answer, and PostgreSQL has run
 every statement before it by then, so a run reads its own writes.
+
+The head bound: an item is queued from its insert (at the tail: its id is above every id in the partition)
+until it is leased, scheduled or deleted, and never again under its id (``storage/base.py``). So once a
+``head`` found its first queued item at id X, no item below X is ever queued again, and once a run
+leased, scheduled or deleted every item its ``head`` returned, none at or below the last of them is.
+The partition keeps that bound (``head_from``) across runs and ``head`` scans from it: a queue leases
+from its head, and the index entries of the rows it leased and completed stay there until a vacuum
+removes them, which every ``head`` would otherwise step over again.
 """
 
 from __future__ import annotations
@@ -18,12 +26,17 @@ from querator.storage.postgres._pool import Conn, text
 class PostgresTx:
     """``PartitionTx`` over the items of one partition, inside a run's transaction on ``conn``."""
 
-    __slots__ = ("_conn", "_number", "_queue", "newest", "wrote")
+    __slots__ = ("_conn", "_head", "_head_from", "_number", "_queue", "_unqueued", "newest", "wrote")
 
-    def __init__(self, conn: Conn, queue_name: str, number: int) -> None:
+    def __init__(self, conn: Conn, queue_name: str, number: int, head_from: str = "") -> None:
         self._conn = conn
         self._queue = queue_name
         self._number = number
+        self._head_from = head_from
+        self._head: list[str] | None = None
+        """The ids the run's last ``head`` returned."""
+        self._unqueued: set[str] = set()
+        """Ids the run leased, scheduled or deleted."""
         self.wrote = False
         """Whether the run wrote: then it ends with the fence (``PostgresPartition``)."""
         self.newest = ""
@@ -52,7 +65,18 @@ class PostgresTx:
         self.newest = max(self.newest, *(i.id for i in items))
 
     def head(self, limit: int) -> list[Item]:
-        return self._items(sql.HEAD, limit)
+        items = self._items(sql.HEAD, self._head_from, limit)
+        self._head = [i.id for i in items]
+        return items
+
+    def head_from(self) -> str:
+        """The head bound once this run committed (module docstring)."""
+        if not self._head:
+            return self._head_from
+        for item_id in self._head:
+            if item_id not in self._unqueued:
+                return item_id
+        return self._head[-1] + "\x00"  # the least id above the last: the bytes sort first
 
     def get(self, ids: Collection[str]) -> dict[str, Item]:
         if not ids:
@@ -62,10 +86,12 @@ class PostgresTx:
     def update(self, items: Sequence[Item]) -> None:
         if items:
             self._write(sql.UPDATE_ITEMS, (*update_arrays(items), self._queue, self._number))
+            self._unqueued.update(i.id for i in items if i.is_leased or i.enqueue_at)
 
     def delete(self, ids: Collection[str]) -> None:
         if ids:
             self._write(sql.DELETE_ITEMS, (self._queue, self._number, list(ids)))
+            self._unqueued.update(ids)
 
     def existing_source_ids(self, source_ids: Collection[str]) -> set[str]:
         wanted = [s for s in source_ids if s]
