@@ -1,10 +1,10 @@
 """One partition of a queue: its owner epoch, and runs as pipelined transactions ending with the fence.
 
 A partition is claimed on its first run with the store's epoch (a node alone: its start time), or taken
-over by ``claim`` (a cluster node) with an epoch above every epoch it finds. Every run starts with the
-fence (``_schema``'s ``querator_fence``), and a run that writes ends with it too: the partition's row
-must still hold this owner's epoch, or the run is rolled back and the partition refuses every run until
-it is claimed again (docs/adr/0045). Both are pipelined: they cost no round trip of their own.
+over by ``claim`` (a cluster node) with an epoch above every epoch it finds. Every run ends with the
+fence (``_schema``'s ``querator_fence``): the partition's row must still hold this owner's epoch, or the
+run is rolled back (its reads discarded) and the partition refuses every run until it is claimed again
+(docs/adr/0045). It is pipelined with the COMMIT: no round trip of its own.
 """
 
 from __future__ import annotations
@@ -74,10 +74,9 @@ class PostgresPartition:
         tx = PostgresTx(conn, self.queue, self.number, self._head_from)
 
         def body() -> T:
-            conn.execute(sql.FENCE, (self.queue, self.number, self.epoch, None))
             result = fn(tx)
-            if tx.wrote:
-                conn.execute(sql.FENCE, (self.queue, self.number, self.epoch, tx.newest))
+            newest = tx.newest if tx.wrote else None  # None: check the epoch, write nothing
+            conn.execute(sql.FENCE, (self.queue, self.number, self.epoch, newest))
             return result
 
         result = transaction(conn, body, self._subject)

@@ -118,10 +118,10 @@ SCHEMA: Final = (
         value BYTEA NOT NULL,
         PRIMARY KEY (kind, key)
     )""",
-    # The fence (docs/adr/0045). The first statement of every run checks that the caller's epoch still owns
-    # the partition (``newest`` NULL); the last statement of a run that wrote raises the partition's
-    # last_id to the run's greatest new id under the same condition, and its row lock orders it against a
-    # claim: a claim committed first makes it fail. Failing rolls the whole run back.
+    # The fence (docs/adr/0045), the last statement of every run. For a run that only read (``newest``
+    # NULL) it checks that the caller's epoch still owns the partition; for a run that wrote it raises the
+    # partition's last_id to the run's greatest new id under the same condition, and its row lock orders
+    # it against a claim: a claim committed first makes it fail. Failing rolls the whole run back.
     """CREATE OR REPLACE FUNCTION querator_fence(q BYTEA, n BIGINT, mine BIGINT, newest BYTEA)
     RETURNS VOID LANGUAGE plpgsql AS $$
     DECLARE
