@@ -241,6 +241,7 @@ POSTGRES_API_FILES = frozenset(
     {
         "test_queue.py",
         "test_lifecycle.py",
+        "test_clock_jumps.py",
         "test_retry.py",
         "test_renew.py",
         "test_dedup.py",

@@ -69,9 +69,11 @@ SCHEMA: Final = (
     ) WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_insert_scale_factor = 0.02)""",
     """CREATE INDEX IF NOT EXISTS items_queued ON items (queue, part, id)
         WHERE NOT is_leased AND enqueue_at = 0""",
-    """CREATE INDEX IF NOT EXISTS items_leased ON items (queue, part, lease_deadline)
+    # Equal deadlines come back in id order (FIFO), as in the other stores, whose indexes end with the
+    # key: a PostgreSQL index would break ties by the rows' places in the heap.
+    """CREATE INDEX IF NOT EXISTS items_leased ON items (queue, part, lease_deadline, id)
         WHERE is_leased AND enqueue_at = 0""",
-    """CREATE INDEX IF NOT EXISTS items_expiring ON items (queue, part, expire_deadline)
+    """CREATE INDEX IF NOT EXISTS items_expiring ON items (queue, part, expire_deadline, id)
         WHERE enqueue_at = 0 AND expire_deadline > 0""",
     "CREATE INDEX IF NOT EXISTS items_scheduled_at ON items (queue, part, enqueue_at) WHERE enqueue_at > 0",
     "CREATE INDEX IF NOT EXISTS items_scheduled ON items (queue, part, id) WHERE enqueue_at > 0",

@@ -44,11 +44,11 @@ SOURCES: Final = (
 )
 EXPIRED_LEASES: Final = (
     f"SELECT {ITEM_COLUMNS} FROM items WHERE {_PART} AND is_leased AND enqueue_at = 0 "
-    "AND lease_deadline < %b ORDER BY lease_deadline LIMIT %b"
+    "AND lease_deadline < %b ORDER BY lease_deadline, id LIMIT %b"
 )
 EXPIRED: Final = (
     f"SELECT {ITEM_COLUMNS} FROM items WHERE {_PART} AND enqueue_at = 0 AND expire_deadline > 0 "
-    "AND expire_deadline < %b ORDER BY expire_deadline LIMIT %b"
+    "AND expire_deadline < %b ORDER BY expire_deadline, id LIMIT %b"
 )
 # Due items come back in id order but are found through enqueue_at: few of many scheduled items are due.
 DUE: Final = (
