@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 
 import pytest
@@ -183,20 +184,23 @@ async def test_ids_sort_in_byte_order_whatever_the_database_collation(store: Pos
 
 
 async def test_runs_fail_while_postgres_is_down_and_go_on_after(
-    store: PostgresStore, postgres_node: PostgresNode
+    postgres_settings: PostgresSettings, postgres_node: PostgresNode, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """PostgreSQL restarting: runs meanwhile fail with a storage error (the engine's 454), never hang;
-    afterwards the same store goes on with every committed item, on new connections."""
-    part = Part(store.partition("queue", 0))
-    await part.produce(item("kept"))
-    postgres_node.stop()
-    try:
-        with pytest.raises(PostgresStorageError, match=r"^postgres storage error; "):
-            await part.produce(item("refused"))
-    finally:
-        postgres_node.start()
-    await part.produce(item("after"))
-    assert payloads(await part.list()) == ["kept", "after"]
+    """PostgreSQL restarting: runs meanwhile fail with a storage error (the engine's 454), never hang,
+    and the log says a connection broke; afterwards the same store goes on with every committed item, on
+    new connections. (One connection, so that the run in the outage is the one to find it broken.)"""
+    async with opened_store(dataclasses.replace(postgres_settings, connections=1), EPOCH) as store:
+        part = Part(store.partition("queue", 0))
+        await part.produce(item("kept"))
+        postgres_node.stop()
+        try:
+            with pytest.raises(PostgresStorageError, match=r"^postgres storage error; "):
+                await part.produce(item("refused"))
+        finally:
+            postgres_node.start()
+        await part.produce(item("after"))
+        assert payloads(await part.list()) == ["kept", "after"]
+    assert "postgres: a connection to 127.0.0.1:" in caplog.text
 
 
 ODD_TEXT = "a\x00\u202e\ud800é"
@@ -249,3 +253,20 @@ async def test_head_scans_from_the_first_item_that_may_still_be_queued(store: Po
     with pytest.raises(ZeroDivisionError):
         await part.run(lambda tx: (tx.head(1), tx.update([]), 1 // 0))
     assert partition._head_from == produced[4].id
+
+
+async def test_a_restart_of_postgres_costs_one_failed_run_not_one_per_connection(
+    store: PostgresStore, postgres_node: PostgresNode
+) -> None:
+    """The pool's other connections broke with the one that failed: they are replaced before their next
+    run, so the first run after the restart succeeds."""
+    part = Part(store.partition("queue", 0))
+    await part.produce(item("kept"))
+    postgres_node.stop()
+    try:
+        with pytest.raises(PostgresStorageError, match=r"^postgres storage error; "):
+            await part.produce(item("refused"))
+    finally:
+        postgres_node.start()
+    await part.produce(item("after"))
+    assert payloads(await part.list()) == ["kept", "after"]

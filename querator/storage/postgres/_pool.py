@@ -156,6 +156,10 @@ class Pool:
                 raise storage_error(e) from e
         finally:
             if held is not None and (held[0].broken or held[0].closed):
+                log.warning(
+                    "postgres: a connection to %s broke; the pool replaces every connection it holds",
+                    self._settings.describe(),
+                )
                 held[0].close()
                 self._generation = max(self._generation, held[1] + 1)
             self._idle.put(held)
