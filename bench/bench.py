@@ -10,6 +10,7 @@
     python bench/bench.py --storage postgres --postgres-url postgresql://...  # or uses a running one
     python bench/bench.py --nodes 3 --via other ...     # a 3-node cluster on a local etcd, through a node
                                                         # that does not own the queue (every call forwarded)
+    python bench/bench.py --nodes 3 --via other --reach-owners ...  # the client sends to the owners
     python bench/bench.py --protobuf ...               # binary protobuf bodies instead of JSON
 
 Scenarios (1 KiB items): ``produce``, ``lease`` (of a pre-filled queue), ``cycle`` (produce -> lease ->
@@ -445,6 +446,9 @@ async def main() -> None:  # noqa: C901, PLR0912, PLR0915
         "--via", default="owner", choices=["owner", "other"], help="with --nodes: which node the clients use"
     )
     parser.add_argument(
+        "--reach-owners", action="store_true", help="the client sends queue requests to the owners itself"
+    )
+    parser.add_argument(
         "--scenario",
         action="append",
         choices=["produce", "dedup", "lease", "renew", "cycle", "latency", "rss"],
@@ -503,10 +507,13 @@ async def main() -> None:  # noqa: C901, PLR0912, PLR0915
         f"{args.partitions} partitions, {args.duration:.0f} s each, {'protobuf' if args.protobuf else 'JSON'}"
         + (f" after {args.warmup:.0f} s of warm-up" if args.warmup else "")
         + (f", {args.nodes} nodes, via the {args.via}" if args.nodes > 1 else "")
+        + (", reaching owners" if args.reach_owners else "")
         + (f", commit log {args.cassandra_commitlog}" if node is not None else "")
     )
     try:
-        async with AsyncClient(endpoint, limit=args.clients * 4, protobuf=args.protobuf) as client:
+        async with AsyncClient(
+            endpoint, limit=args.clients * 4, protobuf=args.protobuf, reach_owners=args.reach_owners
+        ) as client:
             if server is not None:
                 await server.wait_ready(client)
             print(

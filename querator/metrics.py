@@ -26,8 +26,10 @@ from prometheus_client.utils import floatToGoString
 
 from querator._tasks import Supervised
 from querator.clock import Clock, seconds
+from querator.cluster.lease_wait import LeaseCounters
 from querator.cluster.node import ClusterNode
 from querator.cluster.proxy import CLIENT_GONE, NO_REPLY
+from querator.engine.hand_off_log import Direction
 from querator.engine.logical_queue import ItemCounters
 from querator.engine.queue import Queue
 from querator.engine.queues_manager import ClusterCounters, HandOff, QueuesManager
@@ -60,8 +62,15 @@ class Metrics:
     """The node's private registry (no global state, so tests can run many servers in one process)."""
 
     def __init__(
-        self, clock: Clock, cluster: ClusterNode, manager: QueuesManager, ready: Ready, tasks: Tasks = tuple
+        self,
+        clock: Clock,
+        cluster: ClusterNode,
+        manager: QueuesManager,
+        ready: Ready,
+        tasks: Tasks = tuple,
+        leases: LeaseCounters | None = None,
     ) -> None:
+        """``leases``: what this member's waiting leases asked of the other owners."""
         self.registry = CollectorRegistry()
         self.latency = LightHistogram(
             "querator_request_duration_seconds",
@@ -85,7 +94,7 @@ class Metrics:
         ProcessCollector(registry=self.registry)
         self._queues = _QueueCollector(clock)
         self.registry.register(self._queues)
-        self._node = _NodeCollector(cluster, manager.counters, tasks)
+        self._node = _NodeCollector(cluster, manager.counters, tasks, leases or LeaseCounters())
         self.registry.register(self._node)
         self._manager = manager
         self._ready = ready
@@ -178,8 +187,8 @@ async def _gauges(queue: Queue) -> QueueGauges | None:
             continue
         try:
             queued, leased, scheduled, oldest = await queue.logical.run_on(number, read, limited=False)
-        except RetryRequest:  # failed just now
-            gauges.failing_partitions += 1
+        except RetryRequest:  # failed just now, or given to another node
+            gauges.failing_partitions += number in queue.logical.partitions
             continue
         except QueratorError:
             return None
@@ -252,9 +261,12 @@ class _NodeCollector(Collector):
     """The node's readiness and its place in the cluster (a node alone: a one-member ring owning every
     partition)."""
 
-    def __init__(self, cluster: ClusterNode, counters: ClusterCounters, tasks: Tasks) -> None:
+    def __init__(
+        self, cluster: ClusterNode, counters: ClusterCounters, tasks: Tasks, leases: LeaseCounters
+    ) -> None:
         self._cluster = cluster
         self._counters = counters
+        self._leases = leases
         self._tasks = tasks
         self.ready = False
         self.partitions_owned = 0
@@ -281,17 +293,53 @@ class _NodeCollector(Collector):
         )
         hand_offs = CounterMetricFamily(
             "querator_cluster_hand_offs",
-            "Queue engines handed off: ring (the ring moved partitions), lease (this node's cluster lease "
-            "was uncertain), fenced (storage refused a write: another node claimed a partition).",
+            "Queues handed off: ring (the ring moved some of their partitions: only those changed hands), "
+            "lease (this node's cluster lease was uncertain: its engines stopped), fenced (storage refused "
+            "a write: another node claimed the partition, given up alone).",
             labels=["reason"],
         )
         for reason in HandOff:
             hand_offs.add_metric([reason.value], self._counters.hand_offs[reason])
         yield hand_offs
+        moved = CounterMetricFamily(
+            "querator_cluster_partitions_moved",
+            "Partitions of running queues this node stopped serving (given) or was given (taken) by a "
+            "hand-off, as listed by cluster.info.",
+            labels=["direction"],
+        )
+        for direction in Direction:
+            moved.add_metric([direction.value], self._counters.partitions_moved[direction])
+        yield moved
+        yield CounterMetricFamily(
+            "querator_cluster_partition_claims",
+            "Partitions claimed in storage before this node served them (a Paxos round each on Cassandra).",
+            self._counters.partition_claims,
+        )
+        yield CounterMetricFamily(
+            "querator_cluster_ring_changes",
+            "Rings this node adopted since it started: member events arriving together count once.",
+            self._cluster.ring_changes,
+        )
         yield CounterMetricFamily(
             "querator_cluster_fenced_writes",
             "Writes storage refused because another node claimed the partition (a newer owner's epoch).",
             self._counters.fenced_writes,
+        )
+        leases = self._leases
+        yield CounterMetricFamily(
+            "querator_cluster_lease_probes",
+            "Leases waiting here that asked another owner for the items it said it had (not waiting there).",
+            leases.probes,
+        )
+        yield CounterMetricFamily(
+            "querator_cluster_lease_watches",
+            "Watches sent to other owners for the leases waiting here (one per queue and owner, renewed).",
+            leases.watches,
+        )
+        yield CounterMetricFamily(
+            "querator_cluster_lease_notifications",
+            "Watches another owner answered because items arrived there.",
+            leases.notifications,
         )
         restarts = CounterMetricFamily(
             "querator_task_restarts",

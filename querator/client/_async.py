@@ -22,11 +22,12 @@ from querator.client._arguments import (
     produce_items,
     retry_item,
 )
-from querator.client._errors import snippet
+from querator.client._errors import ConnectionFailed, snippet
 from querator.client._lease import Lease
 from querator.client._lock import Held, hold
 from querator.client._lock_queue import LockQueue
 from querator.client._lock_queue import set_limit as change_limit
+from querator.client._owners import Owners
 from querator.client._queues import QueueAdminCalls
 from querator.client._renew import keep_renewed, stopped
 from querator.client._retries import DEFAULT_RETRIES, Retries, with_retries
@@ -36,7 +37,7 @@ from querator.client._tenancy import TenancyMethods
 from querator.client._transport import Transport, http_timeout_s
 from querator.client._workflows import WorkflowCalls
 from querator.duration import parse_duration
-from querator.errors import LeaseTimedOut, QueratorError, plain_error
+from querator.errors import LeaseTimedOut, QueratorError, RetryRequest, plain_error
 from querator.wire import messages as m
 
 DEFAULT_ENDPOINT = "http://localhost:2319"
@@ -67,6 +68,11 @@ class AsyncClient(QueueAdminCalls, StorageCalls, ScheduleCalls, WorkflowCalls, T
         retries: how calls are tried again after transient failures (``querator.client.Retries``; None:
             never). Which calls, and after which failures, is in the ``querator.client._retries``
             docstring: a call is never repeated where that could do its work twice.
+        reach_owners: send produce, lease, complete, retry and renew straight to a cluster member that
+            owns what they need, at its advertised address (``cluster.info``, read again every 10 s and
+            after a failure there), instead of letting the endpoint forward them (docs/cluster.md,
+            "Clients that reach owners"). Only for clients that can reach every member's
+            ``--advertise-address`` with this endpoint's scheme, API key and TLS settings.
     """
 
     def __init__(
@@ -80,6 +86,7 @@ class AsyncClient(QueueAdminCalls, StorageCalls, ScheduleCalls, WorkflowCalls, T
         limit_per_host: int = 0,
         ssl: ssl.SSLContext | None = None,
         retries: Retries | None = DEFAULT_RETRIES,
+        reach_owners: bool = False,
     ) -> None:
         if timeout_margin < 0:
             raise ValueError("timeout_margin cannot be negative")
@@ -92,6 +99,7 @@ class AsyncClient(QueueAdminCalls, StorageCalls, ScheduleCalls, WorkflowCalls, T
         )
         self._locks: dict[str, LockQueue] = {}
         """Lock name -> its queue's settings, once this client made sure of the queue."""
+        self._owners = Owners(self.endpoint, self.cluster_info) if reach_owners else None
 
     async def __aenter__(self) -> Self:
         return self
@@ -145,6 +153,44 @@ class AsyncClient(QueueAdminCalls, StorageCalls, ScheduleCalls, WorkflowCalls, T
         return await with_retries(
             self.retries, idempotent, lambda: self._transport.post(url, msg, reply_type, timeout_s)
         )
+
+    async def _owner_call(
+        self,
+        queue: str,
+        partition: int | None,
+        path: str,
+        msg: m.Message,
+        reply_type: type[R],
+        seconds: float | None = None,
+        idempotent: bool = False,
+    ) -> R:
+        """``call``, sent to the member owning ``partition`` of ``queue`` (None: some partition of it)
+        when the client reaches owners."""
+        owners = self._owners
+        if owners is None:
+            return await self.call(path, msg, reply_type, seconds=seconds, idempotent=idempotent)
+        timeout_s = self._timeout_s(seconds)
+
+        async def attempt() -> R:
+            base = await (
+                owners.queue_url(queue) if partition is None else owners.partition_url(queue, partition)
+            )
+            try:
+                return await self._transport.post(base + path, msg, reply_type, timeout_s)
+            except ConnectionFailed as e:
+                if base == self.endpoint:
+                    raise
+                owners.stale(queue, base)
+                if e.sent:
+                    raise
+                # The member never got it (it left): the endpoint serves it, forwarding if need be.
+                return await self._transport.post(self.endpoint + path, msg, reply_type, timeout_s)
+            except RetryRequest as e:
+                if not isinstance(e, LeaseTimedOut):  # the partition may have moved
+                    owners.stale(queue, base)
+                raise
+
+        return await with_retries(self.retries, idempotent, attempt)
 
     # -- the queue API ------------------------------------------------------------------------------------
 
@@ -201,8 +247,14 @@ class AsyncClient(QueueAdminCalls, StorageCalls, ScheduleCalls, WorkflowCalls, T
         )
         msg = m.QueueProduceRequest(queue_name=queue_name, request_timeout=timeout, items=messages)
         once = all(i.dedup_id for i in messages)
-        reply = await self.call(
-            "/v1/queue.produce", msg, m.QueueProduceResponse, seconds=http_timeout_s(timeout), idempotent=once
+        reply = await self._owner_call(
+            queue_name,
+            None,
+            "/v1/queue.produce",
+            msg,
+            m.QueueProduceResponse,
+            seconds=http_timeout_s(timeout),
+            idempotent=once,
         )
         return list(reply.ids) if reply.ids else [""] * len(messages)
 
@@ -236,7 +288,9 @@ class AsyncClient(QueueAdminCalls, StorageCalls, ScheduleCalls, WorkflowCalls, T
             request_timeout=timeout,
         )
         try:
-            return await self.call(
+            return await self._owner_call(
+                queue_name,
+                None,
                 "/v1/queue.lease",
                 msg,
                 m.QueueLeaseResponse,
@@ -273,7 +327,9 @@ class AsyncClient(QueueAdminCalls, StorageCalls, ScheduleCalls, WorkflowCalls, T
             ids=list(ids),
             lease_tokens=list(lease_tokens),
         )
-        await self._reply_call("/v1/queue.complete", msg, http_timeout_s(timeout))
+        await self._owner_call(
+            queue_name, partition, "/v1/queue.complete", msg, m.Reply, seconds=http_timeout_s(timeout)
+        )
 
     async def retry(self, queue_name: str, partition: int, items: Sequence[RetryItem]) -> None:
         """Gives leased items back: now (new id, queue tail), at ``retry_at`` (scheduled), or dead.
@@ -293,7 +349,7 @@ class AsyncClient(QueueAdminCalls, StorageCalls, ScheduleCalls, WorkflowCalls, T
             partition=partition,
             items=[retry_item(i) for i in items],
         )
-        await self._reply_call("/v1/queue.retry", msg)
+        await self._owner_call(queue_name, partition, "/v1/queue.retry", msg, m.Reply)
 
     async def renew(
         self,
@@ -325,8 +381,14 @@ class AsyncClient(QueueAdminCalls, StorageCalls, ScheduleCalls, WorkflowCalls, T
             request_timeout=timeout,
             lease_tokens=list(lease_tokens),
         )
-        return await self.call(
-            "/v1/queue.renew", msg, m.QueueRenewResponse, seconds=http_timeout_s(timeout), idempotent=True
+        return await self._owner_call(
+            queue_name,
+            partition,
+            "/v1/queue.renew",
+            msg,
+            m.QueueRenewResponse,
+            seconds=http_timeout_s(timeout),
+            idempotent=True,
         )
 
     @contextlib.asynccontextmanager
@@ -436,6 +498,34 @@ class AsyncClient(QueueAdminCalls, StorageCalls, ScheduleCalls, WorkflowCalls, T
             InvalidOption: no such semaphore.
         """
         await change_limit(self, name, limit, timeout)
+
+    async def take_rate(
+        self,
+        queue_name: str,
+        key: str = "",
+        *,
+        limit: int,
+        period: Duration,
+        max_wait: Duration = 0,
+    ) -> m.RateLimitsTakeResponse:
+        """Reserves the next start of a cluster-wide rate limit: at most ``limit`` starts of ``key`` per
+        ``period``, evenly spaced, shared by every caller of the cluster that names the same queue and key
+        (docs/extensions.md, "Rate limits"). ``granted``: start after ``wait``; else ask again after
+        ``wait``, when a start within ``max_wait`` is free. Not tried again by itself: a lost reply may
+        have reserved a start.
+
+        Raises:
+            InvalidOption: unknown queue, a limit, period, max wait or key out of bounds.
+            RetryRequest: the key's owner is unreachable, or holds too many keys.
+        """
+        msg = m.RateLimitsTakeRequest(
+            queue_name=queue_name,
+            key=key,
+            limit=limit,
+            period=go_duration(period),
+            max_wait=go_duration(max_wait),
+        )
+        return await self.call("/v1/rate_limits.take", msg, m.RateLimitsTakeResponse)
 
     async def redrive(
         self, queue_name: str, target_queue: str, limit: int = 0, request_timeout: Duration = "1m"

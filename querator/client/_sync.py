@@ -99,6 +99,7 @@ class Client:
         limit: int = 100,
         limit_per_host: int = 0,
         retries: Retries | None = DEFAULT_RETRIES,
+        reach_owners: bool = False,
     ) -> None:
         self.aio = AsyncClient(
             endpoint,
@@ -108,6 +109,7 @@ class Client:
             limit=limit,
             limit_per_host=limit_per_host,
             retries=retries,
+            reach_owners=reach_owners,
         )
         self._runner = LoopThread("querator client")
 
@@ -137,6 +139,7 @@ class Client:
     lock = _blocking_context(AsyncClient.lock)
     semaphore = _blocking_context(AsyncClient.semaphore)
     set_limit = _blocking(AsyncClient.set_limit)
+    take_rate = _blocking(AsyncClient.take_rate)
     redrive = _blocking(AsyncClient.redrive)
     cluster_info = _blocking(AsyncClient.cluster_info)
     stats = _blocking(AsyncClient.stats)

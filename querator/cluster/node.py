@@ -1,7 +1,9 @@
 """ClusterNode: this node's view of the cluster -- who the members are and who owns each partition.
 
 It joins through ``Membership`` (etcd), feeds every member set to ``Placement`` and keeps the current
-``Ring``, re-evaluated when a vanished member's grace period runs out. Without ``--cluster`` the node is
+``Ring``, re-evaluated when a vanished member's grace period runs out. Member events are settled first:
+a burst of them (a node's processes starting, or their grace periods ending, together) makes one new
+ring, built off the event loop (docs/adr/0039). Without ``--cluster`` the node is
 a one-member ring: the same code answers ``cluster.info`` and ownership questions either way, so the
 rest of the server never asks whether it runs alone.
 """
@@ -15,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from querator import _tasks
-from querator.clock import Clock, TimerHandle
+from querator.clock import Clock, TimerHandle, micros
 from querator.cluster.local_members import LocalMembers
 from querator.cluster.membership import Member, MemberSet, Membership
 from querator.cluster.ring import Placement, Ring
@@ -25,6 +27,11 @@ log = logging.getLogger(__name__)
 
 LOCAL_NODE = "local"
 """The node id of a node that runs alone."""
+SETTLE_S = 0.5
+"""Seconds without a member event before the ring is rebuilt: a node's processes register within about
+this much of each other, and each partition moving twice costs more than half a second of waiting."""
+SETTLE_MAX_S = 2.0
+"""Seconds a stream of member events may hold a new ring back, at most."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +68,14 @@ class ClusterNode:
         self._ring = Ring([self.node_id], 0)
         self._follower: asyncio.Task[None] | None = None
         self._grace_timer: TimerHandle | None = None
+        self._settle_timer: TimerHandle | None = None
+        self._burst_began = 0
+        """When the first member event not yet in the ring came (UTC microseconds)."""
+        self._builder: asyncio.Task[None] | None = None
+        self._build_again = False
         self._listeners: list[Callable[[], None]] = []
+        self.ring_changes = 0
+        """Rings adopted after the first (exported as ``querator_cluster_ring_changes_total``)."""
 
     @property
     def clustered(self) -> bool:
@@ -102,7 +116,9 @@ class ClusterNode:
         if self._membership is None:
             return
         await self._membership.start()
-        self._update(self._membership.members)
+        self._placement.see(self._membership.members)
+        self._ring = self._placement.ring()  # nothing is served yet: no need to build it elsewhere
+        self._arm_grace_timer()
         self._follower = _tasks.start(self._follow(self._membership), "cluster-members")
         self._membership.on_serving(lambda _serving: self._changed())
         log.info(
@@ -115,12 +131,14 @@ class ClusterNode:
 
     async def stop(self) -> None:
         """Leaves the cluster: the lease is revoked, the other nodes see this node go at once."""
-        if self._grace_timer is not None:
-            self._grace_timer.cancel()
-        if self._follower is not None:
-            self._follower.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._follower
+        for timer in (self._grace_timer, self._settle_timer):
+            if timer is not None:
+                timer.cancel()
+        for task in (self._follower, self._builder):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self._membership is not None:
             await self._membership.stop()
 
@@ -146,17 +164,46 @@ class ClusterNode:
 
     async def _follow(self, membership: Membership | LocalMembers) -> None:
         async for members in membership.changes():
-            self._update(members)
+            self._placement.see(members)
+            self._settle()
 
-    def _update(self, members: MemberSet) -> None:
-        ring = self._placement.update(members)
-        self._set_ring(ring)
+    def _settle(self) -> None:
+        """(Re)arms the timer that builds the next ring: ``SETTLE_S`` after the last event of a burst,
+        ``SETTLE_MAX_S`` after its first at the latest."""
+        now = self._clock.now()
+        if self._settle_timer is None:
+            self._burst_began = now
+        else:
+            self._settle_timer.cancel()
+        due = min(now + micros(SETTLE_S), self._burst_began + micros(SETTLE_MAX_S))
+        self._settle_timer = self._clock.call_at(due, self._settled)
 
-    def _set_ring(self, ring: Ring) -> None:
-        if ring is not self._ring:
-            log.info("ring changed at revision %d: %s", ring.revision, sorted(ring.node_ids))
-            self._ring = ring
-            self._changed()
+    def _settled(self) -> None:
+        self._settle_timer = None
+        if self._builder is None or self._builder.done():
+            self._builder = _tasks.start(self._build(), "cluster-ring")
+        else:
+            self._build_again = True  # the build running may miss the newest events: another follows
+
+    async def _build(self) -> None:
+        """Builds the ring of the settled member set in a thread (hashing the members' points takes
+        milliseconds per dozen members) and adopts it unless newer events came meanwhile."""
+        while True:
+            self._build_again = False
+            node_ids, revision = self._placement.node_ids()
+            if node_ids != self._ring.node_ids:
+                ring = await asyncio.get_running_loop().run_in_executor(None, Ring, node_ids, revision)
+                if self._build_again:
+                    continue
+                log.info("ring changed at revision %d: %s", ring.revision, sorted(ring.node_ids))
+                self._ring = ring
+                self.ring_changes += 1
+                self._changed()
+            self._arm_grace_timer()
+            if not self._build_again:
+                return
+
+    def _arm_grace_timer(self) -> None:
         if self._grace_timer is not None:
             self._grace_timer.cancel()
             self._grace_timer = None
@@ -166,4 +213,4 @@ class ClusterNode:
 
     def _grace_ended(self) -> None:
         self._grace_timer = None
-        self._set_ring(self._placement.ring())
+        self._settle()

@@ -39,9 +39,10 @@ CONNECTIONS = 256
 """Pooled connections to all other nodes together, for everything but forwarded leases: bounds what one
 node asks of the others."""
 LEASE_PATH = "/v1/queue.lease"
+WATCH_PATH = "/v1/queue.watch"
 POLL_CONNECTIONS = 4096
-"""Pooled connections for forwarded leases, apart: long polls held for minutes must not starve the
-pool that completes, produces and dead-letters."""
+"""Pooled connections for forwarded leases and watches (``lease_wait``), apart: long polls held for
+minutes must not starve the pool that completes, produces and dead-letters."""
 NO_REPLY = "none"
 """The code ``Forwarded`` is told of a forward that got no authentic reply."""
 CLIENT_GONE = "499"
@@ -135,7 +136,7 @@ class Proxy:
             headers = dict(headers)
             headers[SIGNATURE_HEADER], signature = self._auth.sign(target.node_id, "POST", path, body)
         url = f"{self._scheme}://{target.address}{path}"
-        session = self._client(poll=path == LEASE_PATH)
+        session = self._client(poll=path in (LEASE_PATH, WATCH_PATH))
         try:
             async with session.post(
                 url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)

@@ -14,7 +14,7 @@ from typing import TypeVar
 import msgspec
 
 from querator.clock import seconds
-from querator.cluster.proxy import Proxy
+from querator.cluster.proxy import WATCH_PATH, Proxy
 from querator.cluster.router import Remote
 from querator.errors import LeaseTimedOut, QueratorError
 from querator.wire import messages as m
@@ -69,6 +69,10 @@ class RemoteQueue:
         except QueratorError as e:  # the owner cannot tell: the caller asks the next one
             log.debug("lease probe of %s: %s", self._owner.node_id, e)
             return None
+
+    async def watch(self, req: m.QueueLeaseRequest, timeout_us: int) -> None:
+        """The owner's ``queue.watch`` (``lease_wait``), waiting there up to the request's timeout."""
+        await self._call(WATCH_PATH, req, m.Reply, seconds(timeout_us) + REPLY_MARGIN_S)
 
     async def complete(self, req: m.QueueCompleteRequest) -> None:
         await self._call("/v1/queue.complete", req, m.Reply)

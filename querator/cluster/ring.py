@@ -21,6 +21,7 @@ from uhashring import HashRing
 
 from querator.clock import Clock, micros
 from querator.cluster.membership import MemberSet
+from querator.storage.schedules import schedule_slot
 
 __all__ = ["Placement", "Ring"]
 
@@ -44,11 +45,26 @@ class Ring:
         return owner
 
     def schedule_owner(self, name: str) -> str:
-        """The node id firing the schedule ``name`` (docs/schedules.md); LookupError if the ring is empty."""
+        """The node id firing the schedule ``name`` (docs/schedules.md): its slot's owner; LookupError if
+        the ring is empty."""
+        return self.schedule_slot_owner(schedule_slot(name))
+
+    def schedule_slot_owner(self, slot: int) -> str:
+        """The node id firing the schedules of ``slot`` (``storage.schedules.schedule_slot``), which
+        reads only its slots' schedules (docs/adr/0041); LookupError if the ring is empty."""
         if not self.node_ids:
             raise LookupError("the ring has no members")
-        # '@schedule' cannot be a partition's key, which ends in '#<digits>'.
-        owner: str = self._ring.get_node(f"{name}@schedule")
+        # '@schedule-slot' cannot be a partition's key, which ends in '#<digits>'.
+        owner: str = self._ring.get_node(f"{slot}@schedule-slot")
+        return owner
+
+    def rate_limit_owner(self, queue: str, key: str) -> str:
+        """The node id keeping the rate limit ``key`` of ``queue`` (docs/extensions.md, "Rate limits");
+        LookupError if the ring is empty."""
+        if not self.node_ids:
+            raise LookupError("the ring has no members")
+        # '@rate' cannot end a partition's key ('#<digits>') or a schedule's ('@schedule').
+        owner: str = self._ring.get_node(f"{queue}/{key}@rate")
         return owner
 
     def __repr__(self) -> str:
@@ -76,8 +92,13 @@ class Placement:
 
     def update(self, members: MemberSet) -> Ring:
         """Takes a new member set (ignored if older than the last one); returns ``ring()``."""
+        self.see(members)
+        return self.ring()
+
+    def see(self, members: MemberSet) -> None:
+        """Takes a new member set (ignored if older than the last one), without building a ring."""
         if members.revision < self._revision:
-            return self.ring()
+            return
         now = self._clock.now()
         live = members.node_ids
         for node_id in self._live - live:
@@ -86,18 +107,22 @@ class Placement:
             self._vanished.pop(node_id, None)
         self._live = live
         self._revision = members.revision
-        return self.ring()
 
     def ring(self) -> Ring:
         """The ring of the live members and those still in their grace period, as of now."""
+        effective, revision = self.node_ids()
+        if effective != self._ring.node_ids:
+            self._ring = Ring(effective, revision)
+        return self._ring
+
+    def node_ids(self) -> tuple[frozenset[str], int]:
+        """The ids ``ring()`` would hold now (live members and those still in their grace period), and
+        the revision of the member set: for a caller that builds the ring elsewhere."""
         now = self._clock.now()
         for node_id, until in list(self._vanished.items()):
             if until <= now:
                 del self._vanished[node_id]
-        effective = self._live | self._vanished.keys()
-        if effective != self._ring.node_ids:
-            self._ring = Ring(effective, self._revision)
-        return self._ring
+        return self._live | self._vanished.keys(), self._revision
 
     def in_grace(self) -> frozenset[str]:
         """Ids that vanished but still own their partitions (as of the last ``ring()``)."""

@@ -62,6 +62,19 @@ class Router:
         """Whether this node fires the schedule ``name`` now: it owns it on the ring and may serve."""
         return self._node.serving and self.schedule_owner(name) == self._node.node_id
 
+    def rate_limit(self, queue: str, key: str, forwarded_by: str) -> Route:
+        """Where the rate limit ``key`` of ``queue`` is kept: at the ring owner of the pair.
+
+        Raises:
+            RetryRequest: as ``partition``.
+        """
+        owner = self._current_ring().rate_limit_owner(queue, key)
+        return HERE if owner == self._node.node_id else self._remote(owner, forwarded_by)
+
+    def owns_schedule_slot(self, slot: int) -> bool:
+        """Whether this node fires the schedules of ``slot`` now (``owns_schedule`` for a slot)."""
+        return self._node.serving and self._node.ring.schedule_slot_owner(slot) == self._node.node_id
+
     def partition(self, queue: str, partition: int, forwarded_by: str) -> Route:
         """Where the requests of one partition are served.
 

@@ -134,6 +134,7 @@ class Durable:
             the worker runs it): how soon another worker takes over from a crashed one.
         namespace: the namespace of ``queue``, where the app's workflow ids are ("": ``_system``; with
             tenancy, docs/durable.md "Namespaces").
+        reach_owners: as ``Worker``'s.
     """
 
     def __init__(
@@ -146,6 +147,7 @@ class Durable:
         concurrency: int = 16,
         claim_timeout: Duration = "30s",
         namespace: str = "",
+        reach_owners: bool = False,
     ) -> None:
         self.serializer = serializer or JsonSerializer()
         self.queue = queue
@@ -153,7 +155,13 @@ class Durable:
         self.claim_timeout = go_duration(claim_timeout)
         self.steps: dict[str, Step[..., Any]] = {}
         self.workflows: dict[str, WorkflowDef] = {}
-        self.worker = Worker(endpoint, api_key=api_key, concurrency=concurrency, serializer=self.serializer)
+        self.worker = Worker(
+            endpoint,
+            api_key=api_key,
+            concurrency=concurrency,
+            serializer=self.serializer,
+            reach_owners=reach_owners,
+        )
         task = functools.partial(
             self.worker.task,
             queue=queue,

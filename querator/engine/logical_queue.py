@@ -18,12 +18,13 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any, Protocol, TypeVar
 
 from querator import _tasks
 from querator.clock import MICROS, Clock
 from querator.engine._batch import BatchPlan, Transaction
+from querator.engine._moves import PARTITION_MOVED, Move, Moves
 from querator.engine._partition import PartitionState
 from querator.engine._requests import (
     Cold,
@@ -40,10 +41,10 @@ from querator.engine._requests import (
 from querator.engine._stats import ItemCounters, LogicalStats
 from querator.engine._waiting import LEASE_GRACE_US, Waiting
 from querator.engine._wake import Wake
+from querator.engine._watchers import Watchers
 from querator.engine.backlog import Backlog
 from querator.engine.distribution import Distribution
 from querator.errors import (
-    TRY_AGAIN,
     InvalidOption,
     QueratorError,
     RetryRequest,
@@ -94,8 +95,6 @@ DeadLetter = Callable[[QueueRecord, list[Item]], Awaitable[None]]
 more (the items are then deleted)."""
 """Stores copies of dead items in the named dead queue; raises if it cannot."""
 
-PARTITION_MOVED = f"{TRY_AGAIN}; the partition moved to another node"
-
 
 class LogicalQueue:
     """One asyncio task that owns ``partitions`` of a queue. See the module docstring."""
@@ -108,15 +107,18 @@ class LogicalQueue:
         dead_letter: DeadLetter,
         max_requests: int = 100,
         claim: bool = False,
-        on_stale: Callable[[], None] | None = None,
+        on_stale: Callable[[int], None] | None = None,
+        on_claim: Callable[[], None] | None = None,
     ) -> None:
         """``claim``: take each partition over in storage before serving it (a node the ring just made
-        its owner). ``on_stale``: called each time storage refuses a write because another node has taken
-        a partition over."""
+        its owner). ``on_stale``: called with the partition's number each time storage refuses a write
+        because another node has taken that partition over. ``on_claim``: called for each claim made
+        (a Paxos round on Cassandra)."""
         self._queue = queue
         self._clock = clock
         self._claim = claim
         self._on_stale = on_stale
+        self._on_claim = on_claim
         self._stop_error: QueratorError = shutting_down()
         self._dead_letter_to = dead_letter
         self._max_requests = max_requests
@@ -126,8 +128,10 @@ class LogicalQueue:
         self._in_flight = 0
         self._loop = asyncio.get_running_loop()  # every request makes a future on it
         self._wake = Wake(self._loop)
+        self._watchers = Watchers(clock, self._loop)
         self._closing = False
         self.counters = ItemCounters()
+        self._moves = Moves()
         self._task = _tasks.start(self._run(), f"logical-queue:{queue.settings.name}")
 
     # -- the API: each call validates nothing (the service did), queues a request and waits ------------
@@ -174,6 +178,16 @@ class LogicalQueue:
                 request.timer.cancel()
             self._clients.discard(client_id)
 
+    def until_items(self, timeout_us: int) -> Awaitable[bool]:
+        """True once a healthy partition holds items a lease could take (at once if one does), False
+        when none came within ``timeout_us``; leases nothing (``Watchers``)."""
+        if self._closing or self._task.done():
+            raise self._stop_error
+        has_items = self.has_items()
+        if not has_items:
+            self._wake.set()  # a load in progress (the watch may have started the engine) may find some
+        return self._watchers.add(has_items, timeout_us)
+
     def complete(self, partition: int, ids: list[str], tokens: list[str] | None = None) -> Awaitable[None]:
         """Completes leased items of one partition (docs/semantics.md §4.3); ``tokens``: their lease
         tokens, if given (``operations.lease_token``)."""
@@ -215,13 +229,14 @@ class LogicalQueue:
 
     async def run_on(self, number: int, fn: Callable[[PartitionTx], T], limited: bool = True) -> T:
         """Runs a storage function on one partition inside the loop; a storage failure is a 454."""
-        return await self.call(functools.partial(self._run_on, self.partitions[number], fn), limited)
+        return await self.call(functools.partial(self._run_on, self._served(number), fn), limited)
 
     async def reload(self, number: int) -> None:
         """Re-reads one partition's counts and deadlines from storage; also revives a failed partition."""
-        await self.call(functools.partial(self._reload, self.partitions[number]))
+        await self.call(functools.partial(self._reload, self._served(number)))
 
     async def _run_on(self, p: PartitionState, fn: Callable[[PartitionTx], T]) -> T:
+        self._check_served(p)
         if p.failures or p.ids is None:
             raise p.unavailable()
         try:
@@ -235,10 +250,23 @@ class LogicalQueue:
         return result
 
     async def _reload(self, p: PartitionState) -> None:
+        self._check_served(p)  # a reload of a partition given away would claim it back
         await self._load(p)
         if p.failures:
             raise p.unavailable()
         self._serve_parked_soon()
+
+    def move(self, give: Collection[int], take: list[tuple[int, Partition]]) -> asyncio.Future[None]:
+        """Stops serving the partitions ``give`` and starts serving ``take`` (claimed first), leaving the
+        others alone: their requests, parked leases included, carry on (docs/adr/0039). The future is
+        done once this queue no longer writes to ``give`` (after the batch in progress)."""
+        move = Move(set(give), take, self._future())
+        if self._closing or self._task.done():
+            settle(move.done, None)  # the engine is stopping: its shutdown stands for the move
+        else:
+            self._moves.queued.append(move)
+            self._wake.set()
+        return move.done
 
     def waiting(self) -> LogicalStats:
         """The counts of requests waiting on this logical queue."""
@@ -288,6 +316,8 @@ class LogicalQueue:
                 self._wake.clear()
                 if self._closing:
                     break
+                if self._moves.queued:
+                    self._apply_moves()
                 await self._process_pending()
                 if self._closing:  # shutdown asked during the batch: no new work after it
                     break
@@ -295,10 +325,58 @@ class LogicalQueue:
                 if self._waiting.leases:
                     await self._serve_parked()
                     self._waiting.expire_parked()
+                if self._watchers and self.has_items():  # what this node's leases left
+                    self._watchers.notify()
         finally:
             # Whatever ends the loop, nobody is left waiting on a future that will never settle.
             self._closing = True
             self._stop()
+
+    def _served(self, number: int) -> PartitionState:
+        """The partition, or 454 when it was given to another node since the caller looked."""
+        p = self.partitions.get(number)
+        if p is None:
+            raise RetryRequest(PARTITION_MOVED)
+        return p
+
+    def _check_served(self, p: PartitionState) -> None:
+        """454 for a request that was queued for a partition since given to another node."""
+        if self.partitions.get(p.number) is not p:
+            raise RetryRequest(PARTITION_MOVED)
+
+    def _apply_moves(self) -> None:
+        """Between batches: nothing is in flight on any partition, so one given away is written no more."""
+        moves = self._moves
+        applying, moves.queued = moves.queued, []
+        for move in applying:
+            for number in move.give:
+                moves.give(self.partitions, self._waiting, number)
+            for number, storage in move.take:
+                if number not in self.partitions:
+                    p = self.partitions[number] = PartitionState(number, storage)
+                    moves.claims[number] = _tasks.start(self._take(p), f"claim:{p.number}")
+            settle(move.done, None)
+
+    async def _take(self, p: PartitionState) -> None:
+        """Claims a partition the ring gave this queue beside the task, so that a claim (a Paxos round
+        on Cassandra, or a storage timeout) holds up no request of the other partitions; the task then
+        reads it (``_run_lifecycles``: it is due and not loaded) and serves it."""
+        try:
+            await self._claim_partition(p)
+        except Exception as e:
+            if self.partitions.get(p.number) is p:
+                self._fail(p, e)  # its retry claims it in the task (``_load``)
+            return
+        finally:
+            self._moves.claim_ended(p.number)
+        p.due = True
+        self._wake.set()
+
+    async def _claim_partition(self, p: PartitionState) -> None:
+        await p.storage.claim()
+        p.claimed = True
+        if self._on_claim is not None:
+            self._on_claim()
 
     async def _process_pending(self) -> None:
         pending = self._waiting.pending
@@ -329,7 +407,7 @@ class LogicalQueue:
     async def _serve_parked(self) -> None:
         # Parked leases get another chance whenever some partition may have items for them.
         waiting = self._waiting
-        while waiting.leases and any(p.un_leased > 0 and not p.failures for p in self.partitions.values()):
+        while waiting.leases and self.has_items():
             counts = [p.un_leased for p in self.partitions.values()]
             try:
                 # Nothing leased and no count put right (a lease found its partition emptier than
@@ -341,6 +419,10 @@ class LogicalQueue:
                 for lease in waiting.leases:
                     fail_future(lease.future, e)
                 waiting.leases = []
+
+    def has_items(self) -> bool:
+        """Whether a healthy partition holds items a lease could take now (the engine's estimate)."""
+        return any(p.un_leased > 0 and not p.failures for p in self.partitions.values())
 
     def _serve_parked_soon(self) -> None:
         if self._waiting.leases:
@@ -449,8 +531,7 @@ class LogicalQueue:
             if self._claim and not p.claimed:
                 # Only an engine's first load takes the partition over: a reload must not take it back
                 # from an owner that claimed it since (this engine is then stale, and handed off).
-                await p.storage.claim()
-                p.claimed = True
+                await self._claim_partition(p)
             last_id, deadlines = await p.storage.run(lambda tx: (tx.last_id(), p.read_deadlines(tx)))
         except Exception as e:
             self._fail(p, e)
@@ -538,7 +619,7 @@ class LogicalQueue:
         if isinstance(error, StaleOwnerError) and self._on_stale is not None:
             # Another node owns the partition now: hand the queue back rather than retry in vain. Told
             # of every refused write (each is counted), the hand-off itself happens once.
-            self._on_stale()
+            self._on_stale(p.number)
         p.failures += 1
         p.error = str(error) or type(error).__name__
         log.warning(
@@ -576,9 +657,11 @@ class LogicalQueue:
 
     def _stop(self) -> None:
         self._waiting.stop(self._stop_error)
+        self._watchers.stop(self._stop_error)
         for p in self.partitions.values():
             if p.timer is not None:
                 p.timer.cancel()
+        self._moves.stop()
 
 
 def _sooner(d: Deadlines, name: str, when: int) -> None:

@@ -7,6 +7,7 @@ partitions the ring gives this node (``owned``), and the other nodes' logical qu
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
 from querator.clock import Clock
@@ -27,22 +28,40 @@ class Queue:
         dead_letter: DeadLetter,
         max_requests: int,
         owned: Sequence[int] | None = None,
-        on_stale: Callable[[], None] | None = None,
+        on_stale: Callable[[int], None] | None = None,
+        on_claim: Callable[[], None] | None = None,
     ) -> None:
         """``owned``: the partitions this node serves (None: all of them, a node alone, which need not
-        claim them); ``on_stale``: see ``LogicalQueue``."""
+        claim them); ``on_stale``, ``on_claim``: see ``LogicalQueue``."""
         self.settings = settings
         self._clock = clock
+        self._store = store
         numbers = range(settings.requested_partitions) if owned is None else owned
         self.owned = tuple(numbers)
         partitions = [(n, store.partition(settings.name, n)) for n in numbers]
         self.logical = LogicalQueue(
-            self, partitions, clock, dead_letter, max_requests, claim=owned is not None, on_stale=on_stale
+            self,
+            partitions,
+            clock,
+            dead_letter,
+            max_requests,
+            claim=owned is not None,
+            on_stale=on_stale,
+            on_claim=on_claim,
         )
 
     @property
     def name(self) -> str:
         return self.settings.name
+
+    def move(self, owned: Sequence[int]) -> asyncio.Future[None]:
+        """Serves ``owned`` from now on: gives away the partitions not in it, claims the new ones, and
+        leaves the rest serving (``LogicalQueue.move``)."""
+        before = set(self.owned)
+        self.owned = tuple(owned)
+        give = before.difference(owned)
+        take = [(n, self._store.partition(self.name, n)) for n in owned if n not in before]
+        return self.logical.move(give, take)
 
     def owner(self, partition: int) -> LogicalQueue:
         """The logical queue owning ``partition``; 400 when the queue has no such partition."""
@@ -72,6 +91,16 @@ class Queue:
             raise RetryRequest(PARTITION_MOVED)
         return self.logical.lease(client_id, batch_size, request_timeout_us)
 
+    def until_items(self, timeout_us: int) -> Awaitable[bool]:
+        """See ``LogicalQueue.until_items``."""
+        if not self.owned:
+            raise RetryRequest(PARTITION_MOVED)
+        return self.logical.until_items(timeout_us)
+
+    def has_items(self) -> bool:
+        """See ``LogicalQueue.has_items``."""
+        return self.logical.has_items()
+
     def failing(self) -> tuple[int, str] | None:
         """A partition of this node that is failing now, and why; None when none is."""
         return next(((n, p.error) for n, p in sorted(self.logical.partitions.items()) if p.failures), None)
@@ -79,10 +108,6 @@ class Queue:
     def loading(self) -> bool:
         """Whether a partition of this node is still being claimed and read (not failed: loading)."""
         return any(p.ids is None and not p.failures for p in self.logical.partitions.values())
-
-    def un_leased(self) -> int:
-        """Items this node's partitions hold that a lease could take now (the engine's estimate)."""
-        return sum(p.un_leased for p in self.logical.partitions.values() if not p.failures)
 
     def complete(self, partition: int, ids: list[str], tokens: list[str] | None = None) -> Awaitable[None]:
         return self.owner(partition).complete(partition, ids, tokens)

@@ -2,23 +2,28 @@
 
 A queue's engine (``Queue`` and its logical queue) is spawned lazily on first use, so a restarted node
 costs nothing for queues nobody touches; their partitions' lifecycles start with that first use. In a
-cluster it runs over the partitions the ring gives this node (``Owned``), claimed in storage first; when
-the ring moves partitions, or storage says another node took one over, the engine is handed off: it
+cluster it runs over the partitions the ring gives this node (``Owned``), claimed in storage first. When
+the ring moves some of them, the engine gives away those it lost and claims those it gained between two
+batches, the others serving on (docs/adr/0039); a partition whose write storage refused (another node
+claimed it) is given away the same way, and taken back after ``FENCED_RECHECK_S`` if the ring still
+names this node. When it loses them all, or its lease is uncertain, the engine is handed off: it
 finishes its batch, answers what waits with 454, and the next request spawns it over the new set.
-``ClusterCounters`` counts the hand-offs by reason and the writes storage refused (docs/cluster.md);
-``hand_offs`` lists the recent ones, partition by partition (``querator.engine.hand_off_log``).
+``ClusterCounters`` counts the hand-offs by reason, the partitions moved and claimed, and the writes
+storage refused (docs/cluster.md); ``hand_offs`` lists the recent ones, partition by partition
+(``querator.engine.hand_off_log``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from querator import _tasks
-from querator.clock import Clock
+from querator.clock import Clock, micros
 from querator.engine.hand_off_log import Direction, HandOffEntry, HandOffLog, Outcome
 from querator.engine.logical_queue import DeadLetter
 from querator.engine.queue import Queue
@@ -33,16 +38,23 @@ Owner = Callable[[str, int], str]
 
 log = logging.getLogger(__name__)
 
+FENCED_RECHECK_S = 5.0
+"""Seconds after a fenced write before the partition is taken back if the ring still gives it to this
+node: longer than the cluster takes to settle a ring change (``querator.cluster.node``), so that a node
+that claimed it a moment before this one heard of the change keeps it, and short enough that a node
+with a wrong ring does not keep the partition unserved for long."""
+
 
 class HandOff(enum.Enum):
     """Why an engine was handed off."""
 
     RING = "ring"
-    """The ring moved partitions: this node owns another set of the queue's partitions now."""
+    """The ring moved partitions: this node owns another set of the queue's partitions now (only those
+    that moved change hands, unless none is left here)."""
     LEASE = "lease"
     """This node's cluster lease is uncertain: it stops writing before another node can be given them."""
     FENCED = "fenced"
-    """Storage refused a write: another node claimed one of the partitions."""
+    """Storage refused a write: another node claimed the partition (only it is given up)."""
 
 
 @dataclass(slots=True)
@@ -52,6 +64,10 @@ class ClusterCounters:
     hand_offs: dict[HandOff, int] = field(default_factory=lambda: dict.fromkeys(HandOff, 0))
     fenced_writes: int = 0
     """Writes storage refused because another node claimed the partition (``StaleOwnerError``)."""
+    partitions_moved: dict[Direction, int] = field(default_factory=lambda: dict.fromkeys(Direction, 0))
+    """Partitions this node stopped serving (given) or was given by the ring (taken), as logged."""
+    partition_claims: int = 0
+    """Claims made in storage before serving a partition (a Paxos round each on Cassandra)."""
 
 
 class QueuesManager:
@@ -152,10 +168,13 @@ class QueuesManager:
             return Queue(record, self.store, self.clock, self._dead_letter_to, self._max_requests)
         queue: Queue | None = None
 
-        def stale() -> None:
+        def stale(number: int) -> None:
             self.counters.fenced_writes += 1
             if queue is not None:
-                self.hand_off(queue, HandOff.FENCED)
+                self._fenced(queue, number)
+
+        def claimed() -> None:
+            self.counters.partition_claims += 1
 
         queue = Queue(
             record,
@@ -165,6 +184,7 @@ class QueuesManager:
             self._max_requests,
             owned=self._owned(record.name, record.requested_partitions),
             on_stale=stale,
+            on_claim=claimed,
         )
         self._note_owners(queue)
         return queue
@@ -175,15 +195,48 @@ class QueuesManager:
             self._owners[queue.name] = tuple(self._owner(queue.name, n) for n in range(count))
 
     def rebalance(self) -> None:
-        """Hands off every running queue whose partitions the ring now gives to another set of nodes."""
+        """Moves, in every running queue, the partitions the ring now gives to another node (and takes
+        those it gives this one); a queue left with none here is handed off."""
         if self._owned is None:
             return
         self._records.clear()  # read again: a queue may have changed while this node did not hear of it
         for queue in list(self._queues.values()):
-            if tuple(self._owned(queue.name, queue.settings.requested_partitions)) != queue.owned:
-                self.hand_off(queue, HandOff.RING)
-            else:
-                self._note_owners(queue)  # its partitions stay, others' may have moved between nodes
+            self._follow_ring(queue)
+
+    def _follow_ring(self, queue: Queue) -> None:
+        assert self._owned is not None
+        owned = tuple(self._owned(queue.name, queue.settings.requested_partitions))
+        if not owned:
+            self.hand_off(queue, HandOff.RING)
+            return
+        if owned != queue.owned:
+            self._move(queue, owned, HandOff.RING)
+        self._note_owners(queue)  # others' partitions may have moved between nodes
+
+    def _fenced(self, queue: Queue, number: int) -> None:
+        """Storage refused a write to partition ``number``: another node claimed it. Gives that one up
+        (the whole engine when it was the last); takes it back later if the ring still says so."""
+        if self._queues.get(queue.name) is not queue or number not in queue.owned:
+            return  # given up already: each refused write is counted, the hand-off happens once
+        rest = tuple(n for n in queue.owned if n != number)
+        if not rest:
+            self.hand_off(queue, HandOff.FENCED)
+            return
+        self._move(queue, rest, HandOff.FENCED)
+
+        def recheck() -> None:
+            if self._queues.get(queue.name) is queue and not self._closing:
+                self._follow_ring(queue)
+
+        self.clock.call_at(self.clock.now() + micros(FENCED_RECHECK_S), recheck)
+
+    def _move(self, queue: Queue, owned: tuple[int, ...], reason: HandOff) -> None:
+        """Makes ``queue``'s engine serve ``owned``: only the partitions that change are given or taken."""
+        was = list(queue.owned)
+        log.info("queue %s: partitions %s now (were %s; %s)", queue.name, list(owned), was, reason.value)
+        self.counters.hand_offs[reason] += 1
+        entries = self._log_hand_off(queue, reason, set(owned))
+        queue.move(owned).add_done_callback(functools.partial(_moved, entries))
 
     def hand_off_all(self) -> None:
         """Stops serving every partition (this node may lose them: its cluster lease is not certain)."""
@@ -196,23 +249,19 @@ class QueuesManager:
         if self._queues.get(queue.name) is queue:
             log.info("queue %s: handing off partitions %s (%s)", queue.name, list(queue.owned), reason.value)
             self.counters.hand_offs[reason] += 1
-            entries = self._log_hand_off(queue, reason)
+            entries = self._log_hand_off(queue, reason, set())
             stopping = self._stop(queue, moved=True)
+            stopping.add_done_callback(
+                lambda task: _outcome(entries, task.cancelled() or task.exception() is not None)
+            )
 
-            def stopped(task: asyncio.Task[None]) -> None:
-                failed = task.cancelled() or task.exception() is not None
-                for entry in entries:
-                    entry.outcome = Outcome.FAILED if failed else Outcome.STOPPED
-
-            stopping.add_done_callback(stopped)
-
-    def _log_hand_off(self, queue: Queue, reason: HandOff) -> list[HandOffEntry]:
-        """Adds the partitions ``queue``'s hand-off moves to ``hand_offs``. A ring change moves those
-        that changed owner; a lost lease or a fenced write gives up every partition the engine served."""
+    def _log_hand_off(self, queue: Queue, reason: HandOff, after: set[int]) -> list[HandOffEntry]:
+        """Adds the partitions ``queue``'s hand-off moves to ``hand_offs``: from those it serves to
+        ``after``. A ring change moves those that changed owner, a fenced write the partition refused, a
+        lost lease every partition the engine served."""
         name, count = queue.name, queue.settings.requested_partitions
         before = set(queue.owned)
         owned_now = set(self._owned(name, count)) if self._owned is not None else set()
-        after = owned_now if reason is HandOff.RING else set()
         owners_before = self._owners.get(name, ())
         now = self.clock.now()
         entries: list[HandOffEntry] = []
@@ -228,6 +277,7 @@ class QueuesManager:
             entries.append(HandOffEntry(now, name, partition, direction, other, reason.value))
         for entry in entries:
             self.hand_offs.add(entry)
+            self.counters.partitions_moved[entry.direction] += 1
         return entries
 
     def find(self, name: str) -> Queue | None:
@@ -314,3 +364,13 @@ class QueuesManager:
         stopping.extend(self._stopping.values())
         if stopping:
             await asyncio.wait(set(stopping))
+
+
+def _moved(entries: list[HandOffEntry], _: asyncio.Future[None]) -> None:
+    _outcome(entries, False)
+
+
+def _outcome(entries: list[HandOffEntry], failed: bool) -> None:
+    """The hand-off of ``entries`` is over: this node no longer writes to the partitions it gave."""
+    for entry in entries:
+        entry.outcome = Outcome.FAILED if failed else Outcome.STOPPED

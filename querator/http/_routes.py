@@ -109,9 +109,11 @@ def _api_app(
     routes: list[tuple[str, Route[Any, Any]]] = [
         ("/v1/queue.produce", _routed(s.produce, m.QueueProduceRequest, max_produce_body)),
         ("/v1/queue.lease", _routed(s.lease, m.QueueLeaseRequest, SMALL_BODY, undelivered=s.release)),
+        ("/v1/queue.watch", _routed(s.watch, m.QueueLeaseRequest, SMALL_BODY)),
         ("/v1/queue.complete", _routed(s.complete, m.QueueCompleteRequest, DEFAULT_BODY)),
         ("/v1/queue.retry", _routed(s.retry, m.QueueRetryRequest, DEFAULT_BODY)),
         ("/v1/queue.renew", _routed(s.renew, m.QueueRenewRequest, DEFAULT_BODY)),
+        ("/v1/rate_limits.take", _routed(s.take_rate, m.RateLimitsTakeRequest, SMALL_BODY)),
         ("/v1/queue.redrive", _rpc(s.redrive, m.QueueRedriveRequest, SMALL_BODY, shield=True)),
         ("/v1/cluster.info", _rpc(s.cluster_info, m.ClusterInfoRequest, DEFAULT_BODY)),
         ("/v1/cluster.refresh", _rpc(s.refresh, m.QueuesInfoRequest, SMALL_BODY, shield=True)),

@@ -1,7 +1,10 @@
 """The scheduler of one node: fires the ticks of the schedules this node owns (docs/schedules.md).
 
-One task per node. It keeps the schedules read from storage (again every ``RELOAD_US``, and at once
-after a change made here or a change of the ring), plans each owned, unpaused one with the pure rules of
+One task per node. It holds the schedules of the slots it owns (``storage.schedules.schedule_slot``;
+read at start and after a change of the ring), checks its slots' versions every ``RELOAD_US`` and at
+once after a change of a schedule, and reads again only the slots whose version changed: its reads
+follow the schedules it owns and the changes made, never every schedule (docs/adr/0041). It plans each
+owned, unpaused schedule with the pure rules of
 ``_calendar`` and hands every tick to fire to ``fire`` -- the seam where a target other than a queue (a
 durable workflow to start) would plug in. A tick's last tick is stored only after its fire succeeded: a
 crash in between fires it again on the next owner, and the dedup id of schedule and tick time makes that
@@ -28,12 +31,13 @@ from querator import _tasks
 from querator.clock import MICROS, Clock
 from querator.errors import QueratorError
 from querator.schedules._calendar import Calendar, Timing, plan, tick_time
-from querator.storage.schedules import ScheduleRecord, ScheduleStore
+from querator.storage.schedules import SLOTS, ScheduleRecord, ScheduleStore, schedule_slot
 
 log = logging.getLogger(__name__)
 
 RELOAD_US: Final = 5 * MICROS
-"""How often the schedules are read again: a change made on another node takes effect within this."""
+"""How often the versions of the slots held are checked: a change made on another node that could not
+tell this one takes effect within this."""
 MAX_SLEEP_US: Final = MICROS
 """The longest the task waits without looking at the time again."""
 RETRY_US: Final = MICROS
@@ -61,24 +65,30 @@ class _Held:
 
 
 class Scheduler:
-    """Fires the schedules ``owns`` says are this node's.
+    """Fires the schedules of the slots ``owns`` says are this node's.
 
     Args:
         store: Where schedules and their last ticks are kept.
         clock: The time of every plan and timer.
-        owns: Whether this node fires a schedule now (the ring, and whether the node may serve); asked
-            at each reading of the schedules, which every change of the ring or of ``serving`` starts.
+        owns: Whether this node fires the schedules of a slot now (the ring, and whether the node may
+            serve); asked at each reading of every slot, which every change of the ring or of
+            ``serving`` starts (``ring_changed``).
         fire: Produces one tick's item.
     """
 
-    def __init__(self, store: ScheduleStore, clock: Clock, owns: Callable[[str], bool], fire: Fire) -> None:
+    def __init__(self, store: ScheduleStore, clock: Clock, owns: Callable[[int], bool], fire: Fire) -> None:
         self._store = store
         self._clock = clock
         self._owns = owns
         self._fire = fire
         self._wake = asyncio.Event()
-        self._reload = True
-        self._loaded_at = 0
+        self._resync = True
+        """Read every owned slot: at start, after a change of the ring, after a failed reading."""
+        self._check = False
+        """Check the versions of the slots held now: a schedule changed."""
+        self._checked_at = 0
+        self._slots: dict[int, str] = {}
+        """The slots held, with the version each had when read ("" for none)."""
         self._held: dict[str, _Held] = {}
         self._heap: list[tuple[int, str]] = []
         """``(look_at, name)`` of the schedules held; an entry whose time is no longer its schedule's
@@ -99,9 +109,14 @@ class Scheduler:
             await self.task.stop()
 
     def changed(self) -> None:
-        """A schedule or the ring changed: read the schedules again now (their last ticks too, which
+        """A schedule changed: check the versions of the slots held now."""
+        self._check = True
+        self._wake.set()
+
+    def ring_changed(self) -> None:
+        """The ring or ``serving`` changed: read every owned slot again now (their last ticks too, which
         another owner may have moved)."""
-        self._reload = True
+        self._resync = True
         self._wake.set()
 
     def calendar(self, record: ScheduleRecord) -> Calendar:
@@ -119,8 +134,8 @@ class Scheduler:
 
     async def _run(self) -> None:
         # Started again after a failure: plan everything from what is stored, nothing from before.
-        self._reload = True
-        self._held, self._heap = {}, []
+        self._resync = True
+        self._held, self._heap, self._slots = {}, [], {}
         while True:
             await self._sleep_until(await self.look())
 
@@ -128,14 +143,20 @@ class Scheduler:
         """One look at the schedules: reads them again when it is time, fires what is due; returns when
         to look again."""
         now = self._clock.now()
-        if self._reload or not self._loaded_at <= now < self._loaded_at + RELOAD_US:
+        if self._resync:
             try:
-                self._reload = False
-                self._hold(await self._load(), now)
-                self._loaded_at = now
+                self._resync = False  # before reading: a change of the ring meanwhile reads again
+                await self._read([slot for slot in range(SLOTS) if self._owns(slot)], now, every=True)
             except QueratorError as e:
                 log.warning("reading schedules failed (tried again): %s", e.message)
-                self._reload = True
+                self._resync = True
+        elif self._check or not self._checked_at <= now < self._checked_at + RELOAD_US:
+            try:
+                self._check = False
+                await self._read(list(self._slots), now, every=False)
+            except QueratorError as e:
+                log.warning("checking schedules failed (tried again): %s", e.message)
+                self._check = True
         due = self._due(now)
         looks = await asyncio.gather(*(self._advance(held, now) for held in due))
         for held, look_at in zip(due, looks, strict=True):
@@ -145,12 +166,25 @@ class Scheduler:
             wake_at = min(wake_at, self._heap[0][0])
         return wake_at
 
-    def _hold(self, records: list[ScheduleRecord], now: int) -> None:
-        """Holds the owned, unpaused ``records``: a schedule read as it was kept keeps its next look, a
-        new or changed one is planned now."""
-        held: dict[str, _Held] = {}
+    async def _read(self, slots: list[int], now: int, every: bool) -> None:
+        """Reads the schedules of ``slots`` again: all of them when ``every`` (the slots owned now, and
+        nothing else held), else those whose version changed."""
+        versions = await self._store.slot_versions(slots)  # before the schedules: never newer
+        if every:
+            self._slots = {}
+        changed = [slot for slot in slots if versions.get(slot, "") != self._slots.get(slot, "")]
+        records = await self._load(changed)  # (a slot without a version holds no schedule)
+        read = set(slots) if every else set(changed)
+        kept = {} if every else {n: h for n, h in self._held.items() if schedule_slot(n) not in read}
+        self._hold(kept, records, now)
+        self._slots.update((slot, versions.get(slot, "")) for slot in slots)
+        self._checked_at = now
+
+    def _hold(self, held: dict[str, _Held], records: list[ScheduleRecord], now: int) -> None:
+        """Holds ``held`` and the unpaused ``records``: a schedule read as it was kept keeps its next
+        look, a new or changed one is planned now."""
         for record in records:
-            if record.paused or not self._owns(record.name):
+            if record.paused:
                 continue
             kept = self._held.get(record.name)
             if kept is not None and kept.record == record:
@@ -183,15 +217,17 @@ class Scheduler:
                 due[name] = held
         return list(due.values())
 
-    async def _load(self) -> list[ScheduleRecord]:
+    async def _load(self, slots: list[int]) -> list[ScheduleRecord]:
         records: list[ScheduleRecord] = []
-        pivot = ""
-        while True:
-            page = await self._store.list_schedules(pivot, PAGE)
-            records.extend(r for r in page if r.name > pivot)  # the pivot is inclusive
-            if len(page) < PAGE:
-                return records
-            pivot = page[-1].name
+        for slot in slots:
+            pivot = ""
+            while True:
+                page = await self._store.list_slot_schedules(slot, pivot, PAGE)
+                records.extend(r for r in page if r.name > pivot)  # the pivot is inclusive
+                if len(page) < PAGE:
+                    break
+                pivot = page[-1].name
+        return records
 
     async def _advance(self, held: _Held, now: int) -> int | None:
         """Fires what is due of one schedule; returns when to look at it again. A schedule whose look

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from querator.clock import Clock
 from querator.engine.queue import Queue
+from querator.errors import LeaseTimedOut
 from querator.service._conversion import (
     lease_reply,
     logical_stats,
@@ -39,6 +40,20 @@ class LocalQueue:
         """Raises ``LeaseTimedOut`` when nothing came to lease within ``timeout_us``."""
         partition, items = await self.engine.lease(req.client_id, req.batch_size, timeout_us)
         return lease_reply(req.queue_name, partition, items, lease_token_key(self.engine.settings))
+
+    def has_items(self) -> bool:
+        """Whether this node's partitions hold items a lease could take now."""
+        return self.engine.has_items()
+
+    async def watch(self, req: m.QueueLeaseRequest, timeout_us: int) -> None:
+        """Returns once this node's partitions hold items a lease could take; leases nothing.
+
+        Raises:
+            LeaseTimedOut: none came within ``timeout_us``.
+        """
+        del req  # the whole queue on this node
+        if not await self.engine.until_items(timeout_us):
+            raise LeaseTimedOut()
 
     async def complete(self, req: m.QueueCompleteRequest) -> None:
         await self.engine.complete(req.partition, list(req.ids), list(req.lease_tokens))

@@ -159,8 +159,8 @@ class Schedules:
         return len(deleted)
 
     async def _changed(self, name: str) -> None:
-        """A schedule changed here: the schedulers of this member and of its owner read them again now;
-        an owner that cannot be told reads them within ``RELOAD_US`` anyway."""
+        """A schedule changed here: the schedulers of this member and of its owner check their slots now;
+        an owner that cannot be told checks them within ``RELOAD_US`` anyway."""
         self._scheduler.changed()
         if self._tell_owner is None:
             return

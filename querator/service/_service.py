@@ -11,6 +11,7 @@ served here or refused, never forwarded again.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import ssl
 from collections.abc import Awaitable, Iterable
@@ -20,6 +21,7 @@ import msgspec
 from querator import _tasks
 from querator.auth import ClusterAuth
 from querator.clock import MICROS, Clock, SystemClock, seconds, sleep_until, to_datetime
+from querator.cluster.lease_wait import LeaseCounters, SharedQueue, Watches
 from querator.cluster.node import ClusterNode
 from querator.cluster.proxy import Proxy
 from querator.cluster.remote_queue import RemoteQueue
@@ -29,7 +31,6 @@ from querator.engine.redrive import redrive
 from querator.errors import (
     TRY_AGAIN,
     InvalidOption,
-    LeaseTimedOut,
     RetryRequest,
     no_such_queue,
     shutting_down,
@@ -40,6 +41,7 @@ from querator.schedules import Scheduler
 from querator.service._conversion import storage_item, stored_item
 from querator.service._local_queue import LocalQueue
 from querator.service._queue_admin import QueueAdministration
+from querator.service._rate_limits import RateLimits, check_take
 from querator.service._schedules import TELL_TIMEOUT_S, Schedules, tick_produce
 from querator.service._validation import (
     DEFAULT_LIST_LIMIT,
@@ -74,17 +76,14 @@ WORKFLOW_SWEEP_INTERVAL_US = 60 * MICROS
 WORKFLOW_SWEEPER = "querator.workflow-sweep"
 """The ring key whose owner sweeps the workflows (docs/durable.md, "No workflow stuck")."""
 READY_TIMEOUT_S = 5.0
-PROBE_TIMEOUT_S = 1.0
-"""Seconds a lease probe of another owner may take, reply included."""
-PROBE_MIN_S = 0.05
-"""Seconds a lease must have left to ask other owners at all."""
-LEASE_SLICE_US = MICROS
-"""Microseconds a lease waits on this node's partitions before it looks at the other owners again: the
-longest an item produced at another owner waits while a consumer waits here."""
 NOT_SERVING = f"{TRY_AGAIN}; this node is not serving partitions now"
+FORWARD_TIMEOUT_S = 5.0
+"""Seconds a forwarded rate limit take may take, reply included."""
 
 Target = LocalQueue | RemoteQueue
 """Where a routed request is carried out: the same methods either way."""
+LeaseTarget = Target | SharedQueue[LocalQueue]
+"""Where a lease waits: this member's engine, another owner, or both with a watch on the others."""
 
 log = logging.getLogger(__name__)
 
@@ -119,9 +118,13 @@ class Service(QueueAdministration):
             owned=self.router.owned if self.cluster.clustered else None,
             owner=self.cluster.owner if self.cluster.clustered else None,
         )
-        self.metrics = Metrics(self.clock, self.cluster, self.manager, self.ready, self.background_tasks)
+        lease_counters = LeaseCounters()
+        self.metrics = Metrics(
+            self.clock, self.cluster, self.manager, self.ready, self.background_tasks, lease_counters
+        )
         self.proxy = Proxy(self.cluster.node_id, cluster_auth, cluster_tls, self.metrics.forwarded)
-        self.scheduler = Scheduler(store, self.clock, self.router.owns_schedule, self._fire_tick)
+        self.watches = Watches(self.proxy, self.clock, lease_counters)
+        self.scheduler = Scheduler(store, self.clock, self.router.owns_schedule_slot, self._fire_tick)
         self.schedules = Schedules(
             store,
             self.clock,
@@ -142,6 +145,8 @@ class Service(QueueAdministration):
             workflow_retention_us,
             authorize=self.tenancy.authorize if tenancy else None,
         )
+        self.rate_limits = RateLimits()
+        """The cluster-wide rate limits whose keys this node owns (docs/extensions.md)."""
         self._split = store if isinstance(store, SplitStore) else None
         """One of a node's processes (docs/processes.md): its partitions, and their de-duplication
         records, are its own; a produce carrying dedup ids goes to the owner of partition 0, whose
@@ -181,6 +186,7 @@ class Service(QueueAdministration):
         await self.manager.shutdown()
         await self.tenancy.stop()
         await self.cluster.stop()
+        await self.watches.close()
         await self.proxy.close()
         await self.store.close()
 
@@ -366,6 +372,16 @@ class Service(QueueAdministration):
         route = self.router.queue(record.name, record.requested_partitions, forwarded_by)
         return self._target(record.name, route, within_s)
 
+    async def _lease_target(self, record: QueueRecord, forwarded_by: str, within_s: float) -> LeaseTarget:
+        """As ``_at_queue``; a lease here when other members own partitions of the queue too also
+        watches them (``SharedQueue``). A forwarded lease waits here only: its sender chose this owner."""
+        target = await self._at_queue(record, forwarded_by, within_s)
+        if isinstance(target, RemoteQueue) or forwarded_by or not self.cluster.clustered:
+            return target
+        owners = functools.partial(self.router.other_owners, record.name, record.requested_partitions, "")
+        others = owners()
+        return SharedQueue(target, others, owners, self.watches, self.clock) if others else target
+
     async def _target(self, name: str, route: Route, within_s: float | None) -> Target:
         if isinstance(route, Remote):
             return RemoteQueue(self.proxy, route)
@@ -393,7 +409,7 @@ class Service(QueueAdministration):
     # -- the cluster ----------------------------------------------------------------------------------------
 
     def _cluster_changed(self) -> None:
-        self.scheduler.changed()  # the schedules this node fires may have changed
+        self.scheduler.ring_changed()  # the schedules this node fires may have changed
         if self.cluster.serving:
             self.manager.rebalance()
         else:
@@ -448,43 +464,16 @@ class Service(QueueAdministration):
     async def lease(self, req: m.QueueLeaseRequest, forwarded_by: str = "") -> m.QueueLeaseResponse:
         record = await self._record(req.queue_name, perm.QUEUE_LEASE, forwarded_by)
         timeout_us = check_lease(req)
-        target = await self._at_queue(record, forwarded_by, seconds(timeout_us))
-        if isinstance(target, RemoteQueue):
-            return await target.lease(req, timeout_us)
-        others = self.router.other_owners(record.name, record.requested_partitions, forwarded_by)
-        if not others:  # this node owns every partition (or the request was forwarded): wait here
-            return await target.lease(req, timeout_us)
-        until = self.clock.now() + timeout_us
-        while True:
-            # Asking the other owners takes at most half of what is left of the request's time.
-            budget_s = min(PROBE_TIMEOUT_S, seconds(until - self.clock.now()) / 2)
-            if others and target.engine.un_leased() == 0 and budget_s > PROBE_MIN_S:
-                # Nothing to lease here now: items may wait at another owner.
-                found = await self._lease_elsewhere(req, others, budget_s)
-                if found is not None:
-                    return found
-            wait_us = until - self.clock.now()
-            try:
-                return await target.lease(req, max(1, min(wait_us, LEASE_SLICE_US) if others else wait_us))
-            except LeaseTimedOut:
-                if self.clock.now() >= until:
-                    raise
-            others = self.router.other_owners(record.name, record.requested_partitions, forwarded_by)
+        target = await self._lease_target(record, forwarded_by, seconds(timeout_us))
+        return await target.lease(req, timeout_us)
 
-    async def _lease_elsewhere(
-        self, req: m.QueueLeaseRequest, others: list[Remote], budget_s: float
-    ) -> m.QueueLeaseResponse | None:
-        """A lease from the first other owner that has items now (each is asked without waiting); all
-        the asking takes at most ``budget_s`` seconds."""
-        until = self.clock.monotonic() + budget_s
-        for owner in others:
-            left_s = until - self.clock.monotonic()
-            if left_s <= PROBE_MIN_S:
-                break
-            found = await RemoteQueue(self.proxy, owner).lease_now(req, left_s)
-            if found is not None:
-                return found
-        return None
+    async def watch(self, req: m.QueueLeaseRequest, forwarded_by: str = "") -> None:
+        """Answers once this node's partitions of the queue hold items a lease could take, leasing
+        nothing (a member whose leases wait asks the other owners: ADR 0042); 454 as a lease that got
+        nothing at ``request_timeout``."""
+        record = await self._record(req.queue_name, perm.QUEUE_LEASE, forwarded_by)
+        timeout_us = check_lease(req)
+        await (await self._at_queue(record, forwarded_by, seconds(timeout_us))).watch(req, timeout_us)
 
     def release(self, reply: m.QueueLeaseResponse) -> None:
         """Gives back the items of a lease whose reply never reached its client, without counting the
@@ -544,6 +533,20 @@ class Service(QueueAdministration):
         record = await self._record(req.queue_name, perm.QUEUE_UPDATE, forwarded_by)
         for target in await self._everywhere(record, forwarded_by):
             await target.reload(req)
+
+    async def take_rate(
+        self, req: m.RateLimitsTakeRequest, forwarded_by: str = ""
+    ) -> m.RateLimitsTakeResponse:
+        """Reserves the next start of a cluster-wide rate limit's key, at the key's ring owner
+        (docs/extensions.md, "Rate limits")."""
+        record = await self._record(req.queue_name, perm.QUEUE_LEASE, forwarded_by)
+        interval_us, max_wait_us = check_take(req)
+        self._check_serving()
+        route = self.router.rate_limit(record.name, req.key, forwarded_by)
+        if isinstance(route, Remote):
+            path = "/v1/rate_limits.take"
+            return await self.proxy.call(route, path, req, m.RateLimitsTakeResponse, FORWARD_TIMEOUT_S)
+        return self.rate_limits.take(record.name, req.key, interval_us, max_wait_us, self.clock.now())
 
     # -- partitions anywhere in the cluster (engine.redrive.Partitions) -------------------------------------
 

@@ -83,7 +83,8 @@ class SinkConfig:
     """``apiKey``: sent as ``Authorization: Bearer <key>``."""
     address_nodes: bool = False
     """``addressNodes`` (default ``false``): ask ``cluster.info`` (at the first endpoint that answers)
-    for the serving members and spread the tasks over their addresses instead of the given endpoints."""
+    for the serving members owning partitions of the queue and spread the tasks over their addresses
+    instead of the given endpoints."""
     skip_bad_rows: bool = False
     """``onBadRow``: ``fail`` (default) fails the task -- and so the job -- on the first row that cannot
     be an item (null payload, oversized, dedup id too long); ``skip`` drops such rows, counts them in the

@@ -74,7 +74,9 @@ def current_task(write_id: str, streaming: bool) -> TaskIdentity:
 
 
 def _discover_nodes(config: SinkConfig, factory: ClientFactory) -> list[str]:
-    """The serving members' URLs from ``cluster.info`` at the first endpoint that answers."""
+    """The URLs of the serving members owning a partition of the queue (each serves a produce itself,
+    where another member would forward it: docs/adr/0040-clients-reach-partition-owners.md), from
+    ``cluster.info`` at the first endpoint that answers; every serving member's when none is known."""
 
     async def ask() -> list[str]:
         errors: list[str] = []
@@ -88,9 +90,9 @@ def _discover_nodes(config: SinkConfig, factory: ClientFactory) -> list[str]:
             finally:
                 await client.close()
             scheme = endpoint.split("://", 1)[0]
-            nodes = sorted(
-                f"{scheme}://{m.address}" for m in info.members if m.state == "serving" and m.address
-            )
+            serving = {m.node_id: m.address for m in info.members if m.state == "serving" and m.address}
+            owners = {p.owner for p in info.partitions if p.queue_name == config.queue} & serving.keys()
+            nodes = sorted(f"{scheme}://{serving[n]}" for n in owners or serving)
             # A node alone answers without a reachable address: keep the endpoint that answered.
             return nodes or [endpoint]
         raise ConnectionFailed(f"cluster.info failed at every endpoint; {'; '.join(errors)}")

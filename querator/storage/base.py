@@ -18,7 +18,7 @@ Rules every backend keeps:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
@@ -236,6 +236,19 @@ class Records(Protocol):
     async def list_records(self, kind: str, start: str, end: str, limit: int) -> list[tuple[str, bytes]]:
         """Up to ``limit`` (key, value) pairs of ``kind`` with ``start <= key < end`` ("" end: no bound),
         in key order (code point order, which is UTF-8 byte order)."""
+
+    async def raise_stamps(self, kind: str, stamps: Mapping[str, int]) -> None:
+        """Raises each key's stamp (a time, kept apart from the records) to the value given: a lower
+        value changes nothing. Written by every member, often, for many keys (an API key's last use), so
+        a backend writes without reading and without a per-key transaction, and spreads the keys over
+        partitions (docs/adr/0041)."""
+
+    async def get_stamps(self, kind: str, keys: Sequence[str]) -> dict[str, int]:
+        """The stamps of ``keys`` that have one."""
+
+    async def delete_stamp(self, kind: str, key: str) -> None:
+        """Removes a key's stamp; absent is not an error. A raise that a member sends at the same time
+        may leave it behind (harmless: its key is gone, and keys are never reused)."""
 
 
 class Store(ScheduleStore, Records, Protocol):

@@ -5,12 +5,27 @@ A schedule's definition and its ``last_tick`` are written separately: an update 
 and keeps the last tick, and ``record_tick`` only ever moves the last tick forward, so a node that fires
 a tick late (a takeover, a slow produce) can never make an earlier tick due again. The rules of which
 ticks are due live in ``querator.schedules`` (pure code); a backend only stores rows.
+
+Schedules are grouped into ``SLOTS`` slots by a hash of their name (``schedule_slot``): the ring gives
+each slot to one member, which reads only its slots' schedules, and learns of a change by the slot's
+version (``slot_versions``), never by reading every schedule again (docs/adr/0041).
 """
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
+
+SLOTS: Final = 1024
+"""Slots of schedules: enough for a few dozen per member in a cluster of 80 (the ring's spread), few
+enough that a member checks its slots' versions in one small read."""
+
+
+def schedule_slot(name: str) -> int:
+    """The slot of the schedule ``name``: the same on every member and in every version."""
+    return zlib.crc32(name.encode()) % SLOTS
 
 
 @dataclass(slots=True)
@@ -58,6 +73,16 @@ class ScheduleStore(Protocol):
 
     async def list_schedules(self, pivot: str, limit: int) -> list[ScheduleRecord]:
         """Schedules with ``name >= pivot``, sorted by name, at most ``limit``."""
+
+    async def list_slot_schedules(self, slot: int, pivot: str, limit: int) -> list[ScheduleRecord]:
+        """The schedules of ``slot`` (``schedule_slot``) with ``name >= pivot``, sorted by name, at most
+        ``limit``."""
+
+    async def slot_versions(self, slots: Sequence[int]) -> dict[int, str]:
+        """A version per slot of ``slots`` that changes with every add, update and delete of a schedule
+        in it, and is written after the schedule (so a version read before the slot's schedules is never
+        newer than them); a slot absent holds no schedule (a reader need not list it). ``record_tick``
+        changes no version."""
 
     async def record_tick(self, name: str, tick: int) -> None:
         """Raises the schedule's ``last_tick`` to ``tick``; a lower value, or a schedule that no longer

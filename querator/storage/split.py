@@ -13,6 +13,7 @@ carries dedup ids to the process owning the queue's partition 0, so one table se
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from querator.storage.base import Partition, QueueRecord, Store
@@ -119,6 +120,12 @@ class SplitStore:
     async def list_schedules(self, pivot: str, limit: int) -> list[ScheduleRecord]:
         return await self.shared.list_schedules(pivot, limit)
 
+    async def list_slot_schedules(self, slot: int, pivot: str, limit: int) -> list[ScheduleRecord]:
+        return await self.shared.list_slot_schedules(slot, pivot, limit)
+
+    async def slot_versions(self, slots: Sequence[int]) -> dict[int, str]:
+        return await self.shared.slot_versions(slots)
+
     async def record_tick(self, name: str, tick: int) -> None:
         await self.shared.record_tick(name, tick)
 
@@ -136,3 +143,12 @@ class SplitStore:
 
     async def list_records(self, kind: str, start: str, end: str, limit: int) -> list[tuple[str, bytes]]:
         return await self.shared.list_records(kind, start, end, limit)
+
+    async def raise_stamps(self, kind: str, stamps: Mapping[str, int]) -> None:
+        await self.shared.raise_stamps(kind, stamps)
+
+    async def get_stamps(self, kind: str, keys: Sequence[str]) -> dict[str, int]:
+        return await self.shared.get_stamps(kind, keys)
+
+    async def delete_stamp(self, kind: str, key: str) -> None:
+        await self.shared.delete_stamp(kind, key)

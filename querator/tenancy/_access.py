@@ -184,8 +184,12 @@ class Access:
     async def flush(self) -> None:
         """Writes the last use of every key used since the previous flush."""
         used, self._used = self._used, {}
-        for key_id, used_at in used.items():
-            await self._directory.touch_key(key_id, used_at)
+        try:
+            await self._directory.note_key_uses(used)
+        except BaseException:
+            for key_id, used_at in used.items():  # written next time, unless a later use was meanwhile
+                self._used[key_id] = max(used_at, self._used.get(key_id, 0))
+            raise
 
     # -- authorization ----------------------------------------------------------------------------------
 

@@ -23,6 +23,9 @@ USERNAME: Final = "user.name"
 APIKEY: Final = "apikey"
 APIKEY_HASH: Final = "apikey.hash"
 APIKEY_USER: Final = "apikey.user"
+APIKEY_USE: Final = "apikey.use"
+"""The stamps (``Records.raise_stamps``) of keys' last use, by key id: apart from the key's record, so
+that noting a use is a blind write (docs/adr/0041)."""
 ROLE: Final = "role"
 ROLE_NAME: Final = "role.name"
 BINDING: Final = "binding"
@@ -148,15 +151,20 @@ class Directory:
         return key if key is not None and key.key_hash == key_hash else None
 
     async def list_keys(self, user_id: str, pivot: str, limit: int) -> list[ApiKey]:
-        """Keys by id from ``pivot``: every key, or only ``user_id``'s."""
+        """Keys by id from ``pivot``: every key, or only ``user_id``'s, with their last use."""
         if not user_id:
-            return await self._list(APIKEY, pivot, "", limit, ApiKey)
-        start, end = _range(f"{user_id}:")
-        keys = []
-        for index, _ in await self.store.list_records(APIKEY_USER, max(start, start + pivot), end, limit):
-            key = await self.get_key(index.split(":", 1)[1])
-            if key is not None:
-                keys.append(key)
+            keys = await self._list(APIKEY, pivot, "", limit, ApiKey)
+        else:
+            start, end = _range(f"{user_id}:")
+            keys = []
+            for index, _ in await self.store.list_records(APIKEY_USER, max(start, start + pivot), end, limit):
+                key = await self.get_key(index.split(":", 1)[1])
+                if key is not None:
+                    keys.append(key)
+        # A key written before stamps kept its last use in its record: the later of the two counts.
+        used = await self.store.get_stamps(APIKEY_USE, [k.id for k in keys])
+        for key in keys:
+            key.last_used_at = max(key.last_used_at, used.get(key.id, 0))
         return keys
 
     async def delete_key(self, key_id: str, user_id: str = "") -> ApiKey:
@@ -169,14 +177,14 @@ class Directory:
         await self.store.delete_record(APIKEY, key.id)
         await self.store.delete_record(APIKEY_HASH, key.key_hash)
         await self.store.delete_record(APIKEY_USER, f"{key.user_id}:{key.id}")
+        await self.store.delete_stamp(APIKEY_USE, key.id)
         return key
 
-    async def touch_key(self, key_id: str, used_at: int) -> None:
-        """Records when a key was last used (batched by the caller: not a write per request)."""
-        key = await self.get_key(key_id)
-        if key is not None and key.last_used_at < used_at:
-            key.last_used_at = used_at
-            await self._put(APIKEY, key.id, key)
+    async def note_key_uses(self, used_at: dict[str, int]) -> None:
+        """Records when keys were last used, by key id (batched by the caller: not a write per request):
+        blind writes that keep the latest, never a read of the keys."""
+        if used_at:
+            await self.store.raise_stamps(APIKEY_USE, used_at)
 
     # -- roles ------------------------------------------------------------------------------------------
 

@@ -487,6 +487,28 @@ class SchedulesListResponse(Message):
     items: list[ScheduleInfo] = []
 
 
+# -- cluster-wide rate limits (docs/extensions.md, "Rate limits") ------------------------------------------
+
+
+class RateLimitsTakeRequest(Message):
+    """rate_limits.take: the next start of ``key`` under ``limit`` starts per ``period``, for the
+    queue ``queue_name``, if it is at most ``max_wait`` away."""
+
+    queue_name: str = ""
+    key: str = ""
+    limit: int = 0
+    period: str = ""
+    max_wait: str = ""
+
+
+class RateLimitsTakeResponse(Message):
+    """``granted``: a start is reserved ``wait`` from now ("0s": at once). Not granted: the next free
+    start is further than ``max_wait``; asking again after ``wait`` finds one within it."""
+
+    granted: bool = False
+    wait: str = ""
+
+
 # -- tenancy (docs/tenancy.md) ----------------------------------------------------------------------------
 
 

@@ -20,16 +20,20 @@ by the function's annotations; leases are renewed while a task runs; a task that
 SIGTERM stops a worker warmly. docs/worker.md has all of it, docs/adr/0014 why it is built so.
 
 Modules: ``backoff`` (retry policies, public), ``_worker`` (``Worker``: tasks, ``run``, shutdown),
-``_task`` (``Task``, enqueue), ``_runner`` (a queue's lease loop and each run), ``_settle`` (batched
-completes and retries), ``_serializer`` (JSON, typed arguments), ``_envelope`` (the payload),
-``_trace`` (W3C trace context), ``_observe`` (run logs, metrics) and ``_cli`` (``querator worker``).
+``_task`` (``Task``, enqueue), ``_priority`` (priority levels, a queue each), ``_runner`` (a queue's
+lease loop and each run), ``_settle`` (batched completes and retries), ``_serializer`` (JSON, typed
+arguments), ``_envelope`` (the payload), ``_trace`` (W3C trace context), ``_observe`` (run logs,
+metrics; ``setup_logging``) and ``_run`` (``load_worker`` and ``run_worker``: what ``querator worker``
+does, for programs that start workers their own way).
 """
 
 from __future__ import annotations
 
 from querator.worker import backoff
 from querator.worker._envelope import EnvelopeError
-from querator.worker._observe import JsonFormatter
+from querator.worker._observe import JsonFormatter, setup_logging
+from querator.worker._run import load as load_worker
+from querator.worker._run import run_worker
 from querator.worker._serializer import JsonSerializer, Serializer
 from querator.worker._task import Permanent, RetryLater, Task, current_attempt, current_item, current_job_id
 from querator.worker._trace import current_traceparent, use_traceparent
@@ -49,5 +53,8 @@ __all__ = [
     "current_item",
     "current_job_id",
     "current_traceparent",
+    "load_worker",
+    "run_worker",
+    "setup_logging",
     "use_traceparent",
 ]

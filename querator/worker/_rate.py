@@ -1,5 +1,5 @@
 """``RateLimit``: how often a task may start in this worker process, for each key (docs/worker.md,
-"Rate limits").
+"Rate limits"); ``take_shared``: the same limit kept by the server for every worker of the cluster.
 
 Starts are spaced evenly: at ``"10/s"`` one every 100 ms, at ``"100/m"`` one every 600 ms, so no
 window of the period holds more than the limit and one. Each start takes the next free slot of its key,
@@ -10,9 +10,22 @@ only the keys with a slot still ahead are kept, so their number stays bounded by
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Final
 
+from querator.client import AsyncClient, ConnectionFailed
+from querator.client._arguments import seconds_of
+from querator.errors import RetryRequest
+
+log = logging.getLogger("querator.worker")
+
 PERIODS_S: Final = {"s": 1.0, "m": 60.0, "h": 3600.0}
+SCOPES: Final = ("process", "cluster")
+SHARED_MAX_WAIT_S = 30.0
+"""How far ahead a worker reserves a start of a cluster-wide limit: it waits for it holding the item's
+lease (renewed meanwhile), and a farther one is asked for again then."""
+SHARED_FAILED_WAIT_S = 1.0
+"""Seconds before asking again when the server could not answer (454, no reply)."""
 
 
 class RateLimit:
@@ -27,7 +40,9 @@ class RateLimit:
         if not count.isdigit() or int(count) < 1 or unit not in PERIODS_S:
             raise ValueError(f"worker: rate_limit {spec!r} is not '<n>/s', '<n>/m' or '<n>/h' with n >= 1")
         self.spec = spec
-        self.interval_s = PERIODS_S[unit] / int(count)
+        self.count = int(count)
+        self.period_s = PERIODS_S[unit]
+        self.interval_s = self.period_s / self.count
         self._next_s: dict[str, float] = {}
         """The next free start of each key that has one ahead (loop time, seconds)."""
 
@@ -46,3 +61,38 @@ class RateLimit:
         start_s = self.reserve(key, now_s)
         if start_s > now_s:
             await asyncio.sleep(start_s - now_s)
+
+
+async def take_shared(client: AsyncClient, queue: str, rate: RateLimit, key: str, task_name: str) -> None:
+    """Waits for the next start of ``key`` under the cluster-wide ``rate`` of task ``task_name``, which
+    the server keeps for ``queue`` (``AsyncClient.take_rate``); asks again while none is free within
+    ``SHARED_MAX_WAIT_S``, or while the server cannot answer.
+
+    Raises:
+        QueratorError: the server refused the limit (its queue is gone, say): the run fails.
+    """
+    while True:
+        try:
+            reply = await client.take_rate(
+                queue,
+                f"{task_name}/{key}",
+                limit=rate.count,
+                period=rate.period_s,
+                max_wait=SHARED_MAX_WAIT_S,
+            )
+        except (RetryRequest, ConnectionFailed) as e:
+            log.warning("task %s: cluster rate limit not reached, asking again: %s", task_name, e)
+            await asyncio.sleep(SHARED_FAILED_WAIT_S)
+            continue
+        wait_s = seconds_of(reply.wait)
+        if reply.granted:
+            await asyncio.sleep(wait_s)
+            return
+        log.info(
+            "task %s: cluster rate limit %s: no start free within %gs, asking again in %.1fs",
+            task_name,
+            rate.spec,
+            SHARED_MAX_WAIT_S,
+            wait_s,
+        )
+        await asyncio.sleep(min(wait_s, SHARED_MAX_WAIT_S))

@@ -4,6 +4,7 @@ The lease loop asks for as many items as the process has free slots (``Reservati
 never leases more than the worker can run; with several queues, each asks for what is free when it
 leases, and items that arrive while the slots filled wait for one, renewed meanwhile. What runs at once
 is bounded by semaphores, whatever was leased: the task's own ``concurrency``, then the process's.
+A queue whose tasks have priority levels is leased level by level, highest first (``_lease_levels``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from querator.errors import QueratorError
 from querator.wire import messages as m
 from querator.worker._envelope import EnvelopeError, unpack
 from querator.worker._observe import Metrics, log_run
+from querator.worker._priority import level_queues
+from querator.worker._rate import take_shared
 from querator.worker._settle import Settler
 from querator.worker._task import CURRENT_ITEM, MAX_BATCH, Permanent, RetryLater, Task
 from querator.worker._trace import continued, current_traceparent
@@ -39,6 +42,8 @@ log = logging.getLogger("querator.worker")
 LEASE_POLL = "30s"
 """How long one lease waits for items; a stopping worker cancels it (the server gives back at once what
 a cancelled lease would have taken: docs/adr/0005)."""
+LEVEL_LOOK = "10ms"
+"""How long a look at one priority level waits for items: the server's shortest request timeout."""
 LEASE_FAILED_WAIT_S = (0.1, 10.0)
 """Seconds a lease loop waits after a failed lease: the first, and the most after repeated failures."""
 MAX_ERROR_CHARS = 4096
@@ -91,32 +96,40 @@ class Runtime:
     renewals: set[asyncio.Task[None]] = field(default_factory=set)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     """Set by a warm stop: runs still waiting for their rate limit's slot give their items back."""
+    lowest_first_every: int = 0
+    """With priority levels: every n-th lease takes the lowest level first (0: never)."""
 
 
 async def _rate_limited(
-    task: Task[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], stopping: asyncio.Event
+    task: Task[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], rt: Runtime
 ) -> _Failure | None:
-    """Waits for the task's next free start (its ``rate_limit``, per ``rate_key``), holding the task's own
-    slot but not the worker's: other tasks run meanwhile, and the item's lease is renewed. A warm stop
-    ends the wait and gives the item back to the queue at once (its attempt spent); a ``rate_key`` that
-    raises fails the run as the task would."""
-    rate = task.options.rate_limit
+    """Waits for the task's next free start (its ``rate_limit``, per ``rate_key``; kept in this process,
+    or by the server with ``rate_scope="cluster"``), holding the task's own slot but not the worker's:
+    other tasks run meanwhile, and the item's lease is renewed. A warm stop ends the wait and gives the
+    item back to the queue at once (its attempt spent); a ``rate_key`` that raises, or a limit the
+    server refuses, fails the run as the task would."""
+    options = task.options
+    rate = options.rate_limit
     if rate is None:
         return None
     try:
-        key = "" if task.options.rate_key is None else str(task.options.rate_key(*args, **kwargs))
+        key = "" if options.rate_key is None else str(options.rate_key(*args, **kwargs))
     except Exception as e:
         return _Failure("error", e)
-    waiting = asyncio.ensure_future(rate.take(key))
-    stopped = asyncio.ensure_future(stopping.wait())
+    if options.rate_scope == "cluster":
+        waiting = asyncio.ensure_future(take_shared(rt.client, options.queue, rate, key, task.name))
+    else:
+        waiting = asyncio.ensure_future(rate.take(key))
+    stopped = asyncio.ensure_future(rt.stopping.wait())
     try:
         await asyncio.wait([waiting, stopped], return_when=asyncio.FIRST_COMPLETED)
     finally:
         stopped.cancel()
         waiting.cancel()
-    if waiting.done() and not waiting.cancelled():
-        return None
-    return _Failure("later", RetryLater(0))
+    if not waiting.done() or waiting.cancelled():
+        return _Failure("later", RetryLater(0))
+    error = waiting.exception()
+    return None if error is None else _Failure("error", error)
 
 
 def error_record(error: BaseException) -> str:
@@ -150,6 +163,10 @@ class QueueRunner:
             t.name: asyncio.Semaphore(t.options.concurrency) for t in tasks if t.options.concurrency
         }
         self._lease_timeout = next((t.options.lease_timeout for t in tasks if t.options.lease_timeout), "")
+        leveled = any(t.options.priority is not None for t in tasks)
+        self._levels = level_queues(queue) if leveled else [queue]
+        """The queues leased, highest level first."""
+        self._rounds = 0
 
     async def lease_loop(self) -> None:
         """Leases and starts items until cancelled."""
@@ -158,7 +175,10 @@ class QueueRunner:
             await rt.reservations.wait_free()
             wanted = min(rt.reservations.free(), MAX_BATCH)
             try:
-                reply = await rt.client.lease(self.queue, wanted, client_id, LEASE_POLL)
+                if len(self._levels) > 1:
+                    await self._lease_levels(client_id, wanted)
+                else:
+                    self._start(self.queue, await rt.client.lease(self.queue, wanted, client_id, LEASE_POLL))
             except QueratorError as e:
                 failures += 1
                 first_s, most_s = LEASE_FAILED_WAIT_S
@@ -167,10 +187,46 @@ class QueueRunner:
                 await asyncio.sleep(wait_s)
                 continue
             failures = 0
-            if reply.items:
-                self._start(reply)
 
-    def _start(self, reply: m.QueueLeaseResponse) -> None:
+    async def _lease_levels(self, client_id: str, wanted: int) -> None:
+        """Fills ``wanted`` slots level by level, highest first (lowest first every
+        ``lowest_first_every``-th time), each level looked at without waiting; when every level is
+        empty, waits for the first to have items. Levels are strict: a lower one is leased only when the
+        higher ones had fewer items than free slots."""
+        client = self._rt.client
+        self._rounds += 1
+        every = self._rt.lowest_first_every
+        order = self._levels[::-1] if every and self._rounds % every == 0 else self._levels
+        found = False
+        for queue in order:
+            reply = await client.lease(queue, wanted, client_id, LEVEL_LOOK)
+            self._start(queue, reply)
+            wanted -= len(reply.items)
+            found = found or bool(reply.items)
+            if wanted <= 0:
+                return
+        if found:
+            return
+        polls = [asyncio.ensure_future(client.lease(q, wanted, client_id, LEASE_POLL)) for q in order]
+        try:
+            await asyncio.wait(polls, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            # The server gives back what a cancelled lease would have taken (docs/adr/0005).
+            for poll in polls:
+                poll.cancel()
+            replies = await asyncio.gather(*polls, return_exceptions=True)
+        failed = None
+        for queue, outcome in zip(order, replies, strict=True):
+            if isinstance(outcome, m.QueueLeaseResponse):
+                self._start(queue, outcome)  # two levels' replies may arrive at once: both run
+            elif isinstance(outcome, QueratorError):
+                failed = outcome
+        if failed is not None:
+            raise failed
+
+    def _start(self, queue: str, reply: m.QueueLeaseResponse) -> None:
+        if not reply.items:
+            return
         rt = self._rt
         rt.reservations.take(len(reply.items))
         rt.metrics.in_flight.inc(len(reply.items))
@@ -178,12 +234,12 @@ class QueueRunner:
 
         def lost(item_id: str) -> None:
             live.discard(item_id)
-            log.warning("lease of %s on %s lost while it ran: it will run again", item_id, self.queue)
+            log.warning("lease of %s on %s lost while it ran: it will run again", item_id, queue)
 
         renewal = asyncio.create_task(
             keep_renewed(
                 rt.client,
-                self.queue,
+                queue,
                 reply.partition,
                 live,
                 reply.items[0].lease_deadline,
@@ -195,34 +251,35 @@ class QueueRunner:
         rt.renewals.add(renewal)
         renewal.add_done_callback(rt.renewals.discard)
         for item in reply.items:
-            run = asyncio.create_task(self._run(reply.partition, item, live))
+            run = asyncio.create_task(self._run(queue, reply.partition, item, live))
             rt.runs.add(run)
             run.add_done_callback(rt.runs.discard)
 
-    async def _run(self, partition: int, item: m.QueueLeaseItem, live: set[str]) -> None:
+    async def _run(self, queue: str, partition: int, item: m.QueueLeaseItem, live: set[str]) -> None:
+        """Runs ``item``, leased from ``queue`` (this runner's, or one of its priority levels)."""
         rt = self._rt
         task = self._by_kind.get(item.kind) or (self._only if not item.kind else None)
         fields: dict[str, Any] = {
             "task": task.name if task is not None else item.kind,
-            "queue": self.queue,
+            "queue": queue,
             "item_id": item.id,
             "attempt": item.attempts,
         }
         try:
             if task is None:
                 log.error(
-                    "no task named %r on queue %s in this worker: offered again later", item.kind, self.queue
+                    "no task named %r on queue %s in this worker: offered again later", item.kind, queue
                 )
                 retry = m.QueueRetryItem(
                     id=item.id,
                     retry_at=absolute(UNKNOWN_KIND_WAIT_S),
                     error=f"no task named {item.kind!r} in this worker"[:MAX_ERROR_CHARS],
                 )
-                await self._settle(partition, item, fields, None, "retried", retry)
+                await self._settle(queue, partition, item, fields, None, "retried", retry)
                 return
             failure = await self._execute(task, item, fields)
             if failure is None:
-                await self._settle(partition, item, fields, None, "completed", None)
+                await self._settle(queue, partition, item, fields, None, "completed", None)
                 return
             rt.metrics.failures.labels(task.name, failure.reason).inc()  # rare: no cached child
             fields["error"] = f"{type(failure.error).__name__}: {failure.error}"
@@ -230,7 +287,7 @@ class QueueRunner:
             limit = task.options.max_attempts
             if failure.reason in ("permanent", "undecodable") or (limit and item.attempts >= limit):
                 dead = m.QueueRetryItem(id=item.id, dead=True, error=recorded)
-                await self._settle(partition, item, fields, failure, "dead_lettered", dead)
+                await self._settle(queue, partition, item, fields, failure, "dead_lettered", dead)
                 return
             wait_s = task.options.retry(item.attempts)
             if isinstance(failure.error, RetryLater):
@@ -238,7 +295,7 @@ class QueueRunner:
             at = absolute(wait_s) if wait_s > 0 else None
             fields["retry_in_s"] = round(wait_s, 3)
             retry = m.QueueRetryItem(id=item.id, retry_at=at, error=recorded)
-            await self._settle(partition, item, fields, failure, "retried", retry)
+            await self._settle(queue, partition, item, fields, failure, "retried", retry)
         finally:
             live.discard(item.id)
             rt.reservations.give()
@@ -255,7 +312,7 @@ class QueueRunner:
             return _Failure("undecodable", e)
         limit = self._limits.get(task.name) or _NO_LIMIT
         async with limit:
-            failure = await _rate_limited(task, call.args, call.kwargs, self._rt.stopping)
+            failure = await _rate_limited(task, call.args, call.kwargs, self._rt)
             if failure is not None:
                 return failure
             return await self._run_in_slot(task, item, fields, call, trace)
@@ -310,6 +367,7 @@ class QueueRunner:
 
     async def _settle(
         self,
+        queue: str,
         partition: int,
         item: m.QueueLeaseItem,
         fields: dict[str, Any],
@@ -321,10 +379,10 @@ class QueueRunner:
         rt = self._rt
         try:
             if retry is None:
-                await rt.settler.complete(self.queue, partition, item.id, item.lease_token)
+                await rt.settler.complete(queue, partition, item.id, item.lease_token)
             else:
                 # The lease's proof goes with it, for a queue that requires lease tokens.
-                await rt.settler.retry(self.queue, partition, replace(retry, lease_token=item.lease_token))
+                await rt.settler.retry(queue, partition, replace(retry, lease_token=item.lease_token))
         except QueratorError as e:
             outcome = "lost"
             fields["error"] = f"{fields.get('error', '')} (not settled: {e.message})".lstrip()

@@ -14,6 +14,7 @@ from querator.client import Duration
 from querator.client._arguments import seconds_of
 from querator.wire import messages as m
 from querator.worker._envelope import pack
+from querator.worker._priority import NORMAL, check_level, level_queue
 from querator.worker._rate import RateLimit
 from querator.worker._serializer import Serializer, Signature
 from querator.worker._trace import outgoing
@@ -92,6 +93,22 @@ class TaskOptions:
     dead_queue: str
     rate_limit: RateLimit | None = None
     rate_key: Callable[..., str] | None = None
+    rate_scope: str = "process"
+    """Where ``rate_limit`` is kept: in this process, or by the server for the cluster."""
+    priority: str | None = None
+    """The level of an ``enqueue`` that names none; None: the task has no levels, only its queue."""
+
+    def queue_of(self, priority: str | None) -> str:
+        """The queue an item of ``priority`` (None: the task's default) goes to.
+
+        Raises:
+            ValueError: an unknown level, or a level for a task declared without ``priority``.
+        """
+        if priority is None:
+            return level_queue(self.queue, self.priority or NORMAL)
+        if self.priority is None:
+            raise ValueError(f"worker: task {self.name} has no priority levels; declare it with priority=")
+        return level_queue(self.queue, check_level(priority))
 
 
 class Task(Generic[P, R]):
@@ -126,18 +143,21 @@ class Task(Generic[P, R]):
         delay: Duration | None = None,
         enqueue_at: datetime | None = None,
         dedup_id: str | None = None,
+        priority: str | None = None,
         **kwargs: Any,
     ) -> str:
         """Enqueues one call of the task; returns the item's id ("" when ``dedup_id`` was seen within the
-        queue's dedup window). ``delay``, ``enqueue_at`` and ``dedup_id`` are the produce's, not the
-        task's (so a task cannot take arguments of those names by keyword).
+        queue's dedup window). ``delay``, ``enqueue_at``, ``dedup_id`` and ``priority`` (``"high"``,
+        ``"normal"`` or ``"low"``; default the task's) are the produce's, not the task's (so a task
+        cannot take arguments of those names by keyword).
 
         Raises:
             TypeError: the arguments do not fit the task's parameters (nothing is enqueued).
+            ValueError: an unknown priority, or one for a task declared without ``priority``.
             as ``AsyncClient.produce``.
         """
         [item_id] = await self._produce(
-            [(args, kwargs)], delay, enqueue_at, None if dedup_id is None else [dedup_id]
+            [(args, kwargs)], delay, enqueue_at, None if dedup_id is None else [dedup_id], priority
         )
         return item_id
 
@@ -148,18 +168,20 @@ class Task(Generic[P, R]):
         delay: Duration | None = None,
         enqueue_at: datetime | None = None,
         dedup_ids: Sequence[str] | None = None,
+        priority: str | None = None,
     ) -> list[str]:
         """Enqueues many calls, ``(args, kwargs)`` each, 1000 to a request; returns their ids in order.
 
         Raises:
             TypeError: a call's arguments do not fit the task's parameters (nothing is enqueued).
+            ValueError: as ``enqueue``.
             as ``AsyncClient.produce``: the calls of the requests before a failed one stay enqueued.
         """
         batch = list(calls)
         ids: list[str] = []
         for start in range(0, len(batch), MAX_BATCH):
             dedup = None if dedup_ids is None else list(dedup_ids[start : start + MAX_BATCH])
-            ids += await self._produce(batch[start : start + MAX_BATCH], delay, enqueue_at, dedup)
+            ids += await self._produce(batch[start : start + MAX_BATCH], delay, enqueue_at, dedup, priority)
         return ids
 
     def enqueue_sync(
@@ -168,6 +190,7 @@ class Task(Generic[P, R]):
         delay: Duration | None = None,
         enqueue_at: datetime | None = None,
         dedup_id: str | None = None,
+        priority: str | None = None,
         **kwargs: Any,
     ) -> str:
         """``enqueue`` for code that has no running event loop (a Django or Flask view, a script, a sync
@@ -179,7 +202,9 @@ class Task(Generic[P, R]):
             as ``enqueue``.
         """
         return self._worker.block_on(
-            self.enqueue(*args, delay=delay, enqueue_at=enqueue_at, dedup_id=dedup_id, **kwargs)
+            self.enqueue(
+                *args, delay=delay, enqueue_at=enqueue_at, dedup_id=dedup_id, priority=priority, **kwargs
+            )
         )
 
     def enqueue_many_sync(
@@ -189,10 +214,13 @@ class Task(Generic[P, R]):
         delay: Duration | None = None,
         enqueue_at: datetime | None = None,
         dedup_ids: Sequence[str] | None = None,
+        priority: str | None = None,
     ) -> list[str]:
         """``enqueue_many`` for code that has no running event loop, as ``enqueue_sync``."""
         return self._worker.block_on(
-            self.enqueue_many(calls, delay=delay, enqueue_at=enqueue_at, dedup_ids=dedup_ids)
+            self.enqueue_many(
+                calls, delay=delay, enqueue_at=enqueue_at, dedup_ids=dedup_ids, priority=priority
+            )
         )
 
     async def _produce(
@@ -201,7 +229,9 @@ class Task(Generic[P, R]):
         delay: Duration | None,
         enqueue_at: datetime | None,
         dedup: list[str] | None,
+        priority: str | None,
     ) -> list[str]:
+        queue = self.options.queue_of(priority)
         for args, kwargs in calls:
             try:
                 self.signature.check(args, kwargs)
@@ -211,7 +241,7 @@ class Task(Generic[P, R]):
         trace = outgoing()
         payloads = [pack(self.serializer, args, kwargs, trace) for args, kwargs in calls]
         return await client.produce(
-            self.options.queue,
+            queue,
             payloads,
             kind=self.name,
             encoding=self.serializer.content_type,

@@ -19,7 +19,8 @@ from querator.errors import InvalidOption
 from querator.wire import messages as m
 from querator.worker._envelope import pack
 from querator.worker._observe import Metrics
-from querator.worker._rate import RateLimit
+from querator.worker._priority import check_level, level_queues
+from querator.worker._rate import SCOPES, RateLimit
 from querator.worker._runner import QueueRunner, Reservations, Runtime
 from querator.worker._serializer import JsonSerializer, Serializer
 from querator.worker._settle import Settler
@@ -47,6 +48,11 @@ class Worker:
         concurrency: items run at once in this process, all tasks together (``run`` may override it).
         serializer: how arguments become payloads (``JsonSerializer`` by default; any ``Serializer``).
         protobuf: speak binary protobuf to the server instead of JSON.
+        reach_owners: send leases, completes and enqueues straight to the cluster member owning their
+            partitions (``AsyncClient``'s ``reach_owners``).
+        lowest_first_every: with priority levels, every n-th lease of a queue takes its lowest level
+            first, so that low items still run under a constant stream of higher ones (0, the default:
+            strictly by level, and a low item may wait forever).
     """
 
     def __init__(
@@ -57,9 +63,14 @@ class Worker:
         concurrency: int = 16,
         serializer: Serializer | None = None,
         protobuf: bool = False,
+        reach_owners: bool = False,
+        lowest_first_every: int = 0,
     ) -> None:
         if concurrency < 1:
             raise ValueError("worker: concurrency must be at least 1")
+        if lowest_first_every < 0:
+            raise ValueError("worker: lowest_first_every cannot be negative")
+        self.lowest_first_every = lowest_first_every
         self.endpoint = endpoint or os.environ.get("QUERATOR_ENDPOINT") or DEFAULT_ENDPOINT
         self.concurrency = concurrency
         self.serializer = serializer or JsonSerializer()
@@ -69,6 +80,7 @@ class Worker:
         self.metrics = Metrics()
         self._api_key = api_key if api_key is not None else os.environ.get("QUERATOR_API_KEY")
         self._protobuf = protobuf
+        self._reach_owners = reach_owners
         self._clients: dict[asyncio.AbstractEventLoop, AsyncClient] = {}
         self._closers: dict[asyncio.AbstractEventLoop, AsyncGenerator[None, None]] = {}
         self._ensured: dict[asyncio.AbstractEventLoop, set[str]] = {}
@@ -103,6 +115,8 @@ class Worker:
         expire_timeout: Duration | None = None,
         rate_limit: str | None = None,
         rate_key: Callable[..., str] | None = None,
+        rate_scope: str = "process",
+        priority: str | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -124,6 +138,8 @@ class Worker:
         expire_timeout: Duration | None = None,
         rate_limit: str | None = None,
         rate_key: Callable[..., str] | None = None,
+        rate_scope: str = "process",
+        priority: str | None = None,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Registers a function (sync or async) as a task, as a decorator.
 
@@ -149,10 +165,22 @@ class Worker:
                 or ``"<n>/h"``, evenly spaced (docs/worker.md, "Rate limits").
             rate_key: with ``rate_limit``, a function of the task's arguments whose result is the key
                 the limit applies to on its own (a customer, an API host); default one key for all.
+            rate_scope: ``"process"`` (the default): ``rate_limit`` holds in each worker process;
+                ``"cluster"``: it holds across every worker of the cluster, kept by the server
+                (docs/worker.md, "Rate limits").
+            priority: give the task priority levels (``"high"``, ``"normal"``, ``"low"``), this one
+                the level of an ``enqueue`` that names none: each level is a queue, and a worker with
+                free slots leases the higher levels first (docs/worker.md, "Priorities").
         """
         limiter = None if rate_limit is None else RateLimit(rate_limit)
+        if priority is not None:
+            check_level(priority)
         if rate_key is not None and limiter is None:
             raise ValueError("worker: rate_key needs a rate_limit")
+        if rate_scope not in SCOPES:
+            raise ValueError(f"worker: rate_scope {rate_scope!r} is not one of {', '.join(SCOPES)}")
+        if rate_scope != "process" and limiter is None:
+            raise ValueError("worker: rate_scope needs a rate_limit")
 
         def register(function: Callable[P, R]) -> Task[P, R]:
             task_name = name or f"{function.__module__}.{function.__qualname__}"
@@ -175,6 +203,8 @@ class Worker:
                 dead_queue=f"{target}-dead" if dead_queue is None else dead_queue,
                 rate_limit=limiter,
                 rate_key=rate_key,
+                rate_scope=rate_scope,
+                priority=priority,
             )
             task = Task(self, function, options, serializer or self.serializer)
             self.tasks[task_name] = task
@@ -218,7 +248,7 @@ class Worker:
             info = m.ScheduleInfo(
                 name=schedule or task.name,
                 cron=cron,
-                queue_name=task.options.queue,
+                queue_name=task.options.queue_of(None),
                 time_zone=time_zone,
                 catch_up=catch_up,
                 jitter="" if jitter is None else go_duration(jitter),
@@ -233,6 +263,13 @@ class Worker:
 
         return register
 
+    def connect(self, endpoint: str, *, api_key: str | None = None) -> None:
+        """Points the worker and its tasks' ``enqueue`` at ``endpoint`` with ``api_key`` (from a
+        framework's settings, or a test's node). Call it before the first ``enqueue`` or ``run``: a loop
+        that already has a client keeps it until ``close``."""
+        self.endpoint = endpoint
+        self._api_key = api_key
+
     # -- the client of enqueue and of the runtime ------------------------------------------------------------
 
     async def client_for(self, task: Task[..., Any] | None = None) -> AsyncClient:
@@ -242,7 +279,7 @@ class Worker:
         client = self._clients.get(loop)
         if client is None:
             client = self._clients[loop] = AsyncClient(
-                self.endpoint, api_key=self._api_key, protobuf=self._protobuf
+                self.endpoint, api_key=self._api_key, protobuf=self._protobuf, reach_owners=self._reach_owners
             )
             # Closed with the loop: asyncio.run() ends by closing the async generators the loop
             # started, so a script that enqueues in asyncio.run() leaves no session open.
@@ -338,7 +375,13 @@ class Worker:
             self.metrics.serve(metrics_port)
         pool = ThreadPoolExecutor(max_workers=limit, thread_name_prefix="querator-task")
         rt = Runtime(
-            client, Settler(client), self.metrics, Reservations(limit), asyncio.Semaphore(limit), pool
+            client,
+            Settler(client),
+            self.metrics,
+            Reservations(limit),
+            asyncio.Semaphore(limit),
+            pool,
+            lowest_first_every=self.lowest_first_every,
         )
         if handle_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -417,19 +460,20 @@ async def _closed_with_loop(
 
 
 async def _ensure_queues(client: AsyncClient, options: TaskOptions) -> None:
-    """Creates the task's dead queue and queue where missing (found by ``queue_info``: "exists" is not told
-    apart from other refusals by its message)."""
+    """Creates the task's dead queue and queue (its level queues, with ``priority``) where missing (found
+    by ``queue_info``: "exists" is not told apart from other refusals by its message)."""
     lease_timeout = options.lease_timeout or "1m"
     if options.dead_queue:
         await _ensure(client, options.dead_queue, lease_timeout=lease_timeout)
-    await _ensure(
-        client,
-        options.queue,
-        lease_timeout=lease_timeout,
-        expire_timeout=options.expire_timeout or None,
-        max_attempts=options.max_attempts,
-        dead_queue=options.dead_queue,
-    )
+    for queue in [options.queue] if options.priority is None else level_queues(options.queue):
+        await _ensure(
+            client,
+            queue,
+            lease_timeout=lease_timeout,
+            expire_timeout=options.expire_timeout or None,
+            max_attempts=options.max_attempts,
+            dead_queue=options.dead_queue,
+        )
 
 
 async def _ensure(client: AsyncClient, name: str, **settings: Any) -> None:

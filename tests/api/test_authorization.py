@@ -96,6 +96,7 @@ ROUTES: list[tuple[str, str, str, Body]] = [
         "ns",
         lambda ns: {"namespace": ns, "role_name": "nope", "user_id": "u"},
     ),
+    ("/v1/rate_limits.take", "queue.lease", "ns", lambda ns: {"queue_name": _queue(ns)}),
 ]
 
 

@@ -913,3 +913,74 @@ def test_cli_workflows(cli_endpoint: str, tmp_path: Path) -> None:
         refused = cli(e, "workflows", *usage)
         assert refused.returncode == 2 and says in refused.stderr, (usage, refused.stderr)
     assert ok(cli(None, "workflows", "show", "flow-b", "--endpoint", e))["workflow_id"] == "flow-b"
+
+
+def test_cli_tables_on_request_and_json_for_scripts(cli_endpoint: str) -> None:
+    e = cli_endpoint
+    assert ok(cli(e, "create", "tbl-a", "--partitions", "2", "--dead-queue", "")) == {"code": 200}
+    assert ok(cli(e, "produce", "tbl-a", "-p", "one"))["ids"]
+    # Not a terminal: JSON, as before, unless asked.
+    assert ok(cli(e, "stats", "tbl-a"))["queue_name"] == "tbl-a"
+    table = cli(e, "stats", "tbl-a", "-o", "table")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0] == "queue_name: tbl-a"
+    assert lines[2] == "partitions (2)"
+    assert lines[3].split() == [
+        "LOGICAL_QUEUE",
+        "PARTITION",
+        "TOTAL",
+        "TOTAL_LEASED",
+        "FAILURES",
+        "AVERAGE_AGE",
+        "AVERAGE_LEASED_AGE",
+        "SCHEDULED",
+    ]
+    assert sorted(int(line.split()[2]) for line in lines[4:]) == [0, 1]
+    # The environment picks it too; a call without a reply prints "ok".
+    assert cli(e, "delete", "tbl-a", env={"QUERATOR_OUTPUT": "table"}).stdout == "ok\n"
+    assert "invalid choice: 'yaml'" in cli(e, "stats", "q", "-o", "yaml").stderr
+
+
+def test_cli_status_summarises_the_node_and_its_queues(cli_endpoint: str) -> None:
+    e = cli_endpoint
+    ok(cli(e, "create", "st-a"))
+    ok(cli(e, "produce", "st-a", "-p", "x"))
+    ok(cli(e, "produce", "st-a", "-p", "y", "--enqueue-at", "2999-01-01T00:00:00Z"))
+    status = ok(cli(e, "status"))
+    assert (status["endpoint"], status["health"], status["more_queues"]) == (e, "pass", False)
+    [queue] = [q for q in status["queues"] if q["queue"] == "st-a"]
+    assert queue == {
+        "queue": "st-a",
+        "partitions": 1,
+        "queued": 1,
+        "leased": 0,
+        "scheduled": 1,
+        "dead_queue": "",
+    }
+    table = cli(e, "status", "-o", "table").stdout.splitlines()
+    assert "health: pass" in table
+    assert any(line.split()[:5] == ["st-a", "1", "1", "0", "1"] for line in table)
+
+
+def test_cli_completion_scripts_complete_commands_actions_and_flags(tmp_path: Path) -> None:
+    script = cli(None, "completion", "bash")
+    assert script.returncode == 0, script.stderr
+    (tmp_path / "complete.sh").write_text(script.stdout)
+
+    def complete(*words: str) -> list[str]:
+        line = " ".join(["querator", *words])
+        probe = (
+            f"source {tmp_path / 'complete.sh'}; COMP_WORDS=(querator {' '.join(words)}); "
+            f'COMP_CWORD={len(words)}; _querator; echo "${{COMPREPLY[@]}}"'
+        )
+        done = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=30, check=True)
+        assert done.stderr == "", line
+        return done.stdout.split()
+
+    assert {"serve", "schedules", "status", "workflows", "completion"} <= set(complete(""))
+    assert complete("sch") == ["schedules"]
+    assert "pause" in complete("schedules", "")
+    assert complete("schedules", "create", "--time-z") == ["--time-zone"]
+    assert complete("--endpoint", "http://x", "produce", "--enq") == ["--enqueue-at"]
+    assert cli(None, "completion", "zsh").stdout.count("bashcompinit") == 2

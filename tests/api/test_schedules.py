@@ -299,13 +299,13 @@ async def test_a_scheduler_that_keeps_failing_is_restarted_and_shown_by_ready(
     await api.post("/v1/schedules.create", schedule())
     scheduler = api.service.scheduler
     store = scheduler._store
-    readable = store.list_schedules
+    readable = store.list_slot_schedules
 
-    async def unreadable(pivot: str, limit: int) -> Any:
+    async def unreadable(slot: int, pivot: str, limit: int) -> Any:
         raise RuntimeError("a bug in the store")
 
-    monkeypatch.setattr(store, "list_schedules", unreadable)
-    scheduler.changed()
+    monkeypatch.setattr(store, "list_slot_schedules", unreadable)
+    scheduler.ring_changed()
     for wait_s in (1, 2):  # the back-off doubles
         await eventually(lambda wait_s=wait_s: _restarted(scheduler, wait_s))
         clock.advance(wait_s)
@@ -317,7 +317,7 @@ async def test_a_scheduler_that_keeps_failing_is_restarted_and_shown_by_ready(
         )
     async with api.session.get(api.base + "/metrics") as resp:
         assert 'querator_task_restarts_total{task="schedules"} 3.0' in await resp.text()
-    monkeypatch.setattr(store, "list_schedules", readable)
+    monkeypatch.setattr(store, "list_slot_schedules", readable)
     clock.advance(4)  # started again: it fires the schedule
     await eventually(lambda: _has_ticks(api))
     clock.advance(30)  # a run that lasts has recovered

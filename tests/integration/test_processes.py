@@ -18,7 +18,8 @@
   killed with SIGKILL takes its processes with it (they see its pipe close), and the last of them
   removes the memory store's temporary directory.
 - A schedule changed through the process that does not fire it reaches the one that does at once: the
-  first tells the second (``schedules.refresh``).
+  first tells the second (``schedules.refresh``). A rate limit's take asked of either process is kept
+  by the owner of its key.
 - A process that keeps failing soon after its start (the code it runs from broke under the node) stops
   the node with status 1, and no process is left behind.
 """
@@ -718,6 +719,22 @@ async def test_a_schedule_change_reaches_the_process_that_fires_it(servers: Serv
         await client.delete_schedule(name)
         assert await refreshes_answered(at_owner) == 2
     assert "could not be told" not in server.stderr()
+    assert terminate(server) == 0, server.describe()
+
+
+async def test_a_rate_limit_is_kept_by_its_owner_whichever_process_is_asked(servers: Servers) -> None:
+    """docs/extensions.md, "Rate limits": ``rate_limits.take`` asked of the process that does not own the
+    key is forwarded to the one that does, so a limit of one start an hour admits one start among both
+    processes, asked directly each in turn."""
+    server = await servers.astart("--processes", str(PROCESSES), "--storage", "memory")
+    await all_listening(server)
+    addresses = private_addresses(server)
+    owner = MEMBERS.index(Ring(MEMBERS, 1).rate_limit_owner("limited", "k"))
+    other, at_owner = addresses[1 - owner], addresses[owner]
+    async with AsyncClient(f"http://{other}") as far, AsyncClient(f"http://{at_owner}") as near:
+        await far.create_queue("limited", lease_timeout="1m", expire_timeout="1h")
+        replies = [await c.take_rate("limited", "k", limit=1, period="1h") for c in (far, near, far, near)]
+    assert [r.granted for r in replies] == [True, False, False, False]
     assert terminate(server) == 0, server.describe()
 
 

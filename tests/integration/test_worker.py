@@ -200,6 +200,57 @@ async def test_a_rate_limit_spaces_each_keys_starts_and_a_stop_gives_waiting_ite
     assert sorted(r["key"] for r in workers.runs("limited")) == ["a-1", "b-1"]  # it never ran
 
 
+async def test_higher_priority_items_run_first_and_keep_their_level_when_retried(
+    workers: Workers, client: AsyncClient
+) -> None:
+    """Issue 45 (priorities): a backlog enqueued low first, then normal, then high, runs high first,
+    then normal, then low, on a worker of one slot; a high item that fails is retried within its level,
+    before any normal or low item runs (docs/worker.md, "Priorities")."""
+    await tasks.ranked.enqueue_many([((f"l{n}",), {}) for n in range(3)], priority="low")
+    await tasks.ranked.enqueue_many([((f"n{n}",), {}) for n in range(3)])  # the task's default: normal
+    await tasks.ranked.enqueue("h0", fail_once=True, priority="high")
+    await tasks.ranked.enqueue_many([((f"h{n}",), {}) for n in (1, 2)], priority="high")
+    workers.start("--queues", "ranked", "--concurrency", "1")
+    await eventually(lambda: _ran(workers, "ranked", 10), DEADLINE, "every item ran")
+    order = [r["key"] for r in workers.runs("ranked")]
+    assert order == ["h0", "h1", "h2", "h0", "n0", "n1", "n2", "l0", "l1", "l2"]
+    for queue in ("ranked.high", "ranked", "ranked.low"):
+        await eventually(lambda q=queue: empty(client, q), DEADLINE, f"{queue} emptied")
+
+
+async def test_a_cluster_rate_limit_holds_across_worker_processes(
+    servers: Servers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 45 (cluster-wide rate limits): ``rate_limit="1/h", rate_scope="cluster"`` admits one start
+    among two worker processes, on a node of two processes (the key's owner is one of them: a take that
+    reaches the other is forwarded). Each worker is refused a start for the item it holds; a warm stop
+    gives those back, and only one item ever ran (a per-process limit would have run one per worker)."""
+    server = servers.start("--storage", "memory", "--processes", "2")
+    records = tmp_path / "records"
+    records.mkdir()
+    workers = Workers(server, records)
+    monkeypatch.setattr(tasks.worker, "endpoint", server.url)
+    try:
+        await tasks.shared.enqueue_many([((n,), {}) for n in range(4)])
+        started = [workers.start("--queues", "shared", "--concurrency", "1") for _ in range(2)]
+        refused = "task tests.integration.worker_tasks.shared: cluster rate limit 1/h: no start free"
+        await eventually(lambda: _ran(workers, "shared", 1), DEADLINE, "one item ran")
+        for n in range(2):
+            wait_until(lambda n=n: refused in workers.log(n), DEADLINE, f"worker {n} refused a start")
+        for proc in started:
+            proc.send_signal(signal.SIGTERM)
+        for proc in started:
+            assert proc.wait(DEADLINE) == 0
+        assert len(workers.runs("shared")) == 1
+        async with AsyncClient(server.url) as client:
+            items = (await client.list_items("shared", 0)).items
+        assert len(items) == 3 and not any(i.is_leased for i in items)
+    finally:
+        workers.close()
+        await tasks.worker.close()
+        tasks.worker.close_sync()
+
+
 async def test_a_killed_workers_task_runs_again_on_another(workers: Workers, client: AsyncClient) -> None:
     first = workers.start("--queues", "held")
     await tasks.held.enqueue("k")

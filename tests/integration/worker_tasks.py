@@ -20,7 +20,15 @@ from typing import Any
 
 import msgspec
 
-from querator.worker import Permanent, Worker, backoff, current_item, current_job_id, current_traceparent
+from querator.worker import (
+    Permanent,
+    Worker,
+    backoff,
+    current_attempt,
+    current_item,
+    current_job_id,
+    current_traceparent,
+)
 
 worker = Worker(concurrency=4)
 RECORDS = Path(os.environ.get("WORKER_RECORDS", "."))
@@ -238,3 +246,17 @@ def argless() -> None:
 @worker.task(queue="limited", rate_limit="1/h", rate_key=lambda customer, n: customer, create_queue=True)
 def limited(customer: str, n: int) -> None:
     record(task="limited", key=f"{customer}-{n}")
+
+
+@worker.task(queue="ranked", priority="normal", retry=backoff.fixed(0), create_queue=True)
+def ranked(key: str, fail_once: bool = False) -> None:
+    """Priority levels: ``fail_once`` fails its first attempt, to show a retry keeps its level."""
+    record(task="ranked", key=key)
+    if fail_once and current_attempt() == 1:
+        raise RuntimeError("the first attempt fails")
+
+
+@worker.task(queue="shared", rate_limit="1/h", rate_scope="cluster", create_queue=True)
+def shared(n: int) -> None:
+    """A cluster-wide limit: one start an hour among all the worker processes."""
+    record(task="shared", key=str(n))

@@ -1056,3 +1056,17 @@ class RecordsContract:
         assert [k for k, _ in await store.list_records("binding", "b:10", "b;", 1)] == ["b:10"]
         assert await store.list_records("binding", "d", "", 10) == [("é", "é".encode())]
         assert await store.list_records("binding", "ê", "", 10) == []
+
+    async def test_stamps_keep_the_greatest_and_are_apart_from_records(self, store: Store) -> None:
+        """docs/adr/0041: an API key's last use is a stamp every member raises without a read."""
+        assert await store.get_stamps("apikey.use", ["a", "b"]) == {}
+        await store.raise_stamps("apikey.use", {"a": NOW + 2, "b": NOW})
+        await store.raise_stamps("apikey.use", {"a": NOW + 1, "b": NOW + 3})  # another member, later
+        await store.raise_stamps("apikey.use", {})
+        assert await store.get_stamps("apikey.use", ["a", "b", "c"]) == {"a": NOW + 2, "b": NOW + 3}
+        assert await store.get_stamps("other", ["a"]) == {}  # kinds are separate
+        assert await store.get_record("apikey.use", "a") is None  # and so are records
+        await store.delete_stamp("apikey.use", "a")
+        await store.delete_stamp("apikey.use", "a")  # absent is not an error
+        assert await store.get_stamps("apikey.use", ["a", "b"]) == {"b": NOW + 3}
+        assert await store.get_stamps("apikey.use", []) == {}

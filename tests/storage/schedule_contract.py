@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from querator.storage.base import Store
-from querator.storage.schedules import ScheduleRecord
+from querator.storage.schedules import SLOTS, ScheduleRecord, schedule_slot
 
 SECOND = 1_000_000
 NOW = 1_700_000_000 * SECOND
@@ -72,3 +72,37 @@ class ScheduleContract:
         assert await names("", 2) == ["a", "b"]
         assert await names("z", 10) == []
         assert (await store.list_schedules("d", 1))[0] == schedule("d")
+
+    async def test_a_slot_lists_its_schedules_and_changes_version_with_them(self, store: Store) -> None:
+        """docs/adr/0041: a member reads only its slots, and learns of a change by a slot's version."""
+        slot = schedule_slot("s0")
+        in_slot = sorted(n for n in (f"s{n}" for n in range(5 * SLOTS)) if schedule_slot(n) == slot)[:3]
+        names = [*in_slot, *(t for t in (f"t{n}" for n in range(20)) if schedule_slot(t) != slot)]
+        for name in names:
+            assert await store.add_schedule(schedule(name))
+        by_slot = {schedule_slot(name) for name in names}
+        assert len(in_slot) == 3
+        assert [r.name for r in await store.list_slot_schedules(slot, "", 100)] == in_slot
+        assert [r.name for r in await store.list_slot_schedules(slot, in_slot[1], 1)] == [in_slot[1]]
+        assert (await store.list_slot_schedules(slot, "", 1))[0] == schedule(in_slot[0])
+        other = next(s for s in range(SLOTS) if s not in by_slot)
+        assert await store.list_slot_schedules(other, "", 100) == []
+
+        versions = await store.slot_versions([slot, other])
+        assert versions.get(other, "") == ""
+        seen = [versions[slot]]
+        await store.record_tick(in_slot[0], NOW + SECOND)  # the owner's own write: no version
+        assert (await store.slot_versions([slot]))[slot] == seen[-1]
+        assert await store.update_schedule(schedule(in_slot[0], cron="0 3 * * *"))
+        seen.append((await store.slot_versions([slot]))[slot])
+        assert await store.delete_schedule(in_slot[1])
+        seen.append((await store.slot_versions([slot]))[slot])
+        assert await store.add_schedule(schedule(in_slot[1]))
+        seen.append((await store.slot_versions([slot]))[slot])
+        assert len(set(seen)) == 4
+        assert await store.update_schedule(schedule("absent")) is False
+        assert await store.delete_schedule("absent") is False
+        assert (await store.slot_versions([slot]))[slot] == seen[-1]
+        assert await store.slot_versions([]) == {}
+        assert await store.delete_schedule(in_slot[1])
+        assert in_slot[1] not in [r.name for r in await store.list_slot_schedules(slot, "", 100)]

@@ -15,6 +15,7 @@ from querator.errors import StorageError
 from querator.ksuid import KsuidGenerator
 from querator.storage.base import DEFAULT_DEDUP_WINDOW, Item, PartitionTx, QueueRecord, Store
 from querator.storage.operations import NEAR_NOW, RetryEntry
+from querator.storage.schedules import schedule_slot
 from querator.storage.sqlite import (
     INITIALISED_SUFFIX,
     SCHEMA,
@@ -23,6 +24,7 @@ from querator.storage.sqlite import (
     SqliteStore,
 )
 from tests.storage.contract import NOW, SECOND, Part, RecordsContract, StoreContract, ids, item, payloads
+from tests.storage.schedule_contract import schedule
 
 
 class TestSqliteStore(StoreContract, RecordsContract):
@@ -347,3 +349,33 @@ async def test_cancelled_callers_do_not_break_the_writer(store: SqliteStore) -> 
     await kept
     assert cancelled.cancelled()
     assert payloads(await part.list()) == ["kept"]
+
+
+async def test_schedules_of_a_database_without_slots_are_filed_under_their_slots(tmp_path: Path) -> None:
+    """A database written before slots (docs/adr/0041) holds schedules and no slot tables; so may one an
+    older version wrote to after a newer one: every open files them under their slots."""
+    path = tmp_path / "slots.sqlite"
+    store = SqliteStore(path)
+    await store.open()
+    await store.add_schedule(schedule("old"))
+    await store.add_schedule(schedule("gone"))
+    await store.close()
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE schedule_slot_names")
+    conn.execute("DROP TABLE schedule_slots")
+    conn.execute("CREATE TABLE schedule_slot_names (slot INTEGER, name TEXT, PRIMARY KEY (slot, name))")
+    conn.execute("INSERT INTO schedule_slot_names VALUES (?, 'gone')", (schedule_slot("gone"),))
+    conn.execute("DELETE FROM schedules WHERE name = 'gone'")  # deleted by a version without slots
+    conn.commit()
+    conn.close()
+    store = SqliteStore(path)
+    await store.open()
+    try:
+        assert await store.list_slot_schedules(schedule_slot("old"), "", 10) == [schedule("old")]
+        assert await store.list_slot_schedules(schedule_slot("gone"), "", 10) == []
+        filled = await store.slot_versions([schedule_slot("old")])  # a slot without one reads as empty
+        assert list(filled) == [schedule_slot("old")]
+        assert await store.update_schedule(schedule("old", cron="0 3 * * *"))
+        assert await store.slot_versions([schedule_slot("old")]) != filled
+    finally:
+        await store.close()

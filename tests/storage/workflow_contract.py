@@ -138,3 +138,30 @@ class WorkflowContract:
         assert (got.status, got.version, got.input, got.expires_at) == (RUNNING, 1, b'{"args":[2]}', 0)
         assert await store.workflows.list_workflows("", "", 10) == [again]
         assert await store.workflows.list_workflows(COMPLETED, "", 10) == []
+
+    async def test_a_page_of_running_ones_is_not_cut_short_by_finished_ones(self, store: Store) -> None:
+        """docs/adr/0041: finishing a workflow no longer removes its row from Cassandra's index of running
+        ones (it marks it): a page must read past finished rows, in every partition, to the ids asked."""
+        kept = {"w05", "w17", "w29"}
+        for n in range(30):
+            wf = await self.put_new(store, new(f"w{n:02}"))
+            if wf.id not in kept:
+                assert await store.workflows.put_workflow(replace(wf, status=COMPLETED, version=2), 1)
+        assert [w.id for w in await store.workflows.list_workflows(RUNNING, "", 2)] == ["w05", "w17"]
+        assert [w.id for w in await store.workflows.list_workflows(RUNNING, "w06", 5)] == ["w17", "w29"]
+        assert len(await store.workflows.list_workflows("", "", 100)) == 30
+        assert len(await store.workflows.list_workflows(COMPLETED, "w05", 100)) == 22
+
+    async def test_running_ones_stay_listed_across_purges_for_days(self, store: Store) -> None:
+        """Cassandra carries the running ones into a new generation every hour (``purge_workflows``) and
+        drops the old generations: a workflow that runs for days stays listed, one that finished goes."""
+        for workflow_id in ("a", "b", "c"):
+            await self.put_new(store, new(workflow_id))
+        b = await store.workflows.get_workflow("b")
+        assert b is not None
+        ended = replace(b, status=COMPLETED, version=2, expires_at=NOW + 365 * DAY)
+        assert await store.workflows.put_workflow(ended, 1)
+        for hour in range(1, 30, 3):
+            await store.workflows.purge_workflows(NOW + hour * 3600 * SECOND)
+            assert [w.id for w in await store.workflows.list_workflows(RUNNING, "", 10)] == ["a", "c"]
+        assert [w.id for w in await store.workflows.list_workflows("", "", 10)] == ["a", "b", "c"]

@@ -6,6 +6,7 @@ from typing import Any, Final
 
 from querator.storage.cassandra._errors import CassandraStorageError
 from querator.storage.cassandra._schedules import TABLES as SCHEDULE_TABLES
+from querator.storage.cassandra._schedules import fill_slots
 from querator.storage.cassandra._settings import CassandraSettings
 
 SCHEMA_VERSION: Final = 2
@@ -56,13 +57,27 @@ SCHEMA: Final = (
     # Durable workflows (_workflows.py): a record is msgpack of storage.workflows.Workflow, written only
     # with lightweight transactions; a finished one carries the TTL of its retention.
     "CREATE TABLE IF NOT EXISTS {ks}.workflows (id text PRIMARY KEY, version bigint, record blob)",
-    # Lists by status: a few buckets per status, so no partition holds every running workflow.
+    # Lists finished workflows by status, a few buckets per status, each row with its record's TTL.
+    # (Running ones were indexed here too, and their rows deleted when they finished: docs/adr/0041.)
     """CREATE TABLE IF NOT EXISTS {ks}.workflows_by_status (
         status text, bucket int, id text, PRIMARY KEY ((status, bucket), id))""",
+    # Lists running workflows: the generation (hour) a workflow started in or was last carried into, a
+    # few buckets each. Rows are never deleted one by one (a finish sets done): a generation carried on
+    # is dropped whole, never read again, so a short gc_grace is safe.
+    """CREATE TABLE IF NOT EXISTS {ks}.workflows_running (
+        bucket int, generation bigint, id text, done boolean, PRIMARY KEY ((bucket, generation), id))
+        WITH gc_grace_seconds = 3600""",
+    # One row: the first generation that may hold a running workflow (``first``), and the generation a
+    # member claimed to carry them into (``claimed``), with lightweight transactions only.
+    """CREATE TABLE IF NOT EXISTS {ks}.workflows_carried (
+        scope text PRIMARY KEY, first bigint, claimed bigint)""",
     # Tenancy's records (docs/tenancy.md): a partition per kind, rows sorted by key, written with
     # lightweight transactions only. Kinds hold at most thousands of small rows.
     """CREATE TABLE IF NOT EXISTS {ks}.records (
         kind text, key text, value blob, PRIMARY KEY ((kind), key))""",
+    # Stamps (_records.py): a partition per key, plain writes whose write time is the value.
+    """CREATE TABLE IF NOT EXISTS {ks}.stamps (
+        kind text, key text, at bigint, PRIMARY KEY ((kind, key)))""",
 )
 
 
@@ -92,3 +107,4 @@ def create_schema(session: Any, settings: CassandraSettings) -> None:
         )
     if version < SCHEMA_VERSION:
         session.execute(f"INSERT INTO {ks}.schema_version (name, version) VALUES ('items', {SCHEMA_VERSION})")
+    fill_slots(session, ks)

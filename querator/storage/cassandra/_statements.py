@@ -119,8 +119,8 @@ class Statement(Enum):
     UNINDEX_QUEUE = "DELETE FROM {ks}.queues_by_namespace WHERE namespace = ? AND name = ?"
     LIST_QUEUES = "SELECT name FROM {ks}.queues_by_namespace WHERE namespace = ? AND name >= ? LIMIT ?"
 
-    # -- durable workflows (_workflows.py): records replaced by compare-and-set on their version, and an
-    # index by status for lists ----------------------------------------------------------------------------
+    # -- durable workflows (_workflows.py): records replaced by compare-and-set on their version, an index
+    # of finished ones by status, and one of running ones by generation -------------------------------------
     GET_WORKFLOW = "SELECT record FROM {ks}.workflows WHERE id = ?"
     # An UPDATE, not an INSERT: an INSERT's row marker would outlive the columns' TTL and keep the id taken.
     ADD_WORKFLOW = (
@@ -128,10 +128,32 @@ class Statement(Enum):
     )
     PUT_WORKFLOW = "UPDATE {ks}.workflows USING TTL ? SET version = ?, record = ? WHERE id = ? IF version = ?"
     INDEX_WORKFLOW = "INSERT INTO {ks}.workflows_by_status (status, bucket, id) VALUES (?, ?, ?) USING TTL ?"
-    UNINDEX_WORKFLOW = "DELETE FROM {ks}.workflows_by_status WHERE status = ? AND bucket = ? AND id = ?"
     LIST_WORKFLOWS = (
         "SELECT id FROM {ks}.workflows_by_status WHERE status = ? AND bucket = ? AND id >= ? LIMIT ?"
     )
+    LIST_WORKFLOWS_AFTER = (
+        "SELECT id FROM {ks}.workflows_by_status WHERE status = ? AND bucket = ? AND id > ? LIMIT ?"
+    )
+    # Running rows before generations: read by the carry, which then drops them a partition at a time.
+    DROP_LEGACY_RUNNING = "DELETE FROM {ks}.workflows_by_status WHERE status = ? AND bucket = ?"
+    INDEX_RUNNING = (
+        "INSERT INTO {ks}.workflows_running (bucket, generation, id, done) VALUES (?, ?, ?, false)"
+    )
+    CARRY_RUNNING = "INSERT INTO {ks}.workflows_running (bucket, generation, id) VALUES (?, ?, ?)"
+    MARK_DONE = (
+        "UPDATE {ks}.workflows_running SET done = true WHERE bucket = ? AND generation IN ? AND id = ?"
+    )
+    LIST_RUNNING = (
+        "SELECT id, done FROM {ks}.workflows_running WHERE bucket = ? AND generation = ? AND id >= ? LIMIT ?"
+    )
+    LIST_RUNNING_AFTER = (
+        "SELECT id, done FROM {ks}.workflows_running WHERE bucket = ? AND generation = ? AND id > ? LIMIT ?"
+    )
+    DROP_RUNNING = "DELETE FROM {ks}.workflows_running WHERE bucket = ? AND generation = ?"
+    GET_CARRIED = "SELECT first, claimed FROM {ks}.workflows_carried WHERE scope = ?"
+    CLAIM_FIRST_CARRY = "INSERT INTO {ks}.workflows_carried (scope, claimed) VALUES (?, ?) IF NOT EXISTS"
+    CLAIM_CARRY = "UPDATE {ks}.workflows_carried SET claimed = ? WHERE scope = ? IF claimed < ?"
+    CARRIED = "UPDATE {ks}.workflows_carried SET first = ? WHERE scope = ? IF claimed = ?"
 
     # -- tenancy's records (_records.py): lightweight transactions only, as queue records ---------------
     GET_RECORD = "SELECT value FROM {ks}.records WHERE kind = ? AND key = ?"
@@ -140,6 +162,11 @@ class Statement(Enum):
     DELETE_RECORD = "DELETE FROM {ks}.records WHERE kind = ? AND key = ? IF EXISTS"
     LIST_RECORDS = "SELECT key, value FROM {ks}.records WHERE kind = ? AND key >= ? LIMIT ?"
     LIST_RECORDS_TO = "SELECT key, value FROM {ks}.records WHERE kind = ? AND key >= ? AND key < ? LIMIT ?"
+
+    # -- stamps (_records.py): plain writes, the write time is the value ------------------------------------
+    RAISE_STAMP = "UPDATE {ks}.stamps USING TIMESTAMP ? SET at = ? WHERE kind = ? AND key = ?"
+    GET_STAMPS = "SELECT key, at FROM {ks}.stamps WHERE kind = ? AND key IN ?"
+    DELETE_STAMP = "DELETE FROM {ks}.stamps WHERE kind = ? AND key = ?"
 
     def cql(self, keyspace: str) -> str:
         """The statement's text for ``keyspace``."""

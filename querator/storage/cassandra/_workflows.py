@@ -1,4 +1,19 @@
-"""Durable workflows' records in the keyspace: lightweight transactions on ``version``, an index by status."""
+"""Durable workflows' records in the keyspace: lightweight transactions on ``version``, and two indexes.
+
+Finished workflows are listed from ``workflows_by_status``, a few buckets per status, each row with its
+record's TTL. Running ones are listed from ``workflows_running``, by **generation** (the hour a workflow
+started in, ``GENERATION_US``): finishing a workflow deletes nothing there, it only sets the row's
+``done`` (deleting a row per finish piled tombstones into the partitions every listing of running
+workflows reads, until those reads failed: docs/adr/0041). Once an hour one member **carries** the
+workflows still running into the new generation (``purge_workflows``, claimed with a lightweight
+transaction) and drops the older generations whole; lists read only the generations from the one
+before the first carried (``workflows_carried.first``), so neither they nor the sweep of running
+workflows ever read what finished before the last hour or two, nor a tombstone of it.
+
+An index row is only a hint: a list reads each record it names and keeps those of the status asked,
+so a stale row (a crash between record and index, a record expired before its row, ``done`` not set)
+costs a read, never a wrong answer.
+"""
 
 from __future__ import annotations
 
@@ -15,20 +30,56 @@ from querator.storage.workflows import Workflow, decode_workflow, encode_workflo
 from querator.wire.workflows import RUNNING, STATUSES
 
 BUCKETS: Final = 16
-"""Partitions of ``workflows_by_status`` per status."""
+"""Partitions of ``workflows_by_status`` per status, and of ``workflows_running`` per generation."""
+GENERATION_US: Final = 3600 * MICROS
+"""How long a generation of running workflows lasts: a finished workflow's row is read (and skipped by
+its ``done``) for at most about two, and each running workflow is written once per generation. Members'
+clocks must agree to well within it."""
+LOOKBACK: Final = 2
+"""Generations before the current one read while no carry has ever completed (a keyspace written before
+generations, or a first carry that failed)."""
+_SCOPE: Final = "running"
+"""The one row of ``workflows_carried``."""
+_FINISHED: Final = tuple(s for s in STATUSES if s != RUNNING)
+
+Row = tuple[str, bool]
+"""An index row: a workflow id, and whether it is known to have finished."""
 
 
 def _bucket(workflow_id: str) -> int:
     return zlib.crc32(workflow_id.encode()) % BUCKETS
 
 
+def generation(now: int) -> int:
+    """The generation of running workflows started at ``now``."""
+    return now // GENERATION_US
+
+
+def _rows(
+    cql: Cql, first: Statement, after: Statement, key: tuple[object, ...], pivot: str, chunk: int
+) -> Iterator[Row]:
+    """The rows of one index partition from ``pivot`` (inclusive) in id order, read ``chunk`` at a time as
+    they are taken: a partition whose first rows are all finished ones must not end a page early, which
+    would skip the later rows of the others."""
+    rows = cql.rows(first, (*key, pivot, chunk))
+    while True:
+        yield from ((str(r["id"]), bool(r.get("done"))) for r in rows)
+        if len(rows) < chunk:
+            return
+        rows = cql.rows(after, (*key, rows[-1]["id"], chunk))
+
+
+def _merged(streams: list[Iterator[Row]]) -> Iterator[tuple[str, bool]]:
+    """Each id of ``streams`` once, in id order, with whether every row of it says finished."""
+    for workflow_id, rows in itertools.groupby(heapq.merge(*streams), key=lambda row: row[0]):
+        yield workflow_id, all(done for _, done in rows)
+
+
 class CassandraWorkflowRows:
     """The ``WorkflowRows`` of ``CassandraStore``.
 
     A record is written with a lightweight transaction only (never mixed with plain writes, whose
-    timestamps would order differently). The status index is written after the record: a stale index row
-    (a crash in between, or a record expired before its row) is skipped by ``list_workflows``, which
-    reads each record it names.
+    timestamps would order differently). The indexes are written after the record.
     """
 
     def __init__(self, connection: Connection, now: Callable[[], int]) -> None:
@@ -44,10 +95,13 @@ class CassandraWorkflowRows:
 
     async def put_workflow(self, workflow: Workflow, expected_version: int) -> bool:
         record = encode_workflow(workflow)
+        now = self.clock_now()
         ttl_s = 0
         if workflow.expires_at:
-            ttl_s = max(1, (workflow.expires_at - self.clock_now()) // MICROS)
+            ttl_s = max(1, (workflow.expires_at - now) // MICROS)
         w = workflow
+        bucket = _bucket(w.id)
+        current = generation(now)
 
         def put(cql: Cql) -> bool:
             if expected_version == 0:
@@ -56,27 +110,39 @@ class CassandraWorkflowRows:
                 applied, _ = cql.applied(
                     Statement.PUT_WORKFLOW, (ttl_s, w.version, record, w.id, expected_version)
                 )
-            if applied and (expected_version == 0 or w.status != RUNNING):
-                bucket = _bucket(w.id)
-                if w.status != RUNNING:
-                    cql.rows(Statement.UNINDEX_WORKFLOW, (RUNNING, bucket, w.id))
-                cql.rows(Statement.INDEX_WORKFLOW, (w.status, bucket, w.id, ttl_s))
-            return applied
+            if not applied:
+                return False
+            if w.status == RUNNING:
+                if expected_version == 0:
+                    cql.rows(Statement.INDEX_RUNNING, (bucket, current, w.id))
+                return True
+            if expected_version != 0:  # it ran: its row, in one of the generations lists read, says so
+                cql.rows(Statement.MARK_DONE, (bucket, [current - 1, current], w.id))
+            cql.rows(Statement.INDEX_WORKFLOW, (w.status, bucket, w.id, ttl_s))
+            return True
 
         return await self._connection.call(put, writes=True)
 
     async def list_workflows(self, status: str, pivot: str, limit: int) -> list[Workflow]:
+        now = self.clock_now()
+
         def list_(cql: Cql) -> list[Workflow]:
-            ids: list[list[str]] = []
-            for s in (status,) if status else STATUSES:
-                for bucket in range(BUCKETS):
-                    rows = cql.rows(Statement.LIST_WORKFLOWS, (s, bucket, pivot, limit))
-                    ids.append([r["id"] for r in rows])
+            streams: list[Iterator[Row]] = []
+            if status in ("", RUNNING):
+                generations, legacy = self._listed_generations(cql, now)
+                streams += self._running(cql, generations, legacy, pivot, limit)
+            for s in (status,) if status in _FINISHED else () if status else _FINISHED:
+                streams += (
+                    _rows(cql, Statement.LIST_WORKFLOWS, Statement.LIST_WORKFLOWS_AFTER, (s, b), pivot, limit)
+                    for b in range(BUCKETS)
+                )
 
             def records() -> Iterator[bytes]:
-                # One read each, as the page takes them; an index row may outlive its record's status, so
-                # an id started again may have a row under each status (grouped: they come together).
-                for workflow_id, _ in itertools.groupby(heapq.merge(*ids)):
+                # One read each, as the page takes them; an id may have a row under several statuses
+                # and generations (grouped: they come together).
+                for workflow_id, done in _merged(streams):
+                    if done and status == RUNNING:
+                        continue
                     rows = cql.rows(Statement.GET_WORKFLOW, (workflow_id,))
                     if rows and rows[0]["record"] is not None:  # (expired: see get_workflow)
                         yield rows[0]["record"]
@@ -85,6 +151,78 @@ class CassandraWorkflowRows:
 
         return await self._connection.call(list_)
 
+    @staticmethod
+    def _listed_generations(cql: Cql, now: int) -> tuple[range, bool]:
+        """The generations that may hold a running workflow, and whether the rows from before
+        generations may too (no carry has completed yet)."""
+        rows = cql.rows(Statement.GET_CARRIED, (_SCOPE,))
+        first = rows[0]["first"] if rows else None
+        current = generation(now)
+        if first is None:
+            return range(current - LOOKBACK, current + 2), True
+        # The one before ``first``: a member whose clock is a little behind still starts workflows there.
+        return range(first - 1, max(first, current) + 2), False
+
+    @staticmethod
+    def _running(cql: Cql, generations: range, legacy: bool, pivot: str, chunk: int) -> list[Iterator[Row]]:
+        streams = [
+            _rows(cql, Statement.LIST_RUNNING, Statement.LIST_RUNNING_AFTER, (b, g), pivot, chunk)
+            for g in generations
+            for b in range(BUCKETS)
+        ]
+        if legacy:
+            streams += (
+                _rows(
+                    cql, Statement.LIST_WORKFLOWS, Statement.LIST_WORKFLOWS_AFTER, (RUNNING, b), pivot, chunk
+                )
+                for b in range(BUCKETS)
+            )
+        return streams
+
     async def purge_workflows(self, now: int) -> int:
-        """Nothing to do: finished records and their index rows expire by their TTL."""
+        """Finished records and their index rows expire by their TTL; this carries running workflows into
+        the generation of ``now`` once per generation (``carry``). Returns 0: it drops no record."""
+        await self._connection.call(lambda cql: self.carry(cql, now), writes=True)
         return 0
+
+    def carry(self, cql: Cql, now: int) -> bool:
+        """Carries the workflows still running into the generation of ``now``, if no member has claimed
+        that yet, and drops the generations no list reads any more; whether this member did it.
+
+        Every member calls it each minute: one read, and one lightweight transaction per generation. The
+        claim makes one member do the work; one that dies half-way leaves ``first`` where it was, which
+        lists read from, and the next generation's carry starts from there too."""
+        current = generation(now)
+        claimed, first = self._claim(cql, current)
+        if not claimed:
+            return False
+        start = current - LOOKBACK if first is None else first - 1
+        # The rows from before generations are read every time, for those a member of an older version
+        # started during a rolling upgrade.
+        for workflow_id, done in _merged(self._running(cql, range(start, current), True, "", 1000)):
+            found = [] if done else cql.rows(Statement.GET_WORKFLOW, (workflow_id,))
+            record = found[0]["record"] if found else None
+            if record is not None and decode_workflow(record).status == RUNNING:
+                cql.rows(Statement.CARRY_RUNNING, (_bucket(workflow_id), current, workflow_id))
+        if cql.applied(Statement.CARRIED, (current, _SCOPE, current))[0]:
+            # Kept: the generation before the current one, where a member a little behind starts some.
+            dropped = [(b, g) for g in range(start, current - 1) for b in range(BUCKETS)]
+            for key in dropped:
+                cql.rows(Statement.DROP_RUNNING, key)
+            for b in range(BUCKETS):
+                cql.rows(Statement.DROP_LEGACY_RUNNING, (RUNNING, b))
+        return True
+
+    @staticmethod
+    def _claim(cql: Cql, current: int) -> tuple[bool, int | None]:
+        """Whether this member claimed the carry into ``current``, and the first generation to carry
+        from (None: none carried yet)."""
+        rows = cql.rows(Statement.GET_CARRIED, (_SCOPE,))
+        first: int | None = rows[0]["first"] if rows else None
+        if first is not None and first >= current:
+            return False, first
+        if rows:
+            claimed, _ = cql.applied(Statement.CLAIM_CARRY, (current, _SCOPE, current))
+        else:
+            claimed, _ = cql.applied(Statement.CLAIM_FIRST_CARRY, (_SCOPE, current))
+        return claimed, first

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from querator.storage.postgres._pool import Pool, count, rows, text
@@ -18,6 +19,13 @@ _LIST: Final = "SELECT key, value FROM records WHERE kind = %b AND key >= %b ORD
 _LIST_TO: Final = (
     "SELECT key, value FROM records WHERE kind = %b AND key >= %b AND key < %b ORDER BY key LIMIT %b"
 )
+
+_RAISE: Final = (
+    "INSERT INTO stamps (kind, key, at) SELECT %b, unnest(%b::bytea[]), unnest(%b::int8[]) "
+    "ON CONFLICT (kind, key) DO UPDATE SET at = greatest(stamps.at, excluded.at)"
+)
+_STAMPS: Final = "SELECT key, at FROM stamps WHERE kind = %b AND key = ANY(%b::bytea[])"
+_UNSTAMP: Final = "DELETE FROM stamps WHERE kind = %b AND key = %b"
 
 
 class PostgresRecords:
@@ -44,3 +52,17 @@ class PostgresRecords:
         else:
             found = await self.pool.run(lambda conn: rows(conn, _LIST, (kind, start, limit)))
         return [(text(k), bytes(v)) for k, v in found]
+
+    async def raise_stamps(self, kind: str, stamps: Mapping[str, int]) -> None:
+        if stamps:
+            params = (kind, list(stamps), list(stamps.values()))
+            await self.pool.run(lambda conn: count(conn, _RAISE, params))
+
+    async def get_stamps(self, kind: str, keys: Sequence[str]) -> dict[str, int]:
+        if not keys:
+            return {}
+        found = await self.pool.run(lambda conn: rows(conn, _STAMPS, (kind, list(keys))))
+        return {text(k): int(at) for k, at in found}
+
+    async def delete_stamp(self, kind: str, key: str) -> None:
+        await self.pool.run(lambda conn: count(conn, _UNSTAMP, (kind, key)))

@@ -101,8 +101,12 @@ SCHEMA: Final = (
         kind BYTEA NOT NULL,
         reference BYTEA NOT NULL,
         created_at BIGINT NOT NULL,
-        updated_at BIGINT NOT NULL
+        updated_at BIGINT NOT NULL,
+        slot INTEGER NOT NULL
     )""",
+    # A member reads only its slots' schedules (docs/adr/0041), and learns of a change by a slot's version.
+    "CREATE INDEX IF NOT EXISTS schedules_by_slot ON schedules (slot, name)",
+    "CREATE TABLE IF NOT EXISTS schedule_slots (slot INTEGER PRIMARY KEY, version BIGINT NOT NULL)",
     # A workflow's record is msgpack of storage.workflows.Workflow; the columns beside it are what lists
     # and purges filter on.
     f"""CREATE TABLE IF NOT EXISTS workflows (
@@ -118,6 +122,13 @@ SCHEMA: Final = (
         kind {_T},
         key {_T},
         value BYTEA NOT NULL,
+        PRIMARY KEY (kind, key)
+    )""",
+    # Stamps (docs/adr/0041): a time per key, raised by every member without a read, apart from records.
+    f"""CREATE TABLE IF NOT EXISTS stamps (
+        kind {_T},
+        key {_T},
+        at BIGINT NOT NULL,
         PRIMARY KEY (kind, key)
     )""",
     # The fence (docs/adr/0045), the last statement of every run. For a run that only read (``newest``

@@ -9,6 +9,7 @@ import sqlite3
 from typing import Final
 
 from querator.storage.sqlite._errors import SqliteStorageError
+from querator.storage.sqlite._schedules import fill_slots
 from querator.storage.sqlite._schema import (
     BUSY_TIMEOUT_MS,
     CACHE_SIZE_KIB,
@@ -75,6 +76,7 @@ def connect(path: str, synchronous: str) -> sqlite3.Connection:  # noqa: C901, P
                     conn.execute(statement)
             if version < SCHEMA_VERSION:
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            fill_slots(conn)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:

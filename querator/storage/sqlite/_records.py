@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final, TypeVar
 
 from querator.storage.sqlite._worker import Worker
@@ -18,6 +18,17 @@ _LIST: Final = "SELECT key, value FROM records WHERE kind = ? AND key >= ? ORDER
 _LIST_TO: Final = (
     "SELECT key, value FROM records WHERE kind = ? AND key >= ? AND key < ? ORDER BY key LIMIT ?"
 )
+
+STAMPS_TABLE: Final = """CREATE TABLE IF NOT EXISTS stamps (
+        kind TEXT NOT NULL, key TEXT NOT NULL, at INTEGER NOT NULL, PRIMARY KEY (kind, key)
+    ) WITHOUT ROWID"""
+"""Created by ``IF NOT EXISTS`` on every open (``_schema.SCHEMA``), so it needs no migration."""
+_RAISE: Final = (
+    "INSERT INTO stamps (kind, key, at) VALUES (?, ?, ?) "
+    "ON CONFLICT (kind, key) DO UPDATE SET at = max(at, excluded.at)"
+)
+_STAMP: Final = "SELECT at FROM stamps WHERE kind = ? AND key = ?"
+_UNSTAMP: Final = "DELETE FROM stamps WHERE kind = ? AND key = ?"
 
 
 class SqliteRecords:
@@ -60,3 +71,24 @@ class SqliteRecords:
             return [(str(k), bytes(v)) for k, v in rows]
 
         return await self._submit(job)
+
+    async def raise_stamps(self, kind: str, stamps: Mapping[str, int]) -> None:
+        rows = [(kind, key, at) for key, at in stamps.items()]
+
+        def job(worker: Worker) -> None:
+            worker.conn.executemany(_RAISE, rows)
+
+        await self._submit(job)
+
+    async def get_stamps(self, kind: str, keys: Sequence[str]) -> dict[str, int]:
+        def job(worker: Worker) -> dict[str, int]:
+            found = {key: worker.conn.execute(_STAMP, (kind, key)).fetchone() for key in keys}
+            return {key: int(row[0]) for key, row in found.items() if row is not None}
+
+        return await self._submit(job)
+
+    async def delete_stamp(self, kind: str, key: str) -> None:
+        def job(worker: Worker) -> None:
+            worker.conn.execute(_UNSTAMP, (kind, key))
+
+        await self._submit(job)

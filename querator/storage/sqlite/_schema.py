@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Final
 
 from querator.storage.base import DEFAULT_DEDUP_WINDOW
+from querator.storage.sqlite._records import STAMPS_TABLE
+from querator.storage.sqlite._schedules import SLOT_TABLES
 from querator.storage.sqlite._schedules import TABLE as SCHEDULES_TABLE
 
 SCHEMA_VERSION: Final = 3
@@ -78,6 +80,7 @@ SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS probe (id INTEGER PRIMARY KEY, n INTEGER NOT NULL)",
     # Cron schedules (docs/schedules.md), created the same way: no migration.
     SCHEDULES_TABLE,
+    *SLOT_TABLES,
     # Durable workflows (_workflows.py), also created by every version since with IF NOT EXISTS: a record
     # is msgpack of storage.workflows.Workflow; the columns beside it are what lists and purges filter on.
     """CREATE TABLE IF NOT EXISTS workflows (
@@ -96,6 +99,7 @@ SCHEMA: Final = (
         value BLOB NOT NULL,
         PRIMARY KEY (kind, key)
     ) WITHOUT ROWID""",
+    STAMPS_TABLE,
 )
 
 MIGRATIONS: Final = {

@@ -117,3 +117,15 @@ async def test_zero_grace_moves_at_once() -> None:
     placement = Placement(grace_period=0, clock=FakeClock())
     placement.update(member_set(1, "node-a", "node-b"))
     assert placement.update(member_set(2, "node-a")).node_ids == {"node-a"}
+
+
+def test_rate_limit_keys_spread_over_the_members_and_are_placed_alike_everywhere() -> None:
+    """docs/extensions.md, "Rate limits": a key's state lives at its ring owner, so every node must name
+    the same owner for it, and keys must not all land on one node."""
+    a = Ring(["node-a", "node-b", "node-c"], 7)
+    b = Ring(["node-c", "node-b", "node-a"], 9)
+    keys = [("q", f"task/{n}") for n in range(300)]
+    assert [a.rate_limit_owner(q, k) for q, k in keys] == [b.rate_limit_owner(q, k) for q, k in keys]
+    assert {a.rate_limit_owner(q, k) for q, k in keys} == {"node-a", "node-b", "node-c"}
+    with pytest.raises(LookupError):
+        Ring([], 1).rate_limit_owner("q", "k")

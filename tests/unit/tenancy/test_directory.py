@@ -4,16 +4,18 @@ between two writes leaves behind (docs/tenancy.md "Rules and storage"), on the m
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 import pytest
 
+from querator.auth import generate_key
 from querator.clock import FakeClock
 from querator.errors import InvalidOption
 from querator.storage.memory import MemoryStore
 from querator.tenancy import STANDARD_ROLES, Tenancy
-from querator.tenancy._directory import BINDING_USER, USER, USERNAME, Directory
-from querator.tenancy._model import Binding, Namespace, Role, User
+from querator.tenancy._access import Access, hash_key
+from querator.tenancy._directory import APIKEY_USE, BINDING_USER, USER, USERNAME, Directory
+from querator.tenancy._model import ApiKey, Binding, Namespace, Role, User
 
 
 @pytest.fixture
@@ -139,3 +141,57 @@ async def test_a_store_with_tenants_gets_no_open_door(tenant: Callable[[Director
     store = MemoryStore()
     await tenant(Directory(store))
     assert await _bindings_after_start(store, []) == 0
+
+
+class CountingStore(MemoryStore):
+    """Counts the writes and reads of records, and the stamps raised."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.record_calls = 0
+        self.stamp_writes = 0
+
+    async def get_record(self, kind: str, key: str) -> bytes | None:
+        self.record_calls += 1
+        return await super().get_record(kind, key)
+
+    async def put_record(self, kind: str, key: str, value: bytes) -> None:
+        self.record_calls += 1
+        await super().put_record(kind, key, value)
+
+    async def add_record(self, kind: str, key: str, value: bytes) -> bool:
+        self.record_calls += 1
+        return await super().add_record(kind, key, value)
+
+    async def raise_stamps(self, kind: str, stamps: Mapping[str, int]) -> None:
+        self.stamp_writes += 1
+        await super().raise_stamps(kind, stamps)
+
+
+async def test_a_flush_of_key_uses_is_one_blind_write() -> None:
+    """docs/adr/0041: each flush read each used key's record and wrote it back (in Cassandra two
+    lightweight transactions into the one partition of keys, from every member each 10 s). Now a flush
+    is one write of the uses as stamps, whatever the number of keys, and reads no record; a key listed
+    shows the latest use."""
+    store = CountingStore()
+    clock = FakeClock(1_700_000_000_000_000)
+    directory = Directory(store)
+    access = Access(directory, clock)
+    keys = [generate_key() for _ in range(50)]
+    await directory.add_user(User(id="u1", username="ann"))
+    for n, key in enumerate(keys):
+        await directory.add_key(ApiKey(id=f"k{n:02}", user_id="u1", key_hash=hash_key(key), prefix=key[:8]))
+    for key in keys:
+        await access.authenticate(f"Bearer {key}")
+    used_at = clock.now()
+    clock.advance(1)
+    await access.authenticate(f"Bearer {keys[0]}")
+    store.record_calls = 0
+    await access.flush()
+    assert (store.record_calls, store.stamp_writes) == (0, 1)
+    await access.flush()  # nothing used since: nothing written
+    assert (store.record_calls, store.stamp_writes) == (0, 1)
+    listed = {k.id: k.last_used_at for k in await directory.list_keys("u1", "", 100)}
+    assert listed == {f"k{n:02}": used_at for n in range(1, 50)} | {"k00": clock.now()}
+    await directory.delete_key("k00")
+    assert await store.get_stamps(APIKEY_USE, ["k00", "k01"]) == {"k01": used_at}

@@ -1,126 +1,33 @@
-"""The ``querator`` command: ``serve`` runs a node, ``worker`` runs tasks (``querator.worker``); the other
-commands are a client of a running node.
-
-Client commands talk to ``--endpoint`` (env ``QUERATOR_ENDPOINT``) with ``--api-key`` (env
-``QUERATOR_API_KEY``), verifying an ``https://`` endpoint against ``--ca-file`` (env ``QUERATOR_CA_FILE``;
-default the system's CAs), print the server's reply as indented protojson on stdout (``{"code": 200}`` for
-calls without a payload), and report failures on stderr as ``querator: <code> <message>``. Exit status: 0
-success, 1 the server refused the call (or sent an unreadable reply), 2 a usage error, 3 no reply at all
-(connection failed or timed out; code 0), 4 ``workflows result`` waited its ``--timeout`` and the workflow
-still runs (printed as found).
-"""
+"""``querator create|update|list|info|delete|stats|clear|produce|lease|complete|retry|items|renew|
+redrive|cluster``: a queue and its items from the command line, one client call each
+(docs/configuration.md)."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import os
 import secrets
-import ssl
 import sys
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import fields
-from datetime import UTC, datetime
-from pathlib import Path
 
 import msgspec
 
-from querator import __version__, cli_schedules
-from querator import _cli_workflows as workflows_cli
-from querator import _tenancy_cli as tenancy_cli
-from querator.auth import generate_key, key_hash
-from querator.client import DEFAULT_ENDPOINT, AsyncClient, ConnectionFailed, new_queue_info
-from querator.config import ConfigError, ServerConfig, environment, load, option_name
-from querator.duration import DurationError, format_duration, parse_duration
-from querator.errors import LeaseTimedOut, QueratorError
-from querator.wire import encode_json
+from querator.cli._common import Command, UsageError, duration, read_lines, timestamp
+from querator.client import AsyncClient, new_queue_info
+from querator.duration import format_duration, parse_duration
+from querator.errors import LeaseTimedOut
 from querator.wire import messages as m
-from querator.worker import _cli as worker_cli
-
-EXIT_SERVER_ERROR = 1
-EXIT_USAGE = 2
-EXIT_CONNECTION = 3
-EXIT_NOT_FINISHED = 4
-
-
-def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("serve", help="run a Querator node", description="Run a Querator node.")
-    p.add_argument("--config", help="YAML file of settings (env QUERATOR_CONFIG)")
-    for f in fields(ServerConfig):
-        env = "QUERATOR_" + f.name.upper()
-        default = f.metadata.get("default", f.default)
-        help_text = f"{f.metadata.get('help', '')} (env {env}; default {default})"
-        flag = "--" + option_name(f.name)
-        if f.type in (bool, "bool"):  # a switch: alone it turns on; it may also say on, off, true...
-            p.add_argument(flag, dest=f.name, nargs="?", const=True, help=help_text)
-        else:
-            p.add_argument(flag, dest=f.name, help=help_text)
-
-
-class UsageError(Exception):
-    """A command line that parses but cannot be carried out (exit status 2)."""
-
-
-def _duration(text: str) -> str:
-    """An argparse type: a Go duration, kept as text."""
-    try:
-        parse_duration(text)
-    except DurationError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return text
-
-
-def _timestamp(text: str) -> datetime:
-    """An argparse type: an RFC 3339 time with a zone (``2024-01-01T12:00:00Z``), as aware UTC."""
-    try:
-        value = datetime.fromisoformat(text)
-    except ValueError:
-        value = None
-    if value is None or value.tzinfo is None:
-        raise argparse.ArgumentTypeError(
-            f"'{text}' is not an RFC 3339 time with a zone, e.g. 2024-01-01T12:00:00Z"
-        )
-    return value.astimezone(UTC)
-
-
-def _global_options(with_defaults: bool) -> argparse.ArgumentParser:
-    """``--endpoint``, ``--api-key`` and ``--ca-file``, accepted before or after the command.
-
-    Only the top-level parser has defaults; after the command they are SUPPRESSed so that an absent flag
-    does not overwrite one given before it.
-    """
-    p = argparse.ArgumentParser(add_help=False)
-    endpoint = os.environ.get("QUERATOR_ENDPOINT") or DEFAULT_ENDPOINT
-    p.add_argument(
-        "--endpoint",
-        default=endpoint if with_defaults else argparse.SUPPRESS,
-        help=f"server URL (env QUERATOR_ENDPOINT; default {DEFAULT_ENDPOINT})",
-    )
-    p.add_argument(
-        "--api-key",
-        default=os.environ.get("QUERATOR_API_KEY") if with_defaults else argparse.SUPPRESS,
-        help="sent as 'Authorization: Bearer <key>' (env QUERATOR_API_KEY)",
-    )
-    p.add_argument(
-        "--ca-file",
-        default=os.environ.get("QUERATOR_CA_FILE") if with_defaults else argparse.SUPPRESS,
-        help="PEM file of the CAs that verify an https:// endpoint, for a private CA "
-        "(env QUERATOR_CA_FILE; default: the system's CAs)",
-    )
-    return p
 
 
 def _queue_options(p: argparse.ArgumentParser, create: bool) -> None:
     """The queue settings of ``create`` (with defaults) and ``update`` (None = keep the current value)."""
     p.add_argument(
         "--lease-timeout",
-        type=_duration,
+        type=duration,
         default="1m" if create else None,
         help="how long a lease lasts" + (" (default 1m)" if create else ""),
     )
     p.add_argument(
         "--expire-timeout",
-        type=_duration,
+        type=duration,
         help="how long an item may stay in the queue"
         + (" (default 60 x the lease timeout)" if create else ""),
     )
@@ -138,7 +45,7 @@ def _queue_options(p: argparse.ArgumentParser, create: bool) -> None:
     p.add_argument("--reference", default="" if create else None, help="free-form text kept with the queue")
     p.add_argument(
         "--dedup-window",
-        type=_duration,
+        type=duration,
         default=None,
         help="how long a produce dedup_id is remembered (default 5m; 0s disables)",
     )
@@ -171,8 +78,10 @@ def _leased_options(p: argparse.ArgumentParser) -> None:
 
 
 # Long on purpose: a table of subcommands and their flags, one statement each.
-def _client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:  # noqa: PLR0915
-    common = [_global_options(with_defaults=False)]
+def add_parsers(  # noqa: PLR0915
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: list[argparse.ArgumentParser]
+) -> None:
+    """Adds the queue and item commands to the ``querator`` command's subparsers."""
 
     def add(name: str, help_text: str, description: str = "") -> argparse.ArgumentParser:
         return sub.add_parser(name, help=help_text, description=description or help_text, parents=common)
@@ -227,26 +136,24 @@ def _client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--encoding", default="", help="free-form encoding of the payload")
     p.add_argument("--kind", default="", help="free-form kind of the item")
     p.add_argument("--reference", default="", help="free-form reference of the item")
-    p.add_argument("--enqueue-at", type=_timestamp, help="RFC 3339 time from which the item may be leased")
+    p.add_argument("--enqueue-at", type=timestamp, help="RFC 3339 time from which the item may be leased")
     p.add_argument("--dedup-id", default="", help="produce de-duplication id (one item only)")
-    p.add_argument("--timeout", type=_duration, default="30s", help="request timeout (default 30s)")
+    p.add_argument("--timeout", type=duration, default="30s", help="request timeout (default 30s)")
 
     p = add("lease", "lease items and print them")
     p.add_argument("queue")
     p.add_argument("-c", "--client-id", help="unique id of this consumer (default: random)")
     p.add_argument("-b", "--batch-size", type=int, default=1, help="at most this many items (default 1)")
-    p.add_argument(
-        "--timeout", type=_duration, default="30s", help="how long to wait for items (default 30s)"
-    )
+    p.add_argument("--timeout", type=duration, default="30s", help="how long to wait for items (default 30s)")
 
     p = add("complete", "complete leased items")
     _leased_options(p)
-    p.add_argument("--timeout", type=_duration, default="30s", help="request timeout (default 30s)")
+    p.add_argument("--timeout", type=duration, default="30s", help="request timeout (default 30s)")
 
     p = add("retry", "give leased items back to the queue")
     _leased_options(p)
     when = p.add_mutually_exclusive_group()
-    when.add_argument("--retry-at", type=_timestamp, help="RFC 3339 time of the retry (default: now)")
+    when.add_argument("--retry-at", type=timestamp, help="RFC 3339 time of the retry (default: now)")
     when.add_argument("--dead", action="store_true", help="send the items to the dead queue (or drop them)")
     p.add_argument("--error", default="", help="why the attempt failed, kept with the item (4096 chars)")
 
@@ -264,8 +171,8 @@ def _client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     p = add("renew", "extend the leases of leased items")
     _leased_options(p)
-    p.add_argument("--lease-timeout", type=_duration, default="", help="new lease (default: the queue's)")
-    p.add_argument("--timeout", type=_duration, default="30s", help="request timeout (default 30s)")
+    p.add_argument("--lease-timeout", type=duration, default="", help="new lease (default: the queue's)")
+    p.add_argument("--timeout", type=duration, default="30s", help="request timeout (default 30s)")
 
     p = add("cluster", "show the cluster's members and who owns each partition")
     p.add_argument("--queue", default="", help="only this queue's partitions")
@@ -275,46 +182,7 @@ def _client_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("queue", help="the dead-letter queue")
     p.add_argument("target", help="the queue the items move to")
     p.add_argument("--limit", type=int, default=0, help="at most this many (default: all)")
-    p.add_argument("--timeout", type=_duration, default="5m", help="request timeout (default 5m)")
-
-    workflows_cli.add_parser(sub, common, _duration)
-    cli_schedules.add_parser(sub, common)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="querator", description="Querator: a lease-based FIFO queue.", parents=[_global_options(True)]
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    _serve_parser(sub)
-    sub.add_parser("version", help="print the version")
-    p = sub.add_parser(
-        "apikey",
-        help="generate an API key",
-        description="Generate an API key: prints the key (give it to the client, once) and its SHA-256 hash "
-        "(give it to the server with --api-keys or --api-keys-file).",
-    )
-    p.add_argument(
-        "--tag", default="live", help="lowercase letters or digits shown in the key (default live)"
-    )
-    _client_parsers(sub)
-    tenancy_cli.add_parsers(sub, [_global_options(with_defaults=False)], _timestamp)
-    worker_cli.add_parser(sub)
-    return parser
-
-
-# -- client commands ----------------------------------------------------------------------------------------
-
-Command = Callable[[AsyncClient, argparse.Namespace], Awaitable[m.Message | None]]
-
-
-def _lines(path: str) -> list[bytes]:
-    """The non-empty lines of a file (``-`` = stdin), without their line endings."""
-    try:
-        data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    except OSError as e:
-        raise UsageError(f"cannot read '{path}': {e.strerror}") from None
-    return [line for line in data.splitlines() if line.strip()]
+    p.add_argument("--timeout", type=duration, default="5m", help="request timeout (default 5m)")
 
 
 def _leased(args: argparse.Namespace) -> tuple[list[str], list[str]]:
@@ -322,7 +190,7 @@ def _leased(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     the arguments' and ``--lease-token``'s, then the ``--file`` lines' (``<id>`` or ``<id> <token>``)."""
     ids, tokens = list(args.ids), list(args.lease_tokens)
     if args.file:
-        for line in _lines(args.file):
+        for line in read_lines(args.file):
             id_, *token = line.decode("utf-8", "replace").split()
             ids.append(id_)
             tokens.extend(token[:1])
@@ -393,7 +261,7 @@ async def _produce(client: AsyncClient, args: argparse.Namespace) -> m.Message:
     if args.payload is not None:
         payloads = [args.payload.encode()]
     elif args.file is not None:
-        payloads = _lines(args.file)
+        payloads = read_lines(args.file)
         if not payloads:
             raise UsageError(f"no payloads; '{args.file}' has no non-empty line")
     else:
@@ -482,107 +350,4 @@ COMMANDS: dict[str, Command] = {
     "renew": _renew,
     "redrive": _redrive,
     "cluster": _cluster,
-    "workflows": workflows_cli.command,
-    "schedules": cli_schedules.command,
-    **dict.fromkeys(tenancy_cli.GROUPS, tenancy_cli.run),
 }
-
-
-def _print_json(msg: m.Message) -> None:
-    data = encode_json(msg)
-    if isinstance(msg, m.QueueLeaseResponse):
-        # JSON omits zero values, partition 0 included; the next command needs it, so say it always.
-        fields = msgspec.json.decode(data)
-        fields["partition"] = msg.partition
-        data = msgspec.json.encode(fields)
-    sys.stdout.write(msgspec.json.format(data, indent=2).decode() + "\n")
-    sys.stdout.flush()
-
-
-def _tls(ca_file: str | None) -> ssl.SSLContext | None:
-    """The TLS context trusting ``ca_file``'s CAs; None: the system's CAs."""
-    if not ca_file:
-        return None
-    try:
-        return ssl.create_default_context(cafile=ca_file)
-    except (OSError, ssl.SSLError) as e:
-        raise UsageError(f"ca-file is invalid; cannot load '{ca_file}': {e.strerror or e}") from None
-
-
-async def _client_command(command: Command, args: argparse.Namespace) -> m.Message:
-    async with AsyncClient(args.endpoint, api_key=args.api_key, ssl=_tls(args.ca_file)) as client:
-        result = await command(client, args)
-    return m.OK_REPLY if result is None else result
-
-
-def run_client(args: argparse.Namespace) -> int:
-    """Runs a parsed client command; returns the exit status (see the module docstring)."""
-    try:
-        result = asyncio.run(_client_command(COMMANDS[args.command], args))
-    except UsageError as e:
-        print(f"querator: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except ConnectionFailed as e:
-        print(f"querator: {e.code} {e.message}", file=sys.stderr)
-        return EXIT_CONNECTION
-    except QueratorError as e:
-        print(f"querator: {e.code} {e.message}", file=sys.stderr)
-        return EXIT_SERVER_ERROR
-    except workflows_cli.NotFinished as e:
-        _print_json(e.info)
-        return EXIT_NOT_FINISHED
-    _print_json(result)
-    return 0
-
-
-def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    """Parses the command line; ids may also follow options (``complete q -p 0 id1 id2``).
-
-    argparse fills an optional-length positional at its first chance, so ids given after an option
-    come back unrecognised: they are added to ``ids`` here, anything else is still an error.
-    """
-    parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if extra:
-        if isinstance(getattr(args, "ids", None), list) and not any(x.startswith("-") for x in extra):
-            args.ids.extend(extra)
-        else:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    return args
-
-
-# Long on purpose: one exit status per outcome (module docstring).
-def main(argv: Sequence[str] | None = None) -> int:  # noqa: PLR0911
-    args = _parse(argv)
-    if args.command == "version":
-        print(f"querator {__version__}")
-        return 0
-    if args.command == "apikey":
-        try:
-            key = generate_key(args.tag)
-        except ValueError as e:
-            print(f"querator: {e}", file=sys.stderr)
-            return EXIT_USAGE
-        print(f"key:  {key}\nhash: {key_hash(key)}")
-        return 0
-    if args.command == "worker":
-        return worker_cli.run(args)
-    if args.command == "serve":
-        try:
-            config = load(None, environment(), vars(args))
-        except ConfigError as e:
-            print(f"querator: {e}", file=sys.stderr)
-            return 2
-        from querator.server import run, setup_logging
-
-        setup_logging(config.log_level, config.log_format)
-        try:
-            return run(config)
-        except ConfigError as e:  # found only when starting, e.g. an address that cannot be bound
-            print(f"querator: {e}", file=sys.stderr)
-            return 2
-    return run_client(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
