@@ -199,10 +199,15 @@ class Node:
 
 
 async def start_node(
-    backend: str, path: Path, clock: Clock, count: int, postgres: Callable[[], Store], **service_kw: Any
+    backend: str,
+    path: Path,
+    clock: Clock,
+    count: int,
+    postgres: Callable[[], Store] | None = None,
+    **service_kw: Any,
 ) -> tuple[Node, str]:
-    """A node of ``count`` members over ``backend`` (sqlite files named after ``path``, or a store of
-    ``postgres`` each) and its URL."""
+    """A node of ``count`` members over ``backend`` (sqlite files named after ``path``, or a store each
+    from ``postgres``, which the postgres backend needs) and its URL."""
     sockets = [socket.create_server(("127.0.0.1", 0)) for _ in range(count)]
     addresses = [f"127.0.0.1:{s.getsockname()[1]}" for s in sockets]
     members: list[Service] = []
@@ -212,6 +217,7 @@ async def start_node(
             shared: Store = SqliteStore(path.with_suffix(".shared.sqlite"), synchronous="OFF")
             local: LocalStore = MemoryStore()
         elif backend == "postgres":
+            assert postgres is not None, "a node on postgres needs its stores' factory (start_server's)"
             shared = local = postgres()
         else:
             shared = local = SqliteStore(path.with_suffix(".sqlite"))
