@@ -6,6 +6,8 @@
     python bench/bench.py --storage cassandra --scenario cycle --batch 100   # starts a local Cassandra
     python bench/bench.py --storage cassandra --cassandra-port 9042 ...     # or uses a running one
     python bench/bench.py --storage cassandra --cassandra-commitlog periodic ...  # Cassandra's default mode
+    python bench/bench.py --storage postgres --scenario cycle  # starts a local PostgreSQL (postgres.sh)
+    python bench/bench.py --storage postgres --postgres-url postgresql://...  # or uses a running one
     python bench/bench.py --nodes 3 --via other ...     # a 3-node cluster on a local etcd, through a node
                                                         # that does not own the queue (every call forwarded)
     python bench/bench.py --nodes 3 --via other --reach-owners ...  # the client sends to the owners
@@ -45,6 +47,7 @@ from querator.wire import messages as m
 if TYPE_CHECKING:
     from tests.cassandra_node import CassandraNode
     from tests.integration.etcd_server import EtcdServer
+    from tests.postgres_node import PostgresNode
 
 PAYLOAD = os.urandom(1024)
 TICK = 0.002
@@ -433,6 +436,17 @@ def start_cassandra(commitlog: str) -> CassandraNode:
     return node
 
 
+def start_postgres() -> PostgresNode:
+    """The tests' PostgreSQL (tests/postgres_node.py: Debian's, started by scripts/postgres.sh with the
+    server's defaults, fsync and synchronous_commit on), in a temporary directory."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.postgres_node import PostgresNode
+
+    node = PostgresNode()
+    node.start()
+    return node
+
+
 def start_cluster(
     count: int, storage: str, synchronous: str, extra: list[str]
 ) -> tuple[list[Server], EtcdServer]:
@@ -475,7 +489,11 @@ async def main() -> None:  # noqa: C901, PLR0912, PLR0915
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--endpoint", help="a running node (otherwise one is started)")
-    parser.add_argument("--storage", default="memory", choices=["memory", "sqlite", "cassandra"])
+    parser.add_argument("--storage", default="memory", choices=["memory", "sqlite", "cassandra", "postgres"])
+    parser.add_argument(
+        "--postgres-url",
+        help="a running PostgreSQL (otherwise one is started, fsync and synchronous_commit on)",
+    )
     parser.add_argument(
         "--cassandra-port", type=int, help="a running Cassandra on localhost (otherwise one is started)"
     )
@@ -527,6 +545,13 @@ async def main() -> None:  # noqa: C901, PLR0912, PLR0915
             port = node.cql_port
         keyspace = f"bench_{os.getpid()}"
         extra = ["--cassandra-port", str(port), "--cassandra-keyspace", keyspace]
+    postgres: PostgresNode | None = None
+    if args.storage == "postgres" and not args.endpoint:
+        url = args.postgres_url
+        if url is None:
+            postgres = start_postgres()
+            url = postgres.url
+        extra = ["--postgres-url", url, "--postgres-schema", f"bench_{os.getpid()}"]
     etcd = None
     others: list[Server] = []
     if args.nodes > 1 and not args.endpoint:
@@ -600,6 +625,8 @@ async def main() -> None:  # noqa: C901, PLR0912, PLR0915
         if node is not None:
             node.stop()
             shutil.rmtree(node.base, ignore_errors=True)
+        if postgres is not None:
+            postgres.close()
 
 
 if __name__ == "__main__":

@@ -22,8 +22,11 @@ from querator.duration import SECOND, DurationError, parse_duration
 
 if TYPE_CHECKING:
     from querator.storage.cassandra import CassandraSettings
+    from querator.storage.postgres import PostgresSettings
 
-STORAGE_KINDS = ("memory", "sqlite", "cassandra")
+STORAGE_KINDS = ("memory", "sqlite", "cassandra", "postgres")
+SHARED_STORAGE = ("cassandra", "postgres")
+"""Storage every node of a cluster (and every process of a node) shares."""
 LOG_LEVELS = ("debug", "info", "warn", "warning", "error")
 LOG_FORMATS = ("text", "json")
 SQLITE_SYNC = ("FULL", "NORMAL")
@@ -37,6 +40,8 @@ _WILDCARD_HOSTS = ("", "0.0.0.0", "::", "[::]")
 _ALLOWED_HOST = re.compile(r"\*|\.?[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?")
 MAX_PROCESSES = 256
 """The most processes one node runs (``--processes``): far beyond any machine's cores, but bounded."""
+MAX_POSTGRES_CONNECTIONS = 100
+"""The most connections one process opens to PostgreSQL (``--postgres-connections``)."""
 MIN_ETCD_LEASE_TTL = 2
 """Seconds; etcd silently rounds shorter leases up to about this (1.5 x its election timeout)."""
 
@@ -66,7 +71,9 @@ class ServerConfig:
             "default": "none",
         },
     )
-    storage: str = field(default="sqlite", metadata={"help": "storage backend: memory, sqlite or cassandra"})
+    storage: str = field(
+        default="sqlite", metadata={"help": "storage backend: memory, sqlite, cassandra or postgres"}
+    )
     data_dir: str = field(default="querator-data", metadata={"help": "directory of the sqlite store"})
     sqlite_synchronous: str = field(
         default="FULL",
@@ -98,6 +105,21 @@ class ServerConfig:
     cassandra_password: str = field(default="", metadata={"help": "Cassandra password"})
     cassandra_tls_ca_file: str = field(
         default="", metadata={"help": "PEM CA file: connect to Cassandra with TLS and verify it"}
+    )
+    postgres_url: str = field(
+        default="postgresql://127.0.0.1:5432/postgres",
+        metadata={"help": "PostgreSQL connection URL (libpq's; a password is better in --postgres-password)"},
+    )
+    postgres_schema: str = field(
+        default="querator", metadata={"help": "PostgreSQL schema of Querator's tables, created when missing"}
+    )
+    postgres_username: str = field(default="", metadata={"help": "PostgreSQL user ('' = the URL's)"})
+    postgres_password: str = field(default="", metadata={"help": "PostgreSQL password ('' = the URL's)"})
+    postgres_tls_ca_file: str = field(
+        default="", metadata={"help": "PEM CA file: connect to PostgreSQL with TLS and verify it"}
+    )
+    postgres_connections: int = field(
+        default=8, metadata={"help": "connections to PostgreSQL: partitions run on that many at once"}
     )
     log_level: str = field(default="info", metadata={"help": "debug, info, warn or error"})
     log_format: str = field(default="text", metadata={"help": "text or json"})
@@ -275,6 +297,8 @@ class ServerConfig:
             _check_address("admin-address", self.admin_address)
         if self.storage == "cassandra":
             self._validate_cassandra()
+        if self.storage == "postgres":
+            self._validate_postgres()
         if self.max_produce_body <= 0 or self.max_requests_per_queue <= 0:
             raise ConfigError("max-produce-body and max-requests-per-queue must be greater than zero")
         if self.max_connections <= 0:
@@ -347,10 +371,10 @@ class ServerConfig:
 
     def _validate_cluster_processes(self) -> None:
         """A cluster node of several processes: each is a member of its own, on a port of its own."""
-        if self.storage != "cassandra":
+        if self.storage not in SHARED_STORAGE:
             raise ConfigError(
-                "processes is invalid; more than one process per cluster node needs --storage cassandra, "
-                "which every process of every node shares (docs/processes.md)"
+                "processes is invalid; more than one process per cluster node needs --storage cassandra "
+                "or postgres, which every process of every node shares (docs/processes.md)"
             )
         if not self.process_ports:
             raise ConfigError(
@@ -457,6 +481,34 @@ class ServerConfig:
             settings.consistency_level()
         except ValueError as e:
             raise ConfigError(f"cassandra-consistency is invalid; {e}") from None
+
+    def _validate_postgres(self) -> None:
+        if not 1 <= self.postgres_connections <= MAX_POSTGRES_CONNECTIONS:
+            raise ConfigError(
+                f"postgres-connections is invalid; '{self.postgres_connections}' is not a whole number "
+                f"from 1 to {MAX_POSTGRES_CONNECTIONS}"
+            )
+        if self.postgres_schema and not _PG_IDENTIFIER.fullmatch(self.postgres_schema):
+            raise ConfigError(
+                f"postgres-schema is invalid; '{self.postgres_schema}' is not a lower-case identifier"
+            )
+        try:
+            self.postgres_settings().connect_kwargs()
+        except ValueError as e:
+            raise ConfigError(f"postgres-url is invalid; {e}") from None
+
+    def postgres_settings(self) -> PostgresSettings:
+        """The PostgreSQL store's settings from the ``postgres-*`` settings."""
+        from querator.storage.postgres import PostgresSettings
+
+        return PostgresSettings(
+            url=self.postgres_url,
+            schema=self.postgres_schema,
+            username=self.postgres_username,
+            password=self.postgres_password,
+            tls_ca_file=self.postgres_tls_ca_file,
+            connections=self.postgres_connections,
+        )
 
     def cassandra_settings(self) -> CassandraSettings:
         """The Cassandra store's settings from the ``cassandra-*`` settings."""
@@ -586,6 +638,8 @@ def _check_address(name: str, address: str) -> None:
 
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,47}")
 """An unquoted Cassandra keyspace name."""
+_PG_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+"""A PostgreSQL schema name that needs no quoting (``search_path`` folds unquoted names to lower case)."""
 
 
 BOOL_TEXT = {

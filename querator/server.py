@@ -31,7 +31,7 @@ from querator.cluster.local_members import LocalMembers, process_id
 from querator.cluster.membership import MembershipError
 from querator.cluster.node import LOCAL_NODE, ClusterNode
 from querator.cluster.proxy import CONNECTIONS, POLL_CONNECTIONS
-from querator.config import ConfigError, ListenerConfig, ServerConfig, split_address
+from querator.config import SHARED_STORAGE, ConfigError, ListenerConfig, ServerConfig, split_address
 from querator.connections import Listener
 from querator.duration import MICROSECOND, parse_duration
 from querator.errors import StorageError
@@ -89,6 +89,11 @@ def make_store(config: ServerConfig, role: ProcessRole | None = None) -> Store:
         # processes each own their partitions the same way.
         clock = SystemClock()
         return CassandraStore(config.cassandra_settings(), epoch=clock.now(), now=clock.now)
+    if config.storage == "postgres":
+        from querator.storage.postgres import PostgresStore
+
+        # As Cassandra's: the start time is an epoch that grows across restarts (docs/adr/0045).
+        return PostgresStore(config.postgres_settings(), epoch=SystemClock().now())
     try:
         Path(config.data_dir).mkdir(mode=0o700, parents=True, exist_ok=True)  # its files hold payloads
     except OSError as e:
@@ -206,10 +211,11 @@ async def serve(  # noqa: C901, PLR0912, PLR0915
             # A store that cannot open (an unusable or damaged data dir) is a setting to fix, not a bug.
             raise ConfigError(f"{_storage_setting(config)}; {e.message}") from None
         raise
-    if config.cluster and config.storage != "cassandra":
+    if config.cluster and config.storage not in SHARED_STORAGE:
         log.warning(
             "cluster mode on %s storage: each node keeps the items of the partitions it owns in its own "
-            "store, and they stay there when a partition moves; use --storage cassandra to share them",
+            "store, and they stay there when a partition moves; use --storage cassandra or postgres to "
+            "share them",
             config.storage,
         )
     # The console goes where the operations routes are: the admin address when there is one.
@@ -450,6 +456,8 @@ def _where(config: ServerConfig) -> str:
         return f" in {config.data_dir}"
     if config.storage == "cassandra":
         return f" in keyspace {config.cassandra_keyspace} at {config.cassandra_hosts}"
+    if config.storage == "postgres":
+        return f" at {config.postgres_settings().describe()}"
     return ""
 
 

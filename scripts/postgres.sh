@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# A throwaway local PostgreSQL for the durable-execution benchmark (bench/durable_bench.py runs DBOS on it).
+# A throwaway local PostgreSQL: the postgres store's tests (tests/postgres_node.py), its benchmark
+# (bench/bench.py --storage postgres) and the durable-execution benchmark (bench/durable_bench.py runs DBOS).
 #
+#   scripts/postgres.sh install          make sure the server's binaries are here (scripts/test runs it)
 #   scripts/postgres.sh start DIR PORT   make a cluster in DIR (once) and start it on 127.0.0.1:PORT;
 #                                        prints its URL (user postgres, trust authentication, loopback only)
 #   scripts/postgres.sh stop DIR         stop it (the caller removes DIR)
@@ -16,7 +18,9 @@ bindir() {
         found=$(dirname "$(readlink -f "$(command -v pg_ctl)")")
     fi
     if [ -z "$found" ] && [ "$(id -u)" = 0 ]; then
-        apt-get install -y -q postgresql >&2
+        # A fresh machine (a CI container) may have no package lists yet.
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get install -y -q postgresql >&2 || { apt-get update -q >&2 && apt-get install -y -q postgresql >&2; }
         found=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
     fi
     if [ -z "$found" ]; then
@@ -58,7 +62,8 @@ stop() {
 }
 
 case "${1:-}" in
+    install) bindir >/dev/null ;;
     start) start "${2:?DIR}" "${3:?PORT}" ;;
     stop) stop "${2:?DIR}" ;;
-    *) echo "usage: $0 start DIR PORT | stop DIR" >&2; exit 2 ;;
+    *) echo "usage: $0 install | start DIR PORT | stop DIR" >&2; exit 2 ;;
 esac

@@ -36,9 +36,11 @@ from querator.service import Service
 from querator.storage.base import Store
 from querator.storage.cassandra import CassandraSettings
 from querator.storage.memory import MemoryStore
+from querator.storage.postgres import PostgresSettings, PostgresStore
 from querator.storage.split import LocalStore, SplitStore
 from querator.storage.sqlite import SqliteStore
 from tests.cassandra_node import CassandraNode
+from tests.postgres_node import PostgresNode
 
 JSON = {"Content-Type": "application/json"}
 LEASE_TIMEOUT = "1m0s"
@@ -197,9 +199,15 @@ class Node:
 
 
 async def start_node(
-    backend: str, path: Path, clock: Clock, count: int, **service_kw: Any
+    backend: str,
+    path: Path,
+    clock: Clock,
+    count: int,
+    postgres: Callable[[], Store] | None = None,
+    **service_kw: Any,
 ) -> tuple[Node, str]:
-    """A node of ``count`` members over ``backend`` (sqlite files named after ``path``) and its URL."""
+    """A node of ``count`` members over ``backend`` (sqlite files named after ``path``, or a store each
+    from ``postgres``, which the postgres backend needs) and its URL."""
     sockets = [socket.create_server(("127.0.0.1", 0)) for _ in range(count)]
     addresses = [f"127.0.0.1:{s.getsockname()[1]}" for s in sockets]
     members: list[Service] = []
@@ -208,6 +216,9 @@ async def start_node(
         if backend == "memory":
             shared: Store = SqliteStore(path.with_suffix(".shared.sqlite"), synchronous="OFF")
             local: LocalStore = MemoryStore()
+        elif backend == "postgres":
+            assert postgres is not None, "a node on postgres needs its stores' factory (start_server's)"
+            shared = local = postgres()
         else:
             shared = local = SqliteStore(path.with_suffix(".sqlite"))
             if index:
@@ -230,9 +241,51 @@ async def start_node(
     return Node(members, runners), f"http://{addresses[0]}"
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+POSTGRES = pytest.param("postgres", marks=pytest.mark.postgres)
+"""The postgres backend as a parameter, marked: ``-m "not postgres"`` leaves out every test on it."""
+POSTGRES_API_FILES = frozenset(
+    {
+        "test_queue.py",
+        "test_lifecycle.py",
+        "test_clock_jumps.py",
+        "test_retry.py",
+        "test_renew.py",
+        "test_dedup.py",
+        "test_durability.py",
+        "test_partitions.py",
+        "test_queues.py",
+        "test_storage_api.py",
+        "test_schedules.py",
+        "test_workflows.py",
+        "test_tenancy.py",
+    }
+)
+"""The files of tests/api that run on postgres too: the routes' core, a few minutes of CI in all. With
+``QUERATOR_TEST_POSTGRES=all`` every file of tests/api does."""
+
+
+@pytest.fixture(params=["memory", "sqlite", POSTGRES])
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leaves the tests of tests/api outside ``POSTGRES_API_FILES`` to memory and sqlite."""
+    if os.environ.get("QUERATOR_TEST_POSTGRES") == "all":
+        return
+    dropped = [
+        item
+        for item in items
+        if isinstance(item, pytest.Function)
+        and getattr(item, "callspec", None) is not None
+        and item.callspec.params.get("backend") == "postgres"
+        and item.path.parent.name == "api"
+        and item.path.name not in POSTGRES_API_FILES
+    ]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        gone = set(map(id, dropped))
+        items[:] = [item for item in items if id(item) not in gone]
 
 
 @pytest.fixture
@@ -241,19 +294,32 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-async def start_server(backend: str, tmp_path: Path) -> AsyncIterator[ServerFactory]:
-    """Starts servers on a backend; the same ``data`` name re-opens the same sqlite file (restart)."""
+async def start_server(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[ServerFactory]:
+    """Starts servers on a backend; the same ``data`` name re-opens the same sqlite file, or the same
+    PostgreSQL schema (restart)."""
     running: list[tuple[Service, TestServer, aiohttp.ClientSession]] = []
     nodes: list[tuple[Node, aiohttp.ClientSession]] = []
+    schemas: set[str] = set()
+
+    def postgres(data: str) -> Callable[[], Store]:
+        node: PostgresNode = request.getfixturevalue("postgres_node")
+        name = "t_" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:20] + "_" + data
+        if name not in schemas:
+            node.drop_schema(name)  # left by an interrupted run
+            schemas.add(name)
+        return lambda: PostgresStore(PostgresSettings(url=node.url, schema=name), epoch=SystemClock().now())
 
     async def start(clock: Clock | None = None, data: str = "db", **service_kw: Any) -> Api:
+        new_postgres = postgres(data) if backend == "postgres" else MemoryStore
         if TEST_PROCESSES > 1:
             node, url = await start_node(
-                backend, tmp_path / data, clock or SystemClock(), TEST_PROCESSES, **service_kw
+                backend, tmp_path / data, clock or SystemClock(), TEST_PROCESSES, new_postgres, **service_kw
             )
             nodes.append((node, aiohttp.ClientSession()))
             return Api(nodes[-1][1], url, cast(Service, node))
-        store: Store = MemoryStore() if backend == "memory" else SqliteStore(tmp_path / f"{data}.sqlite")
+        store: Store = SqliteStore(tmp_path / f"{data}.sqlite") if backend == "sqlite" else new_postgres()
         service = Service(store, clock or SystemClock(), **service_kw)
         await service.start()
         server = await serving(create_app(service))
@@ -267,6 +333,8 @@ async def start_server(backend: str, tmp_path: Path) -> AsyncIterator[ServerFact
     for node, session in reversed(nodes):
         await node.close()
         await session.close()
+    for name in schemas:
+        request.getfixturevalue("postgres_node").drop_schema(name)
 
 
 async def serving(app: web.Application) -> TestServer:
@@ -319,6 +387,31 @@ def cassandra_settings(
     name = "t_" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:20]
     yield CassandraSettings(hosts=("127.0.0.1",), port=cassandra_node.cql_port, keyspace=name)
     cassandra_node.drop_keyspace(name)
+
+
+# --- PostgreSQL: one server per test session, a schema per test ------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def postgres_node() -> Iterator[PostgresNode]:
+    """A real PostgreSQL server for the whole session (started on first use, stopped at the end)."""
+    node = PostgresNode()
+    try:
+        node.start()
+        yield node
+    finally:
+        node.close()
+
+
+@pytest.fixture
+def postgres_settings(
+    postgres_node: PostgresNode, request: pytest.FixtureRequest
+) -> Iterator[PostgresSettings]:
+    """Settings of a schema of this test's own (created by the store that opens it, dropped after)."""
+    name = "t_" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:20]
+    postgres_node.drop_schema(name)
+    yield PostgresSettings(url=postgres_node.url, schema=name)
+    postgres_node.drop_schema(name)
 
 
 ODD = [

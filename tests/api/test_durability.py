@@ -1,16 +1,17 @@
-"""A restarted sqlite node finds everything: queued, leased (leases still expire), scheduled (still due)."""
+"""A restarted node on durable storage (sqlite, PostgreSQL) finds everything: queued, leased (leases still
+expire), scheduled (still due)."""
 
 from __future__ import annotations
 
 import pytest
 
 from querator.clock import FakeClock
-from tests.conftest import ServerFactory, eventually
+from tests.conftest import POSTGRES, ServerFactory, eventually
 
 from .test_queue import ts
 
 
-@pytest.fixture(params=["sqlite"])
+@pytest.fixture(params=["sqlite", POSTGRES])
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

@@ -7,6 +7,10 @@
 ``kill9`` kills one now, without a graceful shutdown; ``terminate`` stops one gracefully (SIGTERM).
 
 Nothing here sleeps to synchronise: ``wait_until`` and ``eventually`` poll a condition until a deadline.
+
+``QUERATOR_TEST_STORAGE=postgres`` gives every server started with ``--storage sqlite`` or none (and no
+``--data-dir`` or config file, which are about sqlite's files) the PostgreSQL store instead, in a schema
+of the test's own on the session's server: how the durable suite, for one, runs on it.
 """
 
 from __future__ import annotations
@@ -268,11 +272,15 @@ def refuses_connections(port: int) -> bool:
 
 
 class Servers:
-    """Starts ``querator serve`` processes for one test and kills whatever is left at teardown."""
+    """Starts ``querator serve`` processes for one test and kills whatever is left at teardown.
 
-    def __init__(self, base: Path) -> None:
+    ``storage``: the arguments that replace ``--storage sqlite`` or its absence (``QUERATOR_TEST_STORAGE``,
+    module docstring)."""
+
+    def __init__(self, base: Path, storage: Sequence[str] = ()) -> None:
         self.base = base
         self.started: list[ServerProcess] = []
+        self.storage = tuple(storage)
 
     def spawn(
         self,
@@ -285,6 +293,8 @@ class Servers:
     ) -> ServerProcess:
         """Starts ``querator serve *args`` without waiting for it; ``host:port`` is where it will answer.
         ``prefix`` runs it through another command (``ip netns exec <name>``), which must exec it."""
+        if self.storage:
+            args = self._replace_sqlite(args)
         n = len(self.started)
         cwd = cwd or self.base / f"cwd-{n}"
         cwd.mkdir(parents=True, exist_ok=True)
@@ -301,6 +311,13 @@ class Servers:
         server = ServerProcess(proc, port, stdout, stderr, cwd, host)
         self.started.append(server)
         return server
+
+    def _replace_sqlite(self, args: tuple[str, ...]) -> tuple[str, ...]:
+        if {"--config", "--data-dir"} & set(args):
+            return args
+        pairs = [i for i in range(len(args) - 1) if args[i : i + 2] == ("--storage", "sqlite")]
+        kept = tuple(a for i, a in enumerate(args) if not any(i in (p, p + 1) for p in pairs))
+        return kept if "--storage" in kept else (*self.storage, *kept)
 
     def start(
         self,
@@ -364,14 +381,23 @@ class Servers:
 
 
 @pytest.fixture
-def servers(tmp_path: Path) -> Iterator[Servers]:
+def servers(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Servers]:
     """A factory of ``querator serve`` processes; all of them are killed at teardown."""
-    factory = Servers(tmp_path / "servers")
+    storage: tuple[str, ...] = ()
+    schema = ""
+    if os.environ.get("QUERATOR_TEST_STORAGE") == "postgres":
+        node = request.getfixturevalue("postgres_node")
+        schema = "i_" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:20]
+        node.drop_schema(schema)
+        storage = ("--storage", "postgres", "--postgres-url", node.url, "--postgres-schema", schema)
+    factory = Servers(tmp_path / "servers", storage)
     factory.base.mkdir()
     try:
         yield factory
     finally:
         factory.close()
+        if schema:
+            request.getfixturevalue("postgres_node").drop_schema(schema)
 
 
 @pytest.fixture

@@ -245,7 +245,20 @@ class Invalid:
 INVALID = {
     "storage-flag": Invalid(
         args=("--storage", "nope"),
-        message="querator: storage is invalid; 'nope' is not one of (memory, sqlite, cassandra)",
+        message="querator: storage is invalid; 'nope' is not one of (memory, sqlite, cassandra, postgres)",
+    ),
+    "postgres-url-flag": Invalid(
+        args=("--storage", "postgres", "--postgres-url", "postgresql://[x"),
+        message="querator: postgres-url is invalid; not a PostgreSQL connection URL: end of string reached "
+        'when looking for matching "..." in IPv6 host address in URI: "..."',
+    ),
+    "postgres-schema-env": Invalid(
+        env=(("QUERATOR_STORAGE", "postgres"), ("QUERATOR_POSTGRES_SCHEMA", "Bad-Name")),
+        message="querator: postgres-schema is invalid; 'Bad-Name' is not a lower-case identifier",
+    ),
+    "postgres-connections-yaml": Invalid(
+        yaml="storage: postgres\npostgres-connections: 0\n",
+        message="querator: postgres-connections is invalid; '0' is not a whole number from 1 to 100",
     ),
     "address-flag": Invalid(
         args=("--address", "nope"), message="querator: address is invalid; 'nope' is not host:port"
@@ -318,6 +331,14 @@ STARTUP_FAILURES = [
             message="querator: tls-cert-file is invalid; cannot load '/nonexistent/c.pem'",
         ),
         id="tls-cert-file-missing",
+    ),
+    pytest.param(
+        Invalid(
+            args=("--storage", "postgres", "--postgres-url", "postgresql://127.0.0.1:1/postgres"),
+            message="querator: storage postgres is unavailable; postgres storage error; cannot connect to "
+            "127.0.0.1:1/postgres schema querator: OperationalError: ",
+        ),
+        id="postgres-unreachable",
     ),
 ]
 

@@ -1,0 +1,174 @@
+"""The connections: a fixed pool, each connection used by one worker thread at a time, and transactions
+sent in pipeline mode.
+
+The engine's run functions call ``PartitionTx`` primitives that answer synchronously, so a run executes on
+a worker thread with a blocking connection (as the Cassandra store's runs do): no hop back into the event
+loop per statement. In pipeline mode the driver sends statements without waiting for their answers until
+one is read: a run's BEGIN, its writes, the fence and the COMMIT go out together, and only a read it needs
+an answer to (``head``, ``get``) costs a round trip of its own.
+
+A connection that broke (PostgreSQL restarted, the network cut it) is closed and replaced by a new one on
+its next use; until PostgreSQL answers again every job fails with ``PostgresStorageError``, which the
+engine answers with a 454 and retries, and nothing committed is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg.adapt import Dumper
+from psycopg.pq import Format
+from psycopg.types.numeric import Int8BinaryDumper, Int8Dumper
+
+from querator.storage.postgres._errors import PostgresStorageError, storage_error
+from querator.storage.postgres._settings import PostgresSettings
+
+log = logging.getLogger("querator.storage.postgres")
+
+T = TypeVar("T")
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+
+class _Utf8Dumper(Dumper):
+    """A ``str`` as the ``BYTEA`` of its UTF-8: every string column is one (``_schema``). Lone surrogates
+    pass as the bytes of their code points, as they came."""
+
+    format = Format.BINARY
+    oid = psycopg.postgres.types["bytea"].oid
+
+    def dump(self, obj: str) -> bytes:
+        return obj.encode("utf-8", "surrogatepass")
+
+
+def text(value: bytes) -> str:
+    """A string column's value (``_Utf8Dumper``'s bytes) as the ``str`` it was."""
+    return value.decode("utf-8", "surrogatepass")
+
+
+def _connect(settings: PostgresSettings) -> Conn:
+    conn = psycopg.Connection.connect(**settings.connect_kwargs(), autocommit=True)
+    # Every integer the store sends is a BIGINT column's: as int8, never a numeric that would keep the
+    # planner from comparing it with an index.
+    conn.adapters.register_dumper(int, Int8Dumper)
+    conn.adapters.register_dumper(int, Int8BinaryDumper)
+    conn.adapters.register_dumper(str, _Utf8Dumper)
+    return conn
+
+
+def transaction(conn: Conn, body: Callable[[], T], subject: str = "the partition") -> T:
+    """Runs ``body`` (statements on ``conn``) in one transaction, pipelined; returns once it committed.
+    ``subject`` names the partition a fence in it speaks of.
+
+    Raises:
+        StorageError: PostgreSQL failed (``StaleOwnerError`` from the fence); nothing was applied unless
+            ``maybe_applied``.
+        Exception: whatever ``body`` raised; nothing was applied.
+    """
+    commit_sent = False
+    try:
+        with conn.pipeline():
+            conn.execute("BEGIN")
+            result = body()
+            commit_sent = True
+            conn.execute("COMMIT")
+    except psycopg.Error as e:
+        _rollback(conn)
+        raise storage_error(e, commit_sent=commit_sent, subject=subject) from e
+    except BaseException:
+        _rollback(conn)
+        raise
+    return result
+
+
+def _rollback(conn: Conn) -> None:
+    if conn.closed:
+        return
+    try:
+        conn.rollback()
+    except psycopg.Error:
+        pass  # broken: the pool replaces it
+
+
+def rows(conn: Conn, statement: str, params: Any = ()) -> list[tuple[Any, ...]]:
+    """The rows ``statement`` answers, in binary (bytea as it is, no hex)."""
+    cursor = conn.cursor(binary=True)
+    cursor.execute(statement, params)
+    return cursor.fetchall()
+
+
+def count(conn: Conn, statement: str, params: Any = ()) -> int:
+    """The number of rows ``statement`` wrote."""
+    return conn.execute(statement, params).rowcount
+
+
+class Pool:
+    """``size`` connections (opened on first use, replaced when broken) and as many worker threads.
+
+    When one connection turns out broken, or a new one cannot be made, every connection opened before is
+    replaced on its next use too: a restart of PostgreSQL broke them all, and each would otherwise fail
+    one more run.
+    """
+
+    def __init__(self, settings: PostgresSettings) -> None:
+        self._settings = settings
+        self._threads = ThreadPoolExecutor(settings.connections, thread_name_prefix="querator-postgres")
+        self._idle: queue.SimpleQueue[tuple[Conn, int] | None] = queue.SimpleQueue()
+        for _ in range(settings.connections):
+            self._idle.put(None)
+        self._generation = 0
+        """Bumped when a connection broke: connections of an older generation are replaced."""
+        self.closed = False
+
+    async def run(self, fn: Callable[[Conn], T]) -> T:
+        """Runs ``fn`` with a connection of its own on a worker thread.
+
+        Raises:
+            PostgresStorageError: the store is closed, or PostgreSQL cannot be reached.
+            Exception: whatever ``fn`` raised.
+        """
+        if self.closed:
+            raise PostgresStorageError("postgres storage error; the store is not open")
+        return await asyncio.get_running_loop().run_in_executor(self._threads, self._job, fn)
+
+    def _job(self, fn: Callable[[Conn], T]) -> T:
+        # As many threads as connections: one is always idle for the thread that runs this.
+        held = self._idle.get()
+        try:
+            if held is not None and (held[0].closed or held[1] < self._generation):
+                held[0].close()
+                held = None
+            if held is None:
+                try:
+                    held = (_connect(self._settings), self._generation)
+                except psycopg.Error as e:
+                    self._generation += 1  # the server is gone: so are the other connections to it
+                    raise storage_error(e, f"cannot connect to {self._settings.describe()}") from e
+            try:
+                return fn(held[0])
+            except psycopg.Error as e:
+                raise storage_error(e) from e
+        finally:
+            if held is not None and (held[0].broken or held[0].closed):
+                log.warning(
+                    "postgres: a connection to %s broke; the pool replaces every connection it holds",
+                    self._settings.describe(),
+                )
+                held[0].close()
+                self._generation = max(self._generation, held[1] + 1)
+            self._idle.put(held)
+
+    async def close(self) -> None:
+        """Waits for running jobs, then closes every connection."""
+        self.closed = True
+        await asyncio.get_running_loop().run_in_executor(None, self._threads.shutdown, True)
+        while not self._idle.empty():
+            held = self._idle.get_nowait()
+            if held is not None:
+                held[0].close()

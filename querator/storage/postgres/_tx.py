@@ -1,0 +1,145 @@
+"""``PartitionTx`` over one partition's rows, inside a run's pipelined transaction.
+
+Writes are sent without waiting (pipeline mode); a read waits for its answer, and PostgreSQL has run
+every statement before it by then, so a run reads its own writes.
+
+The head bound: an item is queued from its insert (at the tail: its id is above every id in the partition)
+until it is leased, scheduled or deleted, and never again under its id (``storage/base.py``). So once a
+``head`` found its first queued item at id X, no item below X is ever queued again, and once a run
+leased, scheduled or deleted every item its ``head`` returned, none at or below the last of them is.
+The partition keeps that bound (``head_from``) across runs and ``head`` scans from it: a queue leases
+from its head, and the index entries of the rows it leased and completed stay there until a vacuum
+removes them, which every ``head`` would otherwise step over again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from querator.storage.base import ClearOptions, Deadlines, Item, PartitionStats, list_page
+from querator.storage.postgres import _statements as sql
+from querator.storage.postgres._codec import item_arrays, item_from_row, update_arrays
+from querator.storage.postgres._pool import Conn, text
+
+
+class PostgresTx:
+    """``PartitionTx`` over the items of one partition, inside a run's transaction on ``conn``."""
+
+    __slots__ = ("_conn", "_head", "_head_from", "_number", "_queue", "_unqueued", "newest", "wrote")
+
+    def __init__(self, conn: Conn, queue_name: str, number: int, head_from: str = "") -> None:
+        self._conn = conn
+        self._queue = queue_name
+        self._number = number
+        self._head_from = head_from
+        self._head: list[str] | None = None
+        """The ids the run's last ``head`` returned."""
+        self._unqueued: set[str] = set()
+        """Ids the run leased, scheduled or deleted."""
+        self.wrote = False
+        """Whether the run wrote: then it ends with the fence (``PostgresPartition``)."""
+        self.newest = ""
+        """The greatest id the run inserted: the fence raises the partition's ``last_id`` to it."""
+
+    def _rows(self, statement: str, params: Sequence[Any] | dict[str, Any]) -> list[tuple[Any, ...]]:
+        cursor = self._conn.cursor(binary=True)
+        cursor.execute(statement, params)
+        return cursor.fetchall()
+
+    def _items(self, statement: str, *params: Any) -> list[Item]:
+        return [item_from_row(r) for r in self._rows(statement, (self._queue, self._number, *params))]
+
+    def _write(self, statement: str, params: Sequence[Any]) -> None:
+        self.wrote = True
+        self._conn.execute(statement, params)
+
+    def last_id(self) -> str:
+        rows = self._rows(sql.LAST_ID, (self._queue, self._number))
+        return max(text(rows[0][0]) if rows else "", self.newest)
+
+    def insert(self, items: Sequence[Item]) -> None:
+        if not items:
+            return
+        self._write(sql.INSERT_ITEMS, (self._queue, self._number, *item_arrays(items)))
+        self.newest = max(self.newest, *(i.id for i in items))
+
+    def head(self, limit: int) -> list[Item]:
+        items = self._items(sql.HEAD, self._head_from, limit)
+        self._head = [i.id for i in items]
+        return items
+
+    def head_from(self) -> str:
+        """The head bound once this run committed (module docstring)."""
+        if not self._head:
+            return self._head_from
+        for item_id in self._head:
+            if item_id not in self._unqueued:
+                return item_id
+        return self._head[-1] + "\x00"  # the least id above the last: the bytes sort first
+
+    def get(self, ids: Collection[str]) -> dict[str, Item]:
+        if not ids:
+            return {}
+        return {i.id: i for i in self._items(sql.GET_ITEMS, list(ids))}
+
+    def update(self, items: Sequence[Item]) -> None:
+        if items:
+            self._write(sql.UPDATE_ITEMS, (*update_arrays(items), self._queue, self._number))
+            self._unqueued.update(i.id for i in items if i.is_leased or i.enqueue_at)
+
+    def delete(self, ids: Collection[str]) -> None:
+        if ids:
+            self._write(sql.DELETE_ITEMS, (self._queue, self._number, list(ids)))
+            self._unqueued.update(ids)
+
+    def existing_source_ids(self, source_ids: Collection[str]) -> set[str]:
+        wanted = [s for s in source_ids if s]
+        if not wanted:
+            return set()
+        return {text(r[0]) for r in self._rows(sql.SOURCES, (self._queue, self._number, wanted))}
+
+    def expired_leases(self, now: int, limit: int) -> list[Item]:
+        return self._items(sql.EXPIRED_LEASES, now, limit)
+
+    def expired(self, now: int, limit: int) -> list[Item]:
+        return self._items(sql.EXPIRED, now, limit)
+
+    def due(self, now: int, limit: int) -> list[Item]:
+        return self._items(sql.DUE, now, limit)
+
+    def deadlines(self) -> Deadlines:
+        ((lease, expire, enqueue),) = self._rows(sql.DEADLINES, {"q": self._queue, "p": self._number})
+        return Deadlines(lease_deadline=lease, expire_deadline=expire, enqueue_at=enqueue)
+
+    def stats(self, now: int) -> PartitionStats:
+        ((total, age, leased, left, scheduled),) = self._rows(
+            sql.STATS, {"now": now, "q": self._queue, "p": self._number}
+        )
+        return PartitionStats(
+            total=total,
+            leased=leased,
+            scheduled=scheduled,
+            average_age=int(age) // total if total else 0,
+            average_leased_age=int(left) // leased if leased else 0,
+        )
+
+    def dedup(self, dedup_ids: Collection[str], now: int, expires_at: int) -> set[str]:
+        ids = list(dedup_ids)
+        if not ids:
+            return set()
+        self.wrote = True
+        rows = self._rows(sql.DEDUP, {"q": self._queue, "ids": ids, "until": expires_at, "now": now})
+        return set(ids).difference(text(r[0]) for r in rows)
+
+    def clear(self, options: ClearOptions) -> None:
+        key = (self._queue, self._number)
+        if options.scheduled:
+            self._write(sql.CLEAR_SCHEDULED, key)
+        if options.queue:
+            self._write(sql.CLEAR_UNSCHEDULED if options.destructive else sql.CLEAR_QUEUED, key)
+
+    # Last, so that ``list`` in the annotations above is still the builtin.
+    def list(self, pivot: str, limit: int, scheduled: bool) -> list[Item]:
+        statement = sql.LIST_SCHEDULED if scheduled else sql.LIST
+        return list_page(self._items(statement, pivot, limit), limit)
