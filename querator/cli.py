@@ -35,7 +35,7 @@ from querator.duration import DurationError, format_duration, parse_duration
 from querator.errors import LeaseTimedOut, QueratorError
 from querator.wire import encode_json
 from querator.wire import messages as m
-from querator.worker import _cli as worker_cli
+from querator.worker import cli as worker_cli
 
 EXIT_SERVER_ERROR = 1
 EXIT_USAGE = 2

@@ -8,8 +8,7 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
-from querator.client import AsyncClient
-from querator.client._arguments import seconds_of
+from querator.client import AsyncClient, seconds_of
 from querator.clock import SystemClock, from_datetime, to_datetime
 from querator.durable._context import Context, Interrupted, Lost, Suspend, server_call
 from querator.durable._errors import Cancelled, NonDeterminism, StepFailed, describe, worker_lost

@@ -10,16 +10,14 @@ from collections.abc import Callable, Collection
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
-from querator.client import AsyncClient, Duration
-from querator.client._arguments import go_duration, seconds_of
+from querator.client import AsyncClient, Duration, go_duration, seconds_of
 from querator.clock import SystemClock
 from querator.durable._activation import activate, run_step
 from querator.durable._errors import WorkflowFailed
 from querator.durable._step import Step, StepOptions, decode
 from querator.wire import messages as m
 from querator.wire.workflows import child_id
-from querator.worker import JsonSerializer, Serializer, Worker, backoff, current_item
-from querator.worker._serializer import Signature
+from querator.worker import JsonSerializer, Serializer, Signature, Worker, backoff, current_item
 
 if TYPE_CHECKING:
     from querator.durable._context import ChildCall, Context

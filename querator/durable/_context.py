@@ -16,8 +16,7 @@ from collections.abc import Generator, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from querator.client import AsyncClient, ConnectionFailed
-from querator.client._arguments import seconds_of
+from querator.client import AsyncClient, ConnectionFailed, seconds_of
 from querator.clock import SystemClock, from_datetime, micros, to_datetime
 from querator.durable._errors import (
     Cancelled,

@@ -22,15 +22,18 @@ SIGTERM stops a worker warmly. docs/worker.md has all of it, docs/adr/0014 why i
 Modules: ``backoff`` (retry policies, public), ``_worker`` (``Worker``: tasks, ``run``, shutdown),
 ``_task`` (``Task``, enqueue), ``_runner`` (a queue's lease loop and each run), ``_settle`` (batched
 completes and retries), ``_serializer`` (JSON, typed arguments), ``_envelope`` (the payload),
-``_trace`` (W3C trace context), ``_observe`` (run logs, metrics) and ``_cli`` (``querator worker``).
+``_trace`` (W3C trace context), ``_observe`` (run logs, metrics) and ``_cli`` (``querator worker``,
+exported as ``cli`` for ``querator.cli``). ``Signature`` and ``typed`` (a function's arguments decoded
+by its annotations) are exported for ``querator.durable``, which imports only this module.
 """
 
 from __future__ import annotations
 
+from querator.worker import _cli as cli
 from querator.worker import backoff
 from querator.worker._envelope import EnvelopeError
 from querator.worker._observe import JsonFormatter
-from querator.worker._serializer import JsonSerializer, Serializer
+from querator.worker._serializer import JsonSerializer, Serializer, Signature, typed
 from querator.worker._task import Permanent, RetryLater, Task, current_attempt, current_item, current_job_id
 from querator.worker._trace import current_traceparent, use_traceparent
 from querator.worker._worker import Worker
@@ -42,12 +45,15 @@ __all__ = [
     "Permanent",
     "RetryLater",
     "Serializer",
+    "Signature",
     "Task",
     "Worker",
     "backoff",
+    "cli",
     "current_attempt",
     "current_item",
     "current_job_id",
     "current_traceparent",
+    "typed",
     "use_traceparent",
 ]

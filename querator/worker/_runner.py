@@ -23,9 +23,7 @@ from typing import Any
 import msgspec
 from msgspec.structs import replace
 
-from querator.client import AsyncClient, new_client_id
-from querator.client._arguments import absolute
-from querator.client._renew import keep_renewed
+from querator.client import AsyncClient, absolute, keep_renewed, new_client_id
 from querator.errors import QueratorError
 from querator.wire import messages as m
 from querator.worker._envelope import EnvelopeError, unpack

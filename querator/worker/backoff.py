@@ -15,8 +15,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from querator.client import Duration
-from querator.client._arguments import seconds_of
+from querator.client import Duration, seconds_of
 
 Policy = Callable[[int], float]
 """Failed attempts so far (>= 1) -> seconds to wait before the next one."""
