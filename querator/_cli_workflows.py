@@ -12,9 +12,7 @@ import msgspec
 
 from querator.client import AsyncClient
 from querator.wire import messages as m
-
-STATUSES = ["running", "completed", "failed", "cancelled"]
-"""A workflow's statuses (``--status`` of ``list``)."""
+from querator.wire.workflows import RUNNING, STATUSES
 
 
 class NotFinished(Exception):
@@ -101,7 +99,7 @@ async def command(client: AsyncClient, args: argparse.Namespace) -> m.Message | 
         return await client.workflow_info(args.workflow_id, namespace=args.namespace)
     if args.action == "result":
         info = await client.workflow_result(args.workflow_id, args.timeout, namespace=args.namespace)
-        if info.status == "running":
+        if info.status == RUNNING:
             raise NotFinished(info)
         return info
     if args.action == "signal":
