@@ -7,7 +7,7 @@ default the system's CAs), print the server's reply as indented protojson on std
 calls without a payload), and report failures on stderr as ``querator: <code> <message>``. Exit status: 0
 success, 1 the server refused the call (or sent an unreadable reply), 2 a usage error, 3 no reply at all
 (connection failed or timed out; code 0), 4 ``workflows result`` waited its ``--timeout`` and the workflow
-still runs (printed as found).
+still runs (printed as found), 5 ``workflows replay`` found a journal the code disagrees with.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ EXIT_SERVER_ERROR = 1
 EXIT_USAGE = 2
 EXIT_CONNECTION = 3
 EXIT_NOT_FINISHED = 4
+EXIT_NON_DETERMINISM = 5
 
 
 def _serve_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -519,7 +520,7 @@ def run_client(args: argparse.Namespace) -> int:
     """Runs a parsed client command; returns the exit status (see the module docstring)."""
     try:
         result = asyncio.run(_client_command(COMMANDS[args.command], args))
-    except UsageError as e:
+    except (UsageError, workflows_cli.CannotReplay) as e:
         print(f"querator: {e}", file=sys.stderr)
         return EXIT_USAGE
     except ConnectionFailed as e:
@@ -531,6 +532,9 @@ def run_client(args: argparse.Namespace) -> int:
     except workflows_cli.NotFinished as e:
         _print_json(e.info)
         return EXIT_NOT_FINISHED
+    except workflows_cli.Replayed as e:
+        sys.stdout.write(e.report())
+        return EXIT_NON_DETERMINISM if e.diverged else 0
     _print_json(result)
     return 0
 

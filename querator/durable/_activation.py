@@ -89,7 +89,8 @@ async def _turn(ctx: Context, definition: Any) -> m.WorkflowsAppendResponse:
         return await ctx.append(SUSPEND, wake_at=wake_at)
     except NonDeterminism as e:
         # The code's failure, not the workflow's: once the code is fixed, workflows.resume runs it again.
-        log.error("workflow %s failed (resume it once its code is fixed): %s", ctx.workflow_id, e)
+        if not ctx.replaying:
+            log.error("workflow %s failed (resume it once its code is fixed): %s", ctx.workflow_id, e)
         return await ctx.append(FAIL, error=describe(e), resumable=True)
     except Exception as e:
         return await _compensate(ctx, e)
@@ -122,7 +123,8 @@ async def _compensate(ctx: Context, error: Exception) -> m.WorkflowsAppendRespon
             try:
                 await ctx.run(step, *args, **kwargs)
             except StepFailed as e:
-                log.error("workflow %s: compensation %s failed: %s", ctx.workflow_id, step.name, e)
+                if not ctx.replaying:
+                    log.error("workflow %s: compensation %s failed: %s", ctx.workflow_id, step.name, e)
     except Suspend as s:
         return await ctx.append(SUSPEND, wake_at=to_datetime(s.wake_at) if s.wake_at else None)
     except NonDeterminism as e:

@@ -126,6 +126,9 @@ class Context:
     be deterministic: no clocks, random numbers or I/O outside steps.
     """
 
+    replaying = False
+    """True in a ``Replayer``'s check, which reports what a worker would log."""
+
     def __init__(self, app: Durable, client: AsyncClient, wf: m.WorkflowInfo, claim_timeout: str) -> None:
         self.app = app
         self.workflow_id = wf.workflow_id

@@ -39,11 +39,27 @@ def add_parser(sub: Any) -> None:
 
 
 def load(app: str) -> Worker:
-    """The ``Worker`` that ``module:attribute`` names; the working directory is importable, as for
-    ``python -m``.
+    """The ``Worker`` that ``module:attribute`` names (``find``), or the worker of the app it names.
 
     Raises:
         ValueError: not ``module:attribute``, or not a Worker.
+        ImportError, AttributeError: it cannot be found.
+    """
+    found = find(app)
+    if not isinstance(found, Worker):
+        # A Durable app (or anything else built on a Worker) runs its worker.
+        found = getattr(found, "worker", found)
+    if not isinstance(found, Worker):
+        raise ValueError(f"'{app}' is a {type(found).__name__}, not a querator.worker.Worker")
+    return found
+
+
+def find(app: str) -> Any:
+    """What ``module:attribute`` names in the user's code; the working directory is importable, as for
+    ``python -m``.
+
+    Raises:
+        ValueError: not ``module:attribute``.
         ImportError, AttributeError: it cannot be found.
     """
     module_name, sep, attribute = app.partition(":")
@@ -54,11 +70,6 @@ def load(app: str) -> Worker:
     found: Any = importlib.import_module(module_name)
     for part in attribute.split("."):
         found = getattr(found, part)
-    if not isinstance(found, Worker):
-        # A Durable app (or anything else built on a Worker) runs its worker.
-        found = getattr(found, "worker", found)
-    if not isinstance(found, Worker):
-        raise ValueError(f"'{app}' is a {type(found).__name__}, not a querator.worker.Worker")
     return found
 
 
