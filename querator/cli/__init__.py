@@ -7,7 +7,7 @@ default the system's CAs), print the server's reply as indented protojson on std
 calls without a payload), and report failures on stderr as ``querator: <code> <message>``. Exit status: 0
 success, 1 the server refused the call (or sent an unreadable reply), 2 a usage error, 3 no reply at all
 (connection failed or timed out; code 0), 4 ``workflows result`` waited its ``--timeout`` and the workflow
-still runs (printed as found).
+still runs (printed as found), 5 ``workflows replay`` found a journal the code disagrees with.
 
 Modules, one per group of commands: ``_main`` (``main``: parsing, ``serve``, ``version``, ``apikey``, and
 running a client command), ``_queues`` (a queue and its items), ``_workflows``, ``_schedules``,

@@ -20,6 +20,7 @@ EXIT_SERVER_ERROR = 1
 EXIT_USAGE = 2
 EXIT_CONNECTION = 3
 EXIT_NOT_FINISHED = 4
+EXIT_NON_DETERMINISM = 5
 
 Command = Callable[[AsyncClient, argparse.Namespace], Awaitable[m.Message | dict[str, Any] | None]]
 """A client command: one or more calls, and what to print (None: ``{"code": 200}``)."""

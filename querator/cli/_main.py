@@ -14,6 +14,7 @@ from querator.auth import generate_key, key_hash
 from querator.cli import _completion, _queues, _schedules, _status, _tenancy, _worker, _workflows
 from querator.cli._common import (
     EXIT_CONNECTION,
+    EXIT_NON_DETERMINISM,
     EXIT_NOT_FINISHED,
     EXIT_SERVER_ERROR,
     EXIT_USAGE,
@@ -90,7 +91,7 @@ def run_client(args: argparse.Namespace) -> int:
     """Runs a parsed client command; returns the exit status (see the package docstring)."""
     try:
         result = asyncio.run(_client_command(COMMANDS[args.command], args))
-    except UsageError as e:
+    except (UsageError, _workflows.CannotReplay) as e:
         print(f"querator: {e}", file=sys.stderr)
         return EXIT_USAGE
     except ConnectionFailed as e:
@@ -102,6 +103,9 @@ def run_client(args: argparse.Namespace) -> int:
     except _workflows.NotFinished as e:
         print_reply(e.info, args.output or default_output())
         return EXIT_NOT_FINISHED
+    except _workflows.Replayed as e:
+        sys.stdout.write(e.report())
+        return EXIT_NON_DETERMINISM if e.diverged else 0
     print_reply(result, args.output or default_output())
     return 0
 

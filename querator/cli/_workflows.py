@@ -1,5 +1,6 @@
-"""``querator workflows list | show | signal | cancel | resume | terminate | result``: a caller's view of
-durable workflows (docs/durable.md), printed as the other client commands print (``querator.cli``)."""
+"""``querator workflows list | show | signal | cancel | resume | terminate | result | replay``: a caller's
+view of durable workflows (docs/durable.md), printed as the other client commands print
+(``querator.cli``); ``replay`` checks changed workflow code against recorded journals."""
 
 from __future__ import annotations
 
@@ -10,11 +11,34 @@ from pathlib import Path
 
 import msgspec
 
+from querator import durable
 from querator.client import AsyncClient
 from querator.wire import messages as m
+from querator.wire.workflows import RUNNING, STATUSES
+from querator.worker import find_app
 
-STATUSES = ["running", "completed", "failed", "cancelled"]
-"""A workflow's statuses (``--status`` of ``list``)."""
+
+class CannotReplay(Exception):
+    """``replay``'s app or files cannot be loaded (a usage error)."""
+
+
+class Replayed(Exception):
+    """``replay``'s report: one line of JSON per journal, printed; the exit status says whether any
+    disagreed with the code."""
+
+    def __init__(self, results: list[durable.Replayed]) -> None:
+        super().__init__(f"{len(results)} journals replayed")
+        self.results = results
+        self.diverged = any(r.error is not None for r in results)
+
+    def report(self) -> str:
+        return "".join(
+            msgspec.json.encode(
+                {"workflow_id": r.workflow_id, "name": r.name, "then": r.then, "error": str(r.error or "")}
+            ).decode()
+            + "\n"
+            for r in self.results
+        )
 
 
 class NotFinished(Exception):
@@ -58,7 +82,7 @@ def add_parser(
 
     def add(name: str, help_text: str) -> argparse.ArgumentParser:
         action = actions.add_parser(name, help=help_text, description=help_text, parents=common)
-        if name != "list":
+        if name not in ("list", "replay"):
             action.add_argument("workflow_id", metavar="ID")
         action.add_argument(
             "--namespace", default="", help="the namespace of the workflow's queue (default _system)"
@@ -81,6 +105,21 @@ def add_parser(
     a = add("terminate", "end a workflow now, with no worker (no compensation runs; children too)")
     a.add_argument("--reason", default="", help="why: its error becomes 'Terminated: <reason>'")
     a = add(
+        "replay",
+        "replay recorded journals against an app's workflow code as it is now, without running steps, "
+        "and report non-determinism (exit status 5): from --file, else the node's workflows",
+    )
+    a.add_argument("app", metavar="APP", help="module:attribute of the querator.durable.Durable app")
+    a.add_argument("ids", metavar="ID", nargs="*", help="the node's workflows to replay (default: --status)")
+    a.add_argument(
+        "--file",
+        action="append",
+        default=[],
+        help="journals to replay instead: a file as `workflows show` prints it, or a JSON array of them "
+        "(repeatable)",
+    )
+    a.add_argument("--status", choices=STATUSES, default=RUNNING, help="without IDs: these (default running)")
+    a = add(
         "result",
         "wait for a workflow to finish and print it (printed still running, and exit status 4, when "
         "--timeout passed first)",
@@ -97,11 +136,13 @@ async def command(client: AsyncClient, args: argparse.Namespace) -> m.Message | 
             args.status, pivot=args.pivot, limit=args.limit, namespace=args.namespace
         )
         return m.WorkflowsListResponse(workflows=found)
+    if args.action == "replay":
+        raise Replayed(await _replay(client, args))
     if args.action == "show":
         return await client.workflow_info(args.workflow_id, namespace=args.namespace)
     if args.action == "result":
         info = await client.workflow_result(args.workflow_id, args.timeout, namespace=args.namespace)
-        if info.status == "running":
+        if info.status == RUNNING:
             raise NotFinished(info)
         return info
     if args.action == "signal":
@@ -119,3 +160,17 @@ async def command(client: AsyncClient, args: argparse.Namespace) -> m.Message | 
     else:
         await client.cancel_workflow(args.workflow_id, namespace=args.namespace)
     return None
+
+
+async def _replay(client: AsyncClient, args: argparse.Namespace) -> list[durable.Replayed]:
+    try:
+        app = find_app(args.app)
+        journals = [wf for path in args.file for wf in durable.load(path)]
+    except (ValueError, ImportError, AttributeError, OSError, msgspec.DecodeError) as e:
+        raise CannotReplay(f"replay: {e}") from None
+    if not isinstance(app, durable.Durable):
+        raise CannotReplay(f"replay: '{args.app}' is a {type(app).__name__}, not a querator.durable.Durable")
+    replayer = durable.Replayer(app)
+    if journals:
+        return await replayer.replay_all(journals)
+    return await replayer.replay_node(client, args.ids, status=args.status)

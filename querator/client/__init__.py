@@ -55,16 +55,33 @@ timeouts), ``_retries`` (which calls are tried again, and how), ``_lease`` (``Le
 hands its body), ``_renew`` (keeping a lease alive in ``leased``), ``_lock`` and ``_lock_queue``
 (``lock``, ``semaphore`` and ``set_limit``: docs/locks.md), ``_arguments`` (bare payloads and ids,
 durations, ``new_queue_info``) and ``_errors`` (``ConnectionFailed``).
+
+``querator.worker`` and ``querator.durable`` are built on this client and import nothing but this
+module: besides the client they use ``seconds_of``, ``go_duration`` and ``absolute`` (a ``Duration``
+as seconds or a Go string, a ``When`` as a datetime), ``keep_renewed`` (renewing leases while work
+runs) and ``LoopThread`` (the loop a blocking caller waits on). No module outside a package imports
+its private modules (``_name``): import-linter's private-modules contract in pyproject.toml.
 """
 
 from __future__ import annotations
 
-from querator.client._arguments import Duration, ProduceItem, RetryItem, When, new_client_id, new_queue_info
+from querator.client._arguments import (
+    Duration,
+    ProduceItem,
+    RetryItem,
+    When,
+    absolute,
+    go_duration,
+    new_client_id,
+    new_queue_info,
+    seconds_of,
+)
 from querator.client._async import DEFAULT_ENDPOINT, DEFAULT_TIMEOUT, AsyncClient
 from querator.client._errors import AcquireTimedOut, ConnectionFailed, LockError, LockLost, LockMismatch
 from querator.client._lease import Lease
 from querator.client._lock import Held
-from querator.client._renew import MIN_RENEW_WAIT
+from querator.client._loop import LoopThread
+from querator.client._renew import MIN_RENEW_WAIT, keep_renewed
 from querator.client._retries import DEFAULT_RETRIES, Retries
 from querator.client._sync import Client
 from querator.errors import error_for
@@ -84,11 +101,16 @@ __all__ = [
     "LockError",
     "LockLost",
     "LockMismatch",
+    "LoopThread",
     "ProduceItem",
     "Retries",
     "RetryItem",
     "When",
+    "absolute",
     "error_for",
+    "go_duration",
+    "keep_renewed",
     "new_client_id",
     "new_queue_info",
+    "seconds_of",
 ]

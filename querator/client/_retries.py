@@ -18,11 +18,11 @@ depends on the call:
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from querator import backoff
 from querator.client._errors import ConnectionFailed
 from querator.errors import LeaseTimedOut, QueratorError, RetryRequest
 
@@ -51,7 +51,7 @@ class Retries:
 
     def wait_s(self, tries: int) -> float:
         """Seconds to wait after ``tries`` failed tries."""
-        return random.uniform(0, min(self.max_s, self.first_s * 2 ** (tries - 1)))
+        return backoff.wait_s(tries, self.first_s, self.max_s)
 
 
 DEFAULT_RETRIES = Retries()

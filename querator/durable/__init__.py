@@ -29,8 +29,9 @@ and appends what it does next, fenced by its claim. docs/durable.md has the mode
 docs/adr/0016 why it is built so.
 
 Modules: ``_app`` (``Durable``, ``WorkflowHandle``), ``_context`` (``Context``: the durable calls and
-replay), ``_activation`` (the worker's two tasks: an activation's turn and a dispatched step), ``_step``
-(``Step``) and ``_errors``.
+replay), ``_activation`` (the worker's two tasks: an activation's turn and a dispatched step),
+``_replayer`` (``Replayer``: recorded journals replayed against changed code, before a deploy; ``load``
+and ``dump`` read and write them as JSON), ``_step`` (``Step``) and ``_errors``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from querator.durable._errors import (
     StepFailed,
     WorkflowFailed,
 )
+from querator.durable._replayer import Replayed, Replayer, dump, load
 from querator.durable._step import Step
 
 __all__ = [
@@ -55,10 +57,14 @@ __all__ = [
     "Durable",
     "DurableError",
     "NonDeterminism",
+    "Replayed",
+    "Replayer",
     "SignalTimeout",
     "Step",
     "StepFailed",
     "WorkflowDef",
     "WorkflowFailed",
     "WorkflowHandle",
+    "dump",
+    "load",
 ]

@@ -8,14 +8,13 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
-from querator.client import AsyncClient
-from querator.client._arguments import seconds_of
+from querator.client import AsyncClient, seconds_of
 from querator.clock import SystemClock, from_datetime, to_datetime
 from querator.durable._context import Context, Interrupted, Lost, Suspend, server_call
 from querator.durable._errors import Cancelled, NonDeterminism, StepFailed, describe, worker_lost
 from querator.errors import Conflict, QueratorError
 from querator.wire import messages as m
-from querator.wire.workflows import DONE, ERROR, STEP
+from querator.wire.workflows import BUSY, CANCEL, COMPLETE, DONE, ERROR, FAIL, FINISHED, STEP, SUSPEND
 from querator.worker import RetryLater, current_attempt
 
 if TYPE_CHECKING:
@@ -40,9 +39,9 @@ async def activate(app: Durable, workflow_id: str) -> None:
     claim = await client.claim_workflow(workflow_id, app.claim_timeout, namespace=app.namespace)
     wf = claim.workflow
     assert wf is not None
-    if claim.outcome == "finished":
+    if claim.outcome == FINISHED:
         return
-    if claim.outcome == "busy":
+    if claim.outcome == BUSY:
         left_s = (from_datetime(wf.claim_deadline) - SystemClock().now()) / 1e6 if wf.claim_deadline else 0.0
         raise RetryLater(min(max(left_s, BUSY_WAIT_S[0]), BUSY_WAIT_S[1]))
     definition = app.workflows.get(wf.name)
@@ -50,7 +49,7 @@ async def activate(app: Durable, workflow_id: str) -> None:
         log.error("no workflow named %r in this worker: %s offered again later", wf.name, workflow_id)
         # Let the claim go now: one left to run out would count as a worker lost in the workflow's turn.
         release = m.WorkflowsAppendRequest(
-            workflow_id=workflow_id, fence=wf.fence, then="suspend", namespace=wf.namespace
+            workflow_id=workflow_id, fence=wf.fence, then=SUSPEND, namespace=wf.namespace
         )
         with contextlib.suppress(QueratorError):
             await client.append_workflow(release)
@@ -87,14 +86,15 @@ async def _turn(ctx: Context, definition: Any) -> m.WorkflowsAppendResponse:
         value = await definition.fn(ctx, *args, **kwargs)
     except Suspend as s:
         wake_at = to_datetime(s.wake_at) if s.wake_at else None
-        return await ctx.append("suspend", wake_at=wake_at)
+        return await ctx.append(SUSPEND, wake_at=wake_at)
     except NonDeterminism as e:
         # The code's failure, not the workflow's: once the code is fixed, workflows.resume runs it again.
-        log.error("workflow %s failed (resume it once its code is fixed): %s", ctx.workflow_id, e)
-        return await ctx.append("fail", error=describe(e), resumable=True)
+        if not ctx.replaying:
+            log.error("workflow %s failed (resume it once its code is fixed): %s", ctx.workflow_id, e)
+        return await ctx.append(FAIL, error=describe(e), resumable=True)
     except Exception as e:
         return await _compensate(ctx, e)
-    return await ctx.append("complete", result=definition.encode(value))
+    return await ctx.append(COMPLETE, result=definition.encode(value))
 
 
 async def _fail_unrecorded(
@@ -106,7 +106,7 @@ async def _fail_unrecorded(
     reason = f"the workflow's outcome could not be recorded: {describe(error)}"[:MAX_FAILURE_CHARS]
     log.error("workflow %s failed: %s", wf.workflow_id, reason)
     ending = m.WorkflowsAppendRequest(
-        workflow_id=wf.workflow_id, fence=wf.fence, then="fail", error=reason, namespace=wf.namespace
+        workflow_id=wf.workflow_id, fence=wf.fence, then=FAIL, error=reason, namespace=wf.namespace
     )
     with server_call():
         return await client.append_workflow(ending)
@@ -116,18 +116,19 @@ async def _compensate(ctx: Context, error: Exception) -> m.WorkflowsAppendRespon
     """The saga's undo: the compensations registered so far run as recorded steps, the last first; a
     compensation that fails for good is logged and the others still run. A suspend in between (a
     compensation's retry) resumes here at the next activation, by replay."""
-    ending = "cancel" if isinstance(error, Cancelled) else "fail"
+    ending = CANCEL if isinstance(error, Cancelled) else FAIL
     ctx.compensating = True
     try:
         for step, args, kwargs in reversed(ctx.compensations):
             try:
                 await ctx.run(step, *args, **kwargs)
             except StepFailed as e:
-                log.error("workflow %s: compensation %s failed: %s", ctx.workflow_id, step.name, e)
+                if not ctx.replaying:
+                    log.error("workflow %s: compensation %s failed: %s", ctx.workflow_id, step.name, e)
     except Suspend as s:
-        return await ctx.append("suspend", wake_at=to_datetime(s.wake_at) if s.wake_at else None)
+        return await ctx.append(SUSPEND, wake_at=to_datetime(s.wake_at) if s.wake_at else None)
     except NonDeterminism as e:
-        return await ctx.append("fail", error=describe(e))
+        return await ctx.append(FAIL, error=describe(e))
     return await ctx.append(ending, error=describe(error))
 
 

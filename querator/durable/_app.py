@@ -10,16 +10,14 @@ from collections.abc import Callable, Collection
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
-from querator.client import AsyncClient, Duration
-from querator.client._arguments import go_duration, seconds_of
+from querator.client import AsyncClient, Duration, go_duration, seconds_of
 from querator.clock import SystemClock
 from querator.durable._activation import activate, run_step
 from querator.durable._errors import WorkflowFailed
 from querator.durable._step import Step, StepOptions, decode
 from querator.wire import messages as m
-from querator.wire.workflows import child_id
-from querator.worker import JsonSerializer, Serializer, Worker, backoff, current_item
-from querator.worker._serializer import Signature
+from querator.wire.workflows import CANCELLED, COMPLETED, FAILED, child_id
+from querator.worker import JsonSerializer, Serializer, Signature, Worker, backoff, current_item
 
 if TYPE_CHECKING:
     from querator.durable._context import ChildCall, Context
@@ -98,14 +96,14 @@ class WorkflowHandle:
             info = await client.workflow_result(
                 self.workflow_id, timedelta(seconds=wait_s), namespace=self.app.namespace
             )
-            if info.status == "completed":
+            if info.status == COMPLETED:
                 definition = self._definition or self.app.workflows.get(info.name)
                 return (
                     definition.decode(info.result)
                     if definition
                     else decode(self.app.serializer, info.result, Any)
                 )
-            if info.status in ("failed", "cancelled"):
+            if info.status in (FAILED, CANCELLED):
                 raise WorkflowFailed(self.workflow_id, info.status, info.error)
             if deadline_s is not None and clock.monotonic() >= deadline_s:
                 raise TimeoutError(f"workflow {self.workflow_id} is still running")

@@ -16,8 +16,7 @@ from collections.abc import Generator, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from querator.client import AsyncClient, ConnectionFailed
-from querator.client._arguments import seconds_of
+from querator.client import AsyncClient, ConnectionFailed, seconds_of
 from querator.clock import SystemClock, from_datetime, micros, to_datetime
 from querator.durable._errors import (
     Cancelled,
@@ -126,6 +125,9 @@ class Context:
     ``on_failure`` (saga compensations). Other code in a workflow runs again at every replay, so it must
     be deterministic: no clocks, random numbers or I/O outside steps.
     """
+
+    replaying = False
+    """True in a ``Replayer``'s check, which reports what a worker would log."""
 
     def __init__(self, app: Durable, client: AsyncClient, wf: m.WorkflowInfo, claim_timeout: str) -> None:
         self.app = app

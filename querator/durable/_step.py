@@ -9,8 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar, cast
 
-from querator.worker import Permanent, Serializer
-from querator.worker._serializer import Signature, typed
+from querator.worker import Permanent, Serializer, Signature, typed
 from querator.worker.backoff import Policy
 
 P = ParamSpec("P")

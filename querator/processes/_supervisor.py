@@ -31,6 +31,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from querator import backoff
 from querator.clock import SystemClock
 from querator.config import ConfigError, ServerConfig, split_address
 from querator.errors import StorageError
@@ -247,7 +248,7 @@ class _Supervisor:
                     "process %d failed %d times in a row soon after starting: stopping", index, failures
                 )
                 raise _GiveUp(EXIT_FAILING)
-            pause_s = min(BACKOFF_S[0] * 2 ** max(failures - 1, 0), BACKOFF_S[1])
+            pause_s = backoff.bound_s(failures, *BACKOFF_S)
             log.warning("process %d ended (exit status %s): restarting it in %.1fs", index, status, pause_s)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), pause_s)

@@ -16,6 +16,7 @@ from querator.storage.base import QueueRecord
 from querator.storage.failures import MAX_ERROR_CHARS, MAX_FAILURES
 from querator.storage.operations import storage_id_error
 from querator.wire import messages as m
+from querator.wire.workflows import KINDS, STATES, STATUSES, THENS
 
 MAX_PRODUCE_BATCH = 1000
 MAX_LEASE_BATCH = 1000
@@ -352,10 +353,7 @@ TOO_MANY_ENTRIES = f"entries is invalid; at most {MAX_APPEND_ENTRIES} entries to
 DEFAULT_CLAIM_TIMEOUT_US = 30 * MICROS
 MAX_CLAIM_TIMEOUT_US = 15 * 60 * MICROS
 MIN_CLAIM_TIMEOUT_US = MICROS
-_ENTRY_KINDS = frozenset({"step", "sleep", "signal", "child"})
-_ENTRY_STATES = frozenset({"done", "error", "pending"})
-_THENS = frozenset({"", "suspend", "complete", "fail", "cancel"})
-_WORKFLOW_STATUSES = frozenset({"", "running", "completed", "failed", "cancelled"})
+_WORKFLOW_STATUSES = frozenset({"", *STATUSES})  # "": any status
 
 
 def check_workflow_id(workflow_id: str, what: str = "workflow id", *, new: bool = False) -> None:
@@ -426,7 +424,7 @@ def check_workflow_append(req: m.WorkflowsAppendRequest) -> None:
     check_workflow_id(req.workflow_id)
     if req.fence < 0:
         raise InvalidOption(f"fence is invalid; cannot be negative, but {req.fence} was given")
-    if req.then not in _THENS:
+    if req.then not in THENS:
         raise InvalidOption(f"then is invalid; '{req.then}' is not suspend, complete, fail or cancel")
     if req.fence == 0 and (req.then or not req.entries):
         raise InvalidOption("fence is invalid; only entries may be recorded without a claim's fence")
@@ -435,7 +433,7 @@ def check_workflow_append(req: m.WorkflowsAppendRequest) -> None:
     for e in req.entries:
         if e.seq < 1:
             raise InvalidOption(f"entries is invalid; seq must be at least 1, got {e.seq}")
-        if e.kind not in _ENTRY_KINDS or e.state not in _ENTRY_STATES:
+        if e.kind not in KINDS or e.state not in STATES:
             raise InvalidOption(
                 f"entries is invalid; '{e.kind}' '{e.state}' is not a kind and state of an entry"
             )

@@ -37,11 +37,11 @@ from querator.service._validation import (
     request_timeout,
 )
 from querator.storage import journal
-from querator.storage.journal import CLAIMED, FINISHED, Effects, Ending
+from querator.storage.journal import Effects, Ending
 from querator.storage.workflows import Entry, Signal, Workflow, WorkflowRows, split_stored_id, stored_id
 from querator.tenancy import permissions as perm
 from querator.wire import messages as m
-from querator.wire.workflows import RUNNING, child_id
+from querator.wire.workflows import CLAIMED, FINISHED, RUNNING, child_id
 
 log = logging.getLogger(__name__)
 

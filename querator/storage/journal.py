@@ -18,15 +18,21 @@ from querator.errors import Conflict, InvalidOption
 from querator.storage.operations import NEAR_NOW
 from querator.storage.workflows import Entry, Signal, Workflow
 from querator.wire.workflows import (
-    CANCELLED,
+    BUSY,
     CHILD,
+    CLAIMED,
     COMPLETED,
+    CONTINUE,
     DONE,
+    ENDINGS,
     ERROR,
+    FAIL,
     FAILED,
     FINAL_STATES,
+    FINISHED,
     RUNNING,
     SIGNAL,
+    SUSPEND,
     child_id,
 )
 
@@ -37,15 +43,6 @@ MAX_SIGNALS: Final = 1_000
 MAX_RECORD_BYTES: Final = 8 * 1024 * 1024
 """Bytes of inputs, results, payloads and error texts one record may hold in all: each append rewrites
 the record."""
-
-CLAIMED: Final = "claimed"
-BUSY: Final = "busy"
-FINISHED: Final = "finished"
-
-# How an append ends the claim's turn.
-CONTINUE: Final = ""
-SUSPEND: Final = "suspend"
-ENDINGS: Final = {"complete": COMPLETED, "fail": FAILED, "cancel": CANCELLED}
 
 FENCED = "workflow claimed elsewhere"
 """The stable prefix of an append refused because another worker has claimed the workflow since."""
@@ -214,7 +211,7 @@ def append(
     elif ending.then in ENDINGS:
         wf = _finish(wf, ENDINGS[ending.then], ending.result, ending.error, now, retention_us, effects)
         # A child's failure is its parent's to handle (recorded there): only a top workflow resumes.
-        wf = replace(wf, resumable=ending.resumable and ending.then == "fail" and not wf.parent_id)
+        wf = replace(wf, resumable=ending.resumable and ending.then == FAIL and not wf.parent_id)
     elif ending.then != CONTINUE:
         raise InvalidOption(f"then is invalid; '{ending.then}' is not suspend, complete, fail or cancel")
     _check_size(wf)

@@ -1,5 +1,7 @@
 """The vocabulary of durable workflows both sides speak (docs/durable.md): statuses, the kinds and states of
-journal entries, and how a child workflow's id is made."""
+journal entries, a claim's outcomes, how an append ends a claim's turn, and how a child workflow's id is
+made. Each word is defined here only: the journal's rules (``storage.journal``), the service's checks and
+the client's workflow runtime (``querator.durable``) import it."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ STEP: Final = "step"
 SLEEP: Final = "sleep"
 SIGNAL: Final = "signal"
 CHILD: Final = "child"
+KINDS: Final = frozenset({STEP, SLEEP, SIGNAL, CHILD})
 
 # An entry's states. The first two are final: a final entry is never replaced by a different one.
 DONE: Final = "done"
@@ -24,6 +27,25 @@ PENDING: Final = "pending"
 """Started and not finished: a dispatched step or child, a timer, a wait for a signal, a step between
 attempts."""
 FINAL_STATES: Final = frozenset({DONE, ERROR})
+STATES: Final = frozenset({DONE, ERROR, PENDING})
+
+# A claim's outcome (``WorkflowsClaimResponse.outcome``).
+CLAIMED: Final = "claimed"
+"""The caller holds the claim and replays the workflow."""
+BUSY: Final = "busy"
+"""Another claim holds until the workflow's ``claim_deadline``."""
+FINISHED: Final = "finished"
+"""The workflow has ended: nothing to replay."""
+
+# How an append ends the claim's turn (``WorkflowsAppendRequest.then``).
+CONTINUE: Final = ""
+SUSPEND: Final = "suspend"
+COMPLETE: Final = "complete"
+FAIL: Final = "fail"
+CANCEL: Final = "cancel"
+ENDINGS: Final = {COMPLETE: COMPLETED, FAIL: FAILED, CANCEL: CANCELLED}
+"""The ``then`` that ends a workflow, and the status it ends in."""
+THENS: Final = frozenset({CONTINUE, SUSPEND, *ENDINGS})
 
 
 def child_id(parent_id: str, seq: int) -> str:

@@ -23,8 +23,10 @@ Modules: ``backoff`` (retry policies, public), ``_worker`` (``Worker``: tasks, `
 ``_task`` (``Task``, enqueue), ``_priority`` (priority levels, a queue each), ``_runner`` (a queue's
 lease loop and each run), ``_settle`` (batched completes and retries), ``_serializer`` (JSON, typed
 arguments), ``_envelope`` (the payload), ``_trace`` (W3C trace context), ``_observe`` (run logs,
-metrics; ``setup_logging``) and ``_run`` (``load_worker`` and ``run_worker``: what ``querator worker``
-does, for programs that start workers their own way).
+metrics; ``setup_logging``) and ``_run`` (``load_worker``, ``run_worker`` and ``find_app``: what
+``querator worker`` does, for programs that start workers their own way). ``Signature`` and ``typed``
+(a function's arguments decoded by its annotations) are exported for ``querator.durable``, which imports
+only this module.
 """
 
 from __future__ import annotations
@@ -32,9 +34,10 @@ from __future__ import annotations
 from querator.worker import backoff
 from querator.worker._envelope import EnvelopeError
 from querator.worker._observe import JsonFormatter, setup_logging
+from querator.worker._run import find as find_app
 from querator.worker._run import load as load_worker
 from querator.worker._run import run_worker
-from querator.worker._serializer import JsonSerializer, Serializer
+from querator.worker._serializer import JsonSerializer, Serializer, Signature, typed
 from querator.worker._task import Permanent, RetryLater, Task, current_attempt, current_item, current_job_id
 from querator.worker._trace import current_traceparent, use_traceparent
 from querator.worker._worker import Worker
@@ -46,6 +49,7 @@ __all__ = [
     "Permanent",
     "RetryLater",
     "Serializer",
+    "Signature",
     "Task",
     "Worker",
     "backoff",
@@ -53,8 +57,10 @@ __all__ = [
     "current_item",
     "current_job_id",
     "current_traceparent",
+    "find_app",
     "load_worker",
     "run_worker",
     "setup_logging",
+    "typed",
     "use_traceparent",
 ]

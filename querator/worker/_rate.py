@@ -13,8 +13,7 @@ import asyncio
 import logging
 from typing import Final
 
-from querator.client import AsyncClient, ConnectionFailed
-from querator.client._arguments import seconds_of
+from querator.client import AsyncClient, ConnectionFailed, seconds_of
 from querator.errors import RetryRequest
 
 log = logging.getLogger("querator.worker")

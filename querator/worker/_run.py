@@ -13,12 +13,12 @@ from typing import Any
 from querator.worker._worker import Worker
 
 
-def load(app: str) -> Worker:
-    """The ``Worker`` that ``module:attribute`` names; the working directory is importable, as for
+def find(app: str) -> Any:
+    """What ``module:attribute`` names in the user's code; the working directory is importable, as for
     ``python -m``.
 
     Raises:
-        ValueError: not ``module:attribute``, or not a Worker.
+        ValueError: not ``module:attribute``.
         ImportError, AttributeError: it cannot be found.
     """
     module_name, sep, attribute = app.partition(":")
@@ -29,6 +29,17 @@ def load(app: str) -> Worker:
     found: Any = importlib.import_module(module_name)
     for part in attribute.split("."):
         found = getattr(found, part)
+    return found
+
+
+def load(app: str) -> Worker:
+    """The ``Worker`` that ``module:attribute`` names (a Durable app's, when it names one).
+
+    Raises:
+        ValueError: not ``module:attribute``, or not a Worker.
+        ImportError, AttributeError: it cannot be found.
+    """
+    found = find(app)
     if not isinstance(found, Worker):
         # A Durable app (or anything else built on a Worker) runs its worker.
         found = getattr(found, "worker", found)

@@ -15,7 +15,6 @@ import contextvars
 import functools
 import inspect
 import logging
-import random
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,9 +23,8 @@ from typing import Any
 import msgspec
 from msgspec.structs import replace
 
-from querator.client import AsyncClient, new_client_id
-from querator.client._arguments import absolute
-from querator.client._renew import keep_renewed
+from querator import backoff
+from querator.client import AsyncClient, absolute, keep_renewed, new_client_id
 from querator.errors import QueratorError
 from querator.wire import messages as m
 from querator.worker._envelope import EnvelopeError, unpack
@@ -181,8 +179,7 @@ class QueueRunner:
                     self._start(self.queue, await rt.client.lease(self.queue, wanted, client_id, LEASE_POLL))
             except QueratorError as e:
                 failures += 1
-                first_s, most_s = LEASE_FAILED_WAIT_S
-                wait_s = random.uniform(0, min(most_s, first_s * 2**failures))
+                wait_s = backoff.wait_s(failures, *LEASE_FAILED_WAIT_S)
                 log.warning("leasing from %s failed, again in %.1fs: %s", self.queue, wait_s, e)
                 await asyncio.sleep(wait_s)
                 continue

@@ -10,8 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
-from querator.client import Duration
-from querator.client._arguments import seconds_of
+from querator.client import Duration, seconds_of
 from querator.wire import messages as m
 from querator.worker._envelope import pack
 from querator.worker._priority import NORMAL, check_level, level_queue

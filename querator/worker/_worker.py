@@ -12,9 +12,7 @@ from collections.abc import AsyncGenerator, Callable, Collection, Coroutine, Map
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar, overload
 
-from querator.client import DEFAULT_ENDPOINT, AsyncClient, Duration
-from querator.client._arguments import go_duration, seconds_of
-from querator.client._loop import LoopThread
+from querator.client import DEFAULT_ENDPOINT, AsyncClient, Duration, LoopThread, go_duration, seconds_of
 from querator.errors import InvalidOption
 from querator.wire import messages as m
 from querator.worker._envelope import pack

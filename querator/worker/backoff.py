@@ -11,12 +11,11 @@ Durations are Go strings (``"1m30s"``), ``timedelta``s or seconds.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from querator.client import Duration
-from querator.client._arguments import seconds_of
+from querator import backoff
+from querator.client import Duration, seconds_of
 
 Policy = Callable[[int], float]
 """Failed attempts so far (>= 1) -> seconds to wait before the next one."""
@@ -34,8 +33,7 @@ class Exponential:
     jitter: bool = True
 
     def __call__(self, failures: int) -> float:
-        bound = min(self.cap_s, self.first_s * self.factor ** max(failures - 1, 0))
-        return random.uniform(bound / 2, bound) if self.jitter else bound
+        return backoff.wait_s(failures, self.first_s, self.cap_s, self.factor, 0.5 if self.jitter else 0.0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,475 @@
+"""The journal's rules (querator/storage/journal.py), pure functions of a record: each case is a record,
+a call, and what it must return or raise, with no store and no server (docs/durable.md, "The journal";
+docs/adr/0016-durable-workflows-as-journals-replaced-by-compare-and-set.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from msgspec.structs import replace
+
+from querator.errors import Conflict, InvalidOption
+from querator.storage import journal as j
+from querator.storage.workflows import Entry, Signal, Workflow
+from querator.wire.workflows import (
+    BUSY,
+    CANCEL,
+    CANCELLED,
+    CHILD,
+    CLAIMED,
+    COMPLETE,
+    COMPLETED,
+    DONE,
+    ERROR,
+    FAIL,
+    FAILED,
+    FINISHED,
+    PENDING,
+    RUNNING,
+    SIGNAL,
+    SLEEP,
+    STEP,
+    SUSPEND,
+)
+
+NOW = 1_000_000_000
+CLAIM_US = 30_000_000
+RETENTION_US = 86_400_000_000
+
+FRESH = Workflow(id="wf", name="checkout", queue="durable")
+CLAIMED_WF = replace(FRESH, fence=1, claim_deadline=NOW + CLAIM_US)
+CHARGED = Entry(seq=1, kind=STEP, name="charge", state=DONE, value=b'"r-1"', attempts=1)
+PACKING = [
+    Entry(seq=2, kind=STEP, name="pack", state=PENDING, group=2, group_size=2),
+    Entry(seq=3, kind=STEP, name="pack", state=PENDING, group=2, group_size=2),
+]
+
+
+# -- claim ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClaimCase:
+    id: str
+    current: Workflow
+    outcome: str
+    fence: int = 0  # of the stored record; 0: nothing stored
+    lapsed: int = 0
+
+
+CLAIMS = [
+    ClaimCase("a new workflow is claimed", FRESH, CLAIMED, fence=1),
+    ClaimCase("a released claim is claimed again", replace(FRESH, fence=3), CLAIMED, fence=4),
+    ClaimCase("a claim that holds makes the caller wait", CLAIMED_WF, BUSY),
+    ClaimCase(
+        "a claim that ran out counts a lost worker",
+        replace(FRESH, fence=1, claim_deadline=NOW - 1),
+        CLAIMED,
+        fence=2,
+        lapsed=1,
+    ),
+    ClaimCase("a finished workflow is not claimed", replace(FRESH, status=COMPLETED), FINISHED),
+]
+
+
+@pytest.mark.parametrize("case", CLAIMS, ids=[c.id for c in CLAIMS])
+def test_claim(case: ClaimCase) -> None:
+    outcome, stored = j.claim(case.current, "wf", NOW, NOW + CLAIM_US)
+    assert outcome.outcome == case.outcome
+    if not case.fence:
+        assert stored is None and outcome.workflow is case.current
+        return
+    assert stored is not None and outcome.workflow is stored
+    assert (stored.fence, stored.claim_deadline, stored.lapsed_claims) == (
+        case.fence,
+        NOW + CLAIM_US,
+        case.lapsed,
+    )
+    assert not stored.changed
+
+
+def test_claim_of_an_unknown_workflow_is_refused() -> None:
+    with pytest.raises(InvalidOption, match=r"^workflow does not exist; no workflow 'wf'$"):
+        j.claim(None, "wf", NOW, NOW + CLAIM_US)
+
+
+def test_a_timer_due_now_is_the_one_being_claimed() -> None:
+    due = replace(FRESH, timer_at=NOW + 1)
+    later = replace(FRESH, timer_at=NOW + 3_600_000_000)
+    assert j.claim(due, "wf", NOW, NOW + CLAIM_US)[1].timer_at == 0  # type: ignore[union-attr]
+    assert j.claim(later, "wf", NOW, NOW + CLAIM_US)[1].timer_at == later.timer_at  # type: ignore[union-attr]
+
+
+# -- append --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AppendCase:
+    id: str
+    current: Workflow
+    entries: list[Entry]
+    ending: j.Ending
+    status: str = RUNNING
+    effects: dict[str, Any] = field(default_factory=dict)
+    check: Callable[[Workflow], bool] = lambda wf: True
+    fence: int = 1
+
+
+APPENDS = [
+    AppendCase(
+        "entries are kept in seq order and the claim renewed",
+        replace(CLAIMED_WF, entries=[PACKING[0]]),
+        [PACKING[1], CHARGED],
+        j.Ending(),
+        check=lambda wf: [e.seq for e in wf.entries] == [1, 2, 3] and wf.claim_deadline == NOW + 2 * CLAIM_US,
+    ),
+    AppendCase(
+        "a suspend releases the claim and schedules its timer",
+        CLAIMED_WF,
+        [Entry(seq=1, kind=SLEEP, name="sleep", wake_at=NOW + 60)],
+        j.Ending(SUSPEND, wake_at=NOW + 60),
+        effects={"timer_at": NOW + 60},
+        check=lambda wf: wf.claim_deadline == 0 and wf.timer_at == NOW + 60,
+    ),
+    AppendCase(
+        "a suspend to the timer already scheduled schedules none",
+        replace(CLAIMED_WF, timer_at=NOW + 60),
+        [],
+        j.Ending(SUSPEND, wake_at=NOW + 60),
+        check=lambda wf: wf.claim_deadline == 0,
+    ),
+    AppendCase(
+        "a suspend after something arrived replays again",
+        replace(CLAIMED_WF, changed=True),
+        [],
+        j.Ending(SUSPEND),
+        effects={"resume": True},
+        check=lambda wf: not wf.changed and wf.claim_deadline == NOW + 2 * CLAIM_US,
+    ),
+    AppendCase(
+        "complete ends it with its result, kept for the retention",
+        CLAIMED_WF,
+        [CHARGED],
+        j.Ending(COMPLETE, result=b'"ok"'),
+        status=COMPLETED,
+        check=lambda wf: (
+            wf.result == b'"ok"' and wf.expires_at == NOW + RETENTION_US and not wf.claim_deadline
+        ),
+    ),
+    AppendCase(
+        "a failure of the code may be resumed",
+        CLAIMED_WF,
+        [],
+        j.Ending(FAIL, error="NonDeterminism: x", resumable=True),
+        status=FAILED,
+        check=lambda wf: wf.resumable and wf.error == "NonDeterminism: x",
+    ),
+    AppendCase(
+        "a child's failure is not resumable: its parent recorded it",
+        replace(CLAIMED_WF, parent_id="p", parent_seq=4),
+        [],
+        j.Ending(FAIL, error="E: x", resumable=True),
+        status=FAILED,
+        effects={"parent": Entry(seq=4, kind=CHILD, name="checkout", state=ERROR, error="E: x")},
+        check=lambda wf: not wf.resumable,
+    ),
+    AppendCase(
+        "an ending cancels the unfinished children",
+        replace(CLAIMED_WF, entries=[Entry(seq=1, kind=CHILD, name="ship")]),
+        [],
+        j.Ending(CANCEL, error="Cancelled: x"),
+        status=CANCELLED,
+        effects={"cancel_children": ["wf/1"]},
+    ),
+    AppendCase(
+        "the same ending again (its reply lost) sets off what it did again",
+        replace(CLAIMED_WF, status=COMPLETED, parent_id="p", parent_seq=2, result=b"1"),
+        [],
+        j.Ending(COMPLETE, result=b"1"),
+        status=COMPLETED,
+        effects={"parent": Entry(seq=2, kind=CHILD, name="checkout", state=DONE, value=b"1")},
+    ),
+    AppendCase(
+        "a pending entry whose result came first is left recorded",
+        replace(CLAIMED_WF, entries=[replace(PACKING[0], state=DONE, value=b"1")]),
+        [PACKING[0]],
+        j.Ending(),
+        check=lambda wf: wf.entries[0].state == DONE,
+    ),
+    AppendCase(
+        "a wait that receives a signal takes the oldest of its name",
+        replace(
+            CLAIMED_WF,
+            signals=[Signal(id="a", name="go", payload=b"1"), Signal(id="b", name="go", payload=b"2")],
+        ),
+        [Entry(seq=1, kind=SIGNAL, name="go", state=DONE)],
+        j.Ending(),
+        check=lambda wf: wf.entries[0].value == b"1" and [s.taken_by for s in wf.signals] == [1, 0],
+    ),
+    AppendCase(
+        "a signal another wait received is not received again",
+        replace(
+            CLAIMED_WF,
+            signals=[
+                Signal(id="a", name="go", payload=b"1", taken_by=5),
+                Signal(id="b", name="go", payload=b"2"),
+            ],
+        ),
+        [Entry(seq=6, kind=SIGNAL, name="go", state=DONE)],
+        j.Ending(),
+        check=lambda wf: wf.entries[0].value == b"2" and [s.taken_by for s in wf.signals] == [5, 6],
+    ),
+    AppendCase(
+        "entries reset the count of lost workers",
+        replace(CLAIMED_WF, lapsed_claims=2),
+        [CHARGED],
+        j.Ending(),
+        check=lambda wf: wf.lapsed_claims == 0,
+    ),
+]
+
+
+@pytest.mark.parametrize("case", APPENDS, ids=[c.id for c in APPENDS])
+def test_append(case: AppendCase) -> None:
+    effects, stored = j.append(
+        case.current, "wf", case.fence, case.entries, case.ending, NOW, NOW + 2 * CLAIM_US, RETENTION_US
+    )
+    expected = j.Effects(**case.effects)
+    assert effects == expected
+    wf = stored if stored is not None else case.current
+    assert wf.status == case.status
+    assert case.check(wf)
+
+
+@dataclass(frozen=True)
+class RefusedAppend:
+    id: str
+    current: Workflow
+    entries: list[Entry]
+    ending: j.Ending
+    error: type[Exception]
+    message: str
+    fence: int = 1
+
+
+REFUSED_APPENDS = [
+    RefusedAppend(
+        "another worker claimed it since",
+        CLAIMED_WF,
+        [],
+        j.Ending(),
+        Conflict,
+        "^workflow claimed elsewhere; fence 0",
+        fence=0,
+    ),
+    RefusedAppend(
+        "a finished workflow takes no other ending",
+        replace(CLAIMED_WF, status=COMPLETED),
+        [],
+        j.Ending(FAIL),
+        Conflict,
+        "^workflow claimed elsewhere;",
+    ),
+    RefusedAppend(
+        "an entry contradicts a recorded one",
+        replace(CLAIMED_WF, entries=[CHARGED]),
+        [Entry(seq=1, kind=STEP, name="refund", state=DONE)],
+        j.Ending(),
+        Conflict,
+        "^workflow claimed elsewhere; seq 1 is recorded already as step 'charge'$",
+    ),
+    RefusedAppend(
+        "a seq below 1",
+        CLAIMED_WF,
+        [Entry(seq=0, kind=STEP, name="x")],
+        j.Ending(),
+        InvalidOption,
+        "^entries are invalid; seq must be at least 1, got 0$",
+    ),
+    RefusedAppend(
+        "a wait receives a signal nobody sent",
+        CLAIMED_WF,
+        [Entry(seq=1, kind=SIGNAL, name="go", state=DONE)],
+        j.Ending(),
+        Conflict,
+        "^workflow claimed elsewhere; no signal 'go' is waiting to be received$",
+    ),
+    RefusedAppend(
+        "an unknown ending", CLAIMED_WF, [], j.Ending("explode"), InvalidOption, "^then is invalid; 'explode'"
+    ),
+    RefusedAppend(
+        "a record past its size",
+        CLAIMED_WF,
+        [Entry(seq=1, kind=STEP, name="big", state=DONE, value=b"x" * (j.MAX_RECORD_BYTES + 1))],
+        j.Ending(),
+        InvalidOption,
+        "^workflow is too large;",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", REFUSED_APPENDS, ids=[c.id for c in REFUSED_APPENDS])
+def test_append_refused(case: RefusedAppend) -> None:
+    with pytest.raises(case.error, match=case.message):
+        j.append(case.current, "wf", case.fence, case.entries, case.ending, NOW, 0, RETENTION_US)
+
+
+# -- results recorded from outside the claim -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecordCase:
+    id: str
+    current: Workflow
+    entries: list[Entry]
+    wake: bool
+    stored: bool
+
+
+PACKED = [replace(e, state=DONE, value=b"1") for e in PACKING]
+
+RECORDS = [
+    RecordCase(
+        "a lone step's result wakes the workflow",
+        replace(FRESH, entries=[replace(CHARGED, state=PENDING)]),
+        [CHARGED],
+        True,
+        True,
+    ),
+    RecordCase("half a group does not wake it", replace(FRESH, entries=PACKING), [PACKED[0]], False, True),
+    RecordCase("a group's first result before its entries does not wake it", FRESH, [PACKED[0]], False, True),
+    RecordCase(
+        "the last of a group wakes it",
+        replace(FRESH, entries=[PACKED[0], PACKING[1]]),
+        [PACKED[1]],
+        True,
+        True,
+    ),
+    RecordCase(
+        "a result sent again wakes it again, stores nothing",
+        replace(FRESH, entries=[CHARGED]),
+        [CHARGED],
+        True,
+        False,
+    ),
+    RecordCase("a result for an unrecorded seq is taken", FRESH, [CHARGED], True, True),
+    RecordCase("a finished workflow takes nothing", replace(FRESH, status=FAILED), [CHARGED], False, False),
+]
+
+
+@pytest.mark.parametrize("case", RECORDS, ids=[c.id for c in RECORDS])
+def test_record(case: RecordCase) -> None:
+    effects, stored = j.record(case.current, "wf", case.entries, NOW)
+    assert effects.wake is case.wake
+    assert (stored is not None) is case.stored
+    if stored is not None:
+        assert stored.changed
+        recorded = {e.seq: e for e in stored.entries}
+        assert all(recorded[e.seq].state == e.state for e in case.entries)
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        (
+            replace(CHARGED, name="refund"),
+            "^workflow entry recorded already; seq 1 is step 'charge', not step 'refund'$",
+        ),
+        (replace(CHARGED, value=b'"r-2"'), "^workflow entry recorded already; seq 1 holds another result"),
+    ],
+    ids=["another call", "another result"],
+)
+def test_record_refuses_what_contradicts_the_journal(entry: Entry, message: str) -> None:
+    with pytest.raises(Conflict, match=message):
+        j.record(replace(FRESH, entries=[CHARGED]), "wf", [entry], NOW)
+
+
+def test_record_refuses_a_pending_entry() -> None:
+    with pytest.raises(InvalidOption, match=r"^entries are invalid; a recorded entry must be done or error$"):
+        j.record(FRESH, "wf", [replace(CHARGED, state=PENDING)], NOW)
+
+
+# -- signal, cancel, resume, terminate, start ----------------------------------------------------------
+
+
+def test_signal_is_kept_once_by_id_and_wakes() -> None:
+    sent = Signal(id="s-1", name="go", payload=b"1")
+    effects, stored = j.signal(FRESH, "wf", sent, NOW)
+    assert effects.wake and stored is not None and stored.changed
+    assert stored.signals == [replace(sent, sent_at=NOW)]
+    again, none = j.signal(stored, "wf", sent, NOW + 1)
+    assert again.wake and none is None
+
+
+def test_signal_to_a_finished_workflow_is_refused() -> None:
+    with pytest.raises(InvalidOption, match=r"^workflow is finished; 'wf' is completed$"):
+        j.signal(replace(FRESH, status=COMPLETED), "wf", Signal(id="s", name="go"), NOW)
+
+
+@pytest.mark.parametrize(
+    ("current", "wake", "stored"),
+    [
+        (FRESH, True, True),
+        (replace(FRESH, cancel_requested=True), True, False),
+        (replace(FRESH, status=FAILED), False, False),
+    ],
+    ids=["running", "asked before", "finished"],
+)
+def test_cancel(current: Workflow, wake: bool, stored: bool) -> None:
+    effects, updated = j.cancel(current, "wf", NOW)
+    assert effects.wake is wake
+    assert (updated is not None) is stored
+    if updated is not None:
+        assert updated.cancel_requested and updated.changed
+
+
+def test_resume_runs_a_code_failure_again() -> None:
+    failed = replace(
+        FRESH, status=FAILED, error="NonDeterminism: x", resumable=True, finished_at=NOW, expires_at=NOW + 1
+    )
+    effects, resumed = j.resume(failed, "wf", NOW)
+    assert effects.wake and resumed is not None
+    assert (resumed.status, resumed.error, resumed.resumable, resumed.expires_at) == (RUNNING, "", False, 0)
+
+
+@pytest.mark.parametrize(
+    "current", [FRESH, replace(FRESH, status=FAILED)], ids=["running", "failed by a step"]
+)
+def test_resume_refuses_other_workflows(current: Workflow) -> None:
+    with pytest.raises(Conflict, match=r"^workflow cannot be resumed; 'wf' is"):
+        j.resume(current, "wf", NOW)
+
+
+def test_terminate_fails_it_with_the_reason_and_cancels_children() -> None:
+    running = replace(FRESH, entries=[Entry(seq=1, kind=CHILD, name="ship")])
+    effects, ended = j.terminate(running, "wf", "stuck", NOW, RETENTION_US)
+    assert ended is not None and (ended.status, ended.error) == (FAILED, "Terminated: stuck")
+    assert effects.cancel_children == ["wf/1"]
+    assert j.terminate(ended, "wf", "again", NOW, RETENTION_US) == (j.Effects(), None)
+
+
+def test_start_is_idempotent_by_id() -> None:
+    created, stored = j.start(None, FRESH, NOW)
+    assert created and stored is not None and (stored.status, stored.created_at) == (RUNNING, NOW)
+    assert j.start(stored, FRESH, NOW + 1) == (False, None)
+    with pytest.raises(Conflict, match=r"^workflow exists already; the id is a run of 'checkout'"):
+        j.check_same_run(stored, replace(FRESH, name="refund"))
+
+
+@pytest.mark.parametrize(
+    ("current", "stranded"),
+    [
+        (replace(FRESH, updated_at=NOW - 120_000_000), True),  # never claimed
+        (replace(FRESH, fence=1, updated_at=NOW - 120_000_000), False),  # waiting for something
+        (replace(FRESH, fence=1, changed=True, updated_at=NOW - 120_000_000), True),
+        (replace(FRESH, fence=1, timer_at=NOW - 120_000_000, updated_at=NOW - 120_000_000), True),
+        (replace(FRESH, updated_at=NOW), False),  # too recent
+        (replace(FRESH, claim_deadline=NOW + 1, updated_at=NOW - 120_000_000), False),  # claimed
+    ],
+    ids=["never claimed", "waiting", "something arrived", "timer overdue", "recent", "claimed"],
+)
+def test_stranded(current: Workflow, stranded: bool) -> None:
+    assert j.stranded(current, NOW, 60_000_000) is stranded
