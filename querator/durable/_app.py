@@ -38,7 +38,7 @@ workers are away (issue 46; docs/durable.md, "The task queue")."""
 """The worker task a schedule's tick runs to start a workflow (``Durable.schedule``)."""
 RESULT_POLL = 15 * 60.0
 """Seconds one ``workflows.result`` call may wait (the server's longest request_timeout)."""
-QUEUE_PARTITIONS = 16
+QUEUE_PARTITIONS = 4
 """The partitions of the task queue the app makes (docs/durable.md, "The task queue")."""
 
 
