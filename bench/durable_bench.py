@@ -7,7 +7,8 @@ started (``time.perf_counter``, one clock for every process of the machine), for
 loops that each start a workflow and wait for its result, again and again.
 
 - ``memory``, ``sqlite``: a ``querator serve`` node (bench.py's node; sqlite with ``--sqlite-synchronous``,
-  FULL by default) and ``--workers`` worker processes (``Durable.run``, ``--concurrency`` each); this
+  FULL by default) and ``--workers`` worker processes (``Durable.run``, ``--concurrency`` each, the app's
+  queue of ``--partitions``, ``Durable``'s default unless given); this
   process starts the workflows (``Durable.start``) and waits for their results (``WorkflowHandle.result``).
 - ``cassandra`` (only when named with ``--system``): the same on Cassandra, the tests' single node started
   for the run (bench.py's ``start_cassandra``), or a running one on ``--cassandra-port``; its CPU counts as
@@ -60,6 +61,7 @@ from worker_bench import cpu_s
 from bench import Server, free_port, start_cassandra
 from querator.client import AsyncClient
 from querator.durable import Context, Durable, WorkflowDef
+from querator.durable._app import QUEUE_PARTITIONS
 
 if TYPE_CHECKING:
     from tests.cassandra_node import CassandraNode
@@ -128,8 +130,8 @@ def percentile_ms(values: list[float], p: float) -> float:
 # -- querator ----------------------------------------------------------------------------------------------
 
 
-def querator_app(endpoint: str, concurrency: int) -> tuple[Durable, WorkflowDef]:
-    app = Durable(endpoint, queue=QUEUE, concurrency=concurrency)
+def querator_app(endpoint: str, concurrency: int, partitions: int) -> tuple[Durable, WorkflowDef]:
+    app = Durable(endpoint, queue=QUEUE, concurrency=concurrency, partitions=partitions)
 
     @app.step(name="bench.noop")
     async def noop() -> float:
@@ -151,6 +153,7 @@ class Querator:
         synchronous: str,
         workers: int,
         concurrency: int,
+        partitions: int,
         extra: list[str] | None = None,
         store_pid: int | None = None,
     ) -> None:
@@ -159,9 +162,9 @@ class Querator:
         self.name = storage
         self.server = Server(storage, synchronous, extra or [])
         self.store_pid = store_pid
-        self.app, self.workflow = querator_app(self.server.endpoint, concurrency)
+        self.app, self.workflow = querator_app(self.server.endpoint, concurrency, partitions)
         self.command = [sys.executable, __file__, "--role", "worker", "--endpoint", self.server.endpoint]
-        self.command += ["--concurrency", str(concurrency)]
+        self.command += ["--concurrency", str(concurrency), "--partitions", str(partitions)]
         self.count = workers
         self.runs = 0
         """Workflows this process started on the node, warm-ups included."""
@@ -219,8 +222,8 @@ class Querator:
         self.server.stop()
 
 
-async def run_worker(endpoint: str, concurrency: int) -> None:
-    app, _ = querator_app(endpoint, concurrency)
+async def run_worker(endpoint: str, concurrency: int, partitions: int) -> None:
+    app, _ = querator_app(endpoint, concurrency, partitions)
     await app.run()
 
 
@@ -355,14 +358,16 @@ def make_system(name: str, args: argparse.Namespace, nodes: list[CassandraNode])
     if name == "dbos":
         return Dbos(args.workers)
     if name != "cassandra":
-        return Querator(name, args.sqlite_synchronous, args.workers, args.concurrency)
+        return Querator(name, args.sqlite_synchronous, args.workers, args.concurrency, args.partitions)
     port, pid = args.cassandra_port, None
     if port is None:
         node = start_cassandra("group")
         nodes.append(node)
         port, pid = node.cql_port, node.proc.pid if node.proc else None
     extra = ["--cassandra-port", str(port), "--cassandra-keyspace", f"durable_{os.getpid()}"]
-    return Querator(name, args.sqlite_synchronous, args.workers, args.concurrency, extra, pid)
+    return Querator(
+        name, args.sqlite_synchronous, args.workers, args.concurrency, args.partitions, extra, pid
+    )
 
 
 async def run_bench(args: argparse.Namespace) -> None:
@@ -431,6 +436,7 @@ async def main() -> None:
     )
     parser.add_argument("--workers", type=int, default=1, help="worker (or DBOS) processes per system")
     parser.add_argument("--concurrency", type=int, default=16, help="a querator worker's concurrency")
+    parser.add_argument("--partitions", type=int, default=QUEUE_PARTITIONS, help="the querator app's queue's")
     parser.add_argument("--duration", type=float, default=5.0, help="seconds measured per round")
     parser.add_argument("--warmup", type=float, default=1.0, help="seconds of load before each measurement")
     parser.add_argument("--rounds", type=int, default=3)
@@ -441,7 +447,7 @@ async def main() -> None:
     parser.add_argument("--postgres", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role == "worker":
-        return await run_worker(args.endpoint, args.concurrency)
+        return await run_worker(args.endpoint, args.concurrency, args.partitions)
     if args.role == "dbos":
         return await run_dbos(args.postgres)
     await run_bench(args)

@@ -36,6 +36,8 @@ workers are away (issue 46; docs/durable.md, "The task queue")."""
 """The worker task a schedule's tick runs to start a workflow (``Durable.schedule``)."""
 RESULT_POLL = 15 * 60.0
 """Seconds one ``workflows.result`` call may wait (the server's longest request_timeout)."""
+QUEUE_PARTITIONS = 4
+"""The partitions of the task queue the app makes (docs/durable.md, "The task queue")."""
 
 
 class WorkflowDef:
@@ -133,6 +135,8 @@ class Durable:
         namespace: the namespace of ``queue``, where the app's workflow ids are ("": ``_system``; with
             tenancy, docs/durable.md "Namespaces").
         reach_owners: as ``Worker``'s.
+        partitions: the task queue's partitions when the worker makes it (a queue that exists keeps
+            its own): how many of its leases and completes run at once (docs/durable.md).
     """
 
     def __init__(
@@ -146,6 +150,7 @@ class Durable:
         claim_timeout: Duration = "30s",
         namespace: str = "",
         reach_owners: bool = False,
+        partitions: int = QUEUE_PARTITIONS,
     ) -> None:
         self.serializer = serializer or JsonSerializer()
         self.queue = queue
@@ -167,6 +172,7 @@ class Durable:
             create_queue=True,
             dead_queue="",
             expire_timeout=QUEUE_EXPIRE_TIMEOUT,
+            partitions=partitions,
         )
         self._activation = task(name="querator.durable.run", lease_timeout=self.claim_timeout)(self._activate)
         task(name="querator.durable.step", lease_timeout=self.claim_timeout)(self._run_step)

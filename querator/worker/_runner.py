@@ -165,13 +165,20 @@ class QueueRunner:
         self._levels = level_queues(queue) if leveled else [queue]
         """The queues leased, highest level first."""
         self._rounds = 0
+        capacity = runtime.reservations.capacity
+        partitions = max((t.options.partitions or 1 for t in tasks), default=1)
+        self.leasers = min(partitions, capacity)
+        """Lease loops run at once: a lease takes from one partition, and each partition's storage runs
+        one transaction at a time, so a queue of several partitions is leased from as many at once."""
+        self._share = -(-capacity // self.leasers)
+        """The most one loop leases at a time, so that the loops together lease about the capacity."""
 
     async def lease_loop(self) -> None:
         """Leases and starts items until cancelled."""
         rt, client_id, failures = self._rt, new_client_id(), 0
         while True:
             await rt.reservations.wait_free()
-            wanted = min(rt.reservations.free(), MAX_BATCH)
+            wanted = min(rt.reservations.free(), MAX_BATCH, self._share)
             try:
                 if len(self._levels) > 1:
                     await self._lease_levels(client_id, wanted)

@@ -96,6 +96,8 @@ class TaskOptions:
     """Where ``rate_limit`` is kept: in this process, or by the server for the cluster."""
     priority: str | None = None
     """The level of an ``enqueue`` that names none; None: the task has no levels, only its queue."""
+    partitions: int | None = None
+    """For ``create_queue`` (None: the server's default)."""
 
     def queue_of(self, priority: str | None) -> str:
         """The queue an item of ``priority`` (None: the task's default) goes to.

@@ -115,6 +115,7 @@ class Worker:
         rate_key: Callable[..., str] | None = None,
         rate_scope: str = "process",
         priority: str | None = None,
+        partitions: int | None = None,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -138,6 +139,7 @@ class Worker:
         rate_key: Callable[..., str] | None = None,
         rate_scope: str = "process",
         priority: str | None = None,
+        partitions: int | None = None,
     ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
         """Registers a function (sync or async) as a task, as a decorator.
 
@@ -169,6 +171,8 @@ class Worker:
             priority: give the task priority levels (``"high"``, ``"normal"``, ``"low"``), this one
                 the level of an ``enqueue`` that names none: each level is a queue, and a worker with
                 free slots leases the higher levels first (docs/worker.md, "Priorities").
+            partitions: for ``create_queue``: the queue's partitions (each level queue's, with
+                ``priority``; default the server's, 1). A queue that exists keeps its own.
         """
         limiter = None if rate_limit is None else RateLimit(rate_limit)
         if priority is not None:
@@ -179,6 +183,9 @@ class Worker:
             raise ValueError(f"worker: rate_scope {rate_scope!r} is not one of {', '.join(SCOPES)}")
         if rate_scope != "process" and limiter is None:
             raise ValueError("worker: rate_scope needs a rate_limit")
+        # The upper bound is the server's, told when create_queue sends the count.
+        if partitions is not None and partitions < 1:
+            raise ValueError(f"worker: partitions must be at least 1, not {partitions}")
 
         def register(function: Callable[P, R]) -> Task[P, R]:
             task_name = name or f"{function.__module__}.{function.__qualname__}"
@@ -203,6 +210,7 @@ class Worker:
                 rate_key=rate_key,
                 rate_scope=rate_scope,
                 priority=priority,
+                partitions=partitions,
             )
             task = Task(self, function, options, serializer or self.serializer)
             self.tasks[task_name] = task
@@ -384,7 +392,8 @@ class Worker:
         if handle_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, self._signalled, sig)
-        leasing = [asyncio.create_task(QueueRunner(rt, q, t).lease_loop()) for q, t in by_queue.items()]
+        runners = [QueueRunner(rt, q, t) for q, t in by_queue.items()]
+        leasing = [asyncio.create_task(r.lease_loop()) for r in runners for _ in range(r.leasers)]
         log.info("worker started: queues %s, concurrency %d", ", ".join(by_queue), limit)
         try:
             stop = asyncio.create_task(self._stop.wait())
@@ -471,6 +480,7 @@ async def _ensure_queues(client: AsyncClient, options: TaskOptions) -> None:
             expire_timeout=options.expire_timeout or None,
             max_attempts=options.max_attempts,
             dead_queue=options.dead_queue,
+            partitions=options.partitions,
         )
 
 

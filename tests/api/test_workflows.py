@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from querator.clock import FakeClock
+from querator.durable._app import QUEUE_PARTITIONS
 from tests.conftest import Api, eventually
 
 SECOND = 1_000_000
@@ -573,5 +574,22 @@ async def test_the_apps_queue_never_drops_an_activation(api: Api, clock: FakeClo
         clock.advance(30 * 24 * 3600)  # a month without a worker
         [item] = (await api.lease("durable"))["items"]
         assert (item["kind"], item["reference"]) == (ACTIVATION, "wf-idle")
+    finally:
+        await app.close()
+
+
+@pytest.mark.parametrize(("options", "partitions"), [({}, QUEUE_PARTITIONS), ({"partitions": 3}, 3)])
+async def test_the_apps_queue_has_partitions_enough_for_its_leases(
+    api: Api, options: dict[str, int], partitions: int
+) -> None:
+    """The queue a Durable app makes has ``QUEUE_PARTITIONS`` partitions (or the app's ``partitions``):
+    with one, every lease and complete of the app ran one after the other in its one partition, each
+    a Paxos round on Cassandra (issue 38)."""
+    from querator.durable import Durable
+
+    app = Durable(api.base, **options)
+    try:
+        client = await app.client()
+        assert (await client.queue_info("durable")).requested_partitions == partitions
     finally:
         await app.close()
