@@ -10,9 +10,9 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from querator.auth import FORWARDED_HEADER, REPLY_SIGNATURE_HEADER, ApiKeys, ClusterAuth, Forwarded
-from querator.errors import Forbidden, QueratorError
+from querator.errors import QueratorError
 from querator.http._replies import Reply, accept_or_json, error_reply
-from querator.tenancy import CALLER, SYSTEM, Access, Principal
+from querator.tenancy import REQUEST, SERVER, SYSTEM, Access, RequestContext
 from querator.tenancy import permissions as perm
 
 READY_DETAILS = web.RequestKey("ready_details", bool)
@@ -67,7 +67,9 @@ def authentication(
 ) -> Any:
     """The middleware that checks who a request is: ``keys`` checks forwards (and, without tenancy, the
     configured keys); with tenancy, ``access`` finds the caller (docs/tenancy.md), which the service then
-    authorizes. A verified forward has no caller: its first node authorized it. GETs of ``open_paths``
+    authorizes by the request's context (``REQUEST``, docs/adr/0056). A verified forward is the server's
+    own call: its first node authorized it. A request refused here has no context, so the service
+    refuses anything it asks. GETs of ``open_paths``
     and of the console's files (under ``open_prefix``) pass without a key."""
 
     @web.middleware
@@ -76,7 +78,7 @@ def authentication(
         # paths exist. Only the GETs of probes (and of the console's files, which hold no data) pass
         # (POST /health is an ordinary 501).
         forwarded = None
-        caller = None
+        ctx = None
         try:
             if keys:
                 forwarded = keys.authenticate(
@@ -84,10 +86,10 @@ def authentication(
                 )
             if access is not None and forwarded is None:
                 request[UNAUTHENTICATED] = True  # until the key is found (it may take a storage read)
-                caller = await access.authenticate(request.headers.get("Authorization"))
+                ctx = RequestContext(await access.authenticate(request.headers.get("Authorization")))
                 request[UNAUTHENTICATED] = False
                 if request.method == "GET":
-                    await _check_get(request, access, caller)
+                    await _check_get(request, access, ctx)
         except QueratorError as e:
             request[UNAUTHENTICATED] = True
             path = request.path
@@ -98,13 +100,15 @@ def authentication(
                 return error_reply(e, accept_or_json(request))
             request[READY_DETAILS] = ready_details
         verified = None
-        if forwarded is not None and keys is not None and keys.cluster is not None:
-            verified = request[VERIFIED_FORWARD] = VerifiedForward(keys.cluster, forwarded)
-        token = CALLER.set(caller)
+        if forwarded is not None:
+            ctx = RequestContext(SERVER, forwarded.by)
+            if keys is not None and keys.cluster is not None:
+                verified = request[VERIFIED_FORWARD] = VerifiedForward(keys.cluster, forwarded)
+        token = REQUEST.set(ctx)
         try:
             response = await handler(request)
         finally:
-            CALLER.reset(token)
+            REQUEST.reset(token)
         if verified is not None and not response.prepared:  # (a reply written early signed itself)
             verified.sign(response)
         return response
@@ -112,13 +116,13 @@ def authentication(
     return authenticate
 
 
-async def _check_get(request: web.Request, access: Access, caller: Principal) -> None:
+async def _check_get(request: web.Request, access: Access, ctx: RequestContext) -> None:
     """The GET routes the service does not serve: /metrics needs ``system.metrics`` in ``_system``,
     and /ready says why a node is not ready only to holders of ``system.health``."""
-    if request.path == "/metrics" and not await access.may(caller, SYSTEM, perm.SYSTEM_METRICS):
-        raise Forbidden("access denied")
+    if request.path == "/metrics":
+        await access.authorize(ctx, SYSTEM, perm.SYSTEM_METRICS)
     if request.path == "/ready":
-        request[READY_DETAILS] = await access.may(caller, SYSTEM, perm.SYSTEM_HEALTH)
+        request[READY_DETAILS] = await access.may(ctx.caller, SYSTEM, perm.SYSTEM_HEALTH)
 
 
 def _certified(request: web.Request) -> bool:

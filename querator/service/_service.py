@@ -67,7 +67,7 @@ from querator.storage.base import Item, QueueRecord, Store
 from querator.storage.operations import moved_copies
 from querator.storage.schedules import ScheduleRecord
 from querator.storage.split import SplitStore
-from querator.tenancy import CALLER, Tenancy
+from querator.tenancy import Tenancy, as_server
 from querator.tenancy import permissions as perm
 from querator.wire import messages as m
 
@@ -157,7 +157,12 @@ class Service(QueueAdministration):
         self._sweeper: _tasks.Supervised | None = None
 
     async def start(self) -> None:
-        """Opens the storage backend and starts dropping expired de-duplication records."""
+        """Opens the storage backend and starts dropping expired de-duplication records. Every task
+        started here runs as the server (``as_server``, docs/adr/0056)."""
+        with as_server():
+            await self._start()
+
+    async def _start(self) -> None:
         await self.store.open()
         try:
             await self.cluster.start()
@@ -321,13 +326,11 @@ class Service(QueueAdministration):
         return record.namespace if record is not None else None
 
     async def _produce_own(self, req: m.QueueProduceRequest) -> m.QueueProduceResponse:
-        """A produce of the server's own (a workflow's activation), whoever's request caused it: the
+        """A produce of the server's own (a workflow's activation, a schedule's tick), whoever's request
+        caused it, as the server (``as_server``): the
         route that did was authorized for what it asked, not for the queue the activation goes to."""
-        token = CALLER.set(None)
-        try:
+        with as_server():
             return await self.produce(req)
-        finally:
-            CALLER.reset(token)
 
     async def _authorize_queue(self, name: str, permission: str) -> None:
         """403 unless the caller holds ``permission`` in the namespace of queue ``name`` (``_system`` for
@@ -437,7 +440,7 @@ class Service(QueueAdministration):
 
     async def _fire_tick(self, record: ScheduleRecord, tick: int) -> None:
         """Produces the item of one tick of a schedule (docs/schedules.md), wherever its queue is."""
-        await self.produce(tick_produce(record, tick))
+        await self._produce_own(tick_produce(record, tick))
 
     async def _tell_schedule_owner(self, name: str) -> None:
         """Tells the member firing the schedule ``name``, when another, of a change (schedules.refresh)."""

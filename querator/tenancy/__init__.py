@@ -6,25 +6,40 @@ authorization of every route by them. Off unless the server runs with ``--tenanc
   (uniqueness, lookups, cascades), the same for every backend;
 - ``_validation``: checks of the requests, in the reference's order and words;
 - ``_access``: authentication of keys and the authorization cascade, with short-lived caches
-  (docs/adr/0021) and ``CALLER``, the caller of the request being served;
+  (docs/adr/0021), and ``REQUEST``, the context (caller) of the request being served (docs/adr/0056);
 - ``_api``: ``Tenancy``, the routes and the bootstrap of a store.
 """
 
 from querator.tenancy import _permissions as permissions
-from querator.tenancy._access import CACHE_TTL_S, CALLER, Access, Principal
+from querator.tenancy._access import (
+    AS_SERVER,
+    CACHE_TTL_S,
+    REQUEST,
+    SERVER,
+    Access,
+    NoRequestContext,
+    Principal,
+    RequestContext,
+    as_server,
+)
 from querator.tenancy._api import Tenancy
 from querator.tenancy._permissions import STANDARD_ROLES, SYSTEM
 from querator.tenancy._validation import MAX_PERMISSIONS, TOO_MANY_PERMISSIONS
 
 __all__ = [
+    "AS_SERVER",
     "CACHE_TTL_S",
-    "CALLER",
     "MAX_PERMISSIONS",
+    "REQUEST",
+    "SERVER",
     "STANDARD_ROLES",
     "SYSTEM",
     "TOO_MANY_PERMISSIONS",
     "Access",
+    "NoRequestContext",
     "Principal",
+    "RequestContext",
     "Tenancy",
+    "as_server",
     "permissions",
 ]

@@ -1,20 +1,23 @@
 """Who a request is (authentication) and what it may do (authorization), with tenancy on
 (docs/tenancy.md "Authentication" and "Authorization", docs/adr/0021).
 
-A request's caller is a ``Principal``, set for the request in ``CALLER`` by the HTTP layer; the
-service asks ``authorize`` before it acts. Lookups are cached for ``cache_ttl_s`` (a few seconds): a key
-or binding written on another node is honoured here, and a deleted one refused, within that delay.
-What this node itself deletes is forgotten at once. ``last_used_at`` is kept in memory and written in
-batches (``flush``), never once per request.
+A request's caller is a ``Principal`` in a ``RequestContext``, set for the request in ``REQUEST`` by the
+HTTP layer (``AS_SERVER`` for the server's own calls); the service asks ``authorize`` before it acts, and
+a call with no context is refused (docs/adr/0056).
+
+Lookups are cached for ``cache_ttl_s`` (a few seconds): a key or binding written on another node is
+honoured here, and a deleted one refused, within that delay. What this node itself deletes is forgotten
+at once. ``last_used_at`` is kept in memory and written in batches (``flush``), never once per request.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import hmac
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
@@ -47,13 +50,53 @@ class Principal:
     """The namespace the key is scoped to ("" for none)."""
     key_id: str = ""
     bootstrap: bool = False
+    server: bool = False
+    """The server itself: its background tasks, the work a route causes beyond what it asked (a
+    workflow's activation), and a verified forward, which its first node authorized."""
 
 
 BOOTSTRAP_ADMIN: Final = Principal(user_id="", bootstrap=True)
+SERVER: Final = Principal(user_id="", server=True)
 
-CALLER: ContextVar[Principal | None] = ContextVar("querator_caller", default=None)
-"""The caller of the request being served; None for calls that need no check (a verified forward,
-whose first node authorized it, and the server's own calls)."""
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """Who a call of the service is for: built once per request (or once by a task of the server's own)
+    and read by ``Access.authorize``, the one check (docs/adr/0056)."""
+
+    caller: Principal
+    forwarded_by: str = ""
+    """The node that forwarded the request ("" for none)."""
+
+
+AS_SERVER: Final = RequestContext(SERVER)
+"""The context of the server's own calls."""
+
+REQUEST: ContextVar[RequestContext | None] = ContextVar("querator_request", default=None)
+"""The context of the request being served; None outside of one, where ``authorize`` refuses: a call
+that does not say who it is for is a bug, never a pass."""
+
+
+@contextlib.contextmanager
+def as_server() -> Iterator[None]:
+    """Runs the block as the server (``AS_SERVER``), and with it every task the block starts: a task
+    keeps a copy of the context it was started in."""
+    token = REQUEST.set(AS_SERVER)
+    try:
+        yield
+    finally:
+        REQUEST.reset(token)
+
+
+class NoRequestContext(RuntimeError):
+    """A service call with tenancy on that names no caller (neither a request's nor ``AS_SERVER``): a
+    programming error, answered 500 by the HTTP layer and never let through."""
+
+    def __init__(self, namespace: str, permission: str) -> None:
+        super().__init__(
+            f"no request context; {permission} in {namespace!r} was asked outside of a request "
+            "and not as the server (set REQUEST)"
+        )
 
 
 def hash_key(key: str) -> str:
@@ -193,17 +236,19 @@ class Access:
 
     # -- authorization ----------------------------------------------------------------------------------
 
-    async def authorize(self, namespace: str, permission: str) -> None:
-        """Raises 403 ``access denied`` unless the request's caller holds ``permission`` in ``namespace``."""
-        caller = CALLER.get()
-        if caller is not None and not await self.may(caller, namespace, permission):
+    async def authorize(self, ctx: RequestContext | None, namespace: str, permission: str) -> None:
+        """The one authorization of every route: raises 403 ``access denied`` unless ``ctx``'s caller
+        holds ``permission`` in ``namespace``, and ``NoRequestContext`` without a context."""
+        if ctx is None:
+            raise NoRequestContext(namespace, permission)
+        if not await self.may(ctx.caller, namespace, permission):
             raise Forbidden("access denied")
 
     async def may(self, caller: Principal, namespace: str, permission: str) -> bool:
         """The cascade (docs/tenancy.md "Authorization"): a key scoped to another namespace reaches only
         ``_system``, with what the user holds there; otherwise what the user holds in the namespace, then
         in ``_system`` (its admins administer every namespace)."""
-        if caller.bootstrap:
+        if caller.bootstrap or caller.server:
             return True
         if caller.scope and caller.scope != namespace:
             return namespace == SYSTEM and permission in await self._granted(caller.user_id, SYSTEM)

@@ -18,7 +18,7 @@ from querator.errors import InvalidOption, QueratorError, RequestFailed
 from querator.ksuid import KSUID_MAX_VALUE, KsuidGenerator, format_ksuid
 from querator.storage.base import Store
 from querator.tenancy import _permissions as p
-from querator.tenancy._access import Access, Principal, hash_key
+from querator.tenancy._access import REQUEST, Access, Principal, hash_key
 from querator.tenancy._directory import Directory, namespace_missing
 from querator.tenancy._model import ApiKey, Binding, Namespace, Role, User
 from querator.tenancy._validation import (
@@ -78,9 +78,10 @@ class Tenancy:
                 await self.access.flush()
 
     async def authorize(self, namespace: str, permission: str) -> None:
-        """403 unless the request's caller may; nothing when tenancy is off."""
+        """403 unless the request's caller may (``Access.authorize``, with the context of the request
+        being served); nothing when tenancy is off."""
         if self.enabled:
-            await self.access.authorize(namespace, permission)
+            await self.access.authorize(REQUEST.get(), namespace, permission)
 
     async def check_namespace(self, namespace: str) -> None:
         """453 when tenancy is on and ``namespace`` does not exist (a queue's, on create)."""

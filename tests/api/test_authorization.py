@@ -4,15 +4,19 @@ expired and deleted keys, and the bounded delay of changes made elsewhere (docs/
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
 
+from querator import _tasks
 from querator.clock import FakeClock, to_datetime
-from querator.tenancy import CACHE_TTL_S, STANDARD_ROLES
+from querator.http._routes import DIRECT_ROUTES, create_app
+from querator.tenancy import AS_SERVER, CACHE_TTL_S, REQUEST, STANDARD_ROLES, RequestContext, as_server
 from querator.tenancy._directory import Directory
+from querator.wire import messages as m
 from tests.api.tenancy import BOOTSTRAP_KEY, Caller, tenant_server
 from tests.conftest import ServerFactory, eventually
 
@@ -331,3 +335,112 @@ async def test_schedule_routes_need_the_permissions_of_their_queue(admin: Caller
     assert [s["name"] for s in (await admin.ok("/v1/schedules.list"))["items"]] == ["nightly"]
     await viewer.fails("/v1/schedules.delete", {"name": "nightly"}, 403, "access denied")
     assert (await owner.call("/v1/schedules.delete", {"name": "nightly"}))[0] == 200
+
+
+# Bodies that reach the check of the routes ROUTES leaves to the tests above (each route checks once).
+_WF = {"workflow_id": "wf-x", "namespace": TEAM}
+_SCHEDULE = {"name": "nightly", "cron": "0 2 * * *", "queue_name": _queue(TEAM)}
+OTHER_ROUTES: dict[str, dict[str, Any]] = {
+    "/v1/queue.watch": {"queue_name": _queue(TEAM), "request_timeout": "1m"},
+    "/v1/queue.redrive": {"queue_name": _queue(TEAM), "target_queue": _queue(TEAM)},
+    "/v1/cluster.refresh": {"queue_name": _queue(TEAM)},
+    "/v1/workflows.start": {"workflow_id": "wf-x", "name": "flow", "queue_name": _queue(TEAM)},
+    "/v1/workflows.info": _WF,
+    "/v1/workflows.list": {"namespace": TEAM},
+    "/v1/workflows.signal": {**_WF, "name": "go"},
+    "/v1/workflows.cancel": _WF,
+    "/v1/workflows.resume": _WF,
+    "/v1/workflows.terminate": _WF,
+    "/v1/workflows.result": {**_WF, "request_timeout": "1s"},
+    "/v1/workflows.claim": _WF,
+    "/v1/workflows.append": {**_WF, "fence": 1},
+    "/v1/schedules.create": _SCHEDULE,
+    "/v1/schedules.update": _SCHEDULE,
+    "/v1/schedules.info": {"name": "nightly"},
+    "/v1/schedules.list": {},
+    "/v1/schedules.delete": {"name": "nightly"},
+    "/v1/schedules.pause": {"name": "nightly"},
+    "/v1/schedules.resume": {"name": "nightly"},
+    "/v1/schedules.refresh": {"name": "nightly"},
+}
+
+
+async def test_every_route_is_authorized_by_the_one_check(
+    admin: Caller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every v1 route, and /metrics, goes through ``Access.authorize`` with the request's context: a
+    caller with no permission gets 403 from it on each (docs/adr/0056)."""
+    service = admin.api.service
+    nobody_id = await admin.user("nobody")
+    nobody = Caller(admin.api, await admin.new_key(nobody_id))
+    seen: list[tuple[RequestContext | None, str, str]] = []
+    authorize = service.tenancy.access.authorize
+
+    async def counted(ctx: RequestContext | None, namespace: str, permission: str) -> None:
+        seen.append((ctx, namespace, permission))
+        await authorize(ctx, namespace, permission)
+
+    monkeypatch.setattr(service.tenancy.access, "authorize", counted)
+    bodies = {path: body(TEAM) for path, _, _, body in ROUTES} | OTHER_ROUTES
+    routes: dict[str, Any] = create_app(service)[DIRECT_ROUTES]
+    assert set(bodies) == set(routes)  # every v1 route: a new one needs a body here
+    for path, body in bodies.items():
+        seen.clear()
+        await nobody.fails(path, body, 403, "access denied")
+        assert [ctx.caller.user_id if ctx else None for ctx, _, _ in seen] == [nobody_id], path
+    seen.clear()
+    async with admin.api.session.get(
+        admin.api.base + "/metrics", headers={"Authorization": f"Bearer {nobody.key}"}
+    ) as resp:
+        assert resp.status == 403
+    assert [(namespace, permission) for _, namespace, permission in seen] == [("_system", "system.metrics")]
+
+
+async def test_a_service_call_without_a_caller_is_refused(admin: Caller) -> None:
+    """An embedding program (or a task of the server) that calls the service outside of a request and
+    not as the server is refused, never let through: before, a missing caller passed every check."""
+    request = m.QueueProduceRequest(
+        queue_name=_queue(TEAM), request_timeout="1m", items=[m.QueueProduceItem(utf8="x")]
+    )
+    with pytest.raises(RuntimeError, match=r"^no request context; queue\.produce in 'team'"):
+        await admin.api.service.produce(request)
+    assert await _items(admin) == 0
+    with as_server():
+        await admin.api.service.produce(request)
+    assert await _items(admin) == 1
+
+
+async def _items(admin: Caller) -> int:
+    [logical] = (await admin.ok("/v1/queue.stats", {"queue_name": _queue(TEAM)}))["logicalQueues"]
+    [partition] = logical["partitions"]
+    return int(partition.get("total", 0))
+
+
+async def test_every_background_task_runs_as_the_server(
+    start_server: ServerFactory, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node's long-lived tasks (scheduler ticks, workflow sweep, dedup purge, tenancy flush) start
+    as the server, so what they ask of the service is authorized as its own, not as nobody's (and not as
+    whichever request happened to be running)."""
+    contexts: dict[str, RequestContext | None] = {}
+    start = _tasks.start
+
+    def recorded(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        contexts[name] = REQUEST.get()
+        return start(coro, name)
+
+    monkeypatch.setattr(_tasks, "start", recorded)
+    api = await tenant_server(start_server, clock)
+    assert {task.name for task in api.service.background_tasks()} <= set(contexts)
+    assert contexts == dict.fromkeys(contexts, AS_SERVER)
+    assert REQUEST.get() is None  # starting the node left the caller's context as it was
+    admin = Caller(api, BOOTSTRAP_KEY)
+    await admin.namespace(TEAM)
+    await admin.create_queue(_queue(TEAM), namespace=TEAM)
+    await admin.ok("/v1/schedules.create", {**_SCHEDULE, "cron": "* * * * *"})
+    clock.advance(61)
+
+    async def ticked() -> bool:
+        return await _items(admin) == 1
+
+    await eventually(ticked)
