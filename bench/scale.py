@@ -10,18 +10,20 @@ storage by default: each member keeps its own store, so every queue is created o
 ``--queues-per-member`` one-partition queues per member. One driver per member sends ``--rate`` requests
 per second to that member (batch-1 produce, lease and complete of one queue after another, in that
 order), first through a plain client, then through one that reaches owners (``reach_owners=True``,
-docs/adr/0040). It records, per phase:
+docs/adr/0040). It records, first with no requests for ``--seconds``, the CPU each member uses for
+its cluster and background work alone (quiet), then per phase:
 
 - node CPU per request: the user + system CPU of every member process (/proc) over the phase, divided
-  by the requests the drivers sent: it should stay flat as M grows;
-- the forwarded fraction: requests the members forwarded (``querator_cluster_forwards_total``, queue
-  routes) over the requests sent;
+  by the requests the drivers sent, in all and above the quiet CPU: it should stay flat as M grows;
+- forwards per request: forwards the members made (``querator_cluster_forwards_total``, queue routes;
+  every forward counts, a lease's probes of other owners too) over the requests sent;
 
 then, with the cluster idle, ``--idle-consumers`` consumers lease (``1s`` request_timeout) again and again
 from an empty queue with a partition at every member, through member 0, for ``--idle-seconds``: lease
 probes and watches sent per consumer-second (``querator_cluster_lease_probes_total``, ``_watches_total``);
-and finally one more member joins: the partitions claimed by every member (on Cassandra a Paxos round
-each, docs/adr/0039), the partitions moved, and the seconds from the new member answering until every
+and finally one more member joins: the partitions claimed by every member once every queue has
+served a request (on Cassandra a Paxos round each, docs/adr/0039), the partitions the old members gave
+up, and the seconds from the new member answering until every
 member's ring agrees on one queue's owners. Numbers go in docs/benchmarks.md with the command.
 """
 
@@ -54,7 +56,7 @@ COUNTERS = (
 
 async def totals(endpoints: list[str]) -> dict[str, float]:
     """The members' counters that this benchmark reads, summed over members (``forwards``: those of the
-    queue routes; ``partitions_moved``: those taken, so a move counts once)."""
+    queue routes; ``partitions_moved``: those given)."""
     found = dict.fromkeys((*COUNTERS, "forwards"), 0.0)
     async with aiohttp.ClientSession() as session:
         for endpoint in endpoints:
@@ -62,7 +64,8 @@ async def totals(endpoints: list[str]) -> dict[str, float]:
                 text = await reply.text()
             for family in text_string_to_metric_families(text):
                 for sample in family.samples:
-                    if sample.labels.get("direction") == "given":  # count a move once
+                    # A move counted once: where it left (a member's fresh engine logs no "taken").
+                    if sample.labels.get("direction") == "taken":
                         continue
                     if sample.name in COUNTERS:
                         found[sample.name] += sample.value
@@ -105,7 +108,18 @@ async def cycle(client: AsyncClient, queue: str) -> int:
     return 3
 
 
-async def load(nodes: list[Server], queues: list[list[str]], args: argparse.Namespace, reach: bool) -> str:
+async def quiet(nodes: list[Server], seconds: float) -> float:
+    """CPU seconds per second each member uses with no requests (its cluster and background work)."""
+    cpu, started = sum(n.cpu_seconds() for n in nodes), time.perf_counter()
+    await asyncio.sleep(seconds)
+    return (sum(n.cpu_seconds() for n in nodes) - cpu) / (time.perf_counter() - started) / len(nodes)
+
+
+async def load(
+    nodes: list[Server], queues: list[list[str]], args: argparse.Namespace, reach: bool, idle_cpu: float
+) -> str:
+    """Requests per second per member, node CPU per request above ``idle_cpu`` (CPU s/s per member with
+    no requests), and forwards per request."""
     endpoints = [n.endpoint for n in nodes]
     # Warm the clients' owner tables and the members' engines, unrecorded.
     pairs = list(zip(endpoints, queues, strict=True))
@@ -117,9 +131,10 @@ async def load(nodes: list[Server], queues: list[list[str]], args: argparse.Name
     cpu = sum(n.cpu_seconds() for n in nodes) - cpu
     counted = delta(before, await totals(endpoints))
     requests = sum(sent)
+    above = cpu - idle_cpu * elapsed * len(nodes)
     return (
-        f"{requests / elapsed / len(nodes):.0f} | {cpu * 1e6 / requests:.0f} | "
-        f"{100 * cpu / elapsed / len(nodes):.1f} | {counted['forwards'] / requests:.2f}"
+        f"{requests / elapsed / len(nodes):.0f} | {cpu * 1e6 / requests:.0f} | {above * 1e6 / requests:.0f} "
+        f"| {counted['forwards'] / requests:.2f}"
     )
 
 
@@ -191,11 +206,12 @@ async def one_size(members: int, args: argparse.Namespace) -> str:
         per_member = [
             names[m * args.queues_per_member : (m + 1) * args.queues_per_member] for m in range(members)
         ]
-        plain = await load(nodes, per_member, args, reach=False)
-        owners = await load(nodes, per_member, args, reach=True)
+        idle_cpu = await quiet(nodes, args.seconds)
+        plain = await load(nodes, per_member, args, False, idle_cpu)
+        owners = await load(nodes, per_member, args, True, idle_cpu)
         idled = await idle(endpoints, args.idle_consumers, args.idle_seconds)
         joined = await join(nodes, etcd.cluster_url("/bench"), [*names, "idle"], args.storage)
-        return f"| {members} | {plain} | {owners} | {idled} | {joined} |"
+        return f"| {members} | {100 * idle_cpu:.2f} | {plain} | {owners} | {idled} | {joined} |"
     finally:
         for node in nodes:
             node.stop()
@@ -222,10 +238,11 @@ async def main() -> None:
         f"{args.idle_consumers} idle consumers for {args.idle_seconds:.0f} s"
     )
     print(
-        "| members | plain: req/s per member | node CPU us/request | CPU % per member | forwarded "
-        "| reach owners: req/s per member | node CPU us/request | CPU % per member | forwarded "
+        "| members | quiet: CPU % per member "
+        "| plain: req/s per member | node CPU us/request | above quiet | forwards/request "
+        "| reach owners: req/s per member | node CPU us/request | above quiet | forwards/request "
         "| idle: probes per consumer-s | watches per consumer-s "
-        "| join: claims | partitions moved | rings agree s |\n" + "|---" * 14 + "|"
+        "| join: claims | partitions moved | rings agree s |\n" + "|---" * 15 + "|"
     )
     for members in args.members:
         print(await one_size(members, args), flush=True)
