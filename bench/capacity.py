@@ -40,6 +40,11 @@ MEASURED = (
 )
 
 
+FORWARD_COST = 1.7
+"""A forwarded request's extra CPU, in requests' CPU at the owner: the forwarding member receives it and
+sends it on (bench/scale.py: 1.3-2.2, mean 1.7; docs/benchmarks.md "Members as the cluster grows")."""
+
+
 @dataclass(frozen=True)
 class Plan:
     peak_items_per_s: float
@@ -60,14 +65,15 @@ def plan(
     rf: int = 3,
     forwarded: float = 0.0,
     min_nodes: int = 3,
+    forward_cost: float = FORWARD_COST,
 ) -> Plan:
     """The nodes ``items_per_day`` needs at ``costs``: ``peak`` is the peak-to-average ratio of the
     rate, ``utilisation`` the CPU share a node may use at peak, ``forwarded`` the fraction of requests a
-    node forwards to the owner (0 with owner-aware clients; a forwarded request costs about one more
-    request's CPU at the forwarding node). At least ``min_nodes`` Querator nodes and ``rf`` Cassandra
+    node forwards to the owner (0 with owner-aware clients), each costing ``forward_cost`` requests'
+    CPU more. At least ``min_nodes`` Querator nodes and ``rf`` Cassandra
     nodes, for availability."""
     rate = items_per_day / SECONDS_PER_DAY * peak
-    querator = rate * costs.node_us * (1 + forwarded) / 1e6 / utilisation
+    querator = rate * costs.node_us * (1 + forwarded * forward_cost) / 1e6 / utilisation
     cassandra = rate * costs.cassandra_us * rf / 1e6 / utilisation
     return Plan(
         peak_items_per_s=rate,
@@ -90,6 +96,9 @@ def main() -> None:
     parser.add_argument("--cassandra-cores", type=int, default=8, help="cores per Cassandra node")
     parser.add_argument("--rf", type=int, default=3, help="Cassandra replication factor")
     parser.add_argument("--forwarded", type=float, default=0.0, help="fraction of requests forwarded")
+    parser.add_argument(
+        "--forward-cost", type=float, default=FORWARD_COST, help="a forward's CPU, in requests' CPU"
+    )
     parser.add_argument("--node-us", type=float, nargs=2, metavar=("B1", "B100"), help="node CPU us/item")
     parser.add_argument("--cassandra-us", type=float, nargs=2, metavar=("B1", "B100"), help="per replica")
     args = parser.parse_args()
@@ -110,12 +119,13 @@ def main() -> None:
         p = plan(
             costs,
             args.items_per_day,
-            args.peak,
-            args.utilisation,
-            args.node_cores,
-            args.cassandra_cores,
-            args.rf,
-            args.forwarded,
+            peak=args.peak,
+            utilisation=args.utilisation,
+            node_cores=args.node_cores,
+            cassandra_cores=args.cassandra_cores,
+            rf=args.rf,
+            forwarded=args.forwarded,
+            forward_cost=args.forward_cost,
         )
         cores = f"{p.node_cores:.1f} | {p.nodes} | {p.cassandra_cores:.1f} | {p.cassandra_nodes}"
         print(

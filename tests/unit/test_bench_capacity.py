@@ -16,7 +16,7 @@ def test_a_billion_items_a_day_at_batch_1_and_100() -> None:
 
 def test_forwarding_and_replication_scale_the_cores() -> None:
     base = plan(MEASURED[0], 1e9, rf=1)
-    forwarded = plan(MEASURED[0], 1e9, rf=3, forwarded=0.5)
-    assert round(forwarded.node_cores / base.node_cores, 6) == 1.5
+    forwarded = plan(MEASURED[0], 1e9, rf=3, forwarded=0.5, forward_cost=2.0)
+    assert round(forwarded.node_cores / base.node_cores, 6) == 2.0
     assert round(forwarded.cassandra_cores / base.cassandra_cores, 6) == 3.0
     assert plan(MEASURED[1], 1e6, rf=5).cassandra_nodes == 5  # never fewer nodes than replicas
