@@ -40,9 +40,9 @@ MEASURED = (
 )
 
 
-FORWARD_COST = 1.7
+FORWARD_COST = 1.8
 """A forwarded request's extra CPU, in requests' CPU at the owner: the forwarding member receives it and
-sends it on (bench/scale.py: 1.3-2.2, mean 1.7; docs/benchmarks.md "Members as the cluster grows")."""
+sends it on (bench/scale.py: 1.3-2.2, mean 1.8; docs/benchmarks.md "Members as the cluster grows")."""
 
 
 @dataclass(frozen=True)
