@@ -89,8 +89,8 @@ def member_queue(prefix: str) -> str:
         ),
         (
             ("--storage", "memory", "--process-ports", "7001,7002"),
-            "processes is invalid; more than one process per cluster node needs --storage cassandra, which "
-            "every process of every node shares (docs/processes.md)",
+            "processes is invalid; more than one process per cluster node needs --storage cassandra or "
+            "postgres, which every process of every node shares (docs/processes.md)",
         ),
         (
             ("--storage", "cassandra", "--process-ports", "7001,7002", "--node-id", "n" * 252),
