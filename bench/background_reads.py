@@ -1,5 +1,5 @@
 """What one member's background work reads and writes, counted (docs/adr/0041; recorded in
-docs/benchmarks.md, "Background work per member"): the scheduler of one member of a cluster of
+docs/benchmarks-log.md, "Background work per member"): the scheduler of one member of a cluster of
 ``--members`` over ``--schedules`` schedules for a minute of a FakeClock, and one flush of the last use
 of ``--keys`` API keys. Counts calls into the store (memory), not time, so the figures do not depend on
 the machine; it runs on a tree before ADR 0041 too, for the comparison.

@@ -16,7 +16,7 @@
 Scenarios (1 KiB items): ``produce``, ``lease`` (of a pre-filled queue), ``cycle`` (produce -> lease ->
 complete per client), each for batch sizes 1/10/100/1000 and N concurrent clients; ``latency`` (time from
 produce to a waiting consumer at a fixed rate); ``rss`` (server memory with many items queued).
-Reports items/s and request latency percentiles. Numbers go in docs/benchmarks.md with the command.
+Reports items/s and request latency percentiles. Numbers go in docs/benchmarks-log.md with the command.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
     python bench/capacity.py --items-per-day 2e8 --peak 3 --node-cores 4 --cassandra-cores 16
 
 An item is produced, leased and completed once (the benchmarks' cycle). The inputs default to the
-figures measured on the project's 2-core VM (docs/benchmarks.md; docs/capacity.md says which) and can be
+figures measured on the project's 2-core VM (docs/benchmarks-log.md; docs/capacity.md says which) and can be
 replaced by a deployment's own; the arithmetic is CPU only: cores = items/s at peak x CPU per item /
 target utilisation, with Cassandra's CPU per item multiplied by the replication factor.
 """
@@ -42,7 +42,7 @@ MEASURED = (
 
 FORWARD_COST = 1.8
 """A forwarded request's extra CPU, in requests' CPU at the owner: the forwarding member receives it and
-sends it on (bench/scale.py: 1.3-2.2, mean 1.8; docs/benchmarks.md "Members as the cluster grows")."""
+sends it on (bench/scale.py: 1.3-2.2, mean 1.8; docs/benchmarks-log.md "Members as the cluster grows")."""
 
 
 @dataclass(frozen=True)

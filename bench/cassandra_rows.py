@@ -1,5 +1,5 @@
 """What a conditional batch costs Cassandra, by the shape of its rows: the measurements behind the
-Cassandra backend's row layout (docs/benchmarks.md).
+Cassandra backend's row layout (docs/benchmarks-log.md).
 
     python bench/cassandra_rows.py                       # starts the tests' Cassandra node
     python bench/cassandra_rows.py --cassandra-port 9042 # or uses a running one on localhost

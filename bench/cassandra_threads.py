@@ -6,7 +6,7 @@ Reads every thread's CPU time of the CassandraDaemon process from /proc before a
 sums it by thread name with the numbers removed (``MutationStage-12`` -> ``MutationStage``; Linux keeps
 the first 15 characters of a name). Tells the cost of the work itself (mutations, the native transport
 that coordinates requests and Paxos) apart from the commit log, compaction, garbage collection and the
-JIT compiler of a JVM that is not warm yet (docs/benchmarks.md).
+JIT compiler of a JVM that is not warm yet (docs/benchmarks-log.md).
 """
 
 from __future__ import annotations

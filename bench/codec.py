@@ -1,4 +1,4 @@
-"""What a request body costs to decode and a reply to encode, without the server (docs/benchmarks.md,
+"""What a request body costs to decode and a reply to encode, without the server (docs/benchmarks-log.md,
 "Binary protobuf through generated code").
 
     python bench/codec.py                       # protobuf and JSON, best of 7 repeats

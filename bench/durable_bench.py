@@ -31,7 +31,7 @@ What is measured, for the workflows started and finished inside the ``--duration
 - the node's requests per workflow by route and their mean time in it (its own request histogram);
 - CPU per workflow of the store (the node; PostgreSQL: its postmaster and backends) and of the
   application processes (querator: this process's clients and the workers; DBOS: its processes), since
-  the machine may be shared (docs/benchmarks.md).
+  the machine may be shared (docs/benchmarks-log.md).
 
 Rounds alternate the systems, each started once for the run. Needs the ``bench`` extra for ``dbos``.
 """

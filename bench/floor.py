@@ -14,7 +14,7 @@ neither is measured with a cost the other does not pay.
 ``--direct`` hands a request for one of its routes, named by its exact path, straight to the route's
 handler, skipping aiohttp's router and application step as the node does since ADR 0026. ``--reply``
 writes each reply with the node's ``querator.http.Reply`` instead of aiohttp's ``web.Response``. With
-both, this is the floor of a node that works that way (docs/benchmarks.md, "Small requests").
+both, this is the floor of a node that works that way (docs/benchmarks-log.md, "Small requests").
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ which does not depend on how fast the clients are, and items/s.
 
 The floor (bench/floor.py) is a bare aiohttp + uvloop app that decodes the same requests with the same
 codec and answers replies of the same size, driven the same way: what the node spends beyond it is the
-queue's own work. Rounds alternate the node and the floor. Numbers go in docs/benchmarks.md with the
+queue's own work. Rounds alternate the node and the floor. Numbers go in docs/benchmarks-log.md with the
 command, the machine and the date.
 """
 

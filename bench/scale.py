@@ -24,7 +24,7 @@ probes and watches sent per consumer-second (``querator_cluster_lease_probes_tot
 and finally one more member joins: the partitions claimed by every member once every queue has
 served a request (on Cassandra a Paxos round each, docs/adr/0039), the partitions the old members gave
 up, and the seconds from the new member answering until every
-member's ring agrees on one queue's owners. Numbers go in docs/benchmarks.md with the command.
+member's ring agrees on one queue's owners. Numbers go in docs/benchmarks-log.md with the command.
 """
 
 from __future__ import annotations

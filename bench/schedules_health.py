@@ -1,5 +1,5 @@
 """/health latency of a node holding many sparse schedules (docs/schedules.md; recorded in
-docs/benchmarks.md, "Sparse schedules").
+docs/benchmarks-log.md, "Sparse schedules").
 
 Starts `querator serve` (memory storage), creates `--schedules` schedules whose calendars have nothing
 due for hours (yearly, daily; `--leap` adds leap-day ones, which stopped the scheduler before ADR

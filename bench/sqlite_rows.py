@@ -1,5 +1,5 @@
 """What the sqlite backend's statements cost without the server: the ceiling of its cycle, and whether
-moving payloads out of the item rows would raise it (docs/benchmarks.md, sqlite).
+moving payloads out of the item rows would raise it (docs/benchmarks-log.md, sqlite).
 
     python bench/sqlite_rows.py                 # both layouts, 3 runs each, alternating
     python bench/sqlite_rows.py --layout inline --runs 1 --batch 1000

@@ -22,7 +22,7 @@ Per system, concurrency and task (``--io-ms``: 0 = no-op, else a sleep of that l
 ``--kill``: ``--kill-tasks`` tasks of 3 s each, workers of concurrency 8; once 8 have started the workers
 are killed with SIGKILL and started again; reports how many tasks ended (each once?) within 90 s.
 Systems whose redelivery has a timeout use 5 s where it can be set (``task_queue_apps.LEASE_S``).
-Rounds alternate the systems. Results go in docs/benchmarks.md with the command, machine and date.
+Rounds alternate the systems. Results go in docs/benchmarks-log.md with the command, machine and date.
 """
 
 from __future__ import annotations

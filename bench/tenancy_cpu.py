@@ -1,4 +1,4 @@
-"""The server's CPU per request with tenancy off and on (docs/tenancy.md; recorded in docs/benchmarks.md).
+"""The server's CPU per request with tenancy off and on (docs/tenancy.md; recorded in docs/benchmarks-log.md).
 
 Starts `querator serve` twice (memory storage): without tenancy, and with `--tenancy on` where the
 client is an ordinary user with its own key, bound to NamespaceOwner in the queue's namespace (the

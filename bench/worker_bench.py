@@ -10,7 +10,7 @@ Both move each item through produce, lease and complete with ``--clients`` produ
   completes them.
 
 Rounds alternate the two, on one node started for the run. Reports items/s and the CPU time per item of
-this process (client and worker) and of the node, since the machine may be shared: docs/benchmarks.md.
+this process (client and worker) and of the node, since the machine may be shared: docs/benchmarks-log.md.
 """
 
 from __future__ import annotations

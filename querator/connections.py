@@ -111,7 +111,7 @@ class Listener:
         """``handler`` (an aiohttp server's ``request_handler``), marking where each request's headers end
         and its handling ends. Wrapping the server's handler rather than being the application's
         outermost middleware spares every request aiohttp's middleware chain when the application has
-        no other middleware (docs/benchmarks.md, "Small requests")."""
+        no other middleware (docs/benchmarks-log.md, "Small requests")."""
 
         async def track(request: web.BaseRequest) -> web.StreamResponse:
             connection = self._connections.get(request.protocol)

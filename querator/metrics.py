@@ -146,7 +146,7 @@ class LightHistogram(Collector):
     ``Histogram`` would be (without its ``_created`` samples).
 
     Every request observes one: prometheus_client's takes a lock and updates an object per bucket, about
-    2 us a request; this adds to one list entry (docs/benchmarks.md, "Small requests"). Observed and
+    2 us a request; this adds to one list entry (docs/benchmarks-log.md, "Small requests"). Observed and
     collected on the event loop only.
     """
 

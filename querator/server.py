@@ -70,7 +70,7 @@ GC_THRESHOLD = 10_000
 """Net allocations of tracked objects between two runs of the cyclic collector on its youngest
 generation. A request allocates hundreds at once (a produce of 100 items) that reference counting frees
 when it ends: at Python's default of 700 the collector ran ~80 times a second under load only to scan
-them, and promoted them to older generations whose collections scan everything (docs/benchmarks.md,
+them, and promoted them to older generations whose collections scan everything (docs/benchmarks-log.md,
 "Garbage collection")."""
 
 

@@ -106,7 +106,7 @@ COMMITLOG = {
     "periodic": "commitlog_sync: periodic\ncommitlog_sync_period: 10000ms",
 }
 """Commit-log modes: ``group`` (the tests', see above) and Cassandra's default ``periodic``, for the
-benchmark harness (docs/benchmarks.md, "The commit-log mode")."""
+benchmark harness (docs/benchmarks-log.md, "The commit-log mode")."""
 
 LOGBACK = """\
 <configuration>

@@ -36,7 +36,7 @@ WATCH_RETRY_US = MICROS
 """Microseconds before a watch that failed (the owner unreachable, restarting) is sent again."""
 HERE_FIRST_US = MICROS
 """Microseconds a lease that finds items on this member's partitions waits for them there alone, without
-watching (a task and a watch per lease cost a busy consumer measurably: docs/benchmarks.md)."""
+watching (a task and a watch per lease cost a busy consumer measurably: docs/benchmarks-log.md)."""
 RECHECK_US = 5 * MICROS
 """Microseconds a lease waits here before it reads the queue's owners again (the ring may have moved)."""
 VAIN_PAUSE_US = 250_000

@@ -1,7 +1,7 @@
 """Sweep: one timer per logical queue answers the requests whose deadline passes while they wait.
 
 A timer per request cost a small request about 3 us of its ~50 (arming and cancelling a loop timer;
-docs/benchmarks.md, "Small requests"), and nearly every request is answered long before its deadline.
+docs/benchmarks-log.md, "Small requests"), and nearly every request is answered long before its deadline.
 The sweep is armed at the earliest deadline of the requests waiting, so with the usual timeouts it fires
 about once per request timeout, however many requests pass.
 """

@@ -9,7 +9,7 @@ class Wake:
     """A flag the logical queue's task waits on, set by requests and timers, as ``asyncio.Event`` would
     be. The task is its only waiter: an Event's wait also looks up and checks its loop and keeps a list
     of waiters, costs a small request pays in full, since most of its batches are its own
-    (docs/benchmarks.md, "Small requests")."""
+    (docs/benchmarks-log.md, "Small requests")."""
 
     __slots__ = ("_loop", "_set", "_waiter")
 

@@ -146,7 +146,7 @@ class LogicalQueue:
         client produce the items twice.
 
         The calls of the queue API that only queue a request return ``_submit``'s awaitable rather
-        than await it: a coroutine per step costs a small request measurably (docs/benchmarks.md,
+        than await it: a coroutine per step costs a small request measurably (docs/benchmarks-log.md,
         "Small requests").
         """
         request = Produce(self._future(), items=items, deadline=self._clock.now() + request_timeout_us)
@@ -445,7 +445,7 @@ class LogicalQueue:
         # Each partition's requests are answered as soon as its own transaction ends. Every transaction
         # ends before the batch does, even when one raised: none may outlive it into the next batch.
         transactions = list(plan.transactions.values())
-        if len(transactions) == 1:  # the usual batch: no task to create for it (docs/benchmarks.md)
+        if len(transactions) == 1:  # the usual batch: no task to create for it (docs/benchmarks-log.md)
             applied: list[int | BaseException] = [await self._transact(transactions[0], now, has_dead_queue)]
         else:
             applied = await asyncio.gather(

@@ -76,7 +76,7 @@ class Queue:
             raise InvalidOption(f"partition is invalid; '{partition}' is not a valid partition")
 
     # The calls that only pass a request on to the logical queue return its awaitable rather than
-    # await it: a coroutine per step costs a small request measurably (docs/benchmarks.md).
+    # await it: a coroutine per step costs a small request measurably (docs/benchmarks-log.md).
 
     def produce(self, items: list[Item], request_timeout_us: int) -> Awaitable[list[str]]:
         """The ids of the items stored, in order ("" for a duplicate by dedup_id)."""

@@ -70,7 +70,7 @@ def route_handler(  # noqa: C901 -- its handler maps every failure in one place
     """The handler of ``route``; a request a browser sent for another site is refused
     (``_check_forgery``). Every request is ``timed``
     here, by its reply's status (``CLIENT_GONE`` for none, 500 for an error aiohttp answers) rather than
-    by a wrapper: a coroutine per step is a measurable part of a small request (docs/benchmarks.md,
+    by a wrapper: a coroutine per step is a measurable part of a small request (docs/benchmarks-log.md,
     "Small requests")."""
     call, type_, limit = route.call, route.type_, route.limit
     bounds = REQUEST_BOUNDS.get(type_)  # checked before the body's repeated fields are built

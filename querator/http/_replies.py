@@ -29,7 +29,7 @@ class Reply(web.StreamResponse):
     prepares it.
 
     ``web.Response`` fills a headers multidict and goes through about ten coroutines to write bytes
-    already in hand: about 9 us of a small request (docs/benchmarks.md, "Small requests"). This writes
+    already in hand: about 9 us of a small request (docs/benchmarks-log.md, "Small requests"). This writes
     the same status line and headers from a template (``Content-Type``, ``X-Content-Type-Options``,
     ``Content-Length``, ``Date``, and ``Connection`` as aiohttp would; no ``Server`` naming the
     versions), and makes the multidict only for a caller that asks for ``headers`` (a forwarded

@@ -168,7 +168,7 @@ DIRECT_ROUTES = web.AppKey("direct_routes", dict[str, Handler])
 def dispatch_directly(runner: web.AppRunner) -> None:
     """Makes the server of ``runner`` (set up, accepting no connection yet) send a request for a v1
     route, named by its exact raw path, straight to the route: aiohttp's routing and application step
-    cost the floor app about 4 us per request on the development VM (docs/benchmarks.md). Anything
+    cost the floor app about 4 us per request on the development VM (docs/benchmarks-log.md). Anything
     else (other paths, a query string, an encoded character, an ``Expect`` header) goes through the
     application as before; the route's handler and the authentication middleware are the same objects
     either way."""

@@ -350,7 +350,7 @@ class Service(QueueAdministration):
             raise shutting_down("service")
         check_stored_name(name)
         # The running engine's settings without an await: most requests find one (and a coroutine per
-        # step is a measurable part of a small request: docs/benchmarks.md, "Small requests").
+        # step is a measurable part of a small request: docs/benchmarks-log.md, "Small requests").
         queue = self.manager.find(name)
         record = queue.settings if queue is not None else await self.manager.known(name)
         if self.tenancy.enabled:

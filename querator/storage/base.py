@@ -39,7 +39,7 @@ class Item(msgspec.Struct, gc=False):
     Not tracked by the cyclic garbage collector (``gc=False``: its fields are strings, numbers and bytes,
     which can form no cycle). The memory store holds every item, and a node makes and drops items on
     every request: tracked, each collection walked all of those the store held since the last one
-    (docs/benchmarks.md, "Small requests").
+    (docs/benchmarks-log.md, "Small requests").
     """
 
     id: str = ""

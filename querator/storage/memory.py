@@ -72,7 +72,7 @@ class MemoryPartition:
     def insert(self, items: Sequence[Item]) -> None:
         # Stored as given: stored items are never changed in place, only replaced (see base.py).
         # One journal entry per call, filled as the items are placed: an entry per item (a partial
-        # around a bound method) was a measurable part of a produce (docs/benchmarks.md).
+        # around a bound method) was a measurable part of a produce (docs/benchmarks-log.md).
         placed: list[Item] = []
         if self._journal is not None:
             self._journal.append(partial(self._uninsert, placed, self.max_id))

@@ -13,7 +13,7 @@ from querator.storage.base import DEFAULT_DEDUP_WINDOW, Item, QueueRecord
 from querator.storage.cassandra._index import StateRow
 
 # An item's metadata is one msgpack cell, not a column each: Cassandra's cost per row grows with its
-# cells (a 100-row batch of 1 KiB items went 30-40% faster with 2 cells than with 13, docs/benchmarks.md).
+# cells (a 100-row batch of 1 KiB items went 30-40% faster with 2 cells than with 13, docs/benchmarks-log.md).
 _Metadata = tuple[str, bool, int, int, int, int, int, int, str, str, str, bytes, str, bytes]
 """An item's fields but its id, its payload (a cell of its own) and its dedup id, with the payload's place
 kept empty so that the tuple spreads into ``Item`` after the id."""

@@ -236,7 +236,7 @@ def finished(response: Any) -> None:
     """Breaks the reference cycle the driver leaves in a request that is over (its ``ResponseFuture``
     holds its timer, whose callback is the future's own method), so that the request, its statement and
     every payload in it are freed at once rather than by the cyclic collector: under load, most of the
-    server's garbage collection time (docs/benchmarks.md). Never while the request runs: it needs its
+    server's garbage collection time (docs/benchmarks-log.md). Never while the request runs: it needs its
     timer."""
     response._timer = None
 

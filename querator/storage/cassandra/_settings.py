@@ -90,7 +90,7 @@ class CassandraSettings:
             "protocol_version": 5,
             # Without it, Nagle's algorithm holds the end of a large request (a batch of a hundred rows)
             # until its start is acknowledged, which Linux delays by up to 40 ms: a batch then took
-            # 47 ms instead of 4 (docs/benchmarks.md).
+            # 47 ms instead of 4 (docs/benchmarks-log.md).
             "sockopts": [(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
         }
         if self.username:
