@@ -4,9 +4,11 @@ throughput.
     python bench/scale.py                          # 1, 2, 4, 8 members, a few minutes on 2 cores
     python bench/scale.py --members 1 2 4 8 12     # the full run
     python bench/scale.py --storage sqlite --rate 30 --seconds 20
+    python bench/scale.py --storage cassandra --members 1 2 4   # one local Cassandra node, shared
 
 For each cluster size M it starts a local etcd and M ``querator serve --cluster`` processes (memory
-storage by default: each member keeps its own store, so every queue is created on every member), and
+storage by default: each member keeps its own store, so every queue is created on every member; with
+``--storage cassandra`` they share a keyspace of their own on one local Cassandra node, the tests'), and
 ``--queues-per-member`` one-partition queues per member. One driver per member sends ``--rate`` requests
 per second to that member (batch-1 produce, lease and complete of one queue after another, in that
 order), first through a plain client, then through one that reaches owners (``reach_owners=True``,
@@ -22,8 +24,9 @@ then, with the cluster idle, ``--idle-consumers`` consumers lease (``1s`` reques
 from an empty queue with a partition at every member, through member 0, for ``--idle-seconds``: lease
 probes and watches sent per consumer-second (``querator_cluster_lease_probes_total``, ``_watches_total``);
 and finally one more member joins: the partitions claimed by every member once every queue has
-served a request (on Cassandra a Paxos round each, docs/adr/0039), the partitions the old members gave
-up, and the seconds from the new member answering until every
+served a request (on Cassandra a Paxos round each, docs/adr/0039; there the Paxos rounds of the join
+are counted too, ``querator_storage_statements_total{kind="paxos"}``), the partitions the old members
+gave up, and the seconds from the new member answering until every
 member's ring agrees on one queue's owners. Numbers go in docs/benchmarks-log.md with the command.
 """
 
@@ -41,7 +44,7 @@ import aiohttp
 from handoff import converge
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench import PAYLOAD, Server, start_cluster
+from bench import PAYLOAD, Server, start_cassandra, start_cluster
 from querator.client import AsyncClient
 from querator.errors import RetryRequest
 
@@ -57,7 +60,7 @@ COUNTERS = (
 async def totals(endpoints: list[str]) -> dict[str, float]:
     """The members' counters that this benchmark reads, summed over members (``forwards``: those of the
     queue routes; ``partitions_moved``: those given)."""
-    found = dict.fromkeys((*COUNTERS, "forwards"), 0.0)
+    found = dict.fromkeys((*COUNTERS, "forwards", "paxos"), 0.0)
     async with aiohttp.ClientSession() as session:
         for endpoint in endpoints:
             async with session.get(f"{endpoint}/metrics") as reply:
@@ -74,6 +77,11 @@ async def totals(endpoints: list[str]) -> dict[str, float]:
                         and sample.labels.get("route") in QUEUE_ROUTES
                     ):
                         found["forwards"] += sample.value
+                    elif (
+                        sample.name == "querator_storage_statements_total"
+                        and sample.labels.get("kind") == "paxos"
+                    ):
+                        found["paxos"] += sample.value
     return found
 
 
@@ -138,10 +146,11 @@ async def load(
     )
 
 
-async def idle(endpoints: list[str], consumers: int, seconds: float) -> str:
-    """Probes and watches per consumer-second of idle consumers leasing through member 0."""
+async def idle(endpoints: list[str], consumers: int, seconds: float, shared: bool) -> str:
+    """Probes and watches per consumer-second of idle consumers leasing through member 0 (``shared``:
+    the members share one store, where the queue is created once)."""
     async with AsyncClient(endpoints[0]) as client:
-        for endpoint in endpoints:
+        for endpoint in endpoints[:1] if shared else endpoints:
             async with AsyncClient(endpoint) as member:
                 await member.create_queue("idle", partitions=len(endpoints), lease_timeout="1m")
         before = await totals(endpoints)
@@ -163,19 +172,20 @@ async def idle(endpoints: list[str], consumers: int, seconds: float) -> str:
     )
 
 
-async def join(nodes: list[Server], etcd_url: str, queues: list[str], storage: str) -> str:
+async def join(nodes: list[Server], etcd_url: str, queues: list[str], storage: str, store: list[str]) -> str:
     """One more member: claims and moves over every member, and seconds until the rings agree."""
     endpoints = [n.endpoint for n in nodes]
     members = len(nodes)
     before = await totals(endpoints)
     cluster = ["--cluster", etcd_url, "--etcd-lease-ttl", "5s", "--cluster-grace-period", "0s"]
-    joined = Server(storage, "normal", [*cluster, "--node-id", f"node-{members}"])
+    joined = Server(storage, "normal", [*store, *cluster, "--node-id", f"node-{members}"])
     nodes.append(joined)
     async with AsyncClient(joined.endpoint) as client:
         await joined.wait_ready(client)
         since = time.monotonic()
-        for queue in queues:
-            await client.create_queue(queue, partitions=1, lease_timeout="1m")
+        if storage != "cassandra":  # a store of its own: it needs the queues too
+            for queue in queues:
+                await client.create_queue(queue, partitions=1, lease_timeout="1m")
     converge_s = await converge([*endpoints, joined.endpoint], members + 1, since, queues[0])
     # A member claims a partition when its engine of the queue runs: one cycle of every queue (the ones
     # the load used are running on their old owners) makes the new owners claim what moved to them.
@@ -184,13 +194,28 @@ async def join(nodes: list[Server], etcd_url: str, queues: list[str], storage: s
             await cycle(client, queue)
     counted = delta(before, await totals([*endpoints, joined.endpoint]))
     return (
-        f"{counted['querator_cluster_partition_claims_total']:.0f} | "
+        f"{counted['querator_cluster_partition_claims_total']:.0f} | {counted['paxos']:.0f} | "
         f"{counted['querator_cluster_partitions_moved_total']:.0f} | {converge_s:.2f}"
     )
 
 
+def store_flags(args: argparse.Namespace, members: int) -> list[str]:
+    """The flags of a member's store: on Cassandra, a keyspace of this cluster size's own."""
+    if args.storage != "cassandra":
+        return []
+    return [
+        "--cassandra-hosts",
+        "127.0.0.1",
+        "--cassandra-port",
+        str(args.cassandra_port),
+        "--cassandra-keyspace",
+        f"scale_{members}_{os.getpid()}",
+    ]
+
+
 async def one_size(members: int, args: argparse.Namespace) -> str:
-    extra = ["--cluster-grace-period", "0s"]
+    store = store_flags(args, members)
+    extra = ["--cluster-grace-period", "0s", *store]
     nodes, etcd = start_cluster(members, args.storage, "normal", extra)
     try:
         endpoints = [n.endpoint for n in nodes]
@@ -199,7 +224,8 @@ async def one_size(members: int, args: argparse.Namespace) -> str:
                 await node.wait_ready(client)
         await converge(endpoints, members, time.monotonic(), None)
         names = [f"m{m}-q{q}" for m in range(members) for q in range(args.queues_per_member)]
-        for endpoint in endpoints:  # each member keeps its own store: each needs every queue
+        # Each member keeps its own store and needs every queue; on Cassandra they share them.
+        for endpoint in endpoints if args.storage != "cassandra" else endpoints[:1]:
             async with AsyncClient(endpoint) as client:
                 for name in names:
                     await client.create_queue(name, partitions=1, lease_timeout="1m")
@@ -209,8 +235,8 @@ async def one_size(members: int, args: argparse.Namespace) -> str:
         idle_cpu = await quiet(nodes, args.seconds)
         plain = await load(nodes, per_member, args, False, idle_cpu)
         owners = await load(nodes, per_member, args, True, idle_cpu)
-        idled = await idle(endpoints, args.idle_consumers, args.idle_seconds)
-        joined = await join(nodes, etcd.cluster_url("/bench"), [*names, "idle"], args.storage)
+        idled = await idle(endpoints, args.idle_consumers, args.idle_seconds, args.storage == "cassandra")
+        joined = await join(nodes, etcd.cluster_url("/bench"), [*names, "idle"], args.storage, store)
         return f"| {members} | {100 * idle_cpu:.2f} | {plain} | {owners} | {idled} | {joined} |"
     finally:
         for node in nodes:
@@ -224,7 +250,8 @@ async def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--members", type=int, nargs="+", default=[1, 2, 4, 8])
-    parser.add_argument("--storage", default="memory", choices=["memory", "sqlite"])
+    parser.add_argument("--storage", default="memory", choices=["memory", "sqlite", "cassandra"])
+    parser.add_argument("--cassandra-port", type=int, help="a running Cassandra node (default: start one)")
     parser.add_argument("--rate", type=float, default=30.0, help="requests per second per member")
     parser.add_argument("--seconds", type=float, default=10.0, help="per load phase")
     parser.add_argument("--queues-per-member", type=int, default=4)
@@ -242,10 +269,18 @@ async def main() -> None:
         "| plain: req/s per member | node CPU us/request | above quiet | forwards/request "
         "| reach owners: req/s per member | node CPU us/request | above quiet | forwards/request "
         "| idle: probes per consumer-s | watches per consumer-s "
-        "| join: claims | partitions moved | rings agree s |\n" + "|---" * 15 + "|"
+        "| join: claims | Paxos rounds | partitions moved | rings agree s |\n" + "|---" * 16 + "|"
     )
-    for members in args.members:
-        print(await one_size(members, args), flush=True)
+    cassandra = None
+    if args.storage == "cassandra" and args.cassandra_port is None:
+        cassandra = start_cassandra("group")
+        args.cassandra_port = cassandra.cql_port
+    try:
+        for members in args.members:
+            print(await one_size(members, args), flush=True)
+    finally:
+        if cassandra is not None:
+            cassandra.stop()
 
 
 if __name__ == "__main__":
