@@ -1,6 +1,6 @@
 // Command loadgen drives a Querator node from many goroutines, for bench/load.py --driver go: a client
 // that costs the shared cores far less than Python clients, so that what the node can do shows, not
-// what its clients can (docs/benchmarks.md, "Small requests"). Each goroutine loops on one -op: a
+// what its clients can (docs/benchmarks-log.md, "Small requests"). Each goroutine loops on one -op: a
 // produce -> lease -> complete cycle, or produce, lease or complete alone (complete takes its leased
 // ids from -ids, a JSON list per goroutine of {"partition": N, "ids": [...]}, cycled with -repeat).
 //

@@ -1,10 +1,12 @@
 """Running one queue's tasks: the lease loop, each item's run, and its outcome.
 
 The lease loop asks for as many items as the process has free slots (``Reservations``), so one queue
-never leases more than the worker can run; with several queues, each asks for what is free when it
-leases, and items that arrive while the slots filled wait for one, renewed meanwhile. What runs at once
-is bounded by semaphores, whatever was leased: the task's own ``concurrency``, then the process's.
-A queue whose tasks have priority levels is leased level by level, highest first (``_lease_levels``).
+never leases more than the worker can run. A slot is free once its run ended, before its outcome is
+stored: the next lease goes out while the last batch's completes are in flight, not after them. With
+several queues, each asks for what is free when it leases, and items that arrive while the slots filled
+wait for one, renewed meanwhile. What runs at once is bounded by semaphores, whatever was leased: the
+task's own ``concurrency``, then the process's. A queue whose tasks have priority levels is leased level
+by level, highest first (``_lease_levels``).
 """
 
 from __future__ import annotations
@@ -56,8 +58,8 @@ _NO_LIMIT = contextlib.nullcontext()
 
 
 class Reservations:
-    """Items leased and not settled yet, against the worker's concurrency: the lease loops lease only what
-    is free."""
+    """Items leased whose run has not ended yet, against the worker's concurrency: the lease loops lease
+    only what is free."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -270,40 +272,45 @@ class QueueRunner:
             "attempt": item.attempts,
         }
         try:
-            if task is None:
-                log.error(
-                    "no task named %r on queue %s in this worker: offered again later", item.kind, queue
-                )
-                retry = m.QueueRetryItem(
-                    id=item.id,
-                    retry_at=absolute(UNKNOWN_KIND_WAIT_S),
-                    error=f"no task named {item.kind!r} in this worker"[:MAX_ERROR_CHARS],
-                )
-                await self._settle(queue, partition, item, fields, None, "retried", retry)
-                return
-            failure = await self._execute(task, item, fields)
-            if failure is None:
-                await self._settle(queue, partition, item, fields, None, "completed", None)
-                return
-            rt.metrics.failures.labels(task.name, failure.reason).inc()  # rare: no cached child
-            fields["error"] = f"{type(failure.error).__name__}: {failure.error}"
-            recorded = error_record(failure.error)
-            limit = task.options.max_attempts
-            if failure.reason in ("permanent", "undecodable") or (limit and item.attempts >= limit):
-                dead = m.QueueRetryItem(id=item.id, dead=True, error=recorded)
-                await self._settle(queue, partition, item, fields, failure, "dead_lettered", dead)
-                return
-            wait_s = task.options.retry(item.attempts)
-            if isinstance(failure.error, RetryLater):
-                wait_s = failure.error.after_s
-            at = absolute(wait_s) if wait_s > 0 else None
-            fields["retry_in_s"] = round(wait_s, 3)
-            retry = m.QueueRetryItem(id=item.id, retry_at=at, error=recorded)
-            await self._settle(queue, partition, item, fields, failure, "retried", retry)
+            try:
+                failure, outcome, retry = await self._outcome(task, item, fields)
+            finally:
+                rt.reservations.give()  # the run ended: its settlement overlaps the next lease
+            await self._settle(queue, partition, item, fields, failure, outcome, retry)
         finally:
             live.discard(item.id)
-            rt.reservations.give()
             rt.metrics.in_flight.dec()
+
+    async def _outcome(
+        self, task: Task[..., Any] | None, item: m.QueueLeaseItem, fields: dict[str, Any]
+    ) -> tuple[_Failure | None, str, m.QueueRetryItem | None]:
+        """Runs ``item`` with ``task``: how it failed (None: it did not), the outcome's name, and the
+        retry to store (None: complete it)."""
+        if task is None:
+            log.error(
+                "no task named %r on queue %s in this worker: offered again later", item.kind, fields["queue"]
+            )
+            retry = m.QueueRetryItem(
+                id=item.id,
+                retry_at=absolute(UNKNOWN_KIND_WAIT_S),
+                error=f"no task named {item.kind!r} in this worker"[:MAX_ERROR_CHARS],
+            )
+            return None, "retried", retry
+        failure = await self._execute(task, item, fields)
+        if failure is None:
+            return None, "completed", None
+        self._rt.metrics.failures.labels(task.name, failure.reason).inc()  # rare: no cached child
+        fields["error"] = f"{type(failure.error).__name__}: {failure.error}"
+        recorded = error_record(failure.error)
+        limit = task.options.max_attempts
+        if failure.reason in ("permanent", "undecodable") or (limit and item.attempts >= limit):
+            return failure, "dead_lettered", m.QueueRetryItem(id=item.id, dead=True, error=recorded)
+        wait_s = task.options.retry(item.attempts)
+        if isinstance(failure.error, RetryLater):
+            wait_s = failure.error.after_s
+        at = absolute(wait_s) if wait_s > 0 else None
+        fields["retry_in_s"] = round(wait_s, 3)
+        return failure, "retried", m.QueueRetryItem(id=item.id, retry_at=at, error=recorded)
 
     async def _execute(
         self, task: Task[..., Any], item: m.QueueLeaseItem, fields: dict[str, Any]
