@@ -133,6 +133,17 @@ class PartitionStats:
     average_leased_age: int = 0
     """Mean time left until ``lease_deadline`` over leased items, in microseconds."""
 
+    @classmethod
+    def of_sums(cls, total: int, age_sum: int, leased: int, left_sum: int, scheduled: int) -> PartitionStats:
+        """The stats of a store that sums ages in a query (SQL stores): the means of those sums."""
+        return cls(
+            total=total,
+            leased=leased,
+            scheduled=scheduled,
+            average_age=int(age_sum) // total if total else 0,
+            average_leased_age=int(left_sum) // leased if leased else 0,
+        )
+
 
 @dataclass(slots=True)
 class ClearOptions:

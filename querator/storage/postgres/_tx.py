@@ -116,13 +116,7 @@ class PostgresTx:
         ((total, age, leased, left, scheduled),) = self._rows(
             sql.STATS, {"now": now, "q": self._queue, "p": self._number}
         )
-        return PartitionStats(
-            total=total,
-            leased=leased,
-            scheduled=scheduled,
-            average_age=int(age) // total if total else 0,
-            average_leased_age=int(left) // leased if leased else 0,
-        )
+        return PartitionStats.of_sums(total, age, leased, left, scheduled)
 
     def dedup(self, dedup_ids: Collection[str], now: int, expires_at: int) -> set[str]:
         ids = list(dedup_ids)

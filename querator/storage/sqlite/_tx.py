@@ -101,13 +101,7 @@ class SqliteTx:
 
     def stats(self, now: int) -> PartitionStats:
         total, age, leased, left, scheduled = self._conn.execute(SQL_STATS, (now, self._key)).fetchone()
-        return PartitionStats(
-            total=total,
-            leased=leased,
-            scheduled=scheduled,
-            average_age=int(age) // total if total else 0,
-            average_leased_age=int(left) // leased if leased else 0,
-        )
+        return PartitionStats.of_sums(total, age, leased, left, scheduled)
 
     def dedup(self, dedup_ids: Collection[str], now: int, expires_at: int) -> set[str]:
         ids = list(dedup_ids)
