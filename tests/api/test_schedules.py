@@ -290,6 +290,7 @@ async def test_a_list_page_ends_at_the_payload_byte_cap(api: Api) -> None:
     assert [s["name"] for s in first + rest] == [f"s{n:02d}" for n in range(25)]
 
 
+@pytest.mark.one_process  # its scheduler must own the schedule's slot: a member of two may not
 async def test_a_scheduler_that_keeps_failing_is_restarted_and_shown_by_ready(
     api: Api, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
