@@ -59,6 +59,7 @@ class Finished:
     status: str
     result: object
     journal: tuple[tuple[int, str, str, object], ...]
+    error: str = ""
 
 
 @dataclass
@@ -114,7 +115,7 @@ def check_workflows(
     for workflow, wf in sorted(finished.items()):
         completed = wf is not None and wf.status == "completed"
         if not completed:
-            report.unfinished.append(workflow)
+            report.unfinished.append(f"{workflow} ({wf.status}: {wf.error})" if wf is not None else workflow)
         recorded = _recorded(wf, steps) if wf is not None else None
         if recorded is None:
             report.bad_journal.append(workflow)

@@ -50,7 +50,7 @@ def test_each_problem_is_found() -> None:
         "short": Finished("completed", [], ()),
     }
     report = check_workflows(1, {k: v for k, v in finished.items() if k != "again"}, runs, killed={1, 2, 4})
-    assert report.unfinished == ["missing", "stopped"]
+    assert report.unfinished == ["missing", "stopped (running: )"]
     assert report.bad_journal == ["missing", "short"]
     assert report.wrong_result == ["wrong"]
     assert report.invented == ["invented/1", "twice/1"]

@@ -92,7 +92,7 @@ async def test_workflows_finish_once_while_workers_are_killed(
 async def _finished(client: AsyncClient, workflow_id: str) -> Finished:
     info = await client.workflow_info(workflow_id)
     journal = tuple((e.seq, e.kind, e.state, json.loads(e.value) if e.value else None) for e in info.entries)
-    return Finished(info.status, json.loads(info.result) if info.result else None, journal)
+    return Finished(info.status, json.loads(info.result) if info.result else None, journal, info.error)
 
 
 def _runs(records: Path) -> list[Run]:
