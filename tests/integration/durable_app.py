@@ -92,10 +92,12 @@ async def hold_for_pid(key: str) -> int:
     return os.getpid()
 
 
-@app.step()
+@app.step(max_attempts=0)
 async def tick(key: str, i: int) -> str:
     """Records its run, with an id of its own, before any work; takes a while (so that kills land while
-    steps run) and returns that id: a recorded result names the one run it came from."""
+    steps run) and returns that id: a recorded result names the one run it came from. No attempt limit:
+    a worker lost in a step counts as one of its attempts, and the kill test may hit the same step any
+    number of times (the limit's own test: test_a_step_that_kills_its_worker_fails_after_its_attempts)."""
     run = uuid.uuid4().hex
     record("tick", key=key, i=i, run=run, at=time.monotonic())  # one clock for every process of the host
     await asyncio.sleep(random.uniform(0.05, 0.5))  # the step's work
