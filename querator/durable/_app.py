@@ -17,7 +17,15 @@ from querator.durable._errors import WorkflowFailed
 from querator.durable._step import Step, StepOptions, decode
 from querator.wire import messages as m
 from querator.wire.workflows import CANCELLED, COMPLETED, FAILED, child_id
-from querator.worker import JsonSerializer, Serializer, Signature, Worker, backoff, current_item
+from querator.worker import (
+    JsonSerializer,
+    Serializer,
+    Signature,
+    Worker,
+    backoff,
+    current_item,
+    current_traceparent,
+)
 
 if TYPE_CHECKING:
     from querator.durable._context import ChildCall, Context
@@ -55,8 +63,24 @@ class WorkflowDef:
         return f"<Workflow {self.name}>"
 
     def input(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+        """The run's input: its arguments, and the trace context it is started in (its turns and steps
+        are spans of that trace)."""
         self.signature.convert(list(args), kwargs)  # a call that cannot bind fails here, not in a worker
-        return self.app.serializer.dumps({"args": list(args), "kwargs": kwargs})
+        envelope: dict[str, Any] = {"args": list(args), "kwargs": kwargs}
+        traceparent = current_traceparent()
+        if traceparent is not None:
+            envelope["trace"] = {"traceparent": traceparent}
+        return self.app.serializer.dumps(envelope)
+
+    def trace(self, data: bytes) -> dict[str, str]:
+        """The trace context of the run whose input is ``data``: empty if it was started outside a trace,
+        or by code that does not write one."""
+        try:
+            envelope = self.app.serializer.loads(data) if data else {}
+        except Exception:
+            return {}  # the turn fails the run for it, with the reason
+        trace = envelope.get("trace") if isinstance(envelope, dict) else None
+        return {str(k): str(v) for k, v in trace.items()} if isinstance(trace, dict) else {}
 
     def arguments(self, ctx: Context) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The workflow's own arguments, typed by its annotations."""

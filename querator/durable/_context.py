@@ -27,10 +27,11 @@ from querator.durable._errors import (
     describe,
     worker_lost,
 )
-from querator.durable._step import Step, decode
+from querator.durable._step import Step, decode, step_attributes
 from querator.errors import Conflict, RetryRequest
 from querator.wire import messages as m
 from querator.wire.workflows import CHILD, DONE, ERROR, PENDING, SIGNAL, SLEEP, STEP
+from querator.worker import current_traceparent
 
 if TYPE_CHECKING:
     from querator.durable._app import Durable, WorkflowDef
@@ -279,7 +280,8 @@ class Context:
             await self._append([lost])
             raise StepFailed(call.name, lost.error)
         try:
-            value = await step.invoke(call.args, call.kwargs)
+            attributes = step_attributes(self.workflow_id, call.seq, attempts)
+            value = await step.invoke(call.args, call.kwargs, attributes)
         except Exception as e:
             if step.gives_up(e, attempts):
                 done = m.WorkflowEntry(
@@ -341,8 +343,12 @@ class Context:
         steps = [c for c in calls if isinstance(c, StepCall)]
         if steps:
             digest = hashlib.blake2b(self.workflow_id.encode(), digest_size=16).hexdigest()
+            traceparent = current_traceparent()  # the runs continue this turn's trace
+            trace = {"trace": {"traceparent": traceparent}} if traceparent is not None else {}
             payloads = [
-                self.app.serializer.dumps({"args": [self.workflow_id, c.seq, c.name, list(c.args), c.kwargs]})
+                self.app.serializer.dumps(
+                    {"args": [self.workflow_id, c.seq, c.name, list(c.args), c.kwargs], **trace}
+                )
                 for c in steps
             ]
             with server_call():

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar, cast
 
-from querator.worker import Permanent, Serializer, Signature, typed
+from querator.worker import Permanent, Serializer, Signature, span, typed
 from querator.worker.backoff import Policy
 
 P = ParamSpec("P")
@@ -49,17 +50,18 @@ class Step(Generic[P, R]):
     def __repr__(self) -> str:
         return f"<Step {self.name}>"
 
-    async def invoke(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Runs the function once: a coroutine here, a plain function in the default thread pool; within
-        the step's timeout."""
+    async def invoke(self, args: tuple[Any, ...], kwargs: dict[str, Any], attributes: dict[str, Any]) -> Any:
+        """Runs the function once, in a span ``<name> step`` with ``attributes`` (a child of the workflow's
+        turn): a coroutine here, a plain function in the default thread pool (in this context, so that
+        its own spans and enqueues join the trace); within the step's timeout."""
         call: Awaitable[Any]
-        if self.is_async:
-            call = cast("Awaitable[Any]", self.fn(*args, **kwargs))
-        else:
-            call = asyncio.get_running_loop().run_in_executor(
-                None, functools.partial(self.fn, *args, **kwargs)
-            )
-        return await asyncio.wait_for(call, self.options.timeout_s)
+        with span(f"{self.name} step", attributes):
+            if self.is_async:
+                call = cast("Awaitable[Any]", self.fn(*args, **kwargs))
+            else:
+                run = functools.partial(contextvars.copy_context().run, self.fn, *args, **kwargs)
+                call = asyncio.get_running_loop().run_in_executor(None, run)
+            return await asyncio.wait_for(call, self.options.timeout_s)
 
     def gives_up(self, error: BaseException, attempts: int) -> bool:
         """Whether ``error`` on attempt ``attempts`` is the step's last: permanent, or out of attempts."""
@@ -73,6 +75,11 @@ class Step(Generic[P, R]):
     def decode(self, data: bytes) -> Any:
         """A recorded result as the step's return annotation says (a replay gets what the run got)."""
         return decode(self.serializer, data, self.signature.returns)
+
+
+def step_attributes(workflow_id: str, seq: int, attempt: int) -> dict[str, Any]:
+    """The attributes of a step run's span."""
+    return {"querator.workflow.id": workflow_id, "querator.step.seq": seq, "querator.step.attempt": attempt}
 
 
 def decode(serializer: Serializer, data: bytes, annotation: Any) -> Any:

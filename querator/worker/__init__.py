@@ -24,9 +24,9 @@ Modules: ``backoff`` (retry policies, public), ``_worker`` (``Worker``: tasks, `
 lease loop and each run), ``_settle`` (batched completes and retries), ``_serializer`` (JSON, typed
 arguments), ``_envelope`` (the payload), ``_trace`` (W3C trace context), ``_observe`` (run logs,
 metrics; ``setup_logging``) and ``_run`` (``load_worker``, ``run_worker`` and ``find_app``: what
-``querator worker`` does, for programs that start workers their own way). ``Signature`` and ``typed``
-(a function's arguments decoded by its annotations) are exported for ``querator.durable``, which imports
-only this module.
+``querator worker`` does, for programs that start workers their own way). ``Signature``, ``typed``
+(a function's arguments decoded by its annotations) and ``span`` (a traced block) are exported for
+``querator.durable``, which imports only this module.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from querator.worker._run import load as load_worker
 from querator.worker._run import run_worker
 from querator.worker._serializer import JsonSerializer, Serializer, Signature, typed
 from querator.worker._task import Permanent, RetryLater, Task, current_attempt, current_item, current_job_id
-from querator.worker._trace import current_traceparent, use_traceparent
+from querator.worker._trace import current_traceparent, span, use_traceparent
 from querator.worker._worker import Worker
 
 __all__ = [
@@ -61,6 +61,7 @@ __all__ = [
     "load_worker",
     "run_worker",
     "setup_logging",
+    "span",
     "typed",
     "use_traceparent",
 ]

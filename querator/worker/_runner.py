@@ -35,7 +35,7 @@ from querator.worker._priority import level_queues
 from querator.worker._rate import take_shared
 from querator.worker._settle import Settler
 from querator.worker._task import CURRENT_ITEM, MAX_BATCH, Permanent, RetryLater, Task
-from querator.worker._trace import continued, current_traceparent
+from querator.worker._trace import current_traceparent, span
 
 log = logging.getLogger("querator.worker")
 
@@ -340,7 +340,7 @@ class QueueRunner:
         loop = asyncio.get_running_loop()
         attributes = {"messaging.system": "querator", "messaging.destination.name": self.queue}
         async with self._rt.running:
-            with continued(trace, f"{task.name} process", attributes):
+            with span(f"{task.name} process", attributes, trace):
                 fields["traceparent"] = current_traceparent()
                 started_s = loop.time()
                 current = CURRENT_ITEM.set(item)
