@@ -37,11 +37,11 @@ DEFAULT_QUEUE = "durable"
 DEFAULT_STEP_ATTEMPTS = 3
 DEFAULT_STEP_RETRY = backoff.exponential(first="1s", cap="1m")
 SCHEDULED_START = "querator.durable.start"
+"""The worker task a schedule's tick runs to start a workflow (``Durable.schedule``)."""
 QUEUE_EXPIRE_TIMEOUT = "2562047h"
 """The expire timeout of the queue the app makes: the longest a queue takes (Go's longest duration in
 whole hours, 292 years), so that no activation, a workflow's only way forward, is dropped while its
 workers are away (issue 46; docs/durable.md, "The task queue")."""
-"""The worker task a schedule's tick runs to start a workflow (``Durable.schedule``)."""
 RESULT_POLL = 15 * 60.0
 """Seconds one ``workflows.result`` call may wait (the server's longest request_timeout)."""
 QUEUE_PARTITIONS = 4

@@ -74,11 +74,11 @@ class Workflow(msgspec.Struct, kw_only=True, omit_defaults=True):
     timer_at: int = 0
     """The wake-up time an activation is already scheduled for."""
     lapsed_claims: int = 0
-    resumable: bool = False
-    """It failed for its code (non-determinism): ``journal.resume`` may run it again."""
     """Claims in a row that ran out without being released or renewed since the journal last grew: each
     is a worker lost in the middle of the turn (killed, out of memory), which the step it was running
     counts as an attempt."""
+    resumable: bool = False
+    """It failed for its code (non-determinism): ``journal.resume`` may run it again."""
     cancel_requested: bool = False
     entries: list[Entry] = []
     signals: list[Signal] = []
