@@ -164,6 +164,7 @@ async def run_step(
     attempts = current_attempt()
     entry = m.WorkflowEntry(seq=seq, kind=STEP, name=name, attempts=attempts)
     limit = step.options.max_attempts
+    client = await app.client()
     if limit and attempts > limit:
         # Failures stop at the limit (gives_up), so only leases lost with their worker (killed, out of
         # memory) lease it again past it: those were its attempts.
@@ -171,15 +172,21 @@ async def run_step(
     else:
         try:
             call = step.signature.convert(args, kwargs)
-            attributes = step_attributes(workflow_id, seq, attempts)
-            value = await step.invoke(call.args, call.kwargs, attributes)
+            admitted = await step.admitted(call.args, call.kwargs, client, app.queue, app.worker.stopped)
+            if admitted:
+                try:
+                    attributes = step_attributes(workflow_id, seq, attempts)
+                    value = await step.invoke(call.args, call.kwargs, attributes)
+                finally:
+                    step.release()
         except Exception as e:
             if not step.gives_up(e, attempts):
                 raise RetryLater(step.options.retry(attempts)) from e
             entry.state, entry.error = ERROR, describe(e)
         else:
+            if not admitted:
+                raise RetryLater(0)  # this worker stops: another one runs it, now
             entry.state, entry.value = DONE, step.encode(value)
-    client = await app.client()
     try:
         recorded = m.WorkflowsAppendRequest(workflow_id=workflow_id, entries=[entry], namespace=app.namespace)
         await client.append_workflow(recorded)

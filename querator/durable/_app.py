@@ -25,6 +25,7 @@ from querator.worker import (
     backoff,
     current_item,
     current_traceparent,
+    rate_limit_of,
 )
 
 if TYPE_CHECKING:
@@ -245,6 +246,10 @@ class Durable:
         retry: backoff.Policy = DEFAULT_STEP_RETRY,
         permanent: Collection[type[BaseException]] = (),
         timeout: Duration | None = None,
+        concurrency: int | None = None,
+        rate_limit: str | None = None,
+        rate_key: Callable[..., str] | None = None,
+        rate_scope: str = "process",
     ) -> Callable[[Callable[P, R]], Step[P, R]]: ...
 
     def step(
@@ -257,6 +262,10 @@ class Durable:
         retry: backoff.Policy = DEFAULT_STEP_RETRY,
         permanent: Collection[type[BaseException]] = (),
         timeout: Duration | None = None,
+        concurrency: int | None = None,
+        rate_limit: str | None = None,
+        rate_key: Callable[..., str] | None = None,
+        rate_scope: str = "process",
     ) -> Step[P, R] | Callable[[Callable[P, R]], Step[P, R]]:
         """Registers a function (sync or async) as a step, as a decorator.
 
@@ -268,7 +277,20 @@ class Durable:
                 meanwhile.
             permanent: exceptions that fail the step at once, as ``querator.worker.Permanent`` does.
             timeout: an attempt that takes longer fails.
+            concurrency: runs of the step at once in each worker process (a workflow's run waits for a
+                free one holding its claim).
+            rate_limit: at most this many starts of the step, ``"<n>/s"``, ``"<n>/m"`` or ``"<n>/h"``,
+                evenly spaced, in each worker process, or across the cluster with ``rate_scope="cluster"``
+                (kept by the server for the app's queue), as a worker task's (docs/worker.md, "Rate
+                limits"); ``rate_key``: a function of the step's arguments whose result is the key the
+                limit applies to on its own (a customer, an API host).
+
+        Raises:
+            ValueError: a negative ``max_attempts``, a ``concurrency`` below 1, a bad rate limit.
         """
+        rate = rate_limit_of(rate_limit, rate_key, rate_scope, "durable")
+        if concurrency is not None and concurrency < 1:
+            raise ValueError(f"durable: concurrency must be at least 1, not {concurrency}")
 
         def register(function: Callable[P, R]) -> Step[P, R]:
             step_name = name or f"{function.__module__}.{function.__qualname__}"
@@ -282,6 +304,10 @@ class Durable:
                 retry,
                 tuple(permanent),
                 None if timeout is None else seconds_of(timeout),
+                concurrency or 0,
+                rate,
+                rate_key,
+                rate_scope,
             )
             step = Step(function, options, self.serializer)
             self.steps[step_name] = step

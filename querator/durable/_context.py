@@ -280,8 +280,15 @@ class Context:
             await self._append([lost])
             raise StepFailed(call.name, lost.error)
         try:
-            attributes = step_attributes(self.workflow_id, call.seq, attempts)
-            value = await step.invoke(call.args, call.kwargs, attributes)
+            if not await step.admitted(
+                call.args, call.kwargs, self._client, self.app.queue, self.app.worker.stopped
+            ):
+                raise Suspend(self.now_us())  # this worker stops: the turn goes on in another one, now
+            try:
+                attributes = step_attributes(self.workflow_id, call.seq, attempts)
+                value = await step.invoke(call.args, call.kwargs, attributes)
+            finally:
+                step.release()
         except Exception as e:
             if step.gives_up(e, attempts):
                 done = m.WorkflowEntry(

@@ -10,7 +10,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar, cast
 
-from querator.worker import Permanent, Serializer, Signature, span, typed
+from querator.client import AsyncClient
+from querator.worker import Permanent, RateLimit, Serializer, Signature, span, take_shared, typed
 from querator.worker.backoff import Policy
 
 P = ParamSpec("P")
@@ -26,6 +27,11 @@ class StepOptions:
     retry: Policy
     permanent: tuple[type[BaseException], ...]
     timeout_s: float | None
+    concurrency: int = 0
+    """Runs at once in each worker process (0: no limit of its own)."""
+    rate_limit: RateLimit | None = None
+    rate_key: Callable[..., str] | None = None
+    rate_scope: str = "process"
 
 
 class Step(Generic[P, R]):
@@ -38,6 +44,7 @@ class Step(Generic[P, R]):
         self.serializer = serializer
         self.signature = Signature(fn)
         self.is_async = inspect.iscoroutinefunction(fn)
+        self._slots = asyncio.Semaphore(options.concurrency) if options.concurrency else None
         functools.update_wrapper(self, fn)
 
     @property
@@ -49,6 +56,56 @@ class Step(Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<Step {self.name}>"
+
+    async def admitted(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        client: AsyncClient,
+        queue: str,
+        stopped: Callable[[], Awaitable[None]],
+    ) -> bool:
+        """Waits for the step's rate limit's next start, then for a free run of its concurrency, which the
+        caller holds until ``release``; False, holding nothing, when ``stopped`` (the worker's warm stop)
+        comes first, so that a wait never holds a stop up. Waiting holds what the caller holds: a
+        workflow's claim or a dispatched step's lease, both renewed meanwhile. ``client`` and ``queue``:
+        where a cluster-wide limit is kept.
+
+        Raises:
+            Exception: the ``rate_key``'s, or the server's refusal of the limit (the run fails).
+        """
+        if self.options.rate_limit is None and self._slots is None:
+            return True
+        admit = asyncio.ensure_future(self._admit(args, kwargs, client, queue))
+        stop = asyncio.ensure_future(stopped())
+        try:
+            await asyncio.wait([admit, stop], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            admit.cancel()
+        await asyncio.gather(admit, return_exceptions=True)
+        if admit.cancelled():
+            return False
+        admit.result()  # raises what the limit raised
+        return True
+
+    async def _admit(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], client: AsyncClient, queue: str
+    ) -> None:
+        limit = self.options.rate_limit
+        if limit is not None:
+            key = "" if self.options.rate_key is None else str(self.options.rate_key(*args, **kwargs))
+            if self.options.rate_scope == "cluster":
+                await take_shared(client, queue, limit, key, self.name)
+            else:
+                await limit.take(key)
+        if self._slots is not None:
+            await self._slots.acquire()
+
+    def release(self) -> None:
+        """Ends a run ``admitted`` let start."""
+        if self._slots is not None:
+            self._slots.release()
 
     async def invoke(self, args: tuple[Any, ...], kwargs: dict[str, Any], attributes: dict[str, Any]) -> Any:
         """Runs the function once, in a span ``<name> step`` with ``attributes`` (a child of the workflow's
