@@ -378,35 +378,6 @@ def test_postgres_runs_several_processes_per_pod(helm: str) -> None:
     assert env["QUERATOR_PROCESSES"]["value"] == "2"
 
 
-@pytest.mark.parametrize(
-    ("sets", "message"),
-    [
-        (
-            {"storage.backend": "postgres"},
-            "storage.postgres.existingSecret is required with storage.backend postgres",
-        ),
-        (
-            {
-                "storage.backend": "postgres",
-                "storage.postgres.existingSecret": "pg",
-                "storage.postgres.tls.enabled": "true",
-            },
-            "storage.postgres.tls.caSecret: String length must be greater than or equal to 1",
-        ),
-        (
-            {"storage.backend": "memory", "querator.processes": "2"},
-            "querator.processes above 1 needs storage.backend cassandra or postgres",
-        ),
-    ],
-)
-def test_postgres_values_that_cannot_work_fail_the_render(
-    helm: str, sets: dict[str, str], message: str
-) -> None:
-    result = run_helm(helm, *template_args(sets=sets))
-    assert result.returncode != 0
-    assert message in result.stderr, result.stderr
-
-
 def test_service_monitor_needs_the_crd_and_scrapes_every_node(helm: str, rendered: Render) -> None:
     r = rendered("servicemonitor")
     monitor = r.one("ServiceMonitor")
@@ -532,6 +503,8 @@ def test_notes_render_with_their_warnings(helm: str, tmp_path: Path) -> None:
     plain = rendered_notes()
     assert f"http://q-querator.{NAMESPACE}.svc.cluster.local:2319" in plain
     assert "API keys are off" in plain and "storage cassandra" in plain
+    postgres = rendered_notes("storage.backend=postgres", "storage.postgres.existingSecret=pg")
+    assert "storage postgres (the URL of Secret pg, schema querator)." in postgres
     warned = rendered_notes(
         "storage.backend=memory",
         "apiKeys.existingSecret=keys",
