@@ -11,8 +11,8 @@
 # PATH). Otherwise Debian's packages are unpacked under .cache/postgres/ with dpkg -x, as scripts/chromium.sh
 # does, rather than installed: nothing outside .cache/ changes (installing would run the packages' scripts,
 # create a system cluster and upgrade the machine's PostgreSQL packages), and no root is needed once apt has
-# its package lists. Never committed. The binaries refuse to run as root, so as root the cluster belongs to
-# the postgres user, or to nobody on a machine without one.
+# its package lists (docs/adr/0055). Never committed. The binaries refuse to run as root, so as root the
+# cluster belongs to the postgres user, or to nobody on a machine without one.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache="$root/.cache/postgres"
