@@ -32,11 +32,13 @@ async def restart_keeps_items_leases_and_scheduled(servers: Servers, args: tuple
     queued = [f"queued-{i}" for i in range(10)]
     scheduled = ["scheduled-0", "scheduled-1"]
     async with AsyncClient(server.url) as client:
-        await client.create_queue("work", lease_timeout="2s", expire_timeout="1h", partitions=2)
+        # Leases and delays long enough to outlast a restart on a loaded machine, so they are still
+        # leased and scheduled when the restarted node counts them.
+        await client.create_queue("work", lease_timeout="10s", expire_timeout="1h", partitions=2)
         await client.produce("work", queued)
         lease = await client.lease("work", batch_size=4, client_id="doomed", request_timeout="5s")
         leased = [i.bytes.decode() for i in lease.items]
-        enqueue_at = datetime.now(UTC) + timedelta(seconds=3)
+        enqueue_at = datetime.now(UTC) + timedelta(seconds=12)
         await client.produce("work", [m.QueueProduceItem(utf8=p, enqueue_at=enqueue_at) for p in scheduled])
     kill9(server)
 
