@@ -24,9 +24,11 @@ class WorkflowCalls(Caller):
         encoding: str = "",
         parent_id: str = "",
         parent_seq: int = 0,
+        timeout: Duration | None = None,
     ) -> m.WorkflowsStartResponse:
         """Starts the workflow ``name`` as ``workflow_id`` with its activations in ``queue``; a workflow of
-        that id that exists already is returned as it is (``created`` False)."""
+        that id that exists already is returned as it is (``created`` False). ``timeout``: past it (from
+        now, at least 1s) the workflow fails with ``WorkflowTimeout``."""
         msg = m.WorkflowsStartRequest(
             workflow_id=workflow_id,
             name=name,
@@ -35,6 +37,7 @@ class WorkflowCalls(Caller):
             encoding=encoding,
             parent_id=parent_id,
             parent_seq=parent_seq,
+            timeout="" if timeout is None else go_duration(timeout),
         )
         return await self.call("/v1/workflows.start", msg, m.WorkflowsStartResponse, idempotent=True)
 

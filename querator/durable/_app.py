@@ -308,10 +308,22 @@ class Durable:
     # -- callers ---------------------------------------------------------------------------------------
 
     async def start(
-        self, workflow: Any, /, *args: Any, workflow_id: str | None = None, **kwargs: Any
+        self,
+        workflow: Any,
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        timeout: Duration | None = None,
+        **kwargs: Any,
     ) -> WorkflowHandle:
         """Starts ``workflow(*args, **kwargs)``; returns its handle at once. Starting an id that exists
-        returns the existing run (start is idempotent by ``workflow_id``; default: a new id)."""
+        returns the existing run (start is idempotent by ``workflow_id``; default: a new id).
+
+        ``timeout`` (at least 1s): past it, counted by the server from the start, the workflow raises
+        ``WorkflowTimeout`` at its next durable call (a sleep or wait ends then), its compensations run,
+        its children are cancelled and it ends failed. ``workflow_id`` and ``timeout`` are the app's:
+        a workflow's own arguments of those names cannot be passed by keyword here.
+        """
         definition = self.workflow_of(workflow)
         workflow_id = workflow_id or str(uuid.uuid4())
         client = await self.client()
@@ -321,6 +333,7 @@ class Durable:
             self.queue,
             definition.input(args, kwargs),
             encoding=self.serializer.content_type,
+            timeout=timeout,
         )
         return WorkflowHandle(self, workflow_id, definition)
 

@@ -35,6 +35,7 @@ from querator.service._validation import (
     claim_timeout,
     namespace,
     request_timeout,
+    workflow_timeout,
 )
 from querator.storage import journal
 from querator.storage.journal import Effects, Ending
@@ -104,6 +105,7 @@ class Workflows:
         ``workflow_id``, to a caller who may read it). A child's parent is in the same namespace, and its
         id is the one its parent gives it (``<parent id>/<parent seq>``)."""
         check_start(req)
+        timeout_us = workflow_timeout(req.timeout)
         owner = await self._queue_namespace(req.queue_name)
         # A queue that does not exist is checked in _system, so that a caller refused in a namespace
         # gets the same 403 whether the queue is there or nowhere (docs/tenancy.md).
@@ -123,12 +125,23 @@ class Workflows:
             encoding=req.encoding,
             parent_id=parent_key,
             parent_seq=req.parent_seq,
+            timeout_us=timeout_us,
+            deadline=now + timeout_us if timeout_us else 0,
         )
-        created, wf = await self._write(key, lambda current: journal.start(current, new, now))
+        return await self._store_new(owner, new, now)
+
+    async def _store_new(self, owner: str, new: Workflow, now: int) -> m.WorkflowsStartResponse:
+        """Stores a started workflow unless its id exists, and activates it: now, and at its
+        deadline if it has one. An existing run of that id is returned to a caller who may read it."""
+        created, wf = await self._write(new.id, lambda current: journal.start(current, new, now))
         assert wf is not None
         if not created:  # an existing run is what a read returns: the caller must be allowed one
             await self._check(owner, perm.QUEUE_STATS)
             journal.check_same_run(wf, new)
+        elif wf.deadline:
+            # Before the first activation, so that a crash between the two leaves the sweep a workflow
+            # never claimed, which it wakes (and its deadline is checked at every claim).
+            await self._activate(wf, enqueue_at=wf.deadline, dedup_id=f"timeout:{_digest(wf.id)}")
         if journal.stranded(wf, now, 0):
             # Never claimed (its first activation may be the one a crash lost), or with nothing left to
             # move it on (its activation expired or deleted by hand, its last claim run out): a start
@@ -282,7 +295,9 @@ class Workflows:
                 timers.add(effects.timer_at)
             if write is None or await self._put(write, current):
                 await self._carry_out(key, effects, write)
-                return m.WorkflowsAppendResponse(resume=effects.resume)
+                stored = write or current
+                timed_out = stored is not None and stored.timed_out
+                return m.WorkflowsAppendResponse(resume=effects.resume, timed_out=timed_out)
         raise try_again("workflow is written by others too often")
 
     # -- writes and their effects -----------------------------------------------------------------------

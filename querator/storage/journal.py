@@ -115,7 +115,14 @@ def stranded(wf: Workflow, now: int, grace_us: int) -> bool:
     if wf.status != RUNNING or wf.claim_deadline > now or wf.updated_at > now - grace_us:
         return False
     overdue = now - grace_us
-    return wf.fence == 0 or wf.changed or 0 < wf.timer_at < overdue or 0 < wf.claim_deadline < overdue
+    timeout_unseen = 0 < wf.deadline < overdue and not wf.timed_out
+    return (
+        wf.fence == 0
+        or wf.changed
+        or timeout_unseen
+        or 0 < wf.timer_at < overdue
+        or 0 < wf.claim_deadline < overdue
+    )
 
 
 def check_same_run(found: Workflow, started: Workflow) -> None:
@@ -155,6 +162,8 @@ def claim(
         timer_at=timer_at,
         updated_at=now,
         lapsed_claims=lapsed,
+        # Its deadline's activation may be delivered early, as a timer's is (NEAR_NOW).
+        timed_out=wf.timed_out or _past_deadline(wf, now + NEAR_NOW),
     )
     return Claim(CLAIMED, claimed), claimed
 
@@ -198,16 +207,14 @@ def append(
     )
     if claim_until:
         wf = replace(wf, claim_deadline=claim_until)
+    # The deadline passed during the turn: the worker learns it from the reply (``timed_out``), and a
+    # suspend replays at once instead, so that the workflow ends now rather than at its next wake-up.
+    timing_out = not wf.timed_out and _past_deadline(wf, now)
+    if timing_out:
+        wf = replace(wf, timed_out=True)
     effects = Effects()
     if ending.then == SUSPEND:
-        if wf.changed:
-            effects.resume = True
-            wf = replace(wf, changed=False)
-        else:
-            wf = replace(wf, claim_deadline=0)
-            if ending.wake_at and ending.wake_at != wf.timer_at:
-                effects.timer_at = ending.wake_at
-                wf = replace(wf, timer_at=ending.wake_at)
+        wf = _suspend(wf, ending.wake_at, timing_out, effects)
     elif ending.then in ENDINGS:
         wf = _finish(wf, ENDINGS[ending.then], ending.result, ending.error, now, retention_us, effects)
         # A child's failure is its parent's to handle (recorded there): only a top workflow resumes.
@@ -216,6 +223,19 @@ def append(
         raise InvalidOption(f"then is invalid; '{ending.then}' is not suspend, complete, fail or cancel")
     _check_size(wf)
     return effects, wf
+
+
+def _suspend(wf: Workflow, wake_at: int, timing_out: bool, effects: Effects) -> Workflow:
+    """A suspend releases the claim, and schedules its timer, unless something arrived since the claim
+    (or the deadline passed during the turn): then the claimant replays again (``resume``)."""
+    if wf.changed or timing_out:
+        effects.resume = True
+        return replace(wf, changed=False)
+    wf = replace(wf, claim_deadline=0)
+    if wake_at and wake_at != wf.timer_at:
+        effects.timer_at = wake_at
+        wf = replace(wf, timer_at=wake_at)
+    return wf
 
 
 def record(
@@ -422,6 +442,10 @@ def _trimmed(signals: list[Signal]) -> list[Signal]:
             continue
         kept.append(s)
     return kept
+
+
+def _past_deadline(wf: Workflow, now: int) -> bool:
+    return 0 < wf.deadline <= now
 
 
 def _existing(current: Workflow | None, workflow_id: str) -> Workflow:

@@ -80,6 +80,12 @@ class Workflow(msgspec.Struct, kw_only=True, omit_defaults=True):
     is a worker lost in the middle of the turn (killed, out of memory), which the step it was running
     counts as an attempt."""
     cancel_requested: bool = False
+    timeout_us: int = 0
+    """The workflow's own timeout (0: none): ``deadline`` is its start plus this (docs/adr/0047)."""
+    deadline: int = 0
+    """When it times out; an activation is scheduled then."""
+    timed_out: bool = False
+    """A claim or append saw ``deadline`` pass: its worker raises ``WorkflowTimeout`` in it."""
     entries: list[Entry] = []
     signals: list[Signal] = []
     created_at: int = 0

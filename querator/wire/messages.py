@@ -355,6 +355,9 @@ class WorkflowInfo(Message):
     namespace: str = ""
     lapsed_claims: int = 0
     resumable: bool = False
+    timeout: str = ""
+    deadline: datetime | None = None
+    timed_out: bool = False
 
 
 class WorkflowsStartRequest(Message):
@@ -365,6 +368,7 @@ class WorkflowsStartRequest(Message):
     encoding: str = ""
     parent_id: str = ""
     parent_seq: int = 0
+    timeout: str = ""
 
 
 class WorkflowsStartResponse(Message):
@@ -444,6 +448,7 @@ class WorkflowsAppendRequest(Message):
 
 class WorkflowsAppendResponse(Message):
     resume: bool = False
+    timed_out: bool = False
 
 
 # -- cron schedules (docs/schedules.md) -------------------------------------------------------------------

@@ -593,3 +593,74 @@ async def test_the_apps_queue_has_partitions_enough_for_its_leases(
         assert (await client.queue_info("durable")).requested_partitions == partitions
     finally:
         await app.close()
+
+
+async def _scheduled(api: Api) -> list[tuple[str, str]]:
+    listed = await api.post("/v1/storage/scheduled.list", {"queue_name": "durable", "partition": 0})
+    return [(i["reference"], i["enqueue_at"]) for i in listed.get("items", [])]
+
+
+async def test_a_timeout_schedules_its_deadline_and_the_claim_after_it_times_out(
+    durable: Api, clock: FakeClock
+) -> None:
+    """A workflow's timeout (docs/adr/0047) is the server's: an activation at its deadline, and the claim
+    it brings says the workflow timed out, however long its code meant to sleep."""
+    started = await start(durable, timeout="1m")
+    deadline = started["workflow"]["deadline"]
+    assert started["workflow"]["timeout"] == "1m0s"
+    assert await _scheduled(durable) == [("wf-1", deadline)]
+    await activations(durable)
+    await claim(durable)
+    wake = "2030-01-01T00:00:00Z"
+    sleep = {"seq": 1, "kind": "sleep", "name": "sleep", "state": "pending", "wake_at": wake}
+    assert await append(durable, 1, entries=[sleep], then="suspend", wake_at=wake) == {}
+    again = await start(durable, timeout="5m")  # an existing run keeps its timeout
+    assert (again["workflow"]["timeout"], again["workflow"]["deadline"]) == ("1m0s", deadline)
+    clock.advance(60)  # the deadline's activation is delivered
+    claimed = await claim(durable)
+    assert (claimed["outcome"], claimed["workflow"]["timed_out"]) == ("claimed", True)
+    await append(durable, 2, then="fail", error="WorkflowTimeout: workflow wf-1 passed its timeout of 1m0s")
+    info = await durable.post("/v1/workflows.info", {"workflow_id": "wf-1"})
+    assert (info["status"], info["timed_out"]) == ("failed", True)
+
+
+async def test_a_deadline_passed_during_a_turn_is_told_to_its_worker(durable: Api, clock: FakeClock) -> None:
+    """A turn that runs past the deadline (steps run in the worker, no suspend) hears of it in the
+    append's reply, and a suspend then replays at once instead of sleeping: the timeout ends the
+    workflow at its deadline, not at its next wake-up. Its children are cancelled when it fails."""
+    await start(durable, timeout="10s")
+    await claim(durable)
+    assert await append(durable, 1, entries=[step(1)]) == {}
+    clock.advance(11)
+    child = {"seq": 2, "kind": "child", "name": "c", "state": "pending"}
+    await start(durable, "wf-1/2", parent_id="wf-1", parent_seq=2)
+    resumed = await append(durable, 1, entries=[child], then="suspend")
+    assert resumed == {"resume": True, "timed_out": True}
+    # Its compensation, recorded in the replay that follows: the reply says it still.
+    assert await append(durable, 1, entries=[step(3)]) == {"timed_out": True}
+    await append(durable, 1, then="fail", error="WorkflowTimeout: x")
+    ended = await durable.post("/v1/workflows.info", {"workflow_id": "wf-1/2"})
+    assert ended["cancel_requested"] is True
+
+
+async def test_a_lost_deadline_activation_is_swept(durable: Api, clock: FakeClock) -> None:
+    await start(durable, timeout="1m")
+    await claim(durable)
+    await append(durable, 1, then="suspend")  # waits for a signal
+    await activations(durable)
+    clock.advance(7 * 60)  # its deadline's activation lost (a crash before the produce, say)
+    assert await durable.service.workflows.sweep() == 1
+
+
+async def test_bad_timeouts_are_refused_before_anything_is_stored(durable: Api) -> None:
+    for timeout, message in [
+        ("soon", "timeout is invalid; time: invalid duration"),
+        ("500ms", "timeout is invalid; must be at least 1s, got 500ms"),
+        ("1" * 16 + "s", "timeout is invalid; cannot be greater than '15' characters"),
+    ]:
+        error = await durable.error(
+            "/v1/workflows.start",
+            {"workflow_id": "t", "name": "n", "queue_name": "durable", "timeout": timeout},
+        )
+        assert error.status == 400 and error.message.startswith(message), error.message
+    assert await durable.error("/v1/workflows.info", {"workflow_id": "t"})
