@@ -337,6 +337,22 @@ class Durable:
         )
         return WorkflowHandle(self, workflow_id, definition)
 
+    async def fork(
+        self, workflow_id: str, from_step: int, *, new_workflow_id: str | None = None
+    ) -> WorkflowHandle:
+        """Starts a new workflow (``new_workflow_id``, default a new id) with the input of
+        ``workflow_id`` and its journal before seq ``from_step`` (DBOS's fork): the steps recorded there
+        are not run again, the ones from ``from_step`` run with the code the workers have now. The
+        original is left as it is.
+
+        Raises:
+            InvalidOption: ``from_step`` cannot start a run (``from step is invalid; ...``).
+        """
+        new_id = new_workflow_id or str(uuid.uuid4())
+        client = await self.client()
+        await client.fork_workflow(workflow_id, from_step, new_workflow_id=new_id, namespace=self.namespace)
+        return WorkflowHandle(self, new_id)
+
     async def start_child(self, ctx: Context, call: ChildCall) -> None:
         client = await self.client()
         await client.start_workflow(

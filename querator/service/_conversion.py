@@ -205,6 +205,7 @@ def workflow_info(wf: Workflow, journal: bool) -> m.WorkflowInfo:
         timeout=format_micros(wf.timeout_us) if wf.timeout_us else "",
         deadline=_when(wf.deadline),
         timed_out=wf.timed_out,
+        forked_from=wf.forked_from,
     )
     if journal:
         info.entries = [

@@ -409,6 +409,14 @@ def workflow_timeout(text: str) -> int:
     return us
 
 
+def check_fork(req: m.WorkflowsForkRequest) -> None:
+    check_workflow_id(req.workflow_id)
+    if req.new_workflow_id:
+        check_workflow_id(req.new_workflow_id, "new workflow id", new=True)
+    if req.from_step < 1:
+        raise InvalidOption(f"from step is invalid; steps count from 1, got {req.from_step}")
+
+
 def check_signal(req: m.WorkflowsSignalRequest) -> None:
     check_workflow_id(req.workflow_id)
     _check_label(req.name, "signal name")

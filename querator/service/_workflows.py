@@ -26,6 +26,7 @@ from querator.service._conversion import workflow_entry, workflow_info
 from querator.service._result_waits import ResultWaits
 from querator.service._validation import (
     SYSTEM_NAMESPACE,
+    check_fork,
     check_list_workflows,
     check_signal,
     check_start,
@@ -130,8 +131,23 @@ class Workflows:
         )
         return await self._store_new(owner, new, now)
 
+    async def fork(self, req: m.WorkflowsForkRequest) -> m.WorkflowsStartResponse:
+        """Starts a new run of a workflow with its input and the journal entries before ``from_step``
+        (``journal.fork``; DBOS's fork, docs/adr/0048): the caller reads the original and starts a
+        workflow in its namespace. The original is left as it is."""
+        check_fork(req)
+        key = await self._key(req.namespace, req.workflow_id, perm.QUEUE_STATS)
+        owner = namespace(req.namespace)
+        await self._check(owner, perm.QUEUE_PRODUCE)
+        original = await self._rows.get_workflow(key)
+        if original is None:
+            raise journal.not_found(req.workflow_id)
+        new_id = req.new_workflow_id or secrets.token_hex(16)
+        new = journal.fork(original, stored_id(owner, new_id), req.from_step, self._clock.now())
+        return await self._store_new(owner, new, self._clock.now())
+
     async def _store_new(self, owner: str, new: Workflow, now: int) -> m.WorkflowsStartResponse:
-        """Stores a started workflow unless its id exists, and activates it: now, and at its
+        """Stores a started (or forked) workflow unless its id exists, and activates it: now, and at its
         deadline if it has one. An existing run of that id is returned to a caller who may read it."""
         created, wf = await self._write(new.id, lambda current: journal.start(current, new, now))
         assert wf is not None

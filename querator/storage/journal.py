@@ -16,7 +16,7 @@ from msgspec.structs import replace
 
 from querator.errors import Conflict, InvalidOption
 from querator.storage.operations import NEAR_NOW
-from querator.storage.workflows import Entry, Signal, Workflow
+from querator.storage.workflows import Entry, Signal, Workflow, split_stored_id
 from querator.wire.workflows import (
     BUSY,
     CHILD,
@@ -55,6 +55,8 @@ NOT_RESUMABLE = "workflow cannot be resumed"
 """The stable prefix of a resume of a workflow that did not fail for its code."""
 EXISTS = "workflow exists already"
 """The stable prefix of a start of an id whose run is of another workflow or queue."""
+FORK_STEP = "from step is invalid"
+"""The stable prefix of a fork whose step is not one the journal can be cut at."""
 
 
 def not_found(workflow_id: str) -> InvalidOption:
@@ -123,6 +125,42 @@ def stranded(wf: Workflow, now: int, grace_us: int) -> bool:
         or 0 < wf.timer_at < overdue
         or 0 < wf.claim_deadline < overdue
     )
+
+
+def fork(original: Workflow, key: str, from_step: int, now: int) -> Workflow:
+    """A new run (stored as ``key``) of ``original``'s workflow with its input and the journal entries
+    before seq ``from_step``: its worker replays those and runs from ``from_step`` on (DBOS's fork,
+    docs/adr/0048). A top workflow of its own, whatever ``original`` was; its timeout counts from now.
+
+    Raises:
+        InvalidOption: ``from_step`` is not a seq the journal can be cut at: past its end, after an
+            entry still pending (a step, timer, wait or child not finished), or inside a gather.
+    """
+    last = max((e.seq for e in original.entries), default=0)
+    if not 1 <= from_step <= last + 1:
+        raise InvalidOption(f"{FORK_STEP}; the journal's steps are 1 to {last + 1}, not {from_step}")
+    kept = [e for e in original.entries if e.seq < from_step]
+    for e in kept:
+        if e.state not in FINAL_STATES:
+            raise InvalidOption(
+                f"{FORK_STEP}; seq {e.seq}, before {from_step}, is {e.kind} '{e.name}' pending"
+            )
+        if e.group and any(o.group == e.group and o.seq >= from_step for o in original.entries):
+            raise InvalidOption(f"{FORK_STEP}; {from_step} is inside the gather that starts at seq {e.group}")
+    _, forked_from = split_stored_id(original.id)
+    new = Workflow(
+        id=key,
+        name=original.name,
+        queue=original.queue,
+        input=original.input,
+        encoding=original.encoding,
+        entries=kept,
+        timeout_us=original.timeout_us,
+        deadline=now + original.timeout_us if original.timeout_us else 0,
+        forked_from=forked_from,
+    )
+    _check_size(new)
+    return new
 
 
 def check_same_run(found: Workflow, started: Workflow) -> None:

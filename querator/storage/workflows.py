@@ -86,6 +86,8 @@ class Workflow(msgspec.Struct, kw_only=True, omit_defaults=True):
     """When it times out; an activation is scheduled then."""
     timed_out: bool = False
     """A claim or append saw ``deadline`` pass: its worker raises ``WorkflowTimeout`` in it."""
+    forked_from: str = ""
+    """The workflow id (in its namespace) whose journal it started with (``journal.fork``)."""
     entries: list[Entry] = []
     signals: list[Signal] = []
     created_at: int = 0

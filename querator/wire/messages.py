@@ -358,6 +358,7 @@ class WorkflowInfo(Message):
     timeout: str = ""
     deadline: datetime | None = None
     timed_out: bool = False
+    forked_from: str = ""
 
 
 class WorkflowsStartRequest(Message):
@@ -369,6 +370,13 @@ class WorkflowsStartRequest(Message):
     parent_id: str = ""
     parent_seq: int = 0
     timeout: str = ""
+
+
+class WorkflowsForkRequest(Message):
+    workflow_id: str = ""
+    namespace: str = ""
+    new_workflow_id: str = ""
+    from_step: int = 0
 
 
 class WorkflowsStartResponse(Message):

@@ -664,3 +664,71 @@ async def test_bad_timeouts_are_refused_before_anything_is_stored(durable: Api) 
         )
         assert error.status == 400 and error.message.startswith(message), error.message
     assert await durable.error("/v1/workflows.info", {"workflow_id": "t"})
+
+
+async def _forkable(api: Api) -> None:
+    """wf-1, failed after three steps, a gather of seqs 4 and 5 and a pending timer at 6."""
+    await start(api, timeout="1h")
+    await claim(api)
+    gathered = [step(s, group=4, group_size=2) for s in (4, 5)]
+    sleep = {
+        "seq": 6,
+        "kind": "sleep",
+        "name": "sleep",
+        "state": "pending",
+        "wake_at": "2030-01-01T00:00:00Z",
+    }
+    await append(api, 1, entries=[step(1), step(2), step(3), *gathered, sleep])
+    await append(api, 1, then="fail", error="ValueError: step 4 broke")
+    await activations(api)
+
+
+async def test_fork_starts_a_new_run_with_the_journal_before_its_step(durable: Api, clock: FakeClock) -> None:
+    """DBOS's fork (docs/adr/0048): a new workflow with the original's input and entries before the
+    step, activated; the original untouched; repeated with its id, the same run."""
+    await _forkable(durable)
+    clock.advance(5)
+    body = {"workflow_id": "wf-1", "new_workflow_id": "wf-2", "from_step": 3}
+    forked = await durable.post("/v1/workflows.fork", body)
+    assert forked["created"] is True
+    wf = forked["workflow"]
+    assert (wf["name"], wf["queue_name"], wf["input"], wf["status"]) == (
+        "checkout",
+        "durable",
+        b64(b"[1]"),
+        "running",
+    )
+    assert (wf["forked_from"], wf["timeout"]) == ("wf-1", "1h0m0s")  # its timeout counts from the fork
+    info = await durable.post("/v1/workflows.info", {"workflow_id": "wf-2"})
+    assert [(e["seq"], e["name"]) for e in info["entries"]] == [(1, "s1"), (2, "s2")]
+    assert [a["reference"] for a in await activations(durable)] == ["wf-2"]
+    original = await durable.post("/v1/workflows.info", {"workflow_id": "wf-1"})
+    assert (original["status"], len(original["entries"])) == ("failed", 6)
+    again = await durable.post("/v1/workflows.fork", body)
+    assert "created" not in again and again["workflow"]["workflow_id"] == "wf-2"
+    made = await durable.post("/v1/workflows.fork", {"workflow_id": "wf-1", "from_step": 6})
+    assert made["workflow"]["workflow_id"] not in ("wf-1", "wf-2")  # an id of its own
+    whole = await durable.post("/v1/workflows.fork", {"workflow_id": "wf-2", "from_step": 3})
+    assert whole["workflow"]["forked_from"] == "wf-2"
+
+
+async def test_fork_refuses_a_step_the_journal_cannot_start_from(durable: Api) -> None:
+    await _forkable(durable)
+    for body, status, message in [
+        ({"from_step": 0}, 400, "from step is invalid; steps count from 1, got 0"),
+        ({"from_step": 8}, 400, "from step is invalid; the journal's steps are 1 to 7, not 8"),
+        ({"from_step": 7}, 400, "from step is invalid; seq 6, before 7, is sleep 'sleep' pending"),
+        ({"from_step": 5}, 400, "from step is invalid; 5 is inside the gather that starts at seq 4"),
+        ({"workflow_id": "nope", "from_step": 1}, 400, "workflow does not exist; no workflow 'nope'"),
+        ({"workflow_id": "", "from_step": 1}, 400, "workflow id is invalid; cannot be empty"),
+        ({"new_workflow_id": "a\x00b", "from_step": 1}, 400, "new workflow id is invalid; cannot contain"),
+    ]:
+        error = await durable.error("/v1/workflows.fork", {"workflow_id": "wf-1", **body})
+        assert (error.status, error.message.startswith(message)) == (status, True), error.message
+    await start(durable, "taken", name="other")
+    taken = await durable.error(
+        "/v1/workflows.fork", {"workflow_id": "wf-1", "new_workflow_id": "taken", "from_step": 1}
+    )
+    assert taken.status == 409 and taken.message.startswith(
+        "workflow exists already; the id is a run of 'other'"
+    )

@@ -272,6 +272,21 @@ async def _past_deadline(client: AsyncClient, workflow_id: str) -> bool:
     return any(s.sent_at is not None and s.sent_at >= info.deadline for s in info.signals)
 
 
+async def test_a_fork_replays_the_steps_before_its_step_and_runs_the_rest(
+    workers: Workers, client: AsyncClient
+) -> None:
+    """DBOS's fork (docs/adr/0048): steps before the fork's step are not run again; the original stays."""
+    workers.start()
+    original = await wf.app.start(wf.three_steps, "f", workflow_id="forked")
+    assert await original.result(timeout=DEADLINE) == [3, 13, 113]
+    fork = await wf.app.fork("forked", 3, new_workflow_id="forked-3")
+    assert await fork.result(timeout=DEADLINE) == [3, 13, 113]
+    assert sorted(r["key"] for r in workers.runs("add")) == ["f-1", "f-2", "f-3", "f-3"]
+    info = await client.workflow_info("forked-3")
+    assert (info.forked_from, [e.seq for e in info.entries]) == ("forked", [1, 2, 3])
+    assert (await client.workflow_info("forked")).fence == 1  # the original was not claimed again
+
+
 async def test_changed_code_fails_the_workflow_with_non_determinism_until_resumed(
     workers: Workers, client: AsyncClient
 ) -> None:

@@ -529,3 +529,43 @@ def test_start_is_idempotent_by_id() -> None:
 )
 def test_stranded(current: Workflow, stranded: bool) -> None:
     assert j.stranded(current, NOW, 60_000_000) is stranded
+
+
+# -- fork ----------------------------------------------------------------------------------------------
+
+FORKABLE = replace(
+    FRESH,
+    id="ns\x1fwf",
+    status=FAILED,
+    input=b"[1]",
+    timeout_us=60_000_000,
+    entries=[CHARGED, *[replace(e, state=DONE) for e in PACKING], Entry(seq=4, kind=SLEEP, name="sleep")],
+)
+
+
+@pytest.mark.parametrize(("from_step", "seqs"), [(1, []), (2, [1]), (4, [1, 2, 3])])
+def test_fork_copies_the_entries_before_its_step(from_step: int, seqs: list[int]) -> None:
+    forked = j.fork(FORKABLE, "ns\x1fnew", from_step, NOW)
+    assert [e.seq for e in forked.entries] == seqs
+    assert (forked.id, forked.name, forked.queue, forked.input) == (
+        "ns\x1fnew",
+        "checkout",
+        "durable",
+        b"[1]",
+    )
+    assert (forked.status, forked.fence, forked.forked_from) == (RUNNING, 0, "wf")
+    assert (forked.timeout_us, forked.deadline) == (60_000_000, NOW + 60_000_000)
+
+
+@pytest.mark.parametrize(
+    ("from_step", "message"),
+    [
+        (0, "the journal's steps are 1 to 5, not 0"),
+        (6, "the journal's steps are 1 to 5, not 6"),
+        (3, "3 is inside the gather that starts at seq 2"),
+        (5, "seq 4, before 5, is sleep 'sleep' pending"),
+    ],
+)
+def test_fork_refuses_a_step_it_cannot_start_from(from_step: int, message: str) -> None:
+    with pytest.raises(InvalidOption, match=f"^from step is invalid; {message}$"):
+        j.fork(FORKABLE, "new", from_step, NOW)
