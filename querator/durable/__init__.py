@@ -46,6 +46,7 @@ from querator.durable._errors import (
     SignalTimeout,
     StepFailed,
     WorkflowFailed,
+    WorkflowTimeout,
 )
 from querator.durable._replayer import Replayed, Replayer, dump, load
 from querator.durable._step import Step
@@ -65,6 +66,7 @@ __all__ = [
     "WorkflowDef",
     "WorkflowFailed",
     "WorkflowHandle",
+    "WorkflowTimeout",
     "dump",
     "load",
 ]

@@ -358,10 +358,22 @@ class Durable:
     # -- callers ---------------------------------------------------------------------------------------
 
     async def start(
-        self, workflow: Any, /, *args: Any, workflow_id: str | None = None, **kwargs: Any
+        self,
+        workflow: Any,
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        timeout: Duration | None = None,
+        **kwargs: Any,
     ) -> WorkflowHandle:
         """Starts ``workflow(*args, **kwargs)``; returns its handle at once. Starting an id that exists
-        returns the existing run (start is idempotent by ``workflow_id``; default: a new id)."""
+        returns the existing run (start is idempotent by ``workflow_id``; default: a new id).
+
+        ``timeout`` (at least 1s): past it, counted by the server from the start, the workflow raises
+        ``WorkflowTimeout`` at its next durable call (a sleep or wait ends then), its compensations run,
+        its children are cancelled and it ends failed. ``workflow_id`` and ``timeout`` are the app's:
+        a workflow's own arguments of those names cannot be passed by keyword here.
+        """
         definition = self.workflow_of(workflow)
         workflow_id = workflow_id or str(uuid.uuid4())
         client = await self.client()
@@ -371,8 +383,25 @@ class Durable:
             self.queue,
             definition.input(args, kwargs),
             encoding=self.serializer.content_type,
+            timeout=timeout,
         )
         return WorkflowHandle(self, workflow_id, definition)
+
+    async def fork(
+        self, workflow_id: str, from_step: int, *, new_workflow_id: str | None = None
+    ) -> WorkflowHandle:
+        """Starts a new workflow (``new_workflow_id``, default a new id) with the input of
+        ``workflow_id`` and its journal before seq ``from_step`` (DBOS's fork): the steps recorded there
+        are not run again, the ones from ``from_step`` run with the code the workers have now. The
+        original is left as it is.
+
+        Raises:
+            InvalidOption: ``from_step`` cannot start a run (``from step is invalid; ...``).
+        """
+        new_id = new_workflow_id or str(uuid.uuid4())
+        client = await self.client()
+        await client.fork_workflow(workflow_id, from_step, new_workflow_id=new_id, namespace=self.namespace)
+        return WorkflowHandle(self, new_id)
 
     async def start_child(self, ctx: Context, call: ChildCall) -> None:
         client = await self.client()

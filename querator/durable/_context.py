@@ -24,6 +24,7 @@ from querator.durable._errors import (
     NonDeterminism,
     SignalTimeout,
     StepFailed,
+    WorkflowTimeout,
     describe,
     worker_lost,
 )
@@ -140,6 +141,8 @@ class Context:
         self._signals = list(wf.signals)
         self._claim_timeout = claim_timeout
         self._seq = 0
+        self._timed_out = wf.timed_out
+        """The server saw the workflow's deadline pass (at the claim, or in an append's reply)."""
         self._lapsed = wf.lapsed_claims
         """Workers lost mid-turn since the journal last grew: attempts of the first step this run runs."""
         self._unsent: list[m.WorkflowEntry] = []
@@ -339,6 +342,7 @@ class Context:
         )
         with server_call():
             reply = await self._client.append_workflow(msg)
+        self._timed_out = self._timed_out or reply.timed_out
         for entry in entries:
             self._journal[entry.seq] = entry
         return reply
@@ -386,8 +390,14 @@ class Context:
         return entry
 
     def _check_cancelled(self) -> None:
-        if self._wf.cancel_requested and not self.compensating:
+        """Before a durable call does anything new: a cancel or a timeout ends the workflow there (not
+        during its compensations, which are how it ends)."""
+        if self.compensating:
+            return
+        if self._wf.cancel_requested:
             raise Cancelled(f"workflow {self.workflow_id} was cancelled")
+        if self._timed_out:
+            raise WorkflowTimeout(f"workflow {self.workflow_id} passed its timeout of {self._wf.timeout}")
 
 
 def _micros(value: datetime | None) -> int:

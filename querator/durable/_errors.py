@@ -35,6 +35,11 @@ class Cancelled(DurableError):
     """The workflow was cancelled: raised at its next durable call; its compensations then run."""
 
 
+class WorkflowTimeout(DurableError, TimeoutError):
+    """The workflow passed its timeout (``Durable.start(..., timeout=)``): raised at its next durable
+    call once the server saw its deadline pass; its compensations then run and it ends failed."""
+
+
 class NonDeterminism(DurableError):
     """The workflow's code no longer matches its journal: at a recorded position it asked for another
     step, signal or child than the one recorded. The workflow fails; no recorded result is handed to the
