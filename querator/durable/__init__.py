@@ -45,6 +45,7 @@ from querator.durable._errors import (
     NonDeterminism,
     SignalTimeout,
     StepFailed,
+    UnknownQuery,
     WorkflowFailed,
     WorkflowTimeout,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "SignalTimeout",
     "Step",
     "StepFailed",
+    "UnknownQuery",
     "WorkflowDef",
     "WorkflowFailed",
     "WorkflowHandle",

@@ -14,6 +14,7 @@ from querator.client import AsyncClient, Duration, go_duration, seconds_of
 from querator.clock import SystemClock
 from querator.durable._activation import activate, run_step
 from querator.durable._errors import WorkflowFailed
+from querator.durable._replayer import Replayer
 from querator.durable._step import Step, StepOptions, decode
 from querator.wire import messages as m
 from querator.wire.workflows import CANCELLED, COMPLETED, FAILED, child_id
@@ -138,6 +139,10 @@ class WorkflowHandle:
     async def info(self) -> m.WorkflowInfo:
         client = await self.app.client()
         return await client.workflow_info(self.workflow_id, namespace=self.app.namespace)
+
+    async def query(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        """``Durable.query`` of this workflow."""
+        return await self.app.query(self.workflow_id, name, *args, **kwargs)
 
     async def signal(self, name: str, value: Any = None, *, signal_id: str | None = None) -> None:
         await self.app.signal(self.workflow_id, name, value, signal_id=signal_id)
@@ -465,6 +470,20 @@ class Durable:
         await client.signal_workflow(
             workflow_id, name, self.serializer.dumps(value), signal_id=signal_id, namespace=self.namespace
         )
+
+    async def query(self, workflow_id: str, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        """The answer of the query ``name`` of a workflow, running or ended: its journal is read from the
+        server and replayed here with this app's code, without running a step or writing anything, and the
+        handler its code registered (``Context.on_query``) is called with ``args`` and ``kwargs``
+        (docs/durable.md, "Queries"). It costs the caller a replay, and the server one read.
+
+        Raises:
+            UnknownQuery: the workflow registers no handler ``name``.
+            NonDeterminism: this code does not agree with the workflow's journal.
+        """
+        client = await self.client()
+        info = await client.workflow_info(workflow_id, namespace=self.namespace)
+        return await Replayer(self).query(info, name, *args, **kwargs)
 
     async def cancel(self, workflow_id: str) -> None:
         """Cancels a workflow: its compensations run, its children are cancelled, it ends cancelled."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -147,6 +147,8 @@ class Context:
         """Workers lost mid-turn since the journal last grew: attempts of the first step this run runs."""
         self._unsent: list[m.WorkflowEntry] = []
         self.compensations: list[tuple[Step[..., Any], tuple[Any, ...], dict[str, Any]]] = []
+        self.queries: dict[str, Callable[..., Any]] = {}
+        """The query handlers the code registered so far (``on_query``)."""
         self.compensating = False
         # The server's time at the claim, moved on by this process's monotonic clock: timers compare
         # with the server's clock, which delivers them, not with this machine's.
@@ -242,6 +244,13 @@ class Context:
         """Registers a compensation: if the workflow fails or is cancelled, the registered steps run as
         recorded steps, the last registered first (the saga pattern)."""
         self.compensations.append((step, args, kwargs))
+
+    def on_query(self, name: str, handler: Callable[..., Any], /) -> None:
+        """Answers the query ``name`` (``Durable.query``) with ``handler(*args, **kwargs)``, a function over
+        the workflow's own state (a closure over its locals). A query replays the journal in the caller's
+        process and calls the handler the replay registered last, so it must return at once and change
+        nothing; registering costs a worker nothing."""
+        self.queries[name] = handler
 
     # -- the machinery -----------------------------------------------------------------------------------
 

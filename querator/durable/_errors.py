@@ -46,6 +46,11 @@ class NonDeterminism(DurableError):
     wrong call."""
 
 
+class UnknownQuery(DurableError):
+    """``Durable.query``: the workflow's code, replayed to the end of its journal, registered no handler of
+    that name (``Context.on_query``)."""
+
+
 class WorkflowFailed(DurableError):
     """``WorkflowHandle.result``: the workflow ended failed or cancelled.
 
