@@ -1,6 +1,7 @@
-"""``querator workflows list | show | signal | cancel | resume | fork | terminate | result | replay``: a
-caller's view of durable workflows (docs/durable.md), printed as the other client commands print
-(``querator.cli``); ``replay`` checks changed workflow code against recorded journals."""
+"""``querator workflows list | show | signal | cancel | resume | fork | terminate | result | query |
+replay``: a caller's view of durable workflows (docs/durable.md), printed as the other client commands
+print (``querator.cli``); ``query`` and ``replay`` load the app's code: a query's answer comes from a
+replay of the journal, and ``replay`` checks changed workflow code against recorded journals."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -19,7 +21,8 @@ from querator.worker import find_app
 
 
 class CannotReplay(Exception):
-    """``replay``'s app or files cannot be loaded (a usage error)."""
+    """``replay``'s or ``query``'s app or files cannot be loaded, or the query is unknown (a usage
+    error)."""
 
 
 class Replayed(Exception):
@@ -114,6 +117,18 @@ def add_parser(
     a = add("terminate", "end a workflow now, with no worker (no compensation runs; children too)")
     a.add_argument("--reason", default="", help="why: its error becomes 'Terminated: <reason>'")
     a = add(
+        "query",
+        "answer a workflow's query from a replay of its journal with the app's code (no step runs, "
+        "nothing is written); prints the answer, or exits 5 when the code does not match the journal",
+    )
+    a.add_argument("name", metavar="NAME", help="the query, as the workflow registers it (ctx.on_query)")
+    a.add_argument(
+        "--app", required=True, help="module:attribute of the querator.durable.Durable app with its code"
+    )
+    a.add_argument(
+        "--args", type=json_payload, default=b"[]", help="the handler's arguments: a JSON array, or @file"
+    )
+    a = add(
         "replay",
         "replay recorded journals against an app's workflow code as it is now, without running steps, "
         "and report non-determinism (exit status 5): from --file, else the node's workflows",
@@ -138,8 +153,11 @@ def add_parser(
     )
 
 
-async def command(client: AsyncClient, args: argparse.Namespace) -> m.Message | None:
+async def command(client: AsyncClient, args: argparse.Namespace) -> m.Message | dict[str, Any] | None:
     """Runs the ``workflows`` action ``args`` names; what to print (None: ``{"code": 200}``)."""
+    if args.action in ("signal", "resume", "terminate", "cancel"):
+        await _steer(client, args)
+        return None
     if args.action == "list":
         found = await client.list_workflows(
             args.status, pivot=args.pivot, limit=args.limit, namespace=args.namespace
@@ -147,8 +165,8 @@ async def command(client: AsyncClient, args: argparse.Namespace) -> m.Message | 
         return m.WorkflowsListResponse(workflows=found)
     if args.action == "replay":
         raise Replayed(await _replay(client, args))
-    if args.action == "show":
-        return await client.workflow_info(args.workflow_id, namespace=args.namespace)
+    if args.action == "query":
+        return {"workflow_id": args.workflow_id, "query": args.name, "answer": await _query(client, args)}
     if args.action == "result":
         info = await client.workflow_result(args.workflow_id, args.timeout, namespace=args.namespace)
         if info.status == RUNNING:
@@ -158,6 +176,11 @@ async def command(client: AsyncClient, args: argparse.Namespace) -> m.Message | 
         return await client.fork_workflow(
             args.workflow_id, args.from_step, new_workflow_id=args.new_id, namespace=args.namespace
         )
+    return await client.workflow_info(args.workflow_id, namespace=args.namespace)  # show
+
+
+async def _steer(client: AsyncClient, args: argparse.Namespace) -> None:
+    """The actions that change a workflow and answer nothing of their own."""
     if args.action == "signal":
         await client.signal_workflow(
             args.workflow_id,
@@ -172,17 +195,39 @@ async def command(client: AsyncClient, args: argparse.Namespace) -> m.Message | 
         await client.terminate_workflow(args.workflow_id, args.reason, namespace=args.namespace)
     else:
         await client.cancel_workflow(args.workflow_id, namespace=args.namespace)
-    return None
+
+
+def _app(spec: str, action: str) -> durable.Durable:
+    """The ``Durable`` app ``module:attribute`` names."""
+    try:
+        app = find_app(spec)
+    except (ValueError, ImportError, AttributeError) as e:
+        raise CannotReplay(f"{action}: {e}") from None
+    if not isinstance(app, durable.Durable):
+        raise CannotReplay(f"{action}: '{spec}' is a {type(app).__name__}, not a querator.durable.Durable")
+    return app
+
+
+async def _query(client: AsyncClient, args: argparse.Namespace) -> object:
+    app = _app(args.app, "query")
+    arguments = msgspec.json.decode(args.args)
+    if not isinstance(arguments, list):
+        raise CannotReplay("query: --args must be a JSON array")
+    info = await client.workflow_info(args.workflow_id, namespace=args.namespace)
+    try:
+        return await durable.Replayer(app).query(info, args.name, *arguments)
+    except durable.UnknownQuery as e:
+        raise CannotReplay(f"query: {e}") from None
+    except durable.NonDeterminism as e:
+        raise Replayed([durable.Replayed(info.workflow_id, info.name, "", e)]) from None
 
 
 async def _replay(client: AsyncClient, args: argparse.Namespace) -> list[durable.Replayed]:
+    app = _app(args.app, "replay")
     try:
-        app = find_app(args.app)
         journals = [wf for path in args.file for wf in durable.load(path)]
-    except (ValueError, ImportError, AttributeError, OSError, msgspec.DecodeError) as e:
+    except (OSError, msgspec.DecodeError) as e:
         raise CannotReplay(f"replay: {e}") from None
-    if not isinstance(app, durable.Durable):
-        raise CannotReplay(f"replay: '{args.app}' is a {type(app).__name__}, not a querator.durable.Durable")
     replayer = durable.Replayer(app)
     if journals:
         return await replayer.replay_all(journals)

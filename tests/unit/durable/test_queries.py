@@ -3,10 +3,13 @@ on a node in the test's process (querator.testing). Nothing runs and nothing is 
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
+import msgspec
 import pytest
 
+from querator.cli import main
 from querator.durable import Context, Durable, NonDeterminism, UnknownQuery
 from querator.testing import Node
 from tests.conftest import eventually
@@ -73,3 +76,43 @@ async def test_a_query_answers_from_the_journal_without_running_or_writing() -> 
         with pytest.raises(NonDeterminism):
             await changed.query("o-1", "stage")
         await changed.close()
+
+
+QUERY_APP = Durable("http://unused.invalid")
+
+
+@QUERY_APP.workflow(name="counting")
+async def counting(ctx: Context, upto: int) -> int:
+    seen = 0
+    ctx.on_query("seen", lambda plus=0: seen + plus)
+    for _ in range(upto):
+        await ctx.wait_for_signal("tick")
+        seen += 1
+    return seen
+
+
+async def test_the_cli_prints_a_querys_answer_and_refuses_an_unknown_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``querator workflows query ID NAME --app APP --args JSON``: the answer as JSON; an unknown query is
+    a usage error (exit status 2), naming the ones the workflow answers."""
+    async with Node() as node, node.running(QUERY_APP):
+        handle = await QUERY_APP.start(counting, 3, workflow_id="c-1")
+        await handle.signal("tick")
+
+        async def one_seen() -> bool:
+            return [e.kind for e in (await handle.info()).entries] == ["signal", "signal"]
+
+        await eventually(one_seen)
+        argv = ["workflows", "query", "c-1", "seen", "--app", f"{__name__}:QUERY_APP", "--endpoint", node.url]
+        assert await asyncio.to_thread(main, [*argv, "--args", "[10]", "-o", "json"]) == 0
+        assert msgspec.json.decode(capsys.readouterr().out) == {
+            "workflow_id": "c-1",
+            "query": "seen",
+            "answer": 11,
+        }
+        unknown = [*argv[:3], "total", *argv[4:]]
+        assert await asyncio.to_thread(main, unknown) == 2
+        assert capsys.readouterr().err == (
+            "querator: query: workflow c-1 answers no query 'total' (it answers: seen)\n"
+        )
