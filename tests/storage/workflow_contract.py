@@ -106,12 +106,18 @@ class WorkflowContract:
     async def test_a_refused_put_records_no_row(self, store: Store) -> None:
         """A writer whose compare-and-set is refused may leave its rows (Cassandra writes them before the
         head's transaction); what the head recorded is read all the same."""
-        wf = await self.put_new(store, new("wf-1"))
-        assert await store.workflows.put_workflow(replace(wf, version=2, length=1), 1, [step(1)])
-        stale = replace(step(1), value=b'"stale"')
-        assert not await store.workflows.put_workflow(replace(wf, version=2, length=2), 1, [stale, step(2)])
+        wf = await self.put_new(store, new("wf-1", fence=1))
+        assert await store.workflows.put_workflow(replace(wf, version=2, fence=2), 1)  # another claim
+        # The first claimant, paused, appends on the version it read.
+        stale = [replace(step(1), value=b'"stale"'), step(2)]
+        assert not await store.workflows.put_workflow(replace(wf, version=2, length=2), 1, stale)
         head = await store.workflows.get_workflow("wf-1")
-        assert head is not None and (head.version, head.length) == (2, 1)
+        assert head is not None and (head.version, head.length) == (2, 0)
+        assert entries_of(head, await store.workflows.get_entries("wf-1", 1, 2)) == []
+        # The new claimant records seq 1: its row, not the stale one, is the journal's.
+        assert await store.workflows.put_workflow(replace(head, version=3, length=1), 2, [step(1)])
+        head = await store.workflows.get_workflow("wf-1")
+        assert head is not None
         assert entries_of(head, await store.workflows.get_entries("wf-1", 1, 2)) == [step(1)]
 
     async def test_a_long_journal_reads_whole(self, store: Store) -> None:
