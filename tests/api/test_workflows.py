@@ -16,8 +16,10 @@ import pytest
 from querator.clock import FakeClock
 from querator.durable._app import QUEUE_PARTITIONS
 from querator.service._validation import MAX_APPEND_ENTRIES
+from querator.service._workflows import Workflows
 from querator.storage.journal import INFO_ENTRIES
 from querator.storage.workflows import encode_workflow
+from querator.wire import messages as m
 from tests.conftest import Api, eventually
 
 SECOND = 1_000_000
@@ -641,3 +643,17 @@ async def test_a_journal_holds_more_than_ten_thousand_entries(durable: Api) -> N
     assert [e["seq"] for e in info["entries"]] == list(range(1, INFO_ENTRIES + 1))
     claimed = await claim_again(durable, "wf")
     assert [e["seq"] for e in claimed["workflow"]["entries"]] == list(range(1, total + 1))
+
+
+async def test_a_head_a_node_kept_gives_way_to_another_nodes_write(durable: Api) -> None:
+    """docs/adr/0046: a node writes on the head it wrote last without reading it; when another node
+    wrote since (here a signal through a second ``Workflows`` over the same store), the compare-and-set
+    refuses the kept head and the write reads and applies its rule again: the suspend sees the signal."""
+    await start(durable, "wf")
+    await claim(durable, "wf")  # this node keeps the head it claimed
+    here = durable.service.workflows
+    there = Workflows(here._rows, here._clock, here._produce, here._queue_namespace)
+    await there.signal(m.WorkflowsSignalRequest(workflow_id="wf", name="go", signal_id="s-1"))
+    assert await append(durable, 1, "wf", then="suspend") == {"resume": True}
+    info = await durable.post("/v1/workflows.info", {"workflow_id": "wf"})
+    assert [s["id"] for s in info["signals"]] == ["s-1"]
