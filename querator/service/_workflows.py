@@ -351,7 +351,7 @@ class Workflows:
         """Stores ``write`` in place of ``current`` (and ``rows``); the head stored, None if another write
         came first."""
         version = current.version if current is not None else 0
-        stored = replace(write, version=version + 1)
+        stored = replace(write, version=journal.next_version(current, self._clock.now()))
         if await self._rows.put_workflow(stored, version, rows):
             self._heads.wrote(key, stored)
             return stored

@@ -560,6 +560,14 @@ def recorded_rows(wf: Workflow, rows: Iterable[JournalRow]) -> dict[int, Entry]:
     return {seq: row.entry for seq, row in best.items()}
 
 
+def next_version(current: Workflow | None, now: int) -> int:
+    """The version a write stores: one more than the stored head's. A new record's is ``now`` (its
+    creation, in microseconds), above any version a dropped run of the same id reached, so that no
+    journal row that run left (on Cassandra, one whose TTL a crash kept from being set) ranks above the
+    new run's rows (``recorded_rows``)."""
+    return current.version + 1 if current is not None else max(1, now)
+
+
 def info_page(journal: Sequence[Entry]) -> list[Entry]:
     """The first entries of ``journal`` that ``workflows.info`` returns: at most ``INFO_ENTRIES``, and
     ending before the entry that would pass ``MAX_RECORD_BYTES`` of values (never before the first)."""

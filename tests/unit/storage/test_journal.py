@@ -559,3 +559,14 @@ def test_start_is_idempotent_by_id() -> None:
 )
 def test_stranded(current: Workflow, stranded: bool) -> None:
     assert j.stranded(current, NOW, 60_000_000) is stranded
+
+
+def test_a_new_run_of_an_id_ranks_its_rows_above_a_dropped_runs() -> None:
+    """A dropped run's rows may outlive its record on Cassandra (a crash before their TTL was set): the
+    new run's versions start at its creation time, above every version of the old run."""
+    old = replace(FRESH, created_at=NOW, version=5_000, length=1)
+    assert j.next_version(old, NOW + 1) == 5_001
+    new_version = j.next_version(None, NOW + 86_400_000_000)
+    new = replace(FRESH, created_at=NOW + 86_400_000_000, version=new_version + 3, length=1)
+    rows = [row(old.version, replace(CHARGED, value=b'"old run"')), row(new_version + 2, CHARGED)]
+    assert j.entries_of(new, rows) == [CHARGED]
