@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
+from journal_appends import run_journal
 from worker_bench import cpu_s
 
 from bench import Server, free_port, start_cassandra, start_postgres
@@ -448,6 +449,12 @@ async def main() -> None:
     parser.add_argument("--warmup", type=float, default=1.0, help="seconds of load before each measurement")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
+        "--journal-length",
+        type=int,
+        action="append",
+        help="repeatable: time one-step appends at these journal lengths instead (bench/journal_appends.py)",
+    )
+    parser.add_argument(
         "--role", default="bench", choices=["bench", "worker", "dbos"], help=argparse.SUPPRESS
     )
     parser.add_argument("--endpoint", help=argparse.SUPPRESS)
@@ -457,6 +464,8 @@ async def main() -> None:
         return await run_worker(args.endpoint, args.concurrency, args.partitions)
     if args.role == "dbos":
         return await run_dbos(args.postgres)
+    if args.journal_length:
+        return await run_journal(args)
     await run_bench(args)
 
 

@@ -1,8 +1,10 @@
 """Durable workflows over HTTP: start, info, list, signal, cancel and result for callers; claim and append
 for the workers that run them (docs/durable.md).
 
-Every write reads the record, applies a rule of ``storage.journal`` and stores the result by
-compare-and-set, again on the record that won when another write came first. A workflow moves by
+Every write reads the record's head (or takes the one this node wrote last: ``Heads``), applies a rule
+of ``storage.journal`` and stores the result by compare-and-set, again on the head that won when another
+write came first; a claimant's append stores the entries its rule moved out of the head as journal rows
+in the same write (docs/adr/0046). A workflow moves by
 *activations*: items of its task queue, produced here, that tell a worker to claim the workflow and replay
 it. What a rule asks for besides the write (``Effects``) is done after it, except a timer's activation,
 which is produced before the suspend that relies on it is stored.
@@ -13,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final, TypeVar
 
 import msgspec
@@ -23,6 +25,7 @@ from querator.clock import MICROS, Clock, from_datetime, to_datetime
 from querator.errors import InvalidOption, QueratorError, no_such_queue, try_again
 from querator.service._batcher import KeyedBatcher
 from querator.service._conversion import workflow_entry, workflow_info
+from querator.service._heads import Heads
 from querator.service._result_waits import ResultWaits
 from querator.service._validation import (
     SYSTEM_NAMESPACE,
@@ -73,7 +76,9 @@ QueueNamespace = Callable[[str], Awaitable[str | None]]
 Authorize = Callable[[str, str], Awaitable[None]]
 """With tenancy (docs/tenancy.md): raises 403 unless the caller holds a permission (second argument) in
 a namespace (first argument)."""
-Rule = Callable[[Workflow | None], tuple[T, Workflow | None]]
+Rule = Callable[[Workflow | None, Mapping[int, Entry]], tuple[T, Workflow | None]]
+"""A rule of ``storage.journal`` on the stored head and the journal rows it asked for."""
+Before = Callable[[T, Workflow | None], Awaitable[None]]
 
 
 class Workflows:
@@ -98,6 +103,7 @@ class Workflows:
         """The ``result`` calls waiting on this node (by stored id, as every key here)."""
         self._fan_in: KeyedBatcher[Recorded] = KeyedBatcher(self._record_together)
         """Results from outside the claim (dispatched steps, children), written together per workflow."""
+        self._heads = Heads()
 
     # -- callers ---------------------------------------------------------------------------------------
 
@@ -142,6 +148,9 @@ class Workflows:
         original = await self._rows.get_workflow(key)
         if original is None:
             raise journal.not_found(req.workflow_id)
+        # The fork copies the journal before from_step, and checks the gather it may cut: all of it.
+        rows = await self._rows.get_entries(key, 1, original.length) if original.length else []
+        original = replace(original, entries=journal.entries_of(original, rows))
         new_id = req.new_workflow_id or secrets.token_hex(16)
         new = journal.fork(original, stored_id(owner, new_id), req.from_step, self._clock.now())
         return await self._store_new(owner, new, self._clock.now())
@@ -149,7 +158,7 @@ class Workflows:
     async def _store_new(self, owner: str, new: Workflow, now: int) -> m.WorkflowsStartResponse:
         """Stores a started (or forked) workflow unless its id exists, and activates it: now, and at its
         deadline if it has one. An existing run of that id is returned to a caller who may read it."""
-        created, wf = await self._write(new.id, lambda current: journal.start(current, new, now))
+        created, wf = await self._write(new.id, lambda current, _: journal.start(current, new, now))
         assert wf is not None
         if not created:  # an existing run is what a read returns: the caller must be allowed one
             await self._check(owner, perm.QUEUE_STATS)
@@ -184,7 +193,10 @@ class Workflows:
         wf = await self._rows.get_workflow(key)
         if wf is None:
             raise journal.not_found(req.workflow_id)
-        return workflow_info(wf, journal=True)
+        # A page: the first of a journal that may be far longer than a reply should hold.
+        rows = await self._rows.get_entries(key, 1, min(wf.length, journal.INFO_ENTRIES))
+        page = journal.info_page(journal.entries_of(wf, rows))
+        return workflow_info(replace(wf, entries=page), journal=True)
 
     async def list(self, req: m.WorkflowsListRequest) -> m.WorkflowsListResponse:
         limit = check_list_workflows(req)
@@ -202,7 +214,7 @@ class Workflows:
         # repeat's produce is a duplicate, and still produces the wake-up if a crash lost the first's.
         await self._apply(
             key,
-            lambda wf: journal.signal(wf, req.workflow_id, sent, now),
+            lambda wf, _: journal.signal(wf, req.workflow_id, sent, now),
             dedup_id=f"signal:{_digest(key + chr(0) + sent.id)}",
         )
         return m.OK_REPLY
@@ -218,7 +230,9 @@ class Workflows:
         key = await self._key(req.namespace, req.workflow_id, perm.QUEUE_UPDATE)
         now = self._clock.now()
         await self._apply(
-            key, lambda wf: journal.resume(wf, req.workflow_id, now), dedup_id=f"resume:{_digest(key)}:{now}"
+            key,
+            lambda wf, _: journal.resume(wf, req.workflow_id, now),
+            dedup_id=f"resume:{_digest(key)}:{now}",
         )
         return m.OK_REPLY
 
@@ -232,7 +246,7 @@ class Workflows:
         """Terminates the workflow stored as ``key``, then its unfinished children, with no worker."""
         now = self._clock.now()
         effects, wf = await self._write(
-            key, lambda current: journal.terminate(current, workflow_id, reason, now, self._retention_us)
+            key, lambda current, _: journal.terminate(current, workflow_id, reason, now, self._retention_us)
         )
         children, effects.cancel_children = effects.cancel_children, []
         await self._carry_out(key, effects, wf)
@@ -247,7 +261,7 @@ class Workflows:
         now = self._clock.now()
         # Asked again, it wakes the workflow once (as a repeated signal): a workflow is cancelled once.
         await self._apply(
-            key, lambda wf: journal.cancel(wf, workflow_id, now), dedup_id=f"cancel:{_digest(key)}"
+            key, lambda wf, _: journal.cancel(wf, workflow_id, now), dedup_id=f"cancel:{_digest(key)}"
         )
 
     async def result(self, req: m.WorkflowsResultRequest) -> m.WorkflowInfo:
@@ -276,14 +290,17 @@ class Workflows:
         until = self._clock.now() + claim_timeout(req.claim_timeout)
         key = await self._key(req.namespace, req.workflow_id, perm.QUEUE_LEASE)
         now = self._clock.now()
-        outcome, _ = await self._write(key, lambda wf: journal.claim(wf, req.workflow_id, now, until))
+        outcome, _ = await self._write(key, lambda wf, _: journal.claim(wf, req.workflow_id, now, until))
         if outcome.outcome == FINISHED and outcome.workflow.parent_id:
             # Its parent may not have heard (a crash between the two writes): telling it again is harmless.
             await self._tell_parent(outcome.workflow)
-        full = outcome.outcome == CLAIMED
-        return m.WorkflowsClaimResponse(
-            outcome=outcome.outcome, workflow=workflow_info(outcome.workflow, full)
-        )
+        wf = outcome.workflow
+        if outcome.outcome != CLAIMED:
+            return m.WorkflowsClaimResponse(outcome=outcome.outcome, workflow=workflow_info(wf, False))
+        # The claimant replays all of it: the rows up to the head's length.
+        rows = await self._rows.get_entries(key, 1, wf.length) if wf.length else []
+        full = replace(wf, entries=journal.entries_of(wf, rows))
+        return m.WorkflowsClaimResponse(outcome=outcome.outcome, workflow=workflow_info(full, True))
 
     async def append(self, req: m.WorkflowsAppendRequest) -> m.WorkflowsAppendResponse:
         check_workflow_append(req)
@@ -297,24 +314,26 @@ class Workflows:
         wake_at = from_datetime(req.wake_at) if req.wake_at is not None else 0
         ending = Ending(req.then, wake_at, req.result, req.error, req.resumable)
         timers: set[int] = set()
+        wrote = False
 
-        def rule(wf: Workflow | None) -> tuple[Effects, Workflow | None]:
-            return journal.append(
-                wf, req.workflow_id, req.fence, entries, ending, now, until, self._retention_us
+        def rule(wf: Workflow | None, recorded: Mapping[int, Entry]) -> tuple[Effects, Workflow | None]:
+            nonlocal wrote
+            effects, write = journal.append(
+                wf, req.workflow_id, req.fence, entries, ending, now, until, self._retention_us, recorded
             )
+            wrote = write is not None
+            return effects, write
 
-        for _ in range(WRITE_ATTEMPTS):
-            current = await self._rows.get_workflow(key)
-            effects, write = rule(current)
+        async def schedule(effects: Effects, current: Workflow | None) -> None:
+            """A timer's activation is produced before the suspend that relies on it is stored."""
             if effects.timer_at and effects.timer_at not in timers and current is not None:
                 await self._activate(current, enqueue_at=effects.timer_at)
                 timers.add(effects.timer_at)
-            if write is None or await self._put(write, current):
-                await self._carry_out(key, effects, write)
-                stored = write or current
-                timed_out = stored is not None and stored.timed_out
-                return m.WorkflowsAppendResponse(resume=effects.resume, timed_out=timed_out)
-        raise try_again("workflow is written by others too often")
+
+        effects, write = await self._write(key, rule, entries, schedule)
+        await self._carry_out(key, effects, write if wrote else None)
+        timed_out = write is not None and write.timed_out  # ``write``: the head as it is now
+        return m.WorkflowsAppendResponse(resume=effects.resume, timed_out=timed_out)
 
     # -- writes and their effects -----------------------------------------------------------------------
 
@@ -323,19 +342,54 @@ class Workflows:
         effects, wf = await self._write(key, rule)
         await self._carry_out(key, effects, wf, dedup_id)
 
-    async def _write(self, key: str, rule: Rule[T]) -> tuple[T, Workflow | None]:
-        """Runs ``rule`` on the record stored as ``key`` and stores what it returns, by compare-and-set;
-        the rule's outcome and the record as it is now."""
+    async def _write(
+        self, key: str, rule: Rule[T], wanted: Sequence[Entry] = (), before: Before[T] | None = None
+    ) -> tuple[T, Workflow | None]:
+        """Runs ``rule`` on the head stored as ``key`` (with the journal rows at the seqs of ``wanted``
+        that it needs) and stores what it returns, by compare-and-set, with the rows it moved out
+        (``Effects.rows``), after ``before``; the rule's outcome and the head as it is now.
+
+        The first attempt takes the head this node wrote last, if it kept it, and reads nothing: its
+        compare-and-set fails if another write came since. A rule that writes nothing or refuses on
+        it is run again on the head read from the store."""
+        kept = self._heads.get(key)
         for _ in range(WRITE_ATTEMPTS):
-            current = await self._rows.get_workflow(key)
-            outcome, write = rule(current)
-            if write is None or await self._put(write, current):
-                return outcome, write or current
+            current = kept if kept is not None else await self._rows.get_workflow(key)
+            span = journal.rows_to_read(current, wanted)
+            found = await self._rows.get_entries(key, *span) if span and current is not None else []
+            try:
+                outcome, write = rule(current, journal.recorded_rows(current, found) if current else {})
+            except QueratorError:
+                if kept is None:
+                    raise
+                kept = None
+                continue
+            if write is None and kept is not None:
+                kept = None
+                continue
+            if before is not None:
+                await before(outcome, current)
+            rows = outcome.rows if isinstance(outcome, Effects) else []
+            if write is None:
+                return outcome, current
+            stored = await self._put(key, write, current, rows)
+            if stored is not None:
+                return outcome, stored
+            kept = None
         raise try_again("workflow is written by others too often")
 
-    async def _put(self, write: Workflow, current: Workflow | None) -> bool:
+    async def _put(
+        self, key: str, write: Workflow, current: Workflow | None, rows: Sequence[Entry]
+    ) -> Workflow | None:
+        """Stores ``write`` in place of ``current`` (and ``rows``); the head stored, None if another write
+        came first."""
         version = current.version if current is not None else 0
-        return await self._rows.put_workflow(replace(write, version=version + 1), version)
+        stored = replace(write, version=journal.next_version(current, self._clock.now()))
+        if await self._rows.put_workflow(stored, version, rows):
+            self._heads.wrote(key, stored)
+            return stored
+        self._heads.forget(key)
+        return None
 
     async def _carry_out(self, key: str, effects: Effects, wf: Workflow | None, dedup_id: str = "") -> None:
         if wf is not None and wf.status != RUNNING:
@@ -356,12 +410,12 @@ class Workflows:
         alone got. The workflow is woken once, if any of them wakes it."""
         outcomes: Outcomes = []
 
-        def rule(current: Workflow | None) -> tuple[bool, Workflow | None]:
+        def rule(current: Workflow | None, recorded: Mapping[int, Entry]) -> tuple[bool, Workflow | None]:
             outcomes.clear()
             wf, written, wake = current, None, False
             for workflow_id, entries, now in batch:
                 try:
-                    effects, updated = journal.record(wf, workflow_id, entries, now)
+                    effects, updated = journal.record(wf, workflow_id, entries, now, recorded)
                 except QueratorError as e:
                     outcomes.append(e)
                     continue
@@ -371,7 +425,7 @@ class Workflows:
                     wf = written = updated
             return wake, written
 
-        wake, wf = await self._write(key, rule)
+        wake, wf = await self._write(key, rule, [e for _, entries, _ in batch for e in entries])
         if wake:
             await self._carry_out(key, Effects(wake=True), wf)
         return outcomes[:]

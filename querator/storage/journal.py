@@ -1,14 +1,18 @@
 """What start, claim, append, signal and cancel do to a workflow's record, written once.
 
-Each rule takes the stored record (or None) and returns what the caller gets plus the record to store in
+Each rule takes the stored head (or None) and returns what the caller gets plus the head to store in
 its place (None: nothing to write). The rules are pure, so a write that loses its compare-and-set is
-retried by running the rule again on the record that won (``WorkflowRows.put_workflow``); every backend
+retried by running the rule again on the head that won (``WorkflowRows.put_workflow``); every backend
 gets the same semantics (docs/durable.md, "The journal", and docs/adr/0016).
+
+The journal's final entries leave the head as rows, written with the claimant's appends
+(``Effects.rows``); a rule reads a row only when a call names its seq (``rows_to_read``), and
+``entries_of`` says which rows are recorded (docs/adr/0046).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -16,7 +20,7 @@ from msgspec.structs import replace
 
 from querator.errors import Conflict, InvalidOption
 from querator.storage.operations import NEAR_NOW
-from querator.storage.workflows import Entry, Signal, Workflow, split_stored_id
+from querator.storage.workflows import Entry, JournalRow, Signal, Workflow, split_stored_id
 from querator.wire.workflows import (
     BUSY,
     CHILD,
@@ -36,13 +40,24 @@ from querator.wire.workflows import (
     child_id,
 )
 
-MAX_ENTRIES: Final = 10_000
-"""Journal entries of one workflow: a longer history belongs in a child workflow."""
+MAX_ENTRIES: Final = 1_000_000
+"""Journal entries of one workflow: a claim returns the whole journal, which the
+worker replays at each activation, so a longer history belongs in a child workflow."""
+MAX_OPEN_ENTRIES: Final = 10_000
+"""Entries the head holds (open ones, and results recorded from outside not yet moved into rows): each
+write of the head rewrites them."""
 MAX_SIGNALS: Final = 1_000
 """Signals kept for a workflow (received or waiting)."""
 MAX_RECORD_BYTES: Final = 8 * 1024 * 1024
-"""Bytes of inputs, results, payloads and error texts one record may hold in all: each append rewrites
-the record."""
+"""Bytes of inputs, results, payloads and error texts the head may hold in all: each write rewrites
+the head."""
+MAX_JOURNAL_BYTES: Final = 64 * 1024 * 1024
+"""Bytes of values and error texts a workflow may hold in all, its journal's rows with its head: a
+claim returns all of them in one reply."""
+
+INFO_ENTRIES: Final = 10_000
+"""Entries ``workflows.info`` returns at most, the first of the journal: as many as a record held before
+journals had rows (docs/adr/0046), so every journal of then is returned whole."""
 
 FENCED = "workflow claimed elsewhere"
 """The stable prefix of an append refused because another worker has claimed the workflow since."""
@@ -86,6 +101,8 @@ class Effects:
     parent: Entry | None = None
     """The entry to record in the parent (at ``Workflow.parent_seq``)."""
     cancel_children: list[str] = field(default_factory=list)
+    rows: list[Entry] = field(default_factory=list)
+    """Entries moved out of the head into the journal's rows: stored with the head, in its write."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,9 +232,11 @@ def append(
     now: int,
     claim_until: int,
     retention_us: int,
+    recorded: Mapping[int, Entry] | None = None,
 ) -> tuple[Effects, Workflow | None]:
     """The claimant's write: new journal entries, then the claim's turn continues, suspends or finishes
-    the workflow.
+    the workflow. ``recorded``: the journal's rows at the seqs ``rows_to_read`` names for ``entries``.
+    The final entries of the head move into rows (``Effects.rows``).
 
     Raises:
         Conflict: ``fence`` is not the current claim's (another worker claimed it since; this one must
@@ -234,11 +253,15 @@ def append(
     journal = {e.seq: e for e in wf.entries}
     signals = list(wf.signals)
     for entry in entries:
-        _put_entry(journal, signals, entry)
+        _put_entry(journal, recorded or {}, signals, entry, wf.journal_rows)
+    kept, rows = _moved(journal.values())
     wf = replace(
         wf,
-        entries=sorted(journal.values(), key=_seq),
+        entries=kept,
         signals=signals,
+        length=max([wf.length, *(e.seq for e in rows)]),
+        journal_rows=wf.journal_rows + len(rows),
+        journal_bytes=wf.journal_bytes + _values_bytes(rows),
         updated_at=now,
         # The turn got on: a claim lost before this was not lost in what comes next.
         lapsed_claims=0 if entries else wf.lapsed_claims,
@@ -250,7 +273,7 @@ def append(
     timing_out = not wf.timed_out and _past_deadline(wf, now)
     if timing_out:
         wf = replace(wf, timed_out=True)
-    effects = Effects()
+    effects = Effects(rows=rows)
     if ending.then == SUSPEND:
         wf = _suspend(wf, ending.wake_at, timing_out, effects)
     elif ending.then in ENDINGS:
@@ -277,11 +300,18 @@ def _suspend(wf: Workflow, wake_at: int, timing_out: bool, effects: Effects) -> 
 
 
 def record(
-    current: Workflow | None, workflow_id: str, entries: Sequence[Entry], now: int
+    current: Workflow | None,
+    workflow_id: str,
+    entries: Sequence[Entry],
+    now: int,
+    recorded: Mapping[int, Entry] | None = None,
 ) -> tuple[Effects, Workflow | None]:
     """Results recorded from outside the claim: a dispatched step's, or a child workflow's. The first
     final result at a seq wins; the same result again is ignored (its sender retried after a lost reply).
-    The workflow is woken when the entry is alone or completes its group.
+    The workflow is woken when the entry is alone or completes its group. ``recorded``: the journal's
+    rows at the seqs ``rows_to_read`` names for ``entries``. The results stay in the head until the
+    claimant's next append moves them: two writers from outside may race for one version, and only one
+    writer per version may add rows (docs/adr/0046).
 
     Raises:
         Conflict: an entry is not what its seq holds: another kind or name, or a different result than
@@ -298,6 +328,13 @@ def record(
     for entry in entries:
         if entry.state not in FINAL_STATES:
             raise InvalidOption(f"entries are invalid; a recorded entry must be {DONE} or {ERROR}")
+        row = (recorded or {}).get(entry.seq) if entry.seq not in journal else None
+        if row is not None:
+            # Moved into rows, so final, and its group complete (``_moved``): recorded before, it wakes
+            # the workflow again as below.
+            _check_recorded(row, entry)
+            effects.wake = True
+            continue
         found = journal.get(entry.seq)
         if found is not None:
             _check_recorded(found, entry)
@@ -314,11 +351,8 @@ def record(
             groups.add(journal[entry.seq].group)
         else:
             effects.wake = True
-    for group in groups:
-        members = [e for e in journal.values() if e.group == group]
-        size = max(e.group_size for e in members)
-        if len(members) >= size and all(e.state in FINAL_STATES for e in members):
-            effects.wake = True
+    if groups - _open_groups(journal.values()):
+        effects.wake = True
     if not applied:
         return effects, None  # every entry was recorded already
     updated = replace(wf, entries=sorted(journal.values(), key=_seq), changed=True, updated_at=now)
@@ -442,10 +476,22 @@ def _unfinished_children(wf: Workflow) -> list[str]:
     return [child_id(wf.id, e.seq) for e in wf.entries if e.kind == CHILD and e.state not in FINAL_STATES]
 
 
-def _put_entry(journal: dict[int, Entry], signals: list[Signal], entry: Entry) -> None:
+def _put_entry(
+    journal: dict[int, Entry], recorded: Mapping[int, Entry], signals: list[Signal], entry: Entry, rows: int
+) -> None:
+    """Puts ``entry`` into the head's ``journal`` (the journal's ``rows`` hold as many others)."""
     if entry.seq < 1:
         raise InvalidOption(f"entries are invalid; seq must be at least 1, got {entry.seq}")
     found = journal.get(entry.seq)
+    row = recorded.get(entry.seq) if found is None else None
+    if row is not None:
+        # Recorded as a row: final, and never written again (whatever this entry holds, the replay of
+        # this claim read the row).
+        if (row.kind, row.name) != (entry.kind, entry.name) or (
+            entry.state in FINAL_STATES and entry.state != row.state
+        ):
+            raise Conflict(f"{FENCED}; seq {entry.seq} is recorded already as {row.kind} '{row.name}'")
+        return
     if found is not None and found.state in FINAL_STATES:
         if entry.state not in FINAL_STATES and (found.kind, found.name) == (entry.kind, entry.name):
             return  # its result was recorded from outside first (a fast step or child)
@@ -454,8 +500,11 @@ def _put_entry(journal: dict[int, Entry], signals: list[Signal], entry: Entry) -
         return
     if entry.kind == SIGNAL and entry.state == DONE:
         entry = _take_signal(signals, entry)
-    if len(journal) >= MAX_ENTRIES and found is None:
-        raise InvalidOption(f"journal is full; a workflow holds at most {MAX_ENTRIES} entries")
+    if found is None and (rows + len(journal) >= MAX_ENTRIES or len(journal) >= MAX_OPEN_ENTRIES):
+        raise InvalidOption(
+            f"journal is full; a workflow holds at most {MAX_ENTRIES} entries,"
+            f" {MAX_OPEN_ENTRIES} of them open"
+        )
     journal[entry.seq] = entry
 
 
@@ -492,14 +541,113 @@ def _existing(current: Workflow | None, workflow_id: str) -> Workflow:
     return current
 
 
-def _check_size(wf: Workflow) -> None:
+def head_bytes(wf: Workflow) -> int:
+    """Bytes of the values and texts the head holds (not its journal's rows)."""
     # Errors count as values do: a worker's exception message is as unbounded as a result. (Names and
     # ids are bounded one by one, and in number by MAX_ENTRIES and MAX_SIGNALS.)
     size = len(wf.input) + len(wf.result) + _utf8_bytes(wf.error) + _utf8_bytes(wf.encoding)
-    size += sum(len(e.value) + _utf8_bytes(e.error) for e in wf.entries)
-    size += sum(len(s.payload) for s in wf.signals)
+    size += _values_bytes(wf.entries)
+    return size + sum(len(s.payload) for s in wf.signals)
+
+
+def _check_size(wf: Workflow) -> None:
+    size = head_bytes(wf)
     if size > MAX_RECORD_BYTES:
         raise InvalidOption(f"workflow is too large; its values pass {MAX_RECORD_BYTES} bytes in all")
+    if size + wf.journal_bytes > MAX_JOURNAL_BYTES:
+        raise InvalidOption(
+            f"workflow is too large; its journal's values pass {MAX_JOURNAL_BYTES} bytes in all"
+        )
+
+
+def _values_bytes(entries: Iterable[Entry]) -> int:
+    return sum(len(e.value) + _utf8_bytes(e.error) for e in entries)
+
+
+def _moved(entries: Iterable[Entry]) -> tuple[list[Entry], list[Entry]]:
+    """The entries the head keeps, and those that move into rows: the final ones, but a group's only
+    once all of it is final (``record`` wakes the workflow on a complete group, counted in the head)."""
+    journal = sorted(entries, key=_seq)
+    open_groups = _open_groups(journal)
+    kept: list[Entry] = []
+    rows: list[Entry] = []
+    for e in journal:
+        moves = e.state in FINAL_STATES and e.group not in open_groups
+        (rows if moves else kept).append(e)
+    return kept, rows
+
+
+def _open_groups(journal: Iterable[Entry]) -> set[int]:
+    """The groups some of whose members are missing or not final, in one pass."""
+    members: dict[int, int] = {}
+    size: dict[int, int] = {}
+    unfinished: set[int] = set()
+    for e in journal:
+        if e.group:
+            members[e.group] = members.get(e.group, 0) + 1
+            size[e.group] = max(size.get(e.group, 0), e.group_size)
+            if e.state not in FINAL_STATES:
+                unfinished.add(e.group)
+    return unfinished | {g for g, n in members.items() if n < size[g]}
+
+
+def rows_to_read(wf: Workflow | None, entries: Iterable[Entry]) -> tuple[int, int] | None:
+    """The seqs (first, last) of the journal's rows a rule needs for ``entries``: those the head does
+    not hold and the rows may (up to ``length``). None, the usual case, when it needs none: a claimant
+    sends new entries, and results arrive for entries the head holds."""
+    if wf is None:
+        return None
+    held = {e.seq for e in wf.entries}
+    seqs = [e.seq for e in entries if 1 <= e.seq <= wf.length and e.seq not in held]
+    return (min(seqs), max(seqs)) if seqs else None
+
+
+def recorded_rows(wf: Workflow, rows: Iterable[JournalRow]) -> dict[int, Entry]:
+    """The recorded entry of each seq of ``rows``: of a seq up to the head's ``length``, the row of the
+    highest version up to the head's ``version``; never one the head holds (docs/adr/0046).
+
+    Only the claimant's write moves entries into rows, and it writes a seq once: when the head is at
+    ``version`` and a seq up to ``length`` is not in the head, its row was written with a version that
+    succeeded, and any other row of that seq (of a write refused, which Cassandra writes before the head's
+    transaction) was written for an older version, or a newer one not reached (a write still in
+    flight)."""
+    held = {e.seq for e in wf.entries}
+    best: dict[int, JournalRow] = {}
+    for row in rows:
+        seq = row.entry.seq
+        if seq > wf.length or seq in held or row.version > wf.version:
+            continue
+        if seq not in best or row.version > best[seq].version:
+            best[seq] = row
+    return {seq: row.entry for seq, row in best.items()}
+
+
+def next_version(current: Workflow | None, now: int) -> int:
+    """The version a write stores: one more than the stored head's. A new record's is ``now`` (its
+    creation, in microseconds), above any version a dropped run of the same id reached, so that no
+    journal row that run left (on Cassandra, one whose TTL a crash kept from being set) ranks above the
+    new run's rows (``recorded_rows``)."""
+    return current.version + 1 if current is not None else max(1, now)
+
+
+def info_page(journal: Sequence[Entry]) -> list[Entry]:
+    """The first entries of ``journal`` that ``workflows.info`` returns: at most ``INFO_ENTRIES``, and
+    ending before the entry that would pass ``MAX_RECORD_BYTES`` of values (never before the first)."""
+    page: list[Entry] = []
+    size = 0
+    for entry in journal[:INFO_ENTRIES]:
+        size += _values_bytes((entry,))
+        if size > MAX_RECORD_BYTES and page:
+            break
+        page.append(entry)
+    return page
+
+
+def entries_of(wf: Workflow, rows: Iterable[JournalRow]) -> list[Entry]:
+    """The workflow's journal, in seq order: its recorded rows (``recorded_rows``) and the head's."""
+    journal = recorded_rows(wf, rows)
+    journal.update((e.seq, e) for e in wf.entries)
+    return [journal[seq] for seq in sorted(journal)]
 
 
 def _utf8_bytes(text: str) -> int:

@@ -20,7 +20,7 @@ from querator.storage.base import (
     list_page,
 )
 from querator.storage.memory_schedules import MemorySchedules
-from querator.storage.workflows import Workflow, encode_workflow, workflow_page
+from querator.storage.workflows import Entry, JournalRow, Workflow, encode_workflow, workflow_page
 
 _Steps = list[tuple[dict[str, Item] | None, Item]]
 """What an update or a delete did so far, to undo: an item removed, with the state it was in, or an
@@ -272,16 +272,30 @@ class MemoryWorkflowRows:
 
     def __init__(self) -> None:
         self._workflows: dict[str, Workflow] = {}
+        self._rows: dict[str, dict[int, JournalRow]] = {}
+        """A workflow's journal rows by seq (a refused write adds none here)."""
 
     async def get_workflow(self, workflow_id: str) -> Workflow | None:
         return self._workflows.get(workflow_id)
 
-    async def put_workflow(self, workflow: Workflow, expected_version: int) -> bool:
+    async def put_workflow(
+        self, workflow: Workflow, expected_version: int, rows: Sequence[Entry] = ()
+    ) -> bool:
         current = self._workflows.get(workflow.id)
         if (current.version if current is not None else 0) != expected_version:
             return False
         self._workflows[workflow.id] = workflow
+        if rows:
+            journal = self._rows.setdefault(workflow.id, {})
+            journal.update((e.seq, JournalRow(workflow.version, e)) for e in rows)
         return True
+
+    async def get_entries(self, workflow_id: str, first_seq: int, last_seq: int) -> list[JournalRow]:
+        journal = self._rows.get(workflow_id, {})
+        if last_seq - first_seq < len(journal):
+            found = (journal.get(seq) for seq in range(first_seq, last_seq + 1))
+            return [r for r in found if r is not None]
+        return [journal[seq] for seq in sorted(journal) if first_seq <= seq <= last_seq]
 
     async def list_workflows(self, status: str, pivot: str, limit: int) -> list[Workflow]:
         ids = sorted(
@@ -294,6 +308,7 @@ class MemoryWorkflowRows:
         expired = [i for i, w in self._workflows.items() if w.expires_at and w.expires_at <= now]
         for i in expired:
             del self._workflows[i]
+            self._rows.pop(i, None)
         return len(expired)
 
 

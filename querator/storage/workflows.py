@@ -1,16 +1,20 @@
-"""Durable workflows as stored: one versioned record per workflow, holding its journal.
+"""Durable workflows as stored: a versioned head per workflow, and its journal's recorded entries as rows.
 
-A workflow's record is small and changes a step at a time, so it is stored whole and replaced by
-compare-and-set on ``version`` (``WorkflowRows.put``): the rules of ``journal.py`` read a record and
-return the next one, and a backend only has to store rows atomically. Two writers that read the same
-version cannot both replace it; the loser reads again and re-applies its rule (docs/adr/0016).
+A workflow's **head** (its status, claim, signals, and the entries still open) is small and changes a
+step at a time, so it is stored whole and replaced by compare-and-set on ``version``
+(``WorkflowRows.put_workflow``): the rules of ``journal.py`` read a head and return the next one. Two
+writers that read the same version cannot both replace it; the loser reads again and re-applies its
+rule (docs/adr/0016). An entry once final is moved out of the head by the claimant's next write into a
+**journal row** of its own, keyed (workflow id, seq) and tagged with the head version that recorded it,
+written with the head and never again: an append costs what it adds, whatever the journal's length
+(docs/adr/0046). ``journal.entries_of`` says which rows are recorded.
 
 Times are microseconds since the epoch; 0 means unset.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final, Protocol
 
 import msgspec
@@ -89,6 +93,14 @@ class Workflow(msgspec.Struct, kw_only=True, omit_defaults=True):
     forked_from: str = ""
     """The workflow id (in its namespace) whose journal it started with (``journal.fork``)."""
     entries: list[Entry] = []
+    """The entries kept in the head: those still open (pending), and those recorded from outside the
+    claim (a dispatched step's, a child's result) that no claimant write has moved into rows yet."""
+    length: int = 0
+    """The highest seq of the journal's rows: rows past it are not recorded (docs/adr/0046)."""
+    journal_rows: int = 0
+    """How many entries the journal's rows hold (each seq moves into a row once)."""
+    journal_bytes: int = 0
+    """Bytes of the values and error texts of the journal's rows (``journal.MAX_JOURNAL_BYTES``)."""
     signals: list[Signal] = []
     created_at: int = 0
     updated_at: int = 0
@@ -99,10 +111,19 @@ class Workflow(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Bumped by every write; ``put`` replaces only the version it read."""
 
     def entry(self, seq: int) -> Entry | None:
+        """The entry at ``seq`` if the head holds it (not one of the journal's rows)."""
         for e in self.entries:
             if e.seq == seq:
                 return e
         return None
+
+
+class JournalRow(msgspec.Struct, frozen=True):
+    """An entry as a row: ``version`` is the head's version written with it. Only the claimant's
+    writes add rows; which rows are recorded is ``journal.entries_of``'s rule."""
+
+    version: int
+    entry: Entry
 
 
 SYSTEM_NAMESPACE: Final = "_system"
@@ -168,15 +189,38 @@ def workflow_page(
     return page
 
 
+_entry_encoder = msgspec.msgpack.Encoder()
+_entry_decoder = msgspec.msgpack.Decoder(Entry)
+
+
+def encode_entry(entry: Entry) -> bytes:
+    """A journal row's entry as a backend stores it (msgpack)."""
+    return _entry_encoder.encode(entry)
+
+
+def decode_entry(data: bytes) -> Entry:
+    return _entry_decoder.decode(data)
+
+
 class WorkflowRows(Protocol):
-    """What a backend stores for durable workflows: versioned records, replaced by compare-and-set."""
+    """What a backend stores for durable workflows: versioned heads, replaced by compare-and-set, and
+    their journals' rows."""
 
     async def get_workflow(self, workflow_id: str) -> Workflow | None:
         """The record, or None when there is none (never started, or dropped after its retention)."""
 
-    async def put_workflow(self, workflow: Workflow, expected_version: int) -> bool:
-        """Stores ``workflow`` if the stored record's version is ``expected_version`` (0: no record yet);
-        False, and no change, otherwise. A record with ``expires_at`` may be dropped from then on."""
+    async def put_workflow(
+        self, workflow: Workflow, expected_version: int, rows: Sequence[Entry] = ()
+    ) -> bool:
+        """Stores ``workflow`` if the stored record's version is ``expected_version`` (0: no record yet),
+        and ``rows`` as its journal's rows, tagged ``workflow.version``; False, and no change to the head,
+        otherwise. Rows of a refused write may stay (Cassandra writes them before the head's
+        transaction): ``journal.entries_of`` never reads them as recorded. A record with ``expires_at``
+        may be dropped from then on, with its rows."""
+
+    async def get_entries(self, workflow_id: str, first_seq: int, last_seq: int) -> list[JournalRow]:
+        """The journal rows of ``workflow_id`` with ``first_seq <= seq <= last_seq``, in seq order (a
+        seq's rows of several versions in any order)."""
 
     async def list_workflows(self, status: str, pivot: str, limit: int) -> list[Workflow]:
         """Records with ``id >= pivot`` in id order, at most ``limit``, of ``status`` ("" for any), a page

@@ -15,6 +15,11 @@ import pytest
 
 from querator.clock import FakeClock
 from querator.durable._app import QUEUE_PARTITIONS
+from querator.service._validation import MAX_APPEND_ENTRIES
+from querator.service._workflows import Workflows
+from querator.storage.journal import INFO_ENTRIES
+from querator.storage.workflows import encode_workflow
+from querator.wire import messages as m
 from tests.conftest import Api, eventually
 
 SECOND = 1_000_000
@@ -446,10 +451,10 @@ async def test_fan_in_records_many_results_in_few_writes(
     put = rows.put_workflow
     writes = 0
 
-    async def counted(wf: Any, version: int) -> bool:
+    async def counted(wf: Any, version: int, journal: Any = ()) -> bool:
         nonlocal writes
         writes += 1
-        return await put(wf, version)
+        return await put(wf, version, journal)
 
     monkeypatch.setattr(rows, "put_workflow", counted)
     await asyncio.gather(*(append(durable, 0, "fan", entries=[step(n)]) for n in range(1, size + 1)))
@@ -732,3 +737,62 @@ async def test_fork_refuses_a_step_the_journal_cannot_start_from(durable: Api) -
     assert taken.status == 409 and taken.message.startswith(
         "workflow exists already; the id is a run of 'other'"
     )
+
+
+async def test_an_append_writes_what_it_adds_whatever_the_journal_holds(durable: Api) -> None:
+    """docs/adr/0046: a journal's final entries are rows of their own; the head an append rewrites holds
+    none of them, so it is as large after a thousand steps as after ten (each append rewrote the whole
+    journal before, and a workflow of n steps wrote O(n^2) bytes)."""
+    await start(durable, "wf")
+    await claim(durable, "wf")
+    rows = durable.service.workflows._rows
+    sizes = []
+    for seq in range(1, 1001):
+        await append(durable, 1, "wf", entries=[step(seq)])
+        if seq in (10, 1000):
+            head = await rows.get_workflow("wf")
+            assert head is not None and head.entries == [] and head.length == seq
+            sizes.append(len(encode_workflow(head)))
+    assert sizes[1] - sizes[0] < 16  # a few more digits in its counters
+    claimed = await claim_again(durable, "wf")
+    assert [e["seq"] for e in claimed["workflow"]["entries"]] == list(range(1, 1001))
+
+
+async def claim_again(api: Api, workflow_id: str) -> dict[str, Any]:
+    """A claim of a workflow whose claim its holder let go (a suspend)."""
+    await append(
+        api,
+        (await api.post("/v1/workflows.info", {"workflow_id": workflow_id}))["fence"],
+        workflow_id,
+        then="suspend",
+    )
+    return await claim(api, workflow_id)
+
+
+async def test_a_journal_holds_more_than_ten_thousand_entries(durable: Api) -> None:
+    """The limit was 10,000 entries in one record; a claim returns all of a longer journal, which the
+    worker replays, and ``workflows.info`` its first ``INFO_ENTRIES`` (docs/semantics.md)."""
+    await start(durable, "wf")
+    await claim(durable, "wf")
+    total = INFO_ENTRIES + 1500
+    for first in range(1, total + 1, MAX_APPEND_ENTRIES):
+        last = min(first + MAX_APPEND_ENTRIES, total + 1)
+        await append(durable, 1, "wf", entries=[step(seq) for seq in range(first, last)])
+    info = await durable.post("/v1/workflows.info", {"workflow_id": "wf"})
+    assert [e["seq"] for e in info["entries"]] == list(range(1, INFO_ENTRIES + 1))
+    claimed = await claim_again(durable, "wf")
+    assert [e["seq"] for e in claimed["workflow"]["entries"]] == list(range(1, total + 1))
+
+
+async def test_a_head_a_node_kept_gives_way_to_another_nodes_write(durable: Api) -> None:
+    """docs/adr/0046: a node writes on the head it wrote last without reading it; when another node
+    wrote since (here a signal through a second ``Workflows`` over the same store), the compare-and-set
+    refuses the kept head and the write reads and applies its rule again: the suspend sees the signal."""
+    await start(durable, "wf")
+    await claim(durable, "wf")  # this node keeps the head it claimed
+    here = durable.service.workflows
+    there = Workflows(here._rows, here._clock, here._produce, here._queue_namespace)
+    await there.signal(m.WorkflowsSignalRequest(workflow_id="wf", name="go", signal_id="s-1"))
+    assert await append(durable, 1, "wf", then="suspend") == {"resume": True}
+    info = await durable.post("/v1/workflows.info", {"workflow_id": "wf"})
+    assert [s["id"] for s in info["signals"]] == ["s-1"]

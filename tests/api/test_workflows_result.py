@@ -108,8 +108,9 @@ async def test_a_finish_on_this_node_answers_every_waiter_without_a_read(
     await append(durable, 1, "wf", then="complete", result=base64.b64encode(b"8").decode())
     results = await asyncio.gather(*waiting)
     assert {(r["status"], base64.b64decode(r["result"])) for r in results} == {(COMPLETED, b"8")}
-    # The watch's first read and the append's own: the finished record it wrote is every call's reply.
-    assert reads.count == 2
+    # The watch's first read only: the append wrote on the head this node's claim wrote, reading none
+    # (docs/adr/0046), and the finished record it wrote is every call's reply.
+    assert reads.count == 1
     assert waits(durable) == {}
 
 

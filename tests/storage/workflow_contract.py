@@ -12,8 +12,8 @@ import pytest
 from msgspec.structs import replace
 
 from querator.storage.base import Store
-from querator.storage.journal import BUSY, CLAIMED, SUSPEND, Ending, append, claim, start
-from querator.storage.workflows import LIST_PAGE_RECORD_BYTES, Entry, Workflow
+from querator.storage.journal import BUSY, CLAIMED, SUSPEND, Ending, append, claim, entries_of, start
+from querator.storage.workflows import LIST_PAGE_RECORD_BYTES, Entry, JournalRow, Workflow
 from querator.wire.workflows import COMPLETED, DONE, RUNNING, STEP
 from tests.conftest import eventually
 
@@ -26,6 +26,10 @@ def new(workflow_id: str, **fields: object) -> Workflow:
     return replace(
         Workflow(id=workflow_id, name="checkout", queue="durable", input=b'{"args":[1]}'), **fields
     )
+
+
+def step(seq: int) -> Entry:
+    return Entry(seq=seq, kind=STEP, name=f"s{seq}", state=DONE, value=b'"r-%d"' % seq)
 
 
 class WorkflowContract:
@@ -72,13 +76,63 @@ class WorkflowContract:
         write = replace(claimed, version=2)
         assert await store.workflows.put_workflow(write, 1)
         entries = [Entry(seq=1, kind=STEP, name="charge", state=DONE, value=b'"r-1"', attempts=2)]
-        _, appended = append(write, "wf-1", 1, entries, Ending(SUSPEND, wake_at=NOW + DAY), NOW, 0, DAY)
-        assert appended is not None
-        assert await store.workflows.put_workflow(replace(appended, version=3), 2)
+        effects, appended = append(write, "wf-1", 1, entries, Ending(SUSPEND, wake_at=NOW + DAY), NOW, 0, DAY)
+        assert appended is not None and effects.rows == entries
+        assert await store.workflows.put_workflow(replace(appended, version=3), 2, effects.rows)
         got = await store.workflows.get_workflow("wf-1")
         assert got is not None
-        assert got.entries == entries
+        assert (got.entries, got.length) == ([], 1)
+        assert entries_of(got, await store.workflows.get_entries("wf-1", 1, got.length)) == entries
         assert (got.claim_deadline, got.timer_at) == (0, NOW + DAY)
+
+    async def test_journal_rows_are_written_with_their_head_by_version(self, store: Store) -> None:
+        """docs/adr/0046: a put stores its rows tagged with the head's version; a row of a seq written
+        again by a later version is kept beside or in place of the first; a range reads by seq."""
+        wf = await self.put_new(store, new("wf-1"))
+        first = [step(1), step(2)]
+        assert await store.workflows.put_workflow(replace(wf, version=2, length=2), 1, first)
+        assert await store.workflows.put_workflow(replace(wf, version=3, length=3), 2, [step(3)])
+        rows = await store.workflows.get_entries("wf-1", 1, 3)
+        assert rows == [JournalRow(2, step(1)), JournalRow(2, step(2)), JournalRow(3, step(3))]
+        assert await store.workflows.get_entries("wf-1", 2, 2) == [JournalRow(2, step(2))]
+        assert await store.workflows.get_entries("wf-1", 4, 10) == []
+        assert await store.workflows.get_entries("wf-2", 1, 10) == []
+        again = replace(step(2), value=b'"again"')
+        assert await store.workflows.put_workflow(replace(wf, version=4, length=3), 3, [again])
+        head = await store.workflows.get_workflow("wf-1")
+        assert head is not None
+        assert entries_of(head, await store.workflows.get_entries("wf-1", 1, 3)) == [step(1), again, step(3)]
+
+    async def test_a_refused_put_records_no_row(self, store: Store) -> None:
+        """A writer whose compare-and-set is refused may leave its rows (Cassandra writes them before the
+        head's transaction); what the head recorded is read all the same."""
+        wf = await self.put_new(store, new("wf-1", fence=1))
+        assert await store.workflows.put_workflow(replace(wf, version=2, fence=2), 1)  # another claim
+        # The first claimant, paused, appends on the version it read.
+        stale = [replace(step(1), value=b'"stale"'), step(2)]
+        assert not await store.workflows.put_workflow(replace(wf, version=2, length=2), 1, stale)
+        head = await store.workflows.get_workflow("wf-1")
+        assert head is not None and (head.version, head.length) == (2, 0)
+        assert entries_of(head, await store.workflows.get_entries("wf-1", 1, 2)) == []
+        # The new claimant records seq 1: its row, not the stale one, is the journal's.
+        assert await store.workflows.put_workflow(replace(head, version=3, length=1), 2, [step(1)])
+        head = await store.workflows.get_workflow("wf-1")
+        assert head is not None
+        assert entries_of(head, await store.workflows.get_entries("wf-1", 1, 2)) == [step(1)]
+
+    async def test_a_long_journal_reads_whole(self, store: Store) -> None:
+        """More rows than one read of a backend returns (Cassandra reads them a page at a time)."""
+        wf = await self.put_new(store, new("wf-1"))
+        journal = [step(seq) for seq in range(1, 2501)]
+        assert await store.workflows.put_workflow(replace(wf, version=2, length=2500), 1, journal)
+        rows = await store.workflows.get_entries("wf-1", 1, 2500)
+        assert [r.entry for r in rows] == journal
+        assert [r.entry.seq for r in await store.workflows.get_entries("wf-1", 999, 1002)] == [
+            999,
+            1000,
+            1001,
+            1002,
+        ]
 
     async def test_lists_by_status_in_id_order(self, store: Store) -> None:
         for workflow_id in ("c", "a", "b", "d"):
@@ -111,14 +165,15 @@ class WorkflowContract:
         wf = await self.put_new(store, new("wf-1"))
         # Expires long after a backend's own TTL could act (a year): only purge may drop it.
         expires_at = NOW + (-SECOND if expired else 365 * DAY)
-        ended = replace(wf, status=COMPLETED, version=2, expires_at=expires_at)
-        assert await store.workflows.put_workflow(ended, 1)
+        ended = replace(wf, status=COMPLETED, version=2, expires_at=expires_at, length=1)
+        assert await store.workflows.put_workflow(ended, 1, [step(1)])
         purged = await store.workflows.purge_workflows(NOW)
         remaining = await store.workflows.get_workflow("wf-1")
+        rows = await store.workflows.get_entries("wf-1", 1, 1)
         if expired and purged:
-            assert remaining is None
+            assert (remaining, rows) == (None, [])  # its journal's rows go with it
         else:
-            assert remaining is not None
+            assert remaining is not None and rows == [JournalRow(2, step(1))]
 
     async def test_a_workflow_dropped_after_its_retention_starts_again(self, store: Store) -> None:
         """Once its record is dropped (a purge, or a TTL on Cassandra), the id starts a fresh workflow:

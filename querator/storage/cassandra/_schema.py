@@ -57,6 +57,11 @@ SCHEMA: Final = (
     # Durable workflows (_workflows.py): a record is msgpack of storage.workflows.Workflow, written only
     # with lightweight transactions; a finished one carries the TTL of its retention.
     "CREATE TABLE IF NOT EXISTS {ks}.workflows (id text PRIMARY KEY, version bigint, record blob)",
+    # A journal's rows (docs/adr/0046): msgpack of storage.workflows.Entry, plain writes sent before
+    # the record's transaction, keyed by the record's version too, so that a refused writer's row never
+    # replaces one that was recorded; a finished workflow's rows carry its record's TTL.
+    """CREATE TABLE IF NOT EXISTS {ks}.workflow_entries (
+        id text, seq bigint, version bigint, entry blob, PRIMARY KEY ((id), seq, version))""",
     # Lists finished workflows by status, a few buckets per status, each row with its record's TTL.
     # (Running ones were indexed here too, and their rows deleted when they finished: docs/adr/0041.)
     """CREATE TABLE IF NOT EXISTS {ks}.workflows_by_status (

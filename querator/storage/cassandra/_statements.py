@@ -128,6 +128,10 @@ class Statement(Enum):
     )
     PUT_WORKFLOW = "UPDATE {ks}.workflows USING TTL ? SET version = ?, record = ? WHERE id = ? IF version = ?"
     INDEX_WORKFLOW = "INSERT INTO {ks}.workflows_by_status (status, bucket, id) VALUES (?, ?, ?) USING TTL ?"
+    PUT_ENTRY = "INSERT INTO {ks}.workflow_entries (id, seq, version, entry) VALUES (?, ?, ?, ?) USING TTL ?"
+    GET_ENTRIES = (
+        "SELECT seq, version, entry FROM {ks}.workflow_entries WHERE id = ? AND seq >= ? AND seq <= ? LIMIT ?"
+    )
     LIST_WORKFLOWS = (
         "SELECT id FROM {ks}.workflows_by_status WHERE status = ? AND bucket = ? AND id >= ? LIMIT ?"
     )

@@ -21,14 +21,23 @@ import asyncio
 import heapq
 import itertools
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Final
 
 from querator.clock import MICROS
 from querator.storage.cassandra._errors import DRIVER_ERRORS, storage_error
 from querator.storage.cassandra._session import Connection, Cql, Rows
 from querator.storage.cassandra._statements import Statement
-from querator.storage.workflows import Workflow, decode_workflow, encode_workflow, workflow_page
+from querator.storage.workflows import (
+    Entry,
+    JournalRow,
+    Workflow,
+    decode_entry,
+    decode_workflow,
+    encode_entry,
+    encode_workflow,
+    workflow_page,
+)
 from querator.wire.workflows import RUNNING, STATUSES
 
 BUCKETS: Final = 16
@@ -43,6 +52,9 @@ generations, or a first carry that failed)."""
 _SCOPE: Final = "running"
 """The one row of ``workflows_carried``."""
 _FINISHED: Final = tuple(s for s in STATUSES if s != RUNNING)
+ENTRIES_PAGE: Final = 1000
+"""Journal rows one read returns (the driver would page at 5,000, and the event loop's reads don't)."""
+_LAST_SEQ: Final = 2**62
 
 Row = tuple[str, bool]
 """An index row: a workflow id, and whether it is known to have finished."""
@@ -86,6 +98,10 @@ class CassandraWorkflowRows:
     A record's read and write are sent from the event loop (``Connection.execute_async``): a workflow's
     every step reads and then writes its record, and on the store's few worker threads each would hold
     one for a round trip and a Paxos round, ahead of the queues' runs (issue 38).
+
+    A journal's rows are plain writes, sent before the record's transaction and keyed by the version
+    it would write: a refused write leaves them, and ``journal.recorded_rows`` never reads them as
+    recorded (docs/adr/0046). When a workflow finishes, its rows are written again with its record's TTL.
     """
 
     def __init__(self, connection: Connection, now: Callable[[], int]) -> None:
@@ -107,13 +123,16 @@ class CassandraWorkflowRows:
         record = rows[0]["record"] if rows else None
         return decode_workflow(record) if record is not None else None
 
-    async def put_workflow(self, workflow: Workflow, expected_version: int) -> bool:
+    async def put_workflow(
+        self, workflow: Workflow, expected_version: int, entries: Sequence[Entry] = ()
+    ) -> bool:
         record = encode_workflow(workflow)
         now = self.clock_now()
         ttl_s = 0
         if workflow.expires_at:
             ttl_s = max(1, (workflow.expires_at - now) // MICROS)
         w = workflow
+        await self._put_rows(w.id, [JournalRow(w.version, e) for e in entries], ttl_s)
         if expected_version == 0:
             rows = await self._send(Statement.ADD_WORKFLOW, (ttl_s, w.version, record, w.id), writes=True)
         else:
@@ -129,8 +148,40 @@ class CassandraWorkflowRows:
             return True
         if expected_version != 0:  # it ran: its row, in one of the generations lists read, says so
             await self._send(Statement.MARK_DONE, (bucket, [current - 1, current], w.id), writes=True)
+            # Its rows go when its record does. (A crash before this leaves them until a purge by hand:
+            # they are never read without the record.)
+            await self._put_rows(w.id, await self.get_entries(w.id, 1, _LAST_SEQ), ttl_s)
         await self._send(Statement.INDEX_WORKFLOW, (w.status, bucket, w.id, ttl_s), writes=True)
         return True
+
+    async def _put_rows(self, workflow_id: str, rows: Sequence[JournalRow], ttl_s: int) -> None:
+        """Writes ``rows`` (one partition), a page of them at a time."""
+        for start in range(0, len(rows), ENTRIES_PAGE):
+            page = rows[start : start + ENTRIES_PAGE]
+            await asyncio.gather(
+                *(
+                    self._send(
+                        Statement.PUT_ENTRY,
+                        (workflow_id, r.entry.seq, r.version, encode_entry(r.entry), ttl_s),
+                        writes=True,
+                    )
+                    for r in page
+                )
+            )
+
+    async def get_entries(self, workflow_id: str, first_seq: int, last_seq: int) -> list[JournalRow]:
+        found: dict[tuple[int, int], JournalRow] = {}
+        start = first_seq
+        while True:
+            page = await self._send(Statement.GET_ENTRIES, (workflow_id, start, last_seq, ENTRIES_PAGE))
+            for r in page:
+                found[(r["seq"], r["version"])] = JournalRow(r["version"], decode_entry(r["entry"]))
+            if len(page) < ENTRIES_PAGE:
+                return [found[key] for key in sorted(found)]
+            # From the last seq again, whose rows of other versions the limit may have cut; past it if the
+            # page held no other seq (ENTRIES_PAGE rows of one seq are never written).
+            last = page[-1]["seq"]
+            start = last if page[0]["seq"] != last else last + 1
 
     async def list_workflows(self, status: str, pivot: str, limit: int) -> list[Workflow]:
         now = self.clock_now()

@@ -118,6 +118,14 @@ SCHEMA: Final = (
     )""",
     "CREATE INDEX IF NOT EXISTS workflows_by_status ON workflows (status, id)",
     "CREATE INDEX IF NOT EXISTS workflows_expiring ON workflows (expires_at) WHERE expires_at > 0",
+    # A journal's rows (docs/adr/0046): msgpack of storage.workflows.Entry, written with the record.
+    f"""CREATE TABLE IF NOT EXISTS workflow_entries (
+        id {_T},
+        seq BIGINT NOT NULL,
+        version BIGINT NOT NULL,
+        entry BYTEA NOT NULL,
+        PRIMARY KEY (id, seq)
+    )""",
     f"""CREATE TABLE IF NOT EXISTS records (
         kind {_T},
         key {_T},

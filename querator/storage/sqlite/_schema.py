@@ -92,6 +92,14 @@ SCHEMA: Final = (
     ) WITHOUT ROWID""",
     "CREATE INDEX IF NOT EXISTS workflows_by_status ON workflows (status, id)",
     "CREATE INDEX IF NOT EXISTS workflows_expiring ON workflows (expires_at) WHERE expires_at > 0",
+    # A journal's rows (docs/adr/0046): msgpack of storage.workflows.Entry, written with the record.
+    """CREATE TABLE IF NOT EXISTS workflow_entries (
+        id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        version INTEGER NOT NULL,
+        entry BLOB NOT NULL,
+        PRIMARY KEY (id, seq)
+    ) WITHOUT ROWID""",
     # Tenancy's records (docs/tenancy.md): like probe, created by IF NOT EXISTS, so no migration.
     """CREATE TABLE IF NOT EXISTS records (
         kind TEXT NOT NULL,

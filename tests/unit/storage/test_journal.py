@@ -4,6 +4,7 @@ docs/adr/0016-durable-workflows-as-journals-replaced-by-compare-and-set.md)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,7 +14,7 @@ from msgspec.structs import replace
 
 from querator.errors import Conflict, InvalidOption
 from querator.storage import journal as j
-from querator.storage.workflows import Entry, Signal, Workflow
+from querator.storage.workflows import Entry, JournalRow, Signal, Workflow
 from querator.wire.workflows import (
     BUSY,
     CANCEL,
@@ -280,10 +281,11 @@ def test_append(case: AppendCase) -> None:
         case.current, "wf", case.fence, case.entries, case.ending, NOW, NOW + 2 * CLAIM_US, RETENTION_US
     )
     expected = j.Effects(**case.effects)
-    assert effects == expected
+    assert dataclasses.replace(effects, rows=[]) == expected
     wf = stored if stored is not None else case.current
     assert wf.status == case.status
-    assert case.check(wf)
+    # The check sees the whole journal: the head's entries and the rows they moved into.
+    assert case.check(replace(wf, entries=sorted([*wf.entries, *effects.rows], key=lambda e: e.seq)))
 
 
 @dataclass(frozen=True)
@@ -343,20 +345,45 @@ REFUSED_APPENDS = [
         "an unknown ending", CLAIMED_WF, [], j.Ending("explode"), InvalidOption, "^then is invalid; 'explode'"
     ),
     RefusedAppend(
-        "a record past its size",
+        "a head past its size",
         CLAIMED_WF,
-        [Entry(seq=1, kind=STEP, name="big", state=DONE, value=b"x" * (j.MAX_RECORD_BYTES + 1))],
+        [],
+        j.Ending(COMPLETE, result=b"x" * (j.MAX_RECORD_BYTES + 1)),
+        InvalidOption,
+        f"^workflow is too large; its values pass {j.MAX_RECORD_BYTES} bytes in all$",
+    ),
+    RefusedAppend(
+        "a journal past its size, its rows counted",
+        replace(CLAIMED_WF, length=5, journal_bytes=j.MAX_JOURNAL_BYTES),
+        [Entry(seq=6, kind=STEP, name="one", state=DONE, value=b"x")],
         j.Ending(),
         InvalidOption,
-        "^workflow is too large;",
+        f"^workflow is too large; its journal's values pass {j.MAX_JOURNAL_BYTES} bytes in all$",
+    ),
+    RefusedAppend(
+        "a journal holding its most entries",
+        replace(CLAIMED_WF, length=j.MAX_ENTRIES, journal_rows=j.MAX_ENTRIES),
+        [Entry(seq=j.MAX_ENTRIES + 1, kind=STEP, name="one", state=DONE)],
+        j.Ending(),
+        InvalidOption,
+        "^journal is full;",
+    ),
+    RefusedAppend(
+        "an entry contradicts a recorded row",
+        replace(CLAIMED_WF, length=1),
+        [Entry(seq=1, kind=STEP, name="refund", state=DONE)],
+        j.Ending(),
+        Conflict,
+        "^workflow claimed elsewhere; seq 1 is recorded already as step 'charge'$",
     ),
 ]
 
 
 @pytest.mark.parametrize("case", REFUSED_APPENDS, ids=[c.id for c in REFUSED_APPENDS])
 def test_append_refused(case: RefusedAppend) -> None:
+    rows = {1: CHARGED} if case.current.length else {}
     with pytest.raises(case.error, match=case.message):
-        j.append(case.current, "wf", case.fence, case.entries, case.ending, NOW, 0, RETENTION_US)
+        j.append(case.current, "wf", case.fence, case.entries, case.ending, NOW, 0, RETENTION_US, rows)
 
 
 # -- results recorded from outside the claim -----------------------------------------------------------
@@ -427,6 +454,65 @@ def test_record(case: RecordCase) -> None:
 def test_record_refuses_what_contradicts_the_journal(entry: Entry, message: str) -> None:
     with pytest.raises(Conflict, match=message):
         j.record(replace(FRESH, entries=[CHARGED]), "wf", [entry], NOW)
+
+
+def test_record_of_a_result_in_rows_stores_nothing_and_wakes() -> None:
+    """A result sent again after the claimant moved it into rows: recorded already."""
+    head = replace(FRESH, length=1)
+    assert j.rows_to_read(head, [CHARGED]) == (1, 1)
+    effects, stored = j.record(head, "wf", [CHARGED], NOW, {1: CHARGED})
+    assert (effects.wake, stored) == (True, None)
+    with pytest.raises(Conflict, match=r"^workflow entry recorded already; seq 1 holds another result"):
+        j.record(head, "wf", [replace(CHARGED, value=b'"r-2"')], NOW, {1: CHARGED})
+
+
+# -- the journal's rows (docs/adr/0046) ------------------------------------------------------------------
+
+
+def test_an_append_moves_final_entries_into_rows_and_keeps_open_ones() -> None:
+    timer = Entry(seq=4, kind=SLEEP, name="sleep", state=PENDING, wake_at=NOW + CLAIM_US)
+    head = replace(CLAIMED_WF, entries=[PACKED[0], PACKING[1]], length=1, journal_rows=1, journal_bytes=5)
+    effects, stored = j.append(head, "wf", 1, [timer], j.Ending(SUSPEND), NOW, 0, RETENTION_US)
+    assert stored is not None
+    # A group stays in the head until all of it is final: record counts it there.
+    assert (effects.rows, stored.entries) == ([], [PACKED[0], PACKING[1], timer])
+    _, recorded = j.record(stored, "wf", [PACKED[1]], NOW)
+    assert recorded is not None and recorded.entries == [*PACKED, timer]
+    claimed = replace(recorded, claim_deadline=NOW + CLAIM_US)
+    done = replace(timer, state=DONE)
+    effects, stored = j.append(claimed, "wf", 1, [done], j.Ending(), NOW, 0, RETENTION_US)
+    assert stored is not None
+    assert effects.rows == [*PACKED, done] and stored.entries == []
+    assert (stored.length, stored.journal_rows, stored.journal_bytes) == (4, 4, 5 + 2)
+
+
+def test_a_claimant_resends_an_entry_it_read_from_rows() -> None:
+    head = replace(CLAIMED_WF, length=1)
+    assert j.rows_to_read(head, [CHARGED, replace(CHARGED, seq=2)]) == (1, 1)
+    assert j.rows_to_read(replace(head, length=0), [CHARGED]) is None
+    pending = replace(CHARGED, state=PENDING)
+    effects, stored = j.append(head, "wf", 1, [pending], j.Ending(), NOW, 0, RETENTION_US, {1: CHARGED})
+    assert stored is not None and (effects.rows, stored.entries, stored.length) == ([], [], 1)
+
+
+def row(version: int, entry: Entry) -> JournalRow:
+    return JournalRow(version, entry)
+
+
+def test_entries_of_reads_only_what_the_head_recorded() -> None:
+    """Rows of a refused write (Cassandra writes them before the head's transaction) are never read:
+    past the head's length, of a version it did not reach, or below the row of the one that won."""
+    stale = replace(CHARGED, value=b'"stale"')
+    head = replace(FRESH, version=7, length=3, entries=[replace(PACKING[1], seq=3)])
+    rows = [
+        row(4, stale),
+        row(6, CHARGED),  # the write that succeeded
+        row(5, stale),
+        row(8, replace(CHARGED, seq=2)),  # a write still in flight
+        row(6, replace(CHARGED, seq=3)),  # the head holds seq 3
+        row(6, replace(CHARGED, seq=4)),  # past the head's length
+    ]
+    assert j.entries_of(head, rows) == [CHARGED, replace(PACKING[1], seq=3)]
 
 
 def test_record_refuses_a_pending_entry() -> None:
@@ -569,3 +655,14 @@ def test_fork_copies_the_entries_before_its_step(from_step: int, seqs: list[int]
 def test_fork_refuses_a_step_it_cannot_start_from(from_step: int, message: str) -> None:
     with pytest.raises(InvalidOption, match=f"^from step is invalid; {message}$"):
         j.fork(FORKABLE, "new", from_step, NOW)
+
+
+def test_a_new_run_of_an_id_ranks_its_rows_above_a_dropped_runs() -> None:
+    """A dropped run's rows may outlive its record on Cassandra (a crash before their TTL was set): the
+    new run's versions start at its creation time, above every version of the old run."""
+    old = replace(FRESH, created_at=NOW, version=5_000, length=1)
+    assert j.next_version(old, NOW + 1) == 5_001
+    new_version = j.next_version(None, NOW + 86_400_000_000)
+    new = replace(FRESH, created_at=NOW + 86_400_000_000, version=new_version + 3, length=1)
+    rows = [row(old.version, replace(CHARGED, value=b'"old run"')), row(new_version + 2, CHARGED)]
+    assert j.entries_of(new, rows) == [CHARGED]
