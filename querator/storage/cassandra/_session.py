@@ -90,7 +90,9 @@ class Connection:
         try:
             session = cluster.connect()
             create_schema(session, self._settings)
-            cql = Cql(session, self._settings.keyspace, self.counters, self._before_request)
+            server_timed = cluster.connect()
+            server_timed.use_client_timestamp = False
+            cql = Cql(session, self._settings.keyspace, self.counters, self._before_request, server_timed)
             cql.prepare_all()
         except BaseException:
             cluster.shutdown()
@@ -114,10 +116,13 @@ class Connection:
             raise CassandraStorageError("cassandra storage error; the store is not open")
         return self.cql
 
-    async def execute_async(self, loop: asyncio.AbstractEventLoop, statement: Any) -> list[dict[str, Any]]:
-        """Sends ``statement`` and waits for its rows on ``loop`` without blocking a thread."""
+    async def execute_async(
+        self, loop: asyncio.AbstractEventLoop, statement: Any, server_timed: bool = False
+    ) -> list[dict[str, Any]]:
+        """Sends ``statement`` and waits for its rows on ``loop`` without blocking a thread; with
+        ``server_timed``, its write timestamp is the coordinator's (``Cql.server_timed``)."""
         cql = self.opened()
-        response = cql.session.execute_async(statement)
+        response = (cql.server_timed if server_timed else cql.session).execute_async(statement)
         settled = bridge(loop, response)
         try:
             rows = await settled
@@ -150,8 +155,15 @@ class Cql:
         keyspace: str,
         counters: RunCounters,
         before_request: Callable[[Statement], None] | None = None,
+        server_timed: Session | None = None,
     ) -> None:
         self.session = session
+        self.server_timed = server_timed or session
+        """A session whose writes take the coordinator's timestamp, not the driver's: for plain writes
+        of cells that lightweight transactions also write (a tail's statics, ADR 0038). A coordinator
+        gives Paxos ballots and its own timestamps from one increasing clock, so such writes are ordered
+        as they were sent; the driver's clock, ahead of or behind Cassandra's, would let a write hide
+        a later one of the other kind."""
         self.keyspace = keyspace
         self._before_request = before_request
         self.statements: dict[Statement, PreparedStatement] = {}
