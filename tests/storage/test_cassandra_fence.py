@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import pytest
+from cassandra import ConsistencyLevel
 
 from querator.errors import StaleOwnerError, StorageError
 from querator.ksuid import KsuidGenerator
@@ -21,6 +23,7 @@ from querator.storage.cassandra import (
     Step,
 )
 from querator.storage.cassandra._partition import Rows, Send
+from querator.storage.cassandra._statements import Statement
 from tests.storage.contract import NOW, SECOND, Part, item, payloads
 from tests.storage.test_cassandra import EPOCH, opened_store, segments
 from tests.storage.test_cassandra_orphans import Fault, check
@@ -230,3 +233,26 @@ async def test_plain_and_fenced_commits_stay_in_order_whatever_the_drivers_clock
     for run in [fenced, plain] if skew_s < 0 else [plain, fenced]:
         await part.produce(run, dedup_window=WINDOW)
     await check(cassandra_settings, sizes, EPOCH + 10, ["fenced", "plain"], [], applied=True)
+
+
+async def test_the_fence_meets_claims_at_a_quorum_whatever_the_configured_consistency(
+    cassandra_settings: CassandraSettings, sizes: Segments
+) -> None:
+    """With ``--cassandra-consistency ONE``, a read of the epoch at ONE could miss a newer owner's
+    claim committed at ONE on other replicas, and acknowledge a write that owner never loads: the plain
+    commit, the read and the claims go at ``LOCAL_QUORUM``."""
+    levels: list[int | None] = []
+
+    async def record(partition: CassandraPartition, step: Step, send: Send) -> Rows:
+        if step.kind == "write":
+            levels.append(step.statement.consistency_level)
+        return await send(step)
+
+    weak = replace(cassandra_settings, consistency="ONE")
+    async with opened_store(weak, segments=sizes, send=record) as store:
+        await part_of(store).produce(item("a"))
+        cql = store._connection.opened()
+        fenced = [Statement.EPOCHS, Statement.CREATE_PARTITION, Statement.CLAIM_PARTITION]
+        levels.extend(cql.stmt(s).consistency_level for s in fenced)
+        assert cql.stmt(Statement.SEGMENT_META).consistency_level is None  # the configured one
+    assert levels == [ConsistencyLevel.LOCAL_QUORUM] * 4

@@ -458,6 +458,7 @@ class CassandraPartition:
         for statement in item_rows(cql.stmt(Statement.INSERT_ITEM), key, items):
             batch.add(statement)
         if not index.writes.markers:
+            batch.consistency_level = cql.fence_level
             self._batch(batch, index, segment, len(items), states)
             return [Step("write", batch), Step("verify", None)]
         steps = [Step("items", batch)] if items else []

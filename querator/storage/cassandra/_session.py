@@ -28,6 +28,8 @@ from querator.storage.cassandra._statements import Statement
 T = TypeVar("T")
 
 Rows = list[dict[str, Any]]
+FENCED_BY_QUORUM = frozenset({Statement.EPOCHS, Statement.CREATE_PARTITION, Statement.CLAIM_PARTITION})
+"""The read of owner epochs and the claims it must meet, whatever the configured consistency."""
 SERIAL = frozenset({ConsistencyLevel.SERIAL, ConsistencyLevel.LOCAL_SERIAL})
 
 
@@ -93,7 +95,7 @@ class Connection:
             server_timed = cluster.connect()
             server_timed.use_client_timestamp = False
             cql = Cql(session, self._settings.keyspace, self.counters, self._before_request, server_timed)
-            cql.prepare_all()
+            cql.prepare_all(self._settings.fence_level())
         except BaseException:
             cluster.shutdown()
             raise
@@ -167,12 +169,19 @@ class Cql:
         self.keyspace = keyspace
         self._before_request = before_request
         self.statements: dict[Statement, PreparedStatement] = {}
+        self.fence_level: int | None = None
+        """The consistency of a plain commit (``prepare_all``); None: the configured one."""
         self.counters = counters
         self._counting = threading.Lock()
 
-    def prepare_all(self) -> None:
+    def prepare_all(self, fence_level: int | None = None) -> None:
+        """Prepares every statement; those of ``FENCED_BY_QUORUM`` at ``fence_level`` (see
+        ``CassandraSettings.fence_level``), the others at the configured consistency."""
         for statement in Statement:
-            self.statements[statement] = self.session.prepare(statement.cql(self.keyspace))
+            self.statements[statement] = prepared = self.session.prepare(statement.cql(self.keyspace))
+            if statement in FENCED_BY_QUORUM and fence_level is not None:
+                prepared.consistency_level = fence_level
+        self.fence_level = fence_level
 
     def stmt(self, cql: Statement) -> PreparedStatement:
         return self.statements[cql]
