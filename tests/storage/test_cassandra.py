@@ -93,7 +93,9 @@ async def segments(store: CassandraStore, queue: str = "queue", number: int = 0)
 async def test_a_stale_owner_is_fenced_and_stops_serving(
     store: CassandraStore, cassandra_settings: CassandraSettings
 ) -> None:
-    """Two stores on one partition: once the newer epoch claims it, the older one's writes are refused."""
+    """Two stores on one partition: once the newer epoch claims it, the older one's writes are not
+    acknowledged. A plain commit that lands before the new owner loads is its (docs/adr/0038): its
+    client was told the outcome is unknown."""
     old = Part(store.partition("queue", 0))
     (kept,) = await old.produce(item("before"))
     newer = new_store(cassandra_settings, epoch=EPOCH + 1)
@@ -101,19 +103,20 @@ async def test_a_stale_owner_is_fenced_and_stops_serving(
     try:
         await newer.claim("queue", 0, EPOCH + 1)
         new = Part(newer.partition("queue", 0))
-        new.new_id = KsuidGenerator(NOW // SECOND, after=kept.id).next
         stale = r"^stale owner; partition 0 of 'queue' is owned by epoch 2"
-        with pytest.raises(StaleOwnerError, match=stale):
-            await old.produce(item("lost"))
+        with pytest.raises(StaleOwnerError, match=stale) as refused:
+            await old.produce(item("unknown"))
+        assert refused.value.maybe_applied
         with pytest.raises(StaleOwnerError):  # not even reads: the partition is no longer served here
             await old.list()
         with pytest.raises(StaleOwnerError):
             await store.claim("queue", 0, EPOCH)
-        assert payloads(await new.list()) == ["before"]
+        assert payloads(await new.list()) == ["before", "unknown"]
+        new.new_id = KsuidGenerator(NOW // SECOND, after=await new.last_id()).next
         await new.produce(item("after"))
         [[leased]] = await new.lease(1)
         assert leased.id == kept.id
-        assert payloads(await new.list()) == ["before", "after"]
+        assert payloads(await new.list()) == ["before", "unknown", "after"]
         # Another partition of the same queue is untouched by the claim.
         assert await Part(store.partition("queue", 1)).produce(item("elsewhere"))
     finally:
@@ -335,17 +338,20 @@ async def test_a_takeover_claims_with_an_epoch_above_the_owner(
         first = Part(old.partition("queue", 0))
         (kept,) = await first.produce(item("before"))
         await store.partition("queue", 0).claim()
+        # Not acknowledged; written before the new owner loads, so its (docs/adr/0038).
         with pytest.raises(StaleOwnerError, match=rf"is owned by epoch {10**18 + 1}, not {10**18}"):
-            await first.produce(item("lost"))
+            await first.produce(item("unknown"))
         taken = Part(store.partition("queue", 0))
-        taken.new_id = KsuidGenerator(NOW // SECOND, after=kept.id).next
+        taken.new_id = KsuidGenerator(NOW // SECOND, after=await taken.last_id()).next
         await taken.produce(item("after"))
-        assert payloads(await taken.list()) == ["before", "after"]
+        assert payloads(await taken.list()) == ["before", "unknown", "after"]
+        assert (await taken.lease(1))[0][0].id == kept.id
         # The fenced owner takes it back the same way, and the other is fenced in turn.
         await old.partition("queue", 0).claim()
         with pytest.raises(StaleOwnerError):
-            await taken.produce(item("lost too"))
-        assert payloads(await Part(old.partition("queue", 0)).list()) == ["before", "after"]
+            await taken.produce(item("unknown too"))
+        expected = ["before", "unknown", "after", "unknown too"]
+        assert payloads(await Part(old.partition("queue", 0)).list()) == expected
     finally:
         await old.close()
 
@@ -669,18 +675,21 @@ def test_item_metadata_of_before_jobs_and_failures_still_decodes() -> None:
 
 
 async def test_runs_count_their_paxos_rounds_and_plain_statements(store: CassandraStore) -> None:
-    """A run that stores items sends their rows as a plain batch, then the commit, one Paxos round; a
-    run that only changes states sends the commit alone (what /metrics exports of the store's runs)."""
+    """A run sends its commit as one plain batch, then reads the owner epoch (docs/adr/0038): no Paxos
+    round; a produce with dedup ids claims them (a round each) and keeps the fenced commit (what
+    /metrics exports of the store's runs)."""
     part = Part(store.partition("queue", 0))
     await part.produce(item("first"))  # the first run claims and loads the partition
     counters = store.run_counters
     before = (counters.runs, counters.paxos, counters.plain)
     await part.produce(item("a"), item("b"))
-    assert (counters.runs, counters.paxos, counters.plain) == (before[0] + 1, before[1] + 1, before[2] + 1)
+    assert (counters.runs, counters.paxos, counters.plain) == (before[0] + 1, before[1], before[2] + 2)
     [got] = await part.lease(3)
     await part.complete(*ids(got))
-    assert (counters.runs, counters.paxos, counters.plain) == (before[0] + 3, before[1] + 3, before[2] + 1)
-    assert {"lock", "thread", "items", "commit"} <= counters.seconds.keys()
+    assert (counters.runs, counters.paxos, counters.plain) == (before[0] + 3, before[1], before[2] + 6)
+    await part.produce(item("c", dedup_id="c"), dedup_window=SECOND * 60)
+    assert (counters.runs, counters.paxos, counters.plain) == (before[0] + 4, before[1] + 2, before[2] + 7)
+    assert {"lock", "thread", "write", "verify", "items", "commit"} <= counters.seconds.keys()
 
 
 async def test_a_workflow_record_is_read_and_written_without_a_worker_thread(store: CassandraStore) -> None:

@@ -1,11 +1,13 @@
 """The Cassandra backend: the cluster's store, built the way queues on Cassandra work (docs/storage.md).
 
 - One writer per partition, fenced: ``partitions`` holds the owner epoch, taken with a lightweight
-  transaction by ``claim``; every segment's static ``epoch`` column carries it too, and every run commits
-  with ONE conditional single-partition batch (``IF epoch = ?``) on the tail segment. A refused batch
-  raises ``StaleOwnerError`` and the partition stops serving until it is claimed again.
-- A run's item rows go out just before that batch, as a plain one (ADR 0004: in the Paxos round their
-  bytes were written twice). Rows of a run that then failed are orphans: they lie above the committed
+  transaction by ``claim``; every segment's static ``epoch`` column carries it too. A run commits with
+  ONE plain single-partition batch on the tail segment, acknowledged once a quorum read of the owner
+  epoch (shared by the queue's runs, ``_fence``) finds its own (ADR 0038); a run with dedup markers
+  commits with a conditional batch (``IF epoch = ?``) instead. A newer epoch found raises
+  ``StaleOwnerError`` and the partition stops serving until it is claimed again.
+- A fenced commit's item rows go out just before it, as a plain batch (ADR 0004: in the Paxos round
+  their bytes were written twice). Rows of a run that then failed are orphans: they lie above the committed
   ``last_id`` of their segment, which bounds every read, and they stay there because the owner opens a
   new tail before writing item rows into a segment it did not open itself in this life.
 - Items live in segments (Cassandra partitions of about ``Segments.rows`` rows); a new tail is opened when
@@ -21,8 +23,9 @@
 Modules: ``_settings`` (``CassandraSettings``), ``_errors`` (driver errors as ours), ``_schema`` (tables
 and their version), ``_statements`` (every prepared statement), ``_session`` (the connection and the
 asyncio bridge), ``_codec`` (rows), ``_index`` (a partition's in-memory state and its ``PartitionTx``
-primitives), ``_dedup`` (produce de-duplication claims), ``_partition`` (runs, fencing, segments) and
-``_store`` (``CassandraStore``: queue records and partitions).
+primitives), ``_dedup`` (produce de-duplication claims), ``_fence`` (the shared reads of owner
+epochs), ``_partition`` (runs, fencing, segments) and ``_store`` (``CassandraStore``: queue records and
+partitions).
 """
 
 from __future__ import annotations

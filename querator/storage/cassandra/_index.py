@@ -8,14 +8,15 @@ Cassandra only, so memory does not grow with the depth of a queue.
 
 A ``CassandraTx`` serves reads from the index (and from Cassandra through the ``Reader`` for what is not
 in memory: the window's refill, payloads, listings), applies writes to the index at once and records the
-rows they produce. ``Partition.run`` then writes those rows: the item rows as a plain batch, then the rest
-as one conditional batch, the run's commit; if anything fails the whole index is thrown away and loaded
-again from Cassandra, so a failed run leaves no trace in memory.
+rows they produce. ``Partition.run`` then writes those rows as the run's commit (one plain batch checked
+by a read of the owner epoch, or, with dedup markers, the item rows then a conditional batch: ADR 0038);
+if anything fails the whole index is thrown away and loaded again from Cassandra, so a failed run leaves
+no trace in memory.
 
 Row model (table ``items``, one Cassandra partition per (queue, partition, segment)):
-- item rows (``record = 0``): an item as inserted, payload included; never changed afterwards. They are
-  written before the fenced batch that commits them (ADR 0004), so a segment may also hold *orphans*,
-  rows of a run whose fenced batch failed or was refused, all above its committed end
+- item rows (``record = 0``): an item as inserted, payload included; never changed afterwards. A segment
+  may also hold *orphans*, rows of a run whose commit failed, was refused, or landed after a newer owner
+  sealed the segment (ADR 0004, ADR 0038), all above its committed end
   (``committed_end``): every range read of item rows stops there;
 - state log rows (``record = 1``): one per write that changed items that are not simply queued
   (leased, scheduled, or gone), holding their new states, appended to the tail segment whatever segment

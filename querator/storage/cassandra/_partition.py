@@ -2,7 +2,9 @@ r"""One partition of a queue on Cassandra: its owner epoch, its index, and the r
 
 A run (``CassandraPartition.run``) executes the engine's function against the index on a worker thread,
 which plans the writes as ``Step``\s; the steps then go out in order from the event loop: a new tail
-first when one is due, then the run's item rows, then the fenced batch that commits them. Dedup claims
+first when one is due, then the commit: one plain batch of the run's item rows and the rest, acknowledged
+by a read of the owner epoch shared with the runs of the queue's other partitions (ADR 0038); a run that
+writes dedup markers sends its item rows, then a fenced batch that commits them instead. Dedup claims
 are answered within the transaction, which needs the duplicates before it inserts: ``_dedup.claim``
 plans them and the worker thread sends them (``Cql.exchange``).
 """
@@ -23,6 +25,7 @@ from querator.storage.base import ClearOptions, Deadlines, Item, PartitionStats,
 from querator.storage.cassandra._codec import decode_states, encode_states, item_from_row, item_rows, log_key
 from querator.storage.cassandra._dedup import Claimant, claim, max_ttl
 from querator.storage.cassandra._errors import DRIVER_ERRORS, CassandraStorageError, storage_error
+from querator.storage.cassandra._fence import FenceReads
 from querator.storage.cassandra._index import Index, Meta, StateRow, Writes
 from querator.storage.cassandra._session import Connection, Cql, Rows
 from querator.storage.cassandra._statements import Statement
@@ -119,16 +122,20 @@ class CassandraTx:
 
 
 _FENCED: Final = frozenset({"seal", "roll", "open", "carry", "commit"})
+_DURABLE: Final = frozenset({"write", "commit", "verify"})
+"""Steps after which a failure may leave the run applied: its commit was sent."""
 
 
 @dataclass(frozen=True, slots=True)
 class Step:
     """One write of a run, in the order it is sent: ``seal`` (the old tail, see ``_roll``), ``drop`` (a
     drained segment), ``roll`` (the tail pointer), ``open`` (the new tail's epoch), ``carry`` (states the
-    new tail starts with), ``sources`` (import's dedup index), ``items`` (the run's item rows),
+    new tail starts with), ``sources`` (import's dedup index), then either ``write`` (the plain commit:
+    item rows, statics, state log row) and ``verify`` (the read of the owner epoch that acknowledges it;
+    no statement), or, for a run with dedup markers, ``items`` (the run's item rows),
     ``commit`` (the fenced batch that makes the run durable and visible)."""
 
-    kind: Literal["seal", "sources", "drop", "roll", "open", "carry", "items", "commit"]
+    kind: Literal["seal", "sources", "drop", "roll", "open", "carry", "write", "verify", "items", "commit"]
     statement: Any
 
     @property
@@ -148,6 +155,7 @@ class CassandraPartition:
 
     Args:
         connection: The store's connection, open before the first run.
+        fences: The store's reads of owner epochs, which acknowledge plain commits.
         threads: The worker threads runs execute on.
         queue: The queue's name.
         number: The partition's number in the queue.
@@ -160,6 +168,7 @@ class CassandraPartition:
     def __init__(
         self,
         connection: Connection,
+        fences: FenceReads,
         threads: Executor,
         queue: str,
         number: int,
@@ -169,6 +178,7 @@ class CassandraPartition:
         send: SendHook | None = None,
     ) -> None:
         self._connection = connection
+        self._fences = fences
         self._segments = segments
         self._send_hook = send
         self._threads = threads
@@ -193,12 +203,12 @@ class CassandraPartition:
 
     async def run(self, fn: Callable[[PartitionTx], T]) -> T:
         """Runs ``fn`` against the index on a worker thread, then writes what it changed on the tail
-        segment: its item rows, then one conditional batch, the commit (a new tail is opened first
-        when the run must, see ``_must_roll``).
+        segment (see ``_commit``; a new tail is opened first when the run must, see ``_must_roll``).
 
         Raises:
-            StaleOwnerError: another owner claimed the partition with a newer epoch; nothing is applied
-                and the partition refuses every run until ``claim`` is called again.
+            StaleOwnerError: another owner claimed the partition with a newer epoch; the partition
+                refuses every run until ``claim`` is called again. Nothing is applied, unless
+                ``maybe_applied`` (the read after a plain commit found the newer epoch).
             CassandraStorageError: Cassandra failed; the index is dropped and reloaded from Cassandra by
                 the next run. ``maybe_applied`` when a write was sent: it may have been applied.
             Exception: whatever ``fn`` raised; nothing of it was written.
@@ -223,8 +233,10 @@ class CassandraPartition:
                     except DRIVER_ERRORS as e:
                         # Nothing before the commit is visible: item rows above the committed last_id
                         # are never read, a roll that did not finish is redone.
-                        raise storage_error(e, sent=step.kind == "commit") from e
-                    if step.fenced and not (rows and rows[0].get("[applied]")):
+                        raise storage_error(e, sent=step.kind in _DURABLE) from e
+                    if step.kind == "verify":
+                        self._verified(rows)
+                    elif step.fenced and not (rows and rows[0].get("[applied]")):
                         self._refused(step, rows[0] if rows else {})
             except BaseException as e:
                 # Applied or not, the run may have left orphan item rows in the tail: the next run opens
@@ -247,9 +259,30 @@ class CassandraPartition:
 
     async def _send(self, loop: asyncio.AbstractEventLoop, step: Step) -> list[dict[str, Any]]:
         """Where every step of a run goes out."""
+
+        def send(step: Step) -> Awaitable[Rows]:
+            if step.kind == "verify":
+                return self._fences.read(loop, self.queue, self.number)
+            # The plain commit writes the tail's statics, which a run with markers writes with Paxos.
+            return self._connection.execute_async(loop, step.statement, server_timed=step.kind == "write")
+
         if self._send_hook is None:
-            return await self._connection.execute_async(loop, step.statement)
-        return await self._send_hook(self, step, lambda s: self._connection.execute_async(loop, s.statement))
+            return await send(step)
+        return await self._send_hook(self, step, send)
+
+    def _verified(self, rows: Rows) -> None:
+        """Acknowledges the run if the read after its commit found this owner's epoch (ADR 0038); its
+        outcome is unknown otherwise."""
+        found = rows[0].get("epoch") if rows else None
+        if found == self.epoch:
+            return
+        if found is not None and found > self.epoch:
+            raise self._stale_error(rows[0], maybe_applied=True)
+        # No row, or an older epoch: only a reset of the partition's rows under this owner leaves that.
+        what = "no row" if found is None else f"epoch {found}"
+        raise CassandraStorageError(
+            f"cassandra storage error; the verify step found {what}", maybe_applied=True
+        )
 
     def _refused(self, step: Step, row: dict[str, Any]) -> None:
         """Raises what a fenced step refused by its condition means, ``row`` being what Cassandra found."""
@@ -270,11 +303,12 @@ class CassandraPartition:
             maybe_applied=step.kind == "commit" and found is not None,
         )
 
-    def _stale_error(self, row: dict[str, Any]) -> StaleOwnerError:
+    def _stale_error(self, row: dict[str, Any], maybe_applied: bool = False) -> StaleOwnerError:
         current = row.get("epoch")
         return StaleOwnerError(
             f"stale owner; partition {self.number} of '{self.queue}' is owned by epoch {current}, "
-            f"not {self.epoch}"
+            f"not {self.epoch}",
+            maybe_applied=maybe_applied,
         )
 
     def _execute(self, fn: Callable[[PartitionTx], T]) -> tuple[T, list[Step]]:
@@ -390,7 +424,7 @@ class CassandraPartition:
         return full or index.needs_roll or self._own_tail != index.tail
 
     def _plan(self, index: Index) -> list[Step]:
-        """The statements that make the run durable: the item rows, then the commit."""
+        """The statements that make the run durable: import's dedup index, then the commit."""
         writes = index.writes
         if not writes:
             return []
@@ -413,41 +447,40 @@ class CassandraPartition:
     def _commit(
         self, index: Index, segment: int, items: Sequence[Item], states: Collection[StateRow]
     ) -> list[Step]:
-        """The item rows as a plain batch, then the fenced batch that commits them with the rest. Never
-        together: in the Paxos round, Cassandra writes every byte of the batch twice (ADR 0004)."""
+        """Without dedup markers: the item rows, statics and state log row as one plain batch, then the
+        read that acknowledges it (``verify``, ADR 0038). With markers: the item rows as a plain batch,
+        then the fenced batch that commits them with the rest, since a marker that lands after a newer
+        owner's load would make a retry of its items read as a duplicate (they are never put in the
+        fenced batch: in the Paxos round, Cassandra writes every byte of the batch twice, ADR 0004)."""
         cql = self._connection.opened()
         key = (*self._key, segment)
-        steps = []
-        if items:
-            batch = BatchStatement(batch_type=BatchType.UNLOGGED)
-            for statement in item_rows(cql.stmt(Statement.INSERT_ITEM), key, items):
-                batch.add(statement)
-            steps.append(Step("items", batch))
-        steps.append(Step("commit", self._batch(index, segment, len(items), states)))
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+        for statement in item_rows(cql.stmt(Statement.INSERT_ITEM), key, items):
+            batch.add(statement)
+        if not index.writes.markers:
+            batch.consistency_level = cql.fence_level
+            self._batch(batch, index, segment, len(items), states)
+            return [Step("write", batch), Step("verify", None)]
+        steps = [Step("items", batch)] if items else []
+        fenced = BatchStatement(batch_type=BatchType.UNLOGGED)
+        steps.append(Step("commit", self._batch(fenced, index, segment, len(items), states)))
         return steps
 
-    def _batch(self, index: Index, segment: int, items: int, states: Collection[StateRow]) -> Any:
-        """The commit: the fence with the partition's counters, the state log row and the markers."""
+    def _batch(
+        self, batch: BatchStatement, index: Index, segment: int, items: int, states: Collection[StateRow]
+    ) -> BatchStatement:
+        """Adds the rest of the commit to ``batch``: the partition's counters (fenced when the run has
+        markers), the state log row and the markers."""
         cql = self._connection.opened()
         key = (*self._key, segment)
         meta = index.meta
-        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
         markers = index.writes.markers
         rows = meta.rows + items + len(states) + len(markers)
-        batch.add(
-            cql.stmt(Statement.FENCED_META),
-            (
-                meta.cursor,
-                meta.last_id,
-                meta.queued,
-                meta.queued_created,
-                meta.min_expire,
-                rows,
-                meta.dedup_until,
-                *key,
-                self.epoch,
-            ),
-        )
+        counters = (meta.cursor, meta.last_id, meta.queued, meta.queued_created, meta.min_expire, rows)
+        if markers:
+            batch.add(cql.stmt(Statement.FENCED_META), (*counters, meta.dedup_until, *key, self.epoch))
+        else:
+            batch.add(cql.stmt(Statement.PUT_META), (*counters, meta.dedup_until, *key))
         if states:
             batch.add(cql.stmt(Statement.PUT_STATES), (*key, log_key(meta.rows), encode_states(states)))
         # The counter now says what the batch stores (a failed run drops the index): the next log row's

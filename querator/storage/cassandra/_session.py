@@ -28,6 +28,8 @@ from querator.storage.cassandra._statements import Statement
 T = TypeVar("T")
 
 Rows = list[dict[str, Any]]
+FENCED_BY_QUORUM = frozenset({Statement.EPOCHS, Statement.CREATE_PARTITION, Statement.CLAIM_PARTITION})
+"""The read of owner epochs and the claims it must meet, whatever the configured consistency."""
 SERIAL = frozenset({ConsistencyLevel.SERIAL, ConsistencyLevel.LOCAL_SERIAL})
 
 
@@ -90,8 +92,10 @@ class Connection:
         try:
             session = cluster.connect()
             create_schema(session, self._settings)
-            cql = Cql(session, self._settings.keyspace, self.counters, self._before_request)
-            cql.prepare_all()
+            server_timed = cluster.connect()
+            server_timed.use_client_timestamp = False
+            cql = Cql(session, self._settings.keyspace, self.counters, self._before_request, server_timed)
+            cql.prepare_all(self._settings.fence_level())
         except BaseException:
             cluster.shutdown()
             raise
@@ -114,10 +118,13 @@ class Connection:
             raise CassandraStorageError("cassandra storage error; the store is not open")
         return self.cql
 
-    async def execute_async(self, loop: asyncio.AbstractEventLoop, statement: Any) -> list[dict[str, Any]]:
-        """Sends ``statement`` and waits for its rows on ``loop`` without blocking a thread."""
+    async def execute_async(
+        self, loop: asyncio.AbstractEventLoop, statement: Any, server_timed: bool = False
+    ) -> list[dict[str, Any]]:
+        """Sends ``statement`` and waits for its rows on ``loop`` without blocking a thread; with
+        ``server_timed``, its write timestamp is the coordinator's (``Cql.server_timed``)."""
         cql = self.opened()
-        response = cql.session.execute_async(statement)
+        response = (cql.server_timed if server_timed else cql.session).execute_async(statement)
         settled = bridge(loop, response)
         try:
             rows = await settled
@@ -150,17 +157,31 @@ class Cql:
         keyspace: str,
         counters: RunCounters,
         before_request: Callable[[Statement], None] | None = None,
+        server_timed: Session | None = None,
     ) -> None:
         self.session = session
+        self.server_timed = server_timed or session
+        """A session whose writes take the coordinator's timestamp, not the driver's: for plain writes
+        of cells that lightweight transactions also write (a tail's statics, ADR 0038). A coordinator
+        gives Paxos ballots and its own timestamps from one increasing clock, so such writes are ordered
+        as they were sent; the driver's clock, ahead of or behind Cassandra's, would let a write hide
+        a later one of the other kind."""
         self.keyspace = keyspace
         self._before_request = before_request
         self.statements: dict[Statement, PreparedStatement] = {}
+        self.fence_level: int | None = None
+        """The consistency of a plain commit (``prepare_all``); None: the configured one."""
         self.counters = counters
         self._counting = threading.Lock()
 
-    def prepare_all(self) -> None:
+    def prepare_all(self, fence_level: int | None = None) -> None:
+        """Prepares every statement; those of ``FENCED_BY_QUORUM`` at ``fence_level`` (see
+        ``CassandraSettings.fence_level``), the others at the configured consistency."""
         for statement in Statement:
-            self.statements[statement] = self.session.prepare(statement.cql(self.keyspace))
+            self.statements[statement] = prepared = self.session.prepare(statement.cql(self.keyspace))
+            if statement in FENCED_BY_QUORUM and fence_level is not None:
+                prepared.consistency_level = fence_level
+        self.fence_level = fence_level
 
     def stmt(self, cql: Statement) -> PreparedStatement:
         return self.statements[cql]

@@ -13,6 +13,15 @@ from cassandra.cluster import EXEC_PROFILE_DEFAULT, ExecutionProfile
 from cassandra.policies import DCAwareRoundRobinPolicy, ExponentialReconnectionPolicy, TokenAwarePolicy
 from cassandra.query import dict_factory
 
+_QUORUMS = frozenset(
+    {
+        ConsistencyLevel.QUORUM,
+        ConsistencyLevel.LOCAL_QUORUM,
+        ConsistencyLevel.EACH_QUORUM,
+        ConsistencyLevel.ALL,
+    }
+)
+
 
 @dataclass(frozen=True)
 class CassandraSettings:
@@ -66,6 +75,14 @@ class CassandraSettings:
         if level is None or level in (ConsistencyLevel.SERIAL, ConsistencyLevel.LOCAL_SERIAL):
             raise ValueError(f"'{self.consistency}' is not a consistency level for reads and writes")
         return int(level)
+
+    def fence_level(self) -> int:
+        """The consistency of what fences a plain commit (the commit, the read of the owner epoch after
+        it, the claims it is checked against): the configured one if it is a quorum's, else
+        ``LOCAL_QUORUM``. The fence rests on the read's replicas meeting the claim's (ADR 0038): a read
+        at ``ONE`` may miss a claim."""
+        level = self.consistency_level()
+        return level if level in _QUORUMS else int(ConsistencyLevel.LOCAL_QUORUM)
 
     def cluster_kwargs(self) -> dict[str, Any]:
         """The driver's ``Cluster`` arguments (the conversion stays here, at the edge)."""

@@ -27,7 +27,13 @@ class Statement(Enum):
     PUT_STATES = (
         "INSERT INTO {ks}.items (queue, partition, segment, record, id, states) VALUES (?, ?, ?, 1, ?, ?)"
     )
-    # The fence of every batch, which also stores the partition's counters in the tail's statics.
+    # The partition's counters in the tail's statics: written plainly by a run's commit, acknowledged
+    # once a read of the owner epoch finds its own (ADR 0038)...
+    PUT_META = (
+        "UPDATE {ks}.items SET opened = true, cursor = ?, last_id = ?, queued = ?, queued_created = ?, "
+        f"min_expire = ?, rows = ?, dedup_until = ? WHERE {_PK}"
+    )
+    # ...or fenced, by a run that writes dedup markers (a marker must never land behind a newer owner).
     FENCED_META = (
         "UPDATE {ks}.items SET opened = true, cursor = ?, last_id = ?, queued = ?, queued_created = ?, "
         f"min_expire = ?, rows = ?, dedup_until = ? WHERE {_PK} IF epoch = ?"
@@ -65,6 +71,8 @@ class Statement(Enum):
         "INSERT INTO {ks}.partitions (queue, partition, epoch, base, tail, segments, expires) "
         "VALUES (?, ?, ?, 0, 0, {0: ''}, {}) IF NOT EXISTS"
     )
+    # The read that acknowledges plain commits, shared by the runs of a queue's partitions (_fence.py).
+    EPOCHS = "SELECT partition, epoch FROM {ks}.partitions WHERE queue = ? AND partition IN ?"
     CLAIM_PARTITION = "UPDATE {ks}.partitions SET epoch = ? WHERE queue = ? AND partition = ? IF epoch = ?"
     ROLL = (
         "UPDATE {ks}.partitions SET tail = ?, segments = ?, expires = ?, markers = ? "

@@ -8,6 +8,7 @@ from typing import Final
 
 from querator.storage.base import Partition, QueueRecord
 from querator.storage.cassandra._codec import queue_record, queue_row
+from querator.storage.cassandra._fence import FenceReads
 from querator.storage.cassandra._partition import CassandraPartition, Segments, SendHook
 from querator.storage.cassandra._records import CassandraRecords
 from querator.storage.cassandra._schedules import CassandraSchedules
@@ -52,6 +53,7 @@ class CassandraStore(CassandraSchedules, CassandraRecords):
         self._send = send
         self._threads = ThreadPoolExecutor(THREADS, thread_name_prefix="querator-cassandra")
         self._connection = Connection(settings, self._threads, before_request)
+        self._fences = FenceReads(self._connection)
         self.run_counters = self._connection.counters
         """What the partitions' runs cost (``CountsRuns``)."""
         self._partitions: dict[tuple[str, int], CassandraPartition] = {}
@@ -81,6 +83,7 @@ class CassandraStore(CassandraSchedules, CassandraRecords):
         if part is None:
             part = self._partitions[key] = CassandraPartition(
                 self._connection,
+                self._fences,
                 self._threads,
                 queue,
                 number,
