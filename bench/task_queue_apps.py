@@ -62,7 +62,12 @@ async def async_work(task_id: str, enqueued_at: float, io_ms: int) -> None:
 def querator_worker():  # type: ignore[no-untyped-def]
     from querator.worker import Worker
 
-    worker = Worker(os.environ.get("QUERATOR_ENDPOINT", "http://127.0.0.1:2319"))
+    # TQ_PREFETCH: the items held ahead of the worker's slots (default: the Worker's, a quarter of them).
+    prefetch = os.environ.get("TQ_PREFETCH")
+    worker = Worker(
+        os.environ.get("QUERATOR_ENDPOINT", "http://127.0.0.1:2319"),
+        prefetch=None if prefetch is None else int(prefetch),
+    )
     worker.task(queue="tq", name="work", max_attempts=0, lease_timeout=f"{LEASE_S}s", create_queue=True)(
         async_work
     )

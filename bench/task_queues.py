@@ -6,9 +6,10 @@
     python bench/task_queues.py --broker rabbitmq --system querator --system dramatiq --system celery
 
 Systems (``--system``, repeatable; default all): ``querator`` (querator.worker on a sqlite node, its
-default store: every commit synced), ``celery`` (threads pool, Redis broker, acks_late and
-reject_on_worker_lost: its documented at-least-once setting), ``rq`` (``rq worker-pool`` of
-SimpleWorkers), ``dramatiq`` (Redis broker, one process of threads) and ``arq`` (asyncio). Redis runs with
+default store: every commit synced; ``TQ_PREFETCH=n`` in the environment sets its ``prefetch``),
+``celery`` (threads pool, Redis broker, acks_late and reject_on_worker_lost: its documented
+at-least-once setting), ``rq`` (``rq worker-pool`` of SimpleWorkers), ``dramatiq`` (Redis broker, one
+process of threads) and ``arq`` (asyncio). Redis runs with
 ``appendonly yes``, ``appendfsync everysec`` (its usual durable setting; it syncs once a second, where the
 sqlite node syncs each commit). ``--broker rabbitmq`` gives Celery and Dramatiq a RabbitMQ broker instead
 (``apt install rabbitmq-server``; Dramatiq's ``RabbitmqBroker`` needs ``pika``, in the ``compare`` extra),
