@@ -4,7 +4,7 @@ The lease loop asks for as many items as the process has free slots plus its ``p
 (``Reservations``), so one queue never leases more than the worker can run and hold ahead. A slot is
 free once its run ended, before its outcome is stored: the next lease goes out while the last batch's
 completes are in flight, not after them. With several queues, each asks for what is free when it leases.
-An item takes one of the worker's slots first (``running``): until one is free it is held ahead,
+An item takes one of the worker's slots first (``Slots``): until one is free it is held ahead,
 renewed, holding nothing else (no task slot, no rate-limit start), and a warm stop gives it back unrun
 (docs/adr/0053). Then the task's own ``concurrency`` bounds it. A queue whose tasks have priority levels
 is leased level by level, highest first (``_lease_levels``).
@@ -35,6 +35,7 @@ from querator.worker._observe import Metrics, log_run
 from querator.worker._priority import level_queues
 from querator.worker._rate import take_shared
 from querator.worker._settle import Settler
+from querator.worker._slots import Slots
 from querator.worker._task import CURRENT_ITEM, MAX_BATCH, Permanent, RetryLater, Task
 from querator.worker._trace import continued, current_traceparent
 
@@ -93,7 +94,7 @@ class Runtime:
     settler: Settler
     metrics: Metrics
     reservations: Reservations
-    running: asyncio.Semaphore
+    running: Slots
     """The worker's slots (its ``concurrency``): an item leased waits for one before anything else."""
     pool: ThreadPoolExecutor
     runs: set[asyncio.Task[None]] = field(default_factory=set)
@@ -289,7 +290,7 @@ class QueueRunner:
                     try:
                         failure, outcome, retry = await self._outcome(task, item, fields)
                     finally:
-                        rt.running.release()
+                        rt.running.give()
             finally:
                 rt.reservations.give()  # the run ended: its settlement overlaps the next lease
             if admitted:
@@ -305,21 +306,7 @@ class QueueRunner:
         item is held ahead (``prefetch``): renewed with its batch, holding nothing else. An item on its
         last attempt waits on through a stop, since a retry would dead-letter it unrun (docs/semantics.md
         §4.4)."""
-        rt = self._rt
-        if not rt.running.locked() or (task is not None and _last_attempt(task, item)):
-            await rt.running.acquire()
-            return True
-        if rt.stopping.is_set():
-            return False
-        taken = asyncio.ensure_future(rt.running.acquire())
-        stopped = asyncio.ensure_future(rt.stopping.wait())
-        try:
-            await asyncio.wait([taken, stopped], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopped.cancel()
-            taken.cancel()  # a no-op once the slot was taken
-        await asyncio.wait([taken])
-        return not taken.cancelled()
+        return await self._rt.running.take(through_stop=task is not None and _last_attempt(task, item))
 
     async def _give_back(self, queue: str, partition: int, item: m.QueueLeaseItem) -> None:
         """Retries ``item``, held ahead and never run, at once (to the queue's tail) at a warm stop; when

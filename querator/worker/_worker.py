@@ -22,6 +22,7 @@ from querator.worker._rate import SCOPES, RateLimit
 from querator.worker._runner import QueueRunner, Reservations, Runtime
 from querator.worker._serializer import JsonSerializer, Serializer
 from querator.worker._settle import Settler
+from querator.worker._slots import Slots
 from querator.worker._task import Task, TaskOptions
 from querator.worker.backoff import Policy, exponential
 
@@ -409,7 +410,7 @@ class Worker:
             Settler(client),
             self.metrics,
             Reservations(limit + ahead),
-            asyncio.Semaphore(limit),
+            Slots(limit),
             pool,
             lowest_first_every=self.lowest_first_every,
         )
@@ -451,6 +452,7 @@ class Worker:
         """No more leases; the runs in flight end (renewed meanwhile) and are settled, the items held
         ahead and those waiting for a rate limit's slot given back; then renewal stops."""
         rt.stopping.set()
+        rt.running.stop()
         for loop_task in leasing:
             loop_task.cancel()
         await asyncio.gather(*leasing, return_exceptions=True)
