@@ -13,6 +13,9 @@ loops that each start a workflow and wait for its result, again and again.
 - ``cassandra`` (only when named with ``--system``): the same on Cassandra, the tests' single node started
   for the run (bench.py's ``start_cassandra``), or a running one on ``--cassandra-port``; its CPU counts as
   the store's when the harness started it.
+- ``postgres`` (only when named with ``--system``): the same on PostgreSQL, the tests' server started for
+  the run as DBOS's is (bench.py's ``start_postgres``: Debian's, its defaults); its postmaster and
+  backends count as the store's CPU with the node's.
 - ``dbos``: DBOS Transact (the ``bench`` extra) on a throwaway local PostgreSQL started by
   ``scripts/postgres.sh`` (fsync and synchronous_commit on, its defaults). DBOS is a library: a workflow
   runs in the process that starts it, so ``--workers`` DBOS processes each run their share of the client
@@ -53,24 +56,20 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import aiohttp
 from worker_bench import cpu_s
 
-from bench import Server, free_port, start_cassandra
+from bench import Server, free_port, start_cassandra, start_postgres
 from querator.client import AsyncClient
 from querator.durable import Context, Durable, WorkflowDef
 from querator.durable._app import QUEUE_PARTITIONS
 
-if TYPE_CHECKING:
-    from tests.cassandra_node import CassandraNode
-
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "bench-durable"
-SYSTEMS = ("memory", "sqlite", "dbos", "cassandra")
+SYSTEMS = ("memory", "sqlite", "dbos", "cassandra", "postgres")
 DEFAULT_SYSTEMS = ("memory", "sqlite", "dbos")
-"""Without ``--system``: not Cassandra, whose node alone takes a minute and a GiB to start."""
+"""Without ``--system``: not Cassandra, whose node alone takes a minute and a GiB to start, nor PostgreSQL."""
 ROUTE_SAMPLE = re.compile(
     r'^querator_request_duration_seconds_(count|sum)\{code="2\d\d",route="([^"]+)"\} (\S+)$', re.MULTILINE
 )
@@ -155,13 +154,13 @@ class Querator:
         concurrency: int,
         partitions: int,
         extra: list[str] | None = None,
-        store_pid: int | None = None,
+        store_cpu_s: Callable[[], float] | None = None,
     ) -> None:
-        """``extra``: more ``querator serve`` options; ``store_pid``: a store's own process, whose CPU
-        counts as the store's (Cassandra's node)."""
+        """``extra``: more ``querator serve`` options; ``store_cpu_s``: the CPU seconds so far of a
+        store's own processes, which count as the store's (Cassandra's node, PostgreSQL's server)."""
         self.name = storage
         self.server = Server(storage, synchronous, extra or [])
-        self.store_pid = store_pid
+        self.store_cpu_s = store_cpu_s
         self.app, self.workflow = querator_app(self.server.endpoint, concurrency, partitions)
         self.command = [sys.executable, __file__, "--role", "worker", "--endpoint", self.server.endpoint]
         self.command += ["--concurrency", str(concurrency), "--partitions", str(partitions)]
@@ -183,7 +182,7 @@ class Querator:
     def cpu(self) -> tuple[float, float]:
         """CPU seconds so far of the store and of the application (this process and the workers)."""
         app = time.process_time() + sum(cpu_s(w.pid) for w in self.workers)
-        store = cpu_s(self.server.proc.pid) + (cpu_s(self.store_pid) if self.store_pid else 0.0)
+        store = cpu_s(self.server.proc.pid) + (self.store_cpu_s() if self.store_cpu_s else 0.0)
         return store, app
 
     async def round(self, clients: int, warmup_s: float, duration_s: float) -> Sample:
@@ -353,20 +352,29 @@ def row(name: str, clients: int, sample: Sample, store_s: float, app_s: float) -
     )
 
 
-def make_system(name: str, args: argparse.Namespace, nodes: list[CassandraNode]) -> Querator | Dbos:
-    """The system ``name``; a Cassandra node it starts is added to ``nodes``."""
+def make_system(name: str, args: argparse.Namespace, closers: list[Callable[[], None]]) -> Querator | Dbos:
+    """The system ``name``; what stops a store it starts is added to ``closers``."""
     if name == "dbos":
         return Dbos(args.workers)
-    if name != "cassandra":
-        return Querator(name, args.sqlite_synchronous, args.workers, args.concurrency, args.partitions)
-    port, pid = args.cassandra_port, None
-    if port is None:
-        node = start_cassandra("group")
-        nodes.append(node)
-        port, pid = node.cql_port, node.proc.pid if node.proc else None
-    extra = ["--cassandra-port", str(port), "--cassandra-keyspace", f"durable_{os.getpid()}"]
+    extra: list[str] = []
+    store_cpu_s: Callable[[], float] | None = None
+    if name == "postgres":
+        postgres = start_postgres()
+        closers.append(postgres.close)
+        postmaster = int((postgres.dir / "data" / "postmaster.pid").read_text().split()[0])
+        extra = ["--postgres-url", postgres.url, "--postgres-schema", f"durable_{os.getpid()}"]
+        store_cpu_s = lambda: postgres_cpu_s(postmaster)  # noqa: E731
+    elif name == "cassandra":
+        port = args.cassandra_port
+        if port is None:
+            node = start_cassandra("group")
+            closers.extend([node.stop, lambda: shutil.rmtree(node.base, ignore_errors=True)])
+            port, pid = node.cql_port, node.proc.pid if node.proc else None
+            if pid is not None:
+                store_cpu_s = lambda: cpu_s(pid)  # noqa: E731
+        extra = ["--cassandra-port", str(port), "--cassandra-keyspace", f"durable_{os.getpid()}"]
     return Querator(
-        name, args.sqlite_synchronous, args.workers, args.concurrency, args.partitions, extra, pid
+        name, args.sqlite_synchronous, args.workers, args.concurrency, args.partitions, extra, store_cpu_s
     )
 
 
@@ -382,10 +390,10 @@ async def run_bench(args: argparse.Namespace) -> None:
     )
     systems: list[Querator | Dbos] = []
     results: dict[tuple[str, int], list[tuple[Sample, float, float]]] = {}
-    nodes: list[CassandraNode] = []
+    closers: list[Callable[[], None]] = []
     try:
         for name in args.system or DEFAULT_SYSTEMS:
-            system = make_system(name, args, nodes)
+            system = make_system(name, args, closers)
             systems.append(system)
             await system.ready()
         print(
@@ -417,9 +425,8 @@ async def run_bench(args: argparse.Namespace) -> None:
     finally:
         for system in systems:
             await system.stop()
-        for node in nodes:
-            node.stop()
-            shutil.rmtree(node.base, ignore_errors=True)
+        for close in closers:
+            close()
 
 
 async def main() -> None:

@@ -256,8 +256,12 @@ POSTGRES_API_FILES = frozenset(
         "test_queues.py",
         "test_storage_api.py",
         "test_schedules.py",
+        "test_schedules_client.py",
         "test_workflows.py",
         "test_tenancy.py",
+        "test_tenancy_boundaries.py",
+        "test_tenancy_client.py",
+        "test_workflows_tenancy.py",
     }
 )
 """The files of tests/api that run on postgres too: the routes' core, a few minutes of CI in all. With

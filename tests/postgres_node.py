@@ -1,5 +1,5 @@
-"""One real PostgreSQL server on loopback for the tests: Debian's PostgreSQL, started by
-``scripts/postgres.sh`` (which installs the package with apt-get when it is missing and we are root).
+"""One real PostgreSQL server on loopback for the tests: the machine's PostgreSQL, started by
+``scripts/postgres.sh`` (which unpacks Debian's packages under ``.cache/postgres/`` when there is none).
 
 Durability settings are the server's defaults (``fsync`` and ``synchronous_commit`` on): the tests pin
 behaviour, and a test that restarts the server must find every committed write. ``stop()`` stops the

@@ -1,5 +1,5 @@
-"""``querator workflows list | show | signal | cancel | resume | terminate | result | replay``: a caller's
-view of durable workflows (docs/durable.md), printed as the other client commands print
+"""``querator workflows list | show | signal | cancel | resume | fork | terminate | result | replay``: a
+caller's view of durable workflows (docs/durable.md), printed as the other client commands print
 (``querator.cli``); ``replay`` checks changed workflow code against recorded journals."""
 
 from __future__ import annotations
@@ -102,6 +102,15 @@ def add_parser(
     a.add_argument("--signal-id", default="", help="a signal sent again with the same id counts once")
     add("cancel", "ask a workflow to stop (its compensations run, its children are cancelled)")
     add("resume", "run a workflow that failed on non-determinism again, once its code is fixed")
+    a = add(
+        "fork",
+        "start a new workflow with this one's input and its journal before --from-step: it runs from "
+        "that step on (the original is left as it is); prints the new workflow",
+    )
+    a.add_argument(
+        "--from-step", type=int, required=True, metavar="N", help="the seq to run from (1: from the top)"
+    )
+    a.add_argument("--new-id", default="", help="the new workflow's id (default: a new one)")
     a = add("terminate", "end a workflow now, with no worker (no compensation runs; children too)")
     a.add_argument("--reason", default="", help="why: its error becomes 'Terminated: <reason>'")
     a = add(
@@ -145,6 +154,10 @@ async def command(client: AsyncClient, args: argparse.Namespace) -> m.Message | 
         if info.status == RUNNING:
             raise NotFinished(info)
         return info
+    if args.action == "fork":
+        return await client.fork_workflow(
+            args.workflow_id, args.from_step, new_workflow_id=args.new_id, namespace=args.namespace
+        )
     if args.action == "signal":
         await client.signal_workflow(
             args.workflow_id,

@@ -170,6 +170,7 @@ class Client:
     cancel_workflow = _blocking(AsyncClient.cancel_workflow)
     terminate_workflow = _blocking(AsyncClient.terminate_workflow)
     resume_workflow = _blocking(AsyncClient.resume_workflow)
+    fork_workflow = _blocking(AsyncClient.fork_workflow)
     workflow_result = _blocking(AsyncClient.workflow_result)
     claim_workflow = _blocking(AsyncClient.claim_workflow)
     append_workflow = _blocking(AsyncClient.append_workflow)

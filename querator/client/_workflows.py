@@ -24,9 +24,11 @@ class WorkflowCalls(Caller):
         encoding: str = "",
         parent_id: str = "",
         parent_seq: int = 0,
+        timeout: Duration | None = None,
     ) -> m.WorkflowsStartResponse:
         """Starts the workflow ``name`` as ``workflow_id`` with its activations in ``queue``; a workflow of
-        that id that exists already is returned as it is (``created`` False)."""
+        that id that exists already is returned as it is (``created`` False). ``timeout``: past it (from
+        now, at least 1s) the workflow fails with ``WorkflowTimeout``."""
         msg = m.WorkflowsStartRequest(
             workflow_id=workflow_id,
             name=name,
@@ -35,6 +37,7 @@ class WorkflowCalls(Caller):
             encoding=encoding,
             parent_id=parent_id,
             parent_seq=parent_seq,
+            timeout="" if timeout is None else go_duration(timeout),
         )
         return await self.call("/v1/workflows.start", msg, m.WorkflowsStartResponse, idempotent=True)
 
@@ -87,6 +90,25 @@ class WorkflowCalls(Caller):
         """
         msg = m.WorkflowsResumeRequest(workflow_id=workflow_id, namespace=namespace)
         await self.call("/v1/workflows.resume", msg, m.Reply)
+
+    async def fork_workflow(
+        self, workflow_id: str, from_step: int, *, new_workflow_id: str = "", namespace: str = ""
+    ) -> m.WorkflowsStartResponse:
+        """Starts a new workflow with the input of ``workflow_id`` and its journal entries before seq
+        ``from_step``: it replays those and runs from ``from_step`` on; the original is left as it is.
+        ``new_workflow_id`` (made here unless given) makes a fork tried again after a lost reply count once.
+
+        Raises:
+            InvalidOption: ``from_step`` is past the journal's end, after a pending entry or inside a
+                gather (``from step is invalid``).
+        """
+        msg = m.WorkflowsForkRequest(
+            workflow_id=workflow_id,
+            namespace=namespace,
+            new_workflow_id=new_workflow_id or secrets.token_hex(16),
+            from_step=from_step,
+        )
+        return await self.call("/v1/workflows.fork", msg, m.WorkflowsStartResponse, idempotent=True)
 
     async def terminate_workflow(self, workflow_id: str, reason: str = "", *, namespace: str = "") -> None:
         """Ends a running workflow now, failed with ``Terminated: <reason>``, with no worker: its code and

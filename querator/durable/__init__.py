@@ -45,7 +45,9 @@ from querator.durable._errors import (
     NonDeterminism,
     SignalTimeout,
     StepFailed,
+    UnknownQuery,
     WorkflowFailed,
+    WorkflowTimeout,
 )
 from querator.durable._replayer import Replayed, Replayer, dump, load
 from querator.durable._step import Step
@@ -62,9 +64,11 @@ __all__ = [
     "SignalTimeout",
     "Step",
     "StepFailed",
+    "UnknownQuery",
     "WorkflowDef",
     "WorkflowFailed",
     "WorkflowHandle",
+    "WorkflowTimeout",
     "dump",
     "load",
 ]

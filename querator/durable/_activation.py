@@ -12,10 +12,11 @@ from querator.client import AsyncClient, seconds_of
 from querator.clock import SystemClock, from_datetime, to_datetime
 from querator.durable._context import Context, Interrupted, Lost, Suspend, server_call
 from querator.durable._errors import Cancelled, NonDeterminism, StepFailed, describe, worker_lost
+from querator.durable._step import step_attributes
 from querator.errors import Conflict, QueratorError
 from querator.wire import messages as m
 from querator.wire.workflows import BUSY, CANCEL, COMPLETE, DONE, ERROR, FAIL, FINISHED, STEP, SUSPEND
-from querator.worker import RetryLater, current_attempt
+from querator.worker import RetryLater, current_attempt, span
 
 if TYPE_CHECKING:
     from querator.durable._app import Durable
@@ -55,17 +56,20 @@ async def activate(app: Durable, workflow_id: str) -> None:
             await client.append_workflow(release)
         raise RetryLater(UNKNOWN_WAIT_S)
     renewal = asyncio.create_task(_keep_claimed(client, wf, app.claim_timeout))
+    attributes = {"querator.workflow.id": workflow_id, "querator.workflow.fence": wf.fence}
     try:
-        while True:
-            ctx = Context(app, client, wf, app.claim_timeout)
-            try:
-                reply = await _turn(ctx, definition)
-            except Exception as e:
-                reply = await _fail_unrecorded(client, wf, e)
-            if not reply.resume:
-                return
-            # Something arrived meanwhile: replay again.
-            wf = await client.workflow_info(workflow_id, namespace=app.namespace)
+        # Every turn of a run is a span in the trace the run was started in, whichever worker takes it.
+        with span(f"{wf.name} workflow", attributes, definition.trace(wf.input)):
+            while True:
+                ctx = Context(app, client, wf, app.claim_timeout)
+                try:
+                    reply = await _turn(ctx, definition)
+                except Exception as e:
+                    reply = await _fail_unrecorded(client, wf, e)
+                if not reply.resume:
+                    return
+                # Something arrived meanwhile: replay again.
+                wf = await client.workflow_info(workflow_id, namespace=app.namespace)
     except Lost as e:
         log.warning("workflow %s was claimed by another worker; this one stops: %s", workflow_id, e)
     except Interrupted as e:
@@ -160,6 +164,7 @@ async def run_step(
     attempts = current_attempt()
     entry = m.WorkflowEntry(seq=seq, kind=STEP, name=name, attempts=attempts)
     limit = step.options.max_attempts
+    client = await app.client()
     if limit and attempts > limit:
         # Failures stop at the limit (gives_up), so only leases lost with their worker (killed, out of
         # memory) lease it again past it: those were its attempts.
@@ -167,14 +172,21 @@ async def run_step(
     else:
         try:
             call = step.signature.convert(args, kwargs)
-            value = await step.invoke(call.args, call.kwargs)
+            admitted = await step.admitted(call.args, call.kwargs, client, app.queue, app.worker.stopped)
+            if admitted:
+                try:
+                    attributes = step_attributes(workflow_id, seq, attempts)
+                    value = await step.invoke(call.args, call.kwargs, attributes)
+                finally:
+                    step.release()
         except Exception as e:
             if not step.gives_up(e, attempts):
                 raise RetryLater(step.options.retry(attempts)) from e
             entry.state, entry.error = ERROR, describe(e)
         else:
+            if not admitted:
+                raise RetryLater(0)  # this worker stops: another one runs it, now
             entry.state, entry.value = DONE, step.encode(value)
-    client = await app.client()
     try:
         recorded = m.WorkflowsAppendRequest(workflow_id=workflow_id, entries=[entry], namespace=app.namespace)
         await client.append_workflow(recorded)

@@ -14,10 +14,20 @@ from querator.client import AsyncClient, Duration, go_duration, seconds_of
 from querator.clock import SystemClock
 from querator.durable._activation import activate, run_step
 from querator.durable._errors import WorkflowFailed
+from querator.durable._replayer import Replayer
 from querator.durable._step import Step, StepOptions, decode
 from querator.wire import messages as m
 from querator.wire.workflows import CANCELLED, COMPLETED, FAILED, child_id
-from querator.worker import JsonSerializer, Serializer, Signature, Worker, backoff, current_item
+from querator.worker import (
+    JsonSerializer,
+    Serializer,
+    Signature,
+    Worker,
+    backoff,
+    current_item,
+    current_traceparent,
+    rate_limit_of,
+)
 
 if TYPE_CHECKING:
     from querator.durable._context import ChildCall, Context
@@ -29,11 +39,11 @@ DEFAULT_QUEUE = "durable"
 DEFAULT_STEP_ATTEMPTS = 3
 DEFAULT_STEP_RETRY = backoff.exponential(first="1s", cap="1m")
 SCHEDULED_START = "querator.durable.start"
+"""The worker task a schedule's tick runs to start a workflow (``Durable.schedule``)."""
 QUEUE_EXPIRE_TIMEOUT = "2562047h"
 """The expire timeout of the queue the app makes: the longest a queue takes (Go's longest duration in
 whole hours, 292 years), so that no activation, a workflow's only way forward, is dropped while its
 workers are away (issue 46; docs/durable.md, "The task queue")."""
-"""The worker task a schedule's tick runs to start a workflow (``Durable.schedule``)."""
 RESULT_POLL = 15 * 60.0
 """Seconds one ``workflows.result`` call may wait (the server's longest request_timeout)."""
 QUEUE_PARTITIONS = 4
@@ -55,8 +65,24 @@ class WorkflowDef:
         return f"<Workflow {self.name}>"
 
     def input(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+        """The run's input: its arguments, and the trace context it is started in (its turns and steps
+        are spans of that trace)."""
         self.signature.convert(list(args), kwargs)  # a call that cannot bind fails here, not in a worker
-        return self.app.serializer.dumps({"args": list(args), "kwargs": kwargs})
+        envelope: dict[str, Any] = {"args": list(args), "kwargs": kwargs}
+        traceparent = current_traceparent()
+        if traceparent is not None:
+            envelope["trace"] = {"traceparent": traceparent}
+        return self.app.serializer.dumps(envelope)
+
+    def trace(self, data: bytes) -> dict[str, str]:
+        """The trace context of the run whose input is ``data``: empty if it was started outside a trace,
+        or by code that does not write one."""
+        try:
+            envelope = self.app.serializer.loads(data) if data else {}
+        except Exception:
+            return {}  # the turn fails the run for it, with the reason
+        trace = envelope.get("trace") if isinstance(envelope, dict) else None
+        return {str(k): str(v) for k, v in trace.items()} if isinstance(trace, dict) else {}
 
     def arguments(self, ctx: Context) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The workflow's own arguments, typed by its annotations."""
@@ -113,6 +139,10 @@ class WorkflowHandle:
     async def info(self) -> m.WorkflowInfo:
         client = await self.app.client()
         return await client.workflow_info(self.workflow_id, namespace=self.app.namespace)
+
+    async def query(self, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        """``Durable.query`` of this workflow."""
+        return await self.app.query(self.workflow_id, name, *args, **kwargs)
 
     async def signal(self, name: str, value: Any = None, *, signal_id: str | None = None) -> None:
         await self.app.signal(self.workflow_id, name, value, signal_id=signal_id)
@@ -221,6 +251,10 @@ class Durable:
         retry: backoff.Policy = DEFAULT_STEP_RETRY,
         permanent: Collection[type[BaseException]] = (),
         timeout: Duration | None = None,
+        concurrency: int | None = None,
+        rate_limit: str | None = None,
+        rate_key: Callable[..., str] | None = None,
+        rate_scope: str = "process",
     ) -> Callable[[Callable[P, R]], Step[P, R]]: ...
 
     def step(
@@ -233,6 +267,10 @@ class Durable:
         retry: backoff.Policy = DEFAULT_STEP_RETRY,
         permanent: Collection[type[BaseException]] = (),
         timeout: Duration | None = None,
+        concurrency: int | None = None,
+        rate_limit: str | None = None,
+        rate_key: Callable[..., str] | None = None,
+        rate_scope: str = "process",
     ) -> Step[P, R] | Callable[[Callable[P, R]], Step[P, R]]:
         """Registers a function (sync or async) as a step, as a decorator.
 
@@ -244,7 +282,20 @@ class Durable:
                 meanwhile.
             permanent: exceptions that fail the step at once, as ``querator.worker.Permanent`` does.
             timeout: an attempt that takes longer fails.
+            concurrency: runs of the step at once in each worker process (a workflow's run waits for a
+                free one holding its claim).
+            rate_limit: at most this many starts of the step, ``"<n>/s"``, ``"<n>/m"`` or ``"<n>/h"``,
+                evenly spaced, in each worker process, or across the cluster with ``rate_scope="cluster"``
+                (kept by the server for the app's queue), as a worker task's (docs/worker.md, "Rate
+                limits"); ``rate_key``: a function of the step's arguments whose result is the key the
+                limit applies to on its own (a customer, an API host).
+
+        Raises:
+            ValueError: a negative ``max_attempts``, a ``concurrency`` below 1, a bad rate limit.
         """
+        rate = rate_limit_of(rate_limit, rate_key, rate_scope, "durable")
+        if concurrency is not None and concurrency < 1:
+            raise ValueError(f"durable: concurrency must be at least 1, not {concurrency}")
 
         def register(function: Callable[P, R]) -> Step[P, R]:
             step_name = name or f"{function.__module__}.{function.__qualname__}"
@@ -258,6 +309,10 @@ class Durable:
                 retry,
                 tuple(permanent),
                 None if timeout is None else seconds_of(timeout),
+                concurrency or 0,
+                rate,
+                rate_key,
+                rate_scope,
             )
             step = Step(function, options, self.serializer)
             self.steps[step_name] = step
@@ -308,10 +363,22 @@ class Durable:
     # -- callers ---------------------------------------------------------------------------------------
 
     async def start(
-        self, workflow: Any, /, *args: Any, workflow_id: str | None = None, **kwargs: Any
+        self,
+        workflow: Any,
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        timeout: Duration | None = None,
+        **kwargs: Any,
     ) -> WorkflowHandle:
         """Starts ``workflow(*args, **kwargs)``; returns its handle at once. Starting an id that exists
-        returns the existing run (start is idempotent by ``workflow_id``; default: a new id)."""
+        returns the existing run (start is idempotent by ``workflow_id``; default: a new id).
+
+        ``timeout`` (at least 1s): past it, counted by the server from the start, the workflow raises
+        ``WorkflowTimeout`` at its next durable call (a sleep or wait ends then), its compensations run,
+        its children are cancelled and it ends failed. ``workflow_id`` and ``timeout`` are the app's:
+        a workflow's own arguments of those names cannot be passed by keyword here.
+        """
         definition = self.workflow_of(workflow)
         workflow_id = workflow_id or str(uuid.uuid4())
         client = await self.client()
@@ -321,8 +388,25 @@ class Durable:
             self.queue,
             definition.input(args, kwargs),
             encoding=self.serializer.content_type,
+            timeout=timeout,
         )
         return WorkflowHandle(self, workflow_id, definition)
+
+    async def fork(
+        self, workflow_id: str, from_step: int, *, new_workflow_id: str | None = None
+    ) -> WorkflowHandle:
+        """Starts a new workflow (``new_workflow_id``, default a new id) with the input of
+        ``workflow_id`` and its journal before seq ``from_step`` (DBOS's fork): the steps recorded there
+        are not run again, the ones from ``from_step`` run with the code the workers have now. The
+        original is left as it is.
+
+        Raises:
+            InvalidOption: ``from_step`` cannot start a run (``from step is invalid; ...``).
+        """
+        new_id = new_workflow_id or str(uuid.uuid4())
+        client = await self.client()
+        await client.fork_workflow(workflow_id, from_step, new_workflow_id=new_id, namespace=self.namespace)
+        return WorkflowHandle(self, new_id)
 
     async def start_child(self, ctx: Context, call: ChildCall) -> None:
         client = await self.client()
@@ -386,6 +470,20 @@ class Durable:
         await client.signal_workflow(
             workflow_id, name, self.serializer.dumps(value), signal_id=signal_id, namespace=self.namespace
         )
+
+    async def query(self, workflow_id: str, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        """The answer of the query ``name`` of a workflow, running or ended: its journal is read from the
+        server and replayed here with this app's code, without running a step or writing anything, and the
+        handler its code registered (``Context.on_query``) is called with ``args`` and ``kwargs``
+        (docs/durable.md, "Queries"). It costs the caller a replay, and the server one read.
+
+        Raises:
+            UnknownQuery: the workflow registers no handler ``name``.
+            NonDeterminism: this code does not agree with the workflow's journal.
+        """
+        client = await self.client()
+        info = await client.workflow_info(workflow_id, namespace=self.namespace)
+        return await Replayer(self).query(info, name, *args, **kwargs)
 
     async def cancel(self, workflow_id: str) -> None:
         """Cancels a workflow: its compensations run, its children are cancelled, it ends cancelled."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -24,13 +24,15 @@ from querator.durable._errors import (
     NonDeterminism,
     SignalTimeout,
     StepFailed,
+    WorkflowTimeout,
     describe,
     worker_lost,
 )
-from querator.durable._step import Step, decode
+from querator.durable._step import Step, decode, step_attributes
 from querator.errors import Conflict, RetryRequest
 from querator.wire import messages as m
 from querator.wire.workflows import CHILD, DONE, ERROR, PENDING, SIGNAL, SLEEP, STEP
+from querator.worker import current_traceparent
 
 if TYPE_CHECKING:
     from querator.durable._app import Durable, WorkflowDef
@@ -139,10 +141,14 @@ class Context:
         self._signals = list(wf.signals)
         self._claim_timeout = claim_timeout
         self._seq = 0
+        self._timed_out = wf.timed_out
+        """The server saw the workflow's deadline pass (at the claim, or in an append's reply)."""
         self._lapsed = wf.lapsed_claims
         """Workers lost mid-turn since the journal last grew: attempts of the first step this run runs."""
         self._unsent: list[m.WorkflowEntry] = []
         self.compensations: list[tuple[Step[..., Any], tuple[Any, ...], dict[str, Any]]] = []
+        self.queries: dict[str, Callable[..., Any]] = {}
+        """The query handlers the code registered so far (``on_query``)."""
         self.compensating = False
         # The server's time at the claim, moved on by this process's monotonic clock: timers compare
         # with the server's clock, which delivers them, not with this machine's.
@@ -239,6 +245,13 @@ class Context:
         recorded steps, the last registered first (the saga pattern)."""
         self.compensations.append((step, args, kwargs))
 
+    def on_query(self, name: str, handler: Callable[..., Any], /) -> None:
+        """Answers the query ``name`` (``Durable.query``) with ``handler(*args, **kwargs)``, a function over
+        the workflow's own state (a closure over its locals). A query replays the journal in the caller's
+        process and calls the handler the replay registered last, so it must return at once and change
+        nothing; registering costs a worker nothing."""
+        self.queries[name] = handler
+
     # -- the machinery -----------------------------------------------------------------------------------
 
     def now_us(self) -> int:
@@ -279,7 +292,15 @@ class Context:
             await self._append([lost])
             raise StepFailed(call.name, lost.error)
         try:
-            value = await step.invoke(call.args, call.kwargs)
+            if not await step.admitted(
+                call.args, call.kwargs, self._client, self.app.queue, self.app.worker.stopped
+            ):
+                raise Suspend(self.now_us())  # this worker stops: the turn goes on in another one, now
+            try:
+                attributes = step_attributes(self.workflow_id, call.seq, attempts)
+                value = await step.invoke(call.args, call.kwargs, attributes)
+            finally:
+                step.release()
         except Exception as e:
             if step.gives_up(e, attempts):
                 done = m.WorkflowEntry(
@@ -330,6 +351,7 @@ class Context:
         )
         with server_call():
             reply = await self._client.append_workflow(msg)
+        self._timed_out = self._timed_out or reply.timed_out
         for entry in entries:
             self._journal[entry.seq] = entry
         return reply
@@ -341,8 +363,12 @@ class Context:
         steps = [c for c in calls if isinstance(c, StepCall)]
         if steps:
             digest = hashlib.blake2b(self.workflow_id.encode(), digest_size=16).hexdigest()
+            traceparent = current_traceparent()  # the runs continue this turn's trace
+            trace = {"trace": {"traceparent": traceparent}} if traceparent is not None else {}
             payloads = [
-                self.app.serializer.dumps({"args": [self.workflow_id, c.seq, c.name, list(c.args), c.kwargs]})
+                self.app.serializer.dumps(
+                    {"args": [self.workflow_id, c.seq, c.name, list(c.args), c.kwargs], **trace}
+                )
                 for c in steps
             ]
             with server_call():
@@ -373,8 +399,14 @@ class Context:
         return entry
 
     def _check_cancelled(self) -> None:
-        if self._wf.cancel_requested and not self.compensating:
+        """Before a durable call does anything new: a cancel or a timeout ends the workflow there (not
+        during its compensations, which are how it ends)."""
+        if self.compensating:
+            return
+        if self._wf.cancel_requested:
             raise Cancelled(f"workflow {self.workflow_id} was cancelled")
+        if self._timed_out:
+            raise WorkflowTimeout(f"workflow {self.workflow_id} passed its timeout of {self._wf.timeout}")
 
 
 def _micros(value: datetime | None) -> int:

@@ -35,10 +35,20 @@ class Cancelled(DurableError):
     """The workflow was cancelled: raised at its next durable call; its compensations then run."""
 
 
+class WorkflowTimeout(DurableError, TimeoutError):
+    """The workflow passed its timeout (``Durable.start(..., timeout=)``): raised at its next durable
+    call once the server saw its deadline pass; its compensations then run and it ends failed."""
+
+
 class NonDeterminism(DurableError):
     """The workflow's code no longer matches its journal: at a recorded position it asked for another
     step, signal or child than the one recorded. The workflow fails; no recorded result is handed to the
     wrong call."""
+
+
+class UnknownQuery(DurableError):
+    """``Durable.query``: the workflow's code, replayed to the end of its journal, registered no handler of
+    that name (``Context.on_query``)."""
 
 
 class WorkflowFailed(DurableError):

@@ -25,7 +25,7 @@ import msgspec
 from querator.client import AsyncClient
 from querator.durable._activation import _turn
 from querator.durable._context import Call, Context, StepCall, Suspend
-from querator.durable._errors import NonDeterminism, describe
+from querator.durable._errors import NonDeterminism, UnknownQuery, describe
 from querator.wire import decode_json, encode_json
 from querator.wire import messages as m
 from querator.wire.workflows import COMPLETE, COMPLETED, FINAL_STATES, RUNNING, STEP
@@ -88,6 +88,29 @@ class Replayer:
             await self.check(await client.workflow_info(workflow_id, namespace=self.app.namespace))
             for workflow_id in ids
         ]
+
+    async def query(self, wf: m.WorkflowInfo, name: str, /, *args: Any, **kwargs: Any) -> Any:
+        """The answer of the query ``name`` of the workflow ``wf`` (as ``workflows.info`` returns it): its
+        journal replayed to its end, then the handler the code registered last (``Context.on_query``)
+        called with ``args`` and ``kwargs``. No step runs and nothing is sent.
+
+        Raises:
+            NonDeterminism: the code does not agree with the journal.
+            UnknownQuery: the replay registered no handler ``name``.
+            Exception: what the handler raised.
+        """
+        definition = self.app.workflows.get(wf.name)
+        if definition is None:
+            raise NonDeterminism(f"workflow {wf.workflow_id} runs '{wf.name}', which the app does not define")
+        ctx = _ReplayContext(self.app, wf)
+        await _turn(ctx, definition)
+        if ctx.mismatch is not None:
+            raise ctx.mismatch
+        handler = ctx.queries.get(name)
+        if handler is None:
+            known = ", ".join(sorted(ctx.queries)) or "none"
+            raise UnknownQuery(f"workflow {wf.workflow_id} answers no query '{name}' (it answers: {known})")
+        return handler(*args, **kwargs)
 
     async def check(self, wf: m.WorkflowInfo) -> Replayed:
         """``replay`` without raising."""

@@ -27,6 +27,9 @@ class Watchers:
     def __bool__(self) -> bool:
         return bool(self._waiting)
 
+    def __len__(self) -> int:
+        return len(self._waiting)
+
     def add(self, has_items: bool, timeout_us: int) -> asyncio.Future[bool]:
         """A watch answered True at once when ``has_items``, else when ``notify`` is called, or False
         after ``timeout_us``."""

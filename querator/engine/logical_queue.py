@@ -185,6 +185,7 @@ class LogicalQueue:
             raise self._stop_error
         has_items = self.has_items()
         if not has_items:
+            self._check_room()
             self._wake.set()  # a load in progress (the watch may have started the engine) may find some
         return self._watchers.add(has_items, timeout_us)
 
@@ -298,8 +299,8 @@ class LogicalQueue:
         """Queues ``request`` and waits for its answer (see ``Waiting.add`` for ``deadline``)."""
         if self._closing or self._task.done():
             raise self._stop_error
-        if limited and len(self._waiting.pending) >= self._max_requests:
-            raise RetryRequest("queue is overloaded; try again later")
+        if limited:
+            self._check_room()
         self._waiting.add(request, deadline)
         self._wake.set()
         self._in_flight += 1
@@ -307,6 +308,12 @@ class LogicalQueue:
             return await request.future
         finally:
             self._in_flight -= 1
+
+    def _check_room(self) -> None:
+        """Refuses a request beyond ``max_requests`` waiting on the queue, watches included (a watch
+        holds a timer and a connection as a waiting lease does)."""
+        if len(self._waiting.pending) + len(self._watchers) >= self._max_requests:
+            raise RetryRequest("queue is overloaded; try again later")
 
     async def _run(self) -> None:
         try:

@@ -142,6 +142,7 @@ def _api_app(
         ("/v1/workflows.signal", _rpc(w.signal, m.WorkflowsSignalRequest, max_produce_body, shield=True)),
         ("/v1/workflows.cancel", _rpc(w.cancel, m.WorkflowsCancelRequest, SMALL_BODY, shield=True)),
         ("/v1/workflows.resume", _rpc(w.resume, m.WorkflowsResumeRequest, SMALL_BODY, shield=True)),
+        ("/v1/workflows.fork", _rpc(w.fork, m.WorkflowsForkRequest, SMALL_BODY, shield=True)),
         (
             "/v1/workflows.terminate",
             _rpc(w.terminate, m.WorkflowsTerminateRequest, SMALL_BODY, shield=True),

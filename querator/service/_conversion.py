@@ -202,6 +202,10 @@ def workflow_info(wf: Workflow, journal: bool) -> m.WorkflowInfo:
         expires_at=_when(wf.expires_at),
         lapsed_claims=wf.lapsed_claims,
         resumable=wf.resumable,
+        timeout=format_micros(wf.timeout_us) if wf.timeout_us else "",
+        deadline=_when(wf.deadline),
+        timed_out=wf.timed_out,
+        forked_from=wf.forked_from,
     )
     if journal:
         info.entries = [

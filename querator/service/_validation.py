@@ -390,6 +390,33 @@ def check_start(req: m.WorkflowsStartRequest) -> None:
     check_new_name_characters("encoding", req.encoding)
 
 
+MIN_WORKFLOW_TIMEOUT_US: Final = MICROS
+"""A workflow's shortest timeout: its deadline is an activation, which a worker must get to."""
+
+
+def workflow_timeout(text: str) -> int:
+    """A start's ``timeout`` in microseconds (0: none), at least 1s (docs/adr/0047)."""
+    if not text:
+        return 0
+    if len(text) > 15:
+        raise InvalidOption("timeout is invalid; cannot be greater than '15' characters")
+    try:
+        us = parse_duration(text) // MICROSECOND
+    except DurationError as e:
+        raise InvalidOption(f"timeout is invalid; {e} - expected format: 30s, 5m or 48h") from None
+    if us < MIN_WORKFLOW_TIMEOUT_US:
+        raise InvalidOption(f"timeout is invalid; must be at least 1s, got {format_micros(us)}")
+    return us
+
+
+def check_fork(req: m.WorkflowsForkRequest) -> None:
+    check_workflow_id(req.workflow_id)
+    if req.new_workflow_id:
+        check_workflow_id(req.new_workflow_id, "new workflow id", new=True)
+    if req.from_step < 1:
+        raise InvalidOption(f"from step is invalid; steps count from 1, got {req.from_step}")
+
+
 def check_signal(req: m.WorkflowsSignalRequest) -> None:
     check_workflow_id(req.workflow_id)
     _check_label(req.name, "signal name")

@@ -26,6 +26,7 @@ from querator.service._conversion import workflow_entry, workflow_info
 from querator.service._result_waits import ResultWaits
 from querator.service._validation import (
     SYSTEM_NAMESPACE,
+    check_fork,
     check_list_workflows,
     check_signal,
     check_start,
@@ -35,6 +36,7 @@ from querator.service._validation import (
     claim_timeout,
     namespace,
     request_timeout,
+    workflow_timeout,
 )
 from querator.storage import journal
 from querator.storage.journal import Effects, Ending
@@ -104,6 +106,7 @@ class Workflows:
         ``workflow_id``, to a caller who may read it). A child's parent is in the same namespace, and its
         id is the one its parent gives it (``<parent id>/<parent seq>``)."""
         check_start(req)
+        timeout_us = workflow_timeout(req.timeout)
         owner = await self._queue_namespace(req.queue_name)
         # A queue that does not exist is checked in _system, so that a caller refused in a namespace
         # gets the same 403 whether the queue is there or nowhere (docs/tenancy.md).
@@ -123,12 +126,38 @@ class Workflows:
             encoding=req.encoding,
             parent_id=parent_key,
             parent_seq=req.parent_seq,
+            timeout_us=timeout_us,
+            deadline=now + timeout_us if timeout_us else 0,
         )
-        created, wf = await self._write(key, lambda current: journal.start(current, new, now))
+        return await self._store_new(owner, new, now)
+
+    async def fork(self, req: m.WorkflowsForkRequest) -> m.WorkflowsStartResponse:
+        """Starts a new run of a workflow with its input and the journal entries before ``from_step``
+        (``journal.fork``; DBOS's fork, docs/adr/0048): the caller reads the original and starts a
+        workflow in its namespace. The original is left as it is."""
+        check_fork(req)
+        key = await self._key(req.namespace, req.workflow_id, perm.QUEUE_STATS)
+        owner = namespace(req.namespace)
+        await self._check(owner, perm.QUEUE_PRODUCE)
+        original = await self._rows.get_workflow(key)
+        if original is None:
+            raise journal.not_found(req.workflow_id)
+        new_id = req.new_workflow_id or secrets.token_hex(16)
+        new = journal.fork(original, stored_id(owner, new_id), req.from_step, self._clock.now())
+        return await self._store_new(owner, new, self._clock.now())
+
+    async def _store_new(self, owner: str, new: Workflow, now: int) -> m.WorkflowsStartResponse:
+        """Stores a started (or forked) workflow unless its id exists, and activates it: now, and at its
+        deadline if it has one. An existing run of that id is returned to a caller who may read it."""
+        created, wf = await self._write(new.id, lambda current: journal.start(current, new, now))
         assert wf is not None
         if not created:  # an existing run is what a read returns: the caller must be allowed one
             await self._check(owner, perm.QUEUE_STATS)
             journal.check_same_run(wf, new)
+        elif wf.deadline:
+            # Before the first activation, so that a crash between the two leaves the sweep a workflow
+            # never claimed, which it wakes (and its deadline is checked at every claim).
+            await self._activate(wf, enqueue_at=wf.deadline, dedup_id=f"timeout:{_digest(wf.id)}")
         if journal.stranded(wf, now, 0):
             # Never claimed (its first activation may be the one a crash lost), or with nothing left to
             # move it on (its activation expired or deleted by hand, its last claim run out): a start
@@ -282,7 +311,9 @@ class Workflows:
                 timers.add(effects.timer_at)
             if write is None or await self._put(write, current):
                 await self._carry_out(key, effects, write)
-                return m.WorkflowsAppendResponse(resume=effects.resume)
+                stored = write or current
+                timed_out = stored is not None and stored.timed_out
+                return m.WorkflowsAppendResponse(resume=effects.resume, timed_out=timed_out)
         raise try_again("workflow is written by others too often")
 
     # -- writes and their effects -----------------------------------------------------------------------

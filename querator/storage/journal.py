@@ -16,7 +16,7 @@ from msgspec.structs import replace
 
 from querator.errors import Conflict, InvalidOption
 from querator.storage.operations import NEAR_NOW
-from querator.storage.workflows import Entry, Signal, Workflow
+from querator.storage.workflows import Entry, Signal, Workflow, split_stored_id
 from querator.wire.workflows import (
     BUSY,
     CHILD,
@@ -55,6 +55,8 @@ NOT_RESUMABLE = "workflow cannot be resumed"
 """The stable prefix of a resume of a workflow that did not fail for its code."""
 EXISTS = "workflow exists already"
 """The stable prefix of a start of an id whose run is of another workflow or queue."""
+FORK_STEP = "from step is invalid"
+"""The stable prefix of a fork whose step is not one the journal can be cut at."""
 
 
 def not_found(workflow_id: str) -> InvalidOption:
@@ -115,7 +117,50 @@ def stranded(wf: Workflow, now: int, grace_us: int) -> bool:
     if wf.status != RUNNING or wf.claim_deadline > now or wf.updated_at > now - grace_us:
         return False
     overdue = now - grace_us
-    return wf.fence == 0 or wf.changed or 0 < wf.timer_at < overdue or 0 < wf.claim_deadline < overdue
+    timeout_unseen = 0 < wf.deadline < overdue and not wf.timed_out
+    return (
+        wf.fence == 0
+        or wf.changed
+        or timeout_unseen
+        or 0 < wf.timer_at < overdue
+        or 0 < wf.claim_deadline < overdue
+    )
+
+
+def fork(original: Workflow, key: str, from_step: int, now: int) -> Workflow:
+    """A new run (stored as ``key``) of ``original``'s workflow with its input and the journal entries
+    before seq ``from_step``: its worker replays those and runs from ``from_step`` on (DBOS's fork,
+    docs/adr/0048). A top workflow of its own, whatever ``original`` was; its timeout counts from now.
+
+    Raises:
+        InvalidOption: ``from_step`` is not a seq the journal can be cut at: past its end, after an
+            entry still pending (a step, timer, wait or child not finished), or inside a gather.
+    """
+    last = max((e.seq for e in original.entries), default=0)
+    if not 1 <= from_step <= last + 1:
+        raise InvalidOption(f"{FORK_STEP}; the journal's steps are 1 to {last + 1}, not {from_step}")
+    kept = [e for e in original.entries if e.seq < from_step]
+    for e in kept:
+        if e.state not in FINAL_STATES:
+            raise InvalidOption(
+                f"{FORK_STEP}; seq {e.seq}, before {from_step}, is {e.kind} '{e.name}' pending"
+            )
+        if e.group and any(o.group == e.group and o.seq >= from_step for o in original.entries):
+            raise InvalidOption(f"{FORK_STEP}; {from_step} is inside the gather that starts at seq {e.group}")
+    _, forked_from = split_stored_id(original.id)
+    new = Workflow(
+        id=key,
+        name=original.name,
+        queue=original.queue,
+        input=original.input,
+        encoding=original.encoding,
+        entries=kept,
+        timeout_us=original.timeout_us,
+        deadline=now + original.timeout_us if original.timeout_us else 0,
+        forked_from=forked_from,
+    )
+    _check_size(new)
+    return new
 
 
 def check_same_run(found: Workflow, started: Workflow) -> None:
@@ -155,6 +200,8 @@ def claim(
         timer_at=timer_at,
         updated_at=now,
         lapsed_claims=lapsed,
+        # Its deadline's activation may be delivered early, as a timer's is (NEAR_NOW).
+        timed_out=wf.timed_out or _past_deadline(wf, now + NEAR_NOW),
     )
     return Claim(CLAIMED, claimed), claimed
 
@@ -198,16 +245,14 @@ def append(
     )
     if claim_until:
         wf = replace(wf, claim_deadline=claim_until)
+    # The deadline passed during the turn: the worker learns it from the reply (``timed_out``), and a
+    # suspend replays at once instead, so that the workflow ends now rather than at its next wake-up.
+    timing_out = not wf.timed_out and _past_deadline(wf, now)
+    if timing_out:
+        wf = replace(wf, timed_out=True)
     effects = Effects()
     if ending.then == SUSPEND:
-        if wf.changed:
-            effects.resume = True
-            wf = replace(wf, changed=False)
-        else:
-            wf = replace(wf, claim_deadline=0)
-            if ending.wake_at and ending.wake_at != wf.timer_at:
-                effects.timer_at = ending.wake_at
-                wf = replace(wf, timer_at=ending.wake_at)
+        wf = _suspend(wf, ending.wake_at, timing_out, effects)
     elif ending.then in ENDINGS:
         wf = _finish(wf, ENDINGS[ending.then], ending.result, ending.error, now, retention_us, effects)
         # A child's failure is its parent's to handle (recorded there): only a top workflow resumes.
@@ -216,6 +261,19 @@ def append(
         raise InvalidOption(f"then is invalid; '{ending.then}' is not suspend, complete, fail or cancel")
     _check_size(wf)
     return effects, wf
+
+
+def _suspend(wf: Workflow, wake_at: int, timing_out: bool, effects: Effects) -> Workflow:
+    """A suspend releases the claim, and schedules its timer, unless something arrived since the claim
+    (or the deadline passed during the turn): then the claimant replays again (``resume``)."""
+    if wf.changed or timing_out:
+        effects.resume = True
+        return replace(wf, changed=False)
+    wf = replace(wf, claim_deadline=0)
+    if wake_at and wake_at != wf.timer_at:
+        effects.timer_at = wake_at
+        wf = replace(wf, timer_at=wake_at)
+    return wf
 
 
 def record(
@@ -422,6 +480,10 @@ def _trimmed(signals: list[Signal]) -> list[Signal]:
             continue
         kept.append(s)
     return kept
+
+
+def _past_deadline(wf: Workflow, now: int) -> bool:
+    return 0 < wf.deadline <= now
 
 
 def _existing(current: Workflow | None, workflow_id: str) -> Workflow:

@@ -74,12 +74,20 @@ class Workflow(msgspec.Struct, kw_only=True, omit_defaults=True):
     timer_at: int = 0
     """The wake-up time an activation is already scheduled for."""
     lapsed_claims: int = 0
-    resumable: bool = False
-    """It failed for its code (non-determinism): ``journal.resume`` may run it again."""
     """Claims in a row that ran out without being released or renewed since the journal last grew: each
     is a worker lost in the middle of the turn (killed, out of memory), which the step it was running
     counts as an attempt."""
+    resumable: bool = False
+    """It failed for its code (non-determinism): ``journal.resume`` may run it again."""
     cancel_requested: bool = False
+    timeout_us: int = 0
+    """The workflow's own timeout (0: none): ``deadline`` is its start plus this (docs/adr/0047)."""
+    deadline: int = 0
+    """When it times out; an activation is scheduled then."""
+    timed_out: bool = False
+    """A claim or append saw ``deadline`` pass: its worker raises ``WorkflowTimeout`` in it."""
+    forked_from: str = ""
+    """The workflow id (in its namespace) whose journal it started with (``journal.fork``)."""
     entries: list[Entry] = []
     signals: list[Signal] = []
     created_at: int = 0

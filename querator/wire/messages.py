@@ -355,6 +355,10 @@ class WorkflowInfo(Message):
     namespace: str = ""
     lapsed_claims: int = 0
     resumable: bool = False
+    timeout: str = ""
+    deadline: datetime | None = None
+    timed_out: bool = False
+    forked_from: str = ""
 
 
 class WorkflowsStartRequest(Message):
@@ -365,6 +369,14 @@ class WorkflowsStartRequest(Message):
     encoding: str = ""
     parent_id: str = ""
     parent_seq: int = 0
+    timeout: str = ""
+
+
+class WorkflowsForkRequest(Message):
+    workflow_id: str = ""
+    namespace: str = ""
+    new_workflow_id: str = ""
+    from_step: int = 0
 
 
 class WorkflowsStartResponse(Message):
@@ -444,6 +456,7 @@ class WorkflowsAppendRequest(Message):
 
 class WorkflowsAppendResponse(Message):
     resume: bool = False
+    timed_out: bool = False
 
 
 # -- cron schedules (docs/schedules.md) -------------------------------------------------------------------

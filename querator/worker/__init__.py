@@ -25,8 +25,9 @@ lease loop and each run), ``_slots`` (the worker's slots and the items held ahea
 (batched completes and retries), ``_serializer`` (JSON, typed arguments), ``_envelope`` (the payload),
 ``_trace`` (W3C trace context), ``_observe`` (run logs, metrics; ``setup_logging``) and ``_run``
 (``load_worker``, ``run_worker`` and ``find_app``: what ``querator worker`` does, for programs that
-start workers their own way). ``Signature`` and ``typed`` (a function's arguments decoded by its
-annotations) are exported for ``querator.durable``, which imports only this module.
+start workers their own way). ``Signature``, ``typed`` (a function's arguments decoded by its
+annotations), ``span`` (a traced block) and the rate limits (``RateLimit``, ``rate_limit_of``,
+``take_shared``) are exported for ``querator.durable``, which imports only this module.
 """
 
 from __future__ import annotations
@@ -34,12 +35,13 @@ from __future__ import annotations
 from querator.worker import backoff
 from querator.worker._envelope import EnvelopeError
 from querator.worker._observe import JsonFormatter, setup_logging
+from querator.worker._rate import RateLimit, rate_limit_of, take_shared
 from querator.worker._run import find as find_app
 from querator.worker._run import load as load_worker
 from querator.worker._run import run_worker
 from querator.worker._serializer import JsonSerializer, Serializer, Signature, typed
 from querator.worker._task import Permanent, RetryLater, Task, current_attempt, current_item, current_job_id
-from querator.worker._trace import current_traceparent, use_traceparent
+from querator.worker._trace import current_traceparent, span, use_traceparent
 from querator.worker._worker import Worker
 
 __all__ = [
@@ -47,6 +49,7 @@ __all__ = [
     "JsonFormatter",
     "JsonSerializer",
     "Permanent",
+    "RateLimit",
     "RetryLater",
     "Serializer",
     "Signature",
@@ -59,8 +62,11 @@ __all__ = [
     "current_traceparent",
     "find_app",
     "load_worker",
+    "rate_limit_of",
     "run_worker",
     "setup_logging",
+    "span",
+    "take_shared",
     "typed",
     "use_traceparent",
 ]

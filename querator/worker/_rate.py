@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Final
 
 from querator.client import AsyncClient, ConnectionFailed, seconds_of
@@ -34,10 +35,10 @@ class RateLimit:
         ValueError: ``spec`` is not of that form, or ``n`` is not positive.
     """
 
-    def __init__(self, spec: str) -> None:
+    def __init__(self, spec: str, owner: str = "worker") -> None:
         count, _, unit = spec.partition("/")
         if not count.isdigit() or int(count) < 1 or unit not in PERIODS_S:
-            raise ValueError(f"worker: rate_limit {spec!r} is not '<n>/s', '<n>/m' or '<n>/h' with n >= 1")
+            raise ValueError(f"{owner}: rate_limit {spec!r} is not '<n>/s', '<n>/m' or '<n>/h' with n >= 1")
         self.spec = spec
         self.count = int(count)
         self.period_s = PERIODS_S[unit]
@@ -60,6 +61,25 @@ class RateLimit:
         start_s = self.reserve(key, now_s)
         if start_s > now_s:
             await asyncio.sleep(start_s - now_s)
+
+
+def rate_limit_of(
+    spec: str | None, key: Callable[..., str] | None, scope: str, owner: str
+) -> RateLimit | None:
+    """The limit of a task's (or a durable step's) ``rate_limit``, checked with its ``rate_key`` and
+    ``rate_scope``; None without a limit. ``owner`` begins the messages (``worker``, ``durable``).
+
+    Raises:
+        ValueError: a bad limit, an unknown scope, or a key or scope without a limit.
+    """
+    limit = None if spec is None else RateLimit(spec, owner)
+    if key is not None and limit is None:
+        raise ValueError(f"{owner}: rate_key needs a rate_limit")
+    if scope not in SCOPES:
+        raise ValueError(f"{owner}: rate_scope {scope!r} is not one of {', '.join(SCOPES)}")
+    if scope != "process" and limit is None:
+        raise ValueError(f"{owner}: rate_scope needs a rate_limit")
+    return limit
 
 
 async def take_shared(client: AsyncClient, queue: str, rate: RateLimit, key: str, task_name: str) -> None:

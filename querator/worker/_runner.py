@@ -37,7 +37,7 @@ from querator.worker._rate import take_shared
 from querator.worker._settle import Settler
 from querator.worker._slots import Slots
 from querator.worker._task import CURRENT_ITEM, MAX_BATCH, Permanent, RetryLater, Task
-from querator.worker._trace import continued, current_traceparent
+from querator.worker._trace import current_traceparent, span
 
 log = logging.getLogger("querator.worker")
 
@@ -378,7 +378,7 @@ class QueueRunner:
         """The run itself, in the worker's slot its item took."""
         loop = asyncio.get_running_loop()
         attributes = {"messaging.system": "querator", "messaging.destination.name": self.queue}
-        with continued(trace, f"{task.name} process", attributes):
+        with span(f"{task.name} process", attributes, trace):
             fields["traceparent"] = current_traceparent()
             started_s = loop.time()
             current = CURRENT_ITEM.set(item)

@@ -2,7 +2,8 @@
 the run continues that trace.
 
 With OpenTelemetry installed (``opentelemetry-api``), its propagator reads and writes the context and
-each run is a span (kind CONSUMER) whose parent is the producer's span. Without it, the worker keeps the
+each run is a span (kind CONSUMER) whose parent is the producer's span; ``span`` makes the spans of
+durable workflows' turns and steps too. Without it, the worker keeps the
 ``traceparent`` itself: a run's is the producer's trace id with a new span id, so tasks enqueued by a
 run carry the same trace on (``current_traceparent``, ``use_traceparent``). No hard dependency.
 """
@@ -14,7 +15,7 @@ import contextvars
 import importlib
 import re
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 
@@ -78,17 +79,22 @@ def outgoing() -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def continued(carrier: dict[str, str], name: str, attributes: dict[str, Any]) -> Iterator[None]:
-    """Runs the block in the trace ``carrier`` came with: an OpenTelemetry span named ``name``, or the
-    worker's own context (same trace, a new span id). A carrier without a valid traceparent starts none."""
+def span(name: str, attributes: dict[str, Any], carrier: Mapping[str, str] | None = None) -> Iterator[None]:
+    """Runs the block in a span named ``name``: with ``carrier``, in the trace it came with (an
+    OpenTelemetry span of kind CONSUMER, whose parent is the carrier's; a carrier without a valid
+    traceparent starts none without OpenTelemetry); without, as a child of the current context (kind
+    INTERNAL). Without OpenTelemetry, the worker's own context: the same trace, a new span id."""
     if _tracer is not None:
-        parent = propagate.extract(carrier)
+        if carrier is None:
+            with _tracer.start_as_current_span(name, attributes=attributes):
+                yield
+            return
         with _tracer.start_as_current_span(
-            name, context=parent, kind=trace.SpanKind.CONSUMER, attributes=attributes
+            name, context=propagate.extract(carrier), kind=trace.SpanKind.CONSUMER, attributes=attributes
         ):
             yield
         return
-    incoming = carrier.get("traceparent", "")
+    incoming = carrier.get("traceparent", "") if carrier is not None else _current.get() or ""
     found = _TRACEPARENT.match(incoming) if valid(incoming) else None
     child = f"00-{found[1]}-{secrets.token_hex(8)}-{found[3]}" if found else None
     token = _current.set(child)

@@ -18,7 +18,7 @@ from querator.wire import messages as m
 from querator.worker._envelope import pack
 from querator.worker._observe import Metrics
 from querator.worker._priority import check_level, level_queues
-from querator.worker._rate import SCOPES, RateLimit
+from querator.worker._rate import rate_limit_of
 from querator.worker._runner import QueueRunner, Reservations, Runtime
 from querator.worker._serializer import JsonSerializer, Serializer
 from querator.worker._settle import Settler
@@ -193,15 +193,9 @@ class Worker:
             partitions: for ``create_queue``: the queue's partitions (each level queue's, with
                 ``priority``; default the server's, 1). A queue that exists keeps its own.
         """
-        limiter = None if rate_limit is None else RateLimit(rate_limit)
+        limiter = rate_limit_of(rate_limit, rate_key, rate_scope, "worker")
         if priority is not None:
             check_level(priority)
-        if rate_key is not None and limiter is None:
-            raise ValueError("worker: rate_key needs a rate_limit")
-        if rate_scope not in SCOPES:
-            raise ValueError(f"worker: rate_scope {rate_scope!r} is not one of {', '.join(SCOPES)}")
-        if rate_scope != "process" and limiter is None:
-            raise ValueError("worker: rate_scope needs a rate_limit")
         # The upper bound is the server's, told when create_queue sends the count.
         if partitions is not None and partitions < 1:
             raise ValueError(f"worker: partitions must be at least 1, not {partitions}")
@@ -462,6 +456,12 @@ class Worker:
             renewal.cancel()
         await asyncio.gather(*list(rt.renewals), return_exceptions=True)
         pool.shutdown(wait=False, cancel_futures=True)
+
+    async def stopped(self) -> None:
+        """Returns once the running worker is told to stop warmly (never, while it is not running): what
+        waits for a chance to run (a durable step's limits) gives its work back instead of holding the
+        stop up."""
+        await (self._stop or asyncio.Event()).wait()
 
     def stop(self) -> None:
         """Stops ``run`` warmly (see ``run``); call it from the loop's thread."""

@@ -310,6 +310,9 @@ async def test_workflow_routes_need_the_permissions_of_their_queue(admin: Caller
     await viewer.fails("/v1/workflows.cancel", wf, 403, "access denied")
     assert (await owner.call("/v1/workflows.cancel", wf))[0] == 200
     await viewer.fails("/v1/workflows.resume", wf, 403, "access denied")
+    fork = {**wf, "new_workflow_id": "wf-2", "from_step": 1}
+    await viewer.fails("/v1/workflows.fork", fork, 403, "access denied")
+    assert (await owner.ok("/v1/workflows.fork", fork))["workflow"]["forked_from"] == "wf-1"
     await viewer.fails("/v1/workflows.terminate", wf, 403, "access denied")
     assert (await owner.call("/v1/workflows.terminate", wf))[0] == 200
 
@@ -350,6 +353,7 @@ OTHER_ROUTES: dict[str, dict[str, Any]] = {
     "/v1/workflows.signal": {**_WF, "name": "go"},
     "/v1/workflows.cancel": _WF,
     "/v1/workflows.resume": _WF,
+    "/v1/workflows.fork": {**_WF, "from_step": 1},
     "/v1/workflows.terminate": _WF,
     "/v1/workflows.result": {**_WF, "request_timeout": "1s"},
     "/v1/workflows.claim": _WF,

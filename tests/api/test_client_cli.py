@@ -888,6 +888,13 @@ def test_cli_workflows(cli_endpoint: str, tmp_path: Path) -> None:
         )
     done = ok(cli(e, "workflows", "result", "flow-a"))
     assert (done["status"], base64.b64decode(done["result"])) == ("completed", b"42")
+    forked = ok(cli(e, "workflows", "fork", "flow-a", "--from-step", "1", "--new-id", "flow-c"))
+    assert (forked["created"], forked["workflow"]["forked_from"]) == (True, "flow-a")
+    beyond = cli(e, "workflows", "fork", "flow-a", "--from-step", "2")
+    assert (beyond.returncode, beyond.stderr) == (
+        1,
+        "querator: 400 from step is invalid; the journal's steps are 1 to 1, not 2\n",
+    )
     assert ok(cli(e, "workflows", "cancel", "flow-b")) == {"code": 200}
     assert ok(cli(e, "workflows", "show", "flow-b"))["cancel_requested"] is True
     assert ok(cli(e, "workflows", "terminate", "flow-b", "--reason", "no worker has it")) == {"code": 200}
@@ -908,6 +915,7 @@ def test_cli_workflows(cli_endpoint: str, tmp_path: Path) -> None:
         (("list", "--status", "done"), "invalid choice: 'done'"),
         (("result", "flow-b", "--timeout", "soon"), "argument --timeout"),
         (("show",), "the following arguments are required: ID"),
+        (("fork", "flow-a"), "the following arguments are required: --from-step"),
         ((), "the following arguments are required: ACTION"),
     ]:
         refused = cli(e, "workflows", *usage)

@@ -50,9 +50,9 @@ STRUCTS: dict[str, type[m.Message]] = {
     if isinstance(cls, type) and issubclass(cls, m.Message) and cls is not m.Message
 }
 RPC_STATUSES = {"200", "400", "401", "403", "453", "454", "455", "500"}
-CONFLICTS = {"/v1/workflows.append", "/v1/workflows.start", "/v1/workflows.resume"}
-"""The routes that also answer 409: a write that lost to another writer, a start of an id another
-workflow holds, a resume of a workflow that cannot be (docs/durable.md)."""
+CONFLICTS = {"/v1/workflows.append", "/v1/workflows.start", "/v1/workflows.resume", "/v1/workflows.fork"}
+"""The routes that also answer 409: a write that lost to another writer, a start (or fork) to an id
+another workflow holds, a resume of a workflow that cannot be (docs/durable.md)."""
 BODY_TYPES = {"application/json", "application/protobuf"}
 INT32 = (-(2**31), 2**31 - 1)
 CATCH_ALL = "/{tail}"

@@ -593,3 +593,142 @@ async def test_the_apps_queue_has_partitions_enough_for_its_leases(
         assert (await client.queue_info("durable")).requested_partitions == partitions
     finally:
         await app.close()
+
+
+async def _scheduled(api: Api) -> list[tuple[str, str]]:
+    listed = await api.post("/v1/storage/scheduled.list", {"queue_name": "durable", "partition": 0})
+    return [(i["reference"], i["enqueue_at"]) for i in listed.get("items", [])]
+
+
+async def test_a_timeout_schedules_its_deadline_and_the_claim_after_it_times_out(
+    durable: Api, clock: FakeClock
+) -> None:
+    """A workflow's timeout (docs/adr/0047) is the server's: an activation at its deadline, and the claim
+    it brings says the workflow timed out, however long its code meant to sleep."""
+    started = await start(durable, timeout="1m")
+    deadline = started["workflow"]["deadline"]
+    assert started["workflow"]["timeout"] == "1m0s"
+    assert await _scheduled(durable) == [("wf-1", deadline)]
+    await activations(durable)
+    await claim(durable)
+    wake = "2030-01-01T00:00:00Z"
+    sleep = {"seq": 1, "kind": "sleep", "name": "sleep", "state": "pending", "wake_at": wake}
+    assert await append(durable, 1, entries=[sleep], then="suspend", wake_at=wake) == {}
+    again = await start(durable, timeout="5m")  # an existing run keeps its timeout
+    assert (again["workflow"]["timeout"], again["workflow"]["deadline"]) == ("1m0s", deadline)
+    clock.advance(60)  # the deadline's activation is delivered
+    claimed = await claim(durable)
+    assert (claimed["outcome"], claimed["workflow"]["timed_out"]) == ("claimed", True)
+    await append(durable, 2, then="fail", error="WorkflowTimeout: workflow wf-1 passed its timeout of 1m0s")
+    info = await durable.post("/v1/workflows.info", {"workflow_id": "wf-1"})
+    assert (info["status"], info["timed_out"]) == ("failed", True)
+
+
+async def test_a_deadline_passed_during_a_turn_is_told_to_its_worker(durable: Api, clock: FakeClock) -> None:
+    """A turn that runs past the deadline (steps run in the worker, no suspend) hears of it in the
+    append's reply, and a suspend then replays at once instead of sleeping: the timeout ends the
+    workflow at its deadline, not at its next wake-up. Its children are cancelled when it fails."""
+    await start(durable, timeout="10s")
+    await claim(durable)
+    assert await append(durable, 1, entries=[step(1)]) == {}
+    clock.advance(11)
+    child = {"seq": 2, "kind": "child", "name": "c", "state": "pending"}
+    await start(durable, "wf-1/2", parent_id="wf-1", parent_seq=2)
+    resumed = await append(durable, 1, entries=[child], then="suspend")
+    assert resumed == {"resume": True, "timed_out": True}
+    # Its compensation, recorded in the replay that follows: the reply says it still.
+    assert await append(durable, 1, entries=[step(3)]) == {"timed_out": True}
+    await append(durable, 1, then="fail", error="WorkflowTimeout: x")
+    ended = await durable.post("/v1/workflows.info", {"workflow_id": "wf-1/2"})
+    assert ended["cancel_requested"] is True
+
+
+async def test_a_lost_deadline_activation_is_swept(durable: Api, clock: FakeClock) -> None:
+    await start(durable, timeout="1m")
+    await claim(durable)
+    await append(durable, 1, then="suspend")  # waits for a signal
+    await activations(durable)
+    clock.advance(7 * 60)  # its deadline's activation lost (a crash before the produce, say)
+    assert await durable.service.workflows.sweep() == 1
+
+
+async def test_bad_timeouts_are_refused_before_anything_is_stored(durable: Api) -> None:
+    for timeout, message in [
+        ("soon", "timeout is invalid; time: invalid duration"),
+        ("500ms", "timeout is invalid; must be at least 1s, got 500ms"),
+        ("1" * 16 + "s", "timeout is invalid; cannot be greater than '15' characters"),
+    ]:
+        error = await durable.error(
+            "/v1/workflows.start",
+            {"workflow_id": "t", "name": "n", "queue_name": "durable", "timeout": timeout},
+        )
+        assert error.status == 400 and error.message.startswith(message), error.message
+    assert await durable.error("/v1/workflows.info", {"workflow_id": "t"})
+
+
+async def _forkable(api: Api) -> None:
+    """wf-1, failed after three steps, a gather of seqs 4 and 5 and a pending timer at 6."""
+    await start(api, timeout="1h")
+    await claim(api)
+    gathered = [step(s, group=4, group_size=2) for s in (4, 5)]
+    sleep = {
+        "seq": 6,
+        "kind": "sleep",
+        "name": "sleep",
+        "state": "pending",
+        "wake_at": "2030-01-01T00:00:00Z",
+    }
+    await append(api, 1, entries=[step(1), step(2), step(3), *gathered, sleep])
+    await append(api, 1, then="fail", error="ValueError: step 4 broke")
+    await activations(api)
+
+
+async def test_fork_starts_a_new_run_with_the_journal_before_its_step(durable: Api, clock: FakeClock) -> None:
+    """DBOS's fork (docs/adr/0048): a new workflow with the original's input and entries before the
+    step, activated; the original untouched; repeated with its id, the same run."""
+    await _forkable(durable)
+    clock.advance(5)
+    body = {"workflow_id": "wf-1", "new_workflow_id": "wf-2", "from_step": 3}
+    forked = await durable.post("/v1/workflows.fork", body)
+    assert forked["created"] is True
+    wf = forked["workflow"]
+    assert (wf["name"], wf["queue_name"], wf["input"], wf["status"]) == (
+        "checkout",
+        "durable",
+        b64(b"[1]"),
+        "running",
+    )
+    assert (wf["forked_from"], wf["timeout"]) == ("wf-1", "1h0m0s")  # its timeout counts from the fork
+    info = await durable.post("/v1/workflows.info", {"workflow_id": "wf-2"})
+    assert [(e["seq"], e["name"]) for e in info["entries"]] == [(1, "s1"), (2, "s2")]
+    assert [a["reference"] for a in await activations(durable)] == ["wf-2"]
+    original = await durable.post("/v1/workflows.info", {"workflow_id": "wf-1"})
+    assert (original["status"], len(original["entries"])) == ("failed", 6)
+    again = await durable.post("/v1/workflows.fork", body)
+    assert "created" not in again and again["workflow"]["workflow_id"] == "wf-2"
+    made = await durable.post("/v1/workflows.fork", {"workflow_id": "wf-1", "from_step": 6})
+    assert made["workflow"]["workflow_id"] not in ("wf-1", "wf-2")  # an id of its own
+    whole = await durable.post("/v1/workflows.fork", {"workflow_id": "wf-2", "from_step": 3})
+    assert whole["workflow"]["forked_from"] == "wf-2"
+
+
+async def test_fork_refuses_a_step_the_journal_cannot_start_from(durable: Api) -> None:
+    await _forkable(durable)
+    for body, status, message in [
+        ({"from_step": 0}, 400, "from step is invalid; steps count from 1, got 0"),
+        ({"from_step": 8}, 400, "from step is invalid; the journal's steps are 1 to 7, not 8"),
+        ({"from_step": 7}, 400, "from step is invalid; seq 6, before 7, is sleep 'sleep' pending"),
+        ({"from_step": 5}, 400, "from step is invalid; 5 is inside the gather that starts at seq 4"),
+        ({"workflow_id": "nope", "from_step": 1}, 400, "workflow does not exist; no workflow 'nope'"),
+        ({"workflow_id": "", "from_step": 1}, 400, "workflow id is invalid; cannot be empty"),
+        ({"new_workflow_id": "a\x00b", "from_step": 1}, 400, "new workflow id is invalid; cannot contain"),
+    ]:
+        error = await durable.error("/v1/workflows.fork", {"workflow_id": "wf-1", **body})
+        assert (error.status, error.message.startswith(message)) == (status, True), error.message
+    await start(durable, "taken", name="other")
+    taken = await durable.error(
+        "/v1/workflows.fork", {"workflow_id": "wf-1", "new_workflow_id": "taken", "from_step": 1}
+    )
+    assert taken.status == 409 and taken.message.startswith(
+        "workflow exists already; the id is a run of 'other'"
+    )

@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+import pytest
+
 from querator.clock import MICROS, FakeClock
 from querator.engine.logical_queue import LogicalQueue
-from querator.errors import QueratorError
+from querator.errors import QueratorError, RetryRequest
 from querator.storage.base import Item
 from querator.storage.memory import MemoryPartition
 from tests.conftest import eventually
@@ -85,3 +87,21 @@ async def test_a_watch_on_a_queue_still_loading_hears_of_the_items_it_loads() ->
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_watches_count_against_the_queues_request_limit() -> None:
+    """A watch waits as a lease does: beyond ``max_requests`` waiting, watches and requests get 454."""
+    clock = FakeClock()
+    lq = LogicalQueue(Settings(record()), [(0, MemoryPartition())], clock, no_dead_queue, max_requests=2)
+    watches = [asyncio.ensure_future(lq.until_items(MINUTE)) for _ in range(2)]
+    await asyncio.sleep(0)
+    with pytest.raises(RetryRequest, match=r"^queue is overloaded"):
+        await lq.until_items(MINUTE)
+    with pytest.raises(RetryRequest, match=r"^queue is overloaded"):
+        await lq.lease("c", 1, MINUTE)
+    clock.advance(MINUTE)
+    await eventually(done(watches[1]))
+    assert [w.result() for w in watches] == [False, False]
+    await lq.produce([Item(payload=b"x")], MINUTE)  # room again: the watches ended
+    assert await lq.until_items(MINUTE) is True  # items there: answered at once, nothing held
+    await lq.shutdown()

@@ -32,7 +32,6 @@ from .chart import (
     render,
     run_helm,
     template_args,
-    walk,
 )
 from .conftest import CASE_IDS, CASES, Case, ci_file
 
@@ -229,7 +228,7 @@ def test_secrets_are_referenced_never_inlined(rendered: Render, case: Case) -> N
     assert r.all("Secret") == []
     for container in (r.container, r.test_pod["spec"]["containers"][0]):
         for name, var in env_vars(container).items():
-            if re.search(r"(PASSWORD|USERNAME|SECRET|API_KEYS?)$", name):
+            if re.search(r"(PASSWORD|USERNAME|SECRET|API_KEYS?|POSTGRES_URL)$", name):
                 assert "secretKeyRef" in var.get("valueFrom", {}), f"{name} is not read from a Secret"
 
 
@@ -328,6 +327,57 @@ def test_tls_values_that_cannot_work_fail_the_render(helm: str, sets: dict[str, 
     assert message in result.stderr, result.stderr
 
 
+def test_postgres_reads_its_url_and_credentials_from_a_secret(helm: str, rendered: Render) -> None:
+    """With storage.backend postgres the URL, user and password are references to keys of the existing
+    Secret, the CA a file of its own Secret's volume, and the rest plain settings the server loads."""
+    r = rendered("postgres")
+    container, pod = r.container, r.statefulset["spec"]["template"]["spec"]
+    env = env_vars(container)
+    for var, key in [
+        ("QUERATOR_POSTGRES_URL", "uri"),
+        ("QUERATOR_POSTGRES_USERNAME", "user"),
+        ("QUERATOR_POSTGRES_PASSWORD", "pass"),
+    ]:
+        assert env[var]["valueFrom"]["secretKeyRef"] == {"name": "querator-postgres", "key": key}, var
+    volumes = {v["name"]: v["secret"] for v in pod["volumes"] if "secret" in v}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    directory, _, file = env["QUERATOR_POSTGRES_TLS_CA_FILE"]["value"].rpartition("/")
+    assert mounts[directory]["readOnly"] is True
+    volume = volumes[mounts[directory]["name"]]
+    assert (volume["secretName"], volume["items"]) == ("postgres-ca", [{"key": "ca.pem", "path": file}])
+    secrets = {
+        ("querator-postgres", "uri"): "postgresql://db.example:5432/queues",
+        ("querator-postgres", "user"): "queues",
+        ("querator-postgres", "pass"): "hunter2",
+    }
+    config = load(None, pod_env(container, {"metadata.name": "q-querator-0"}, secrets), {})
+    assert config.storage == "postgres"
+    settings = config.postgres_settings()
+    assert (settings.url, settings.username, settings.password) == tuple(secrets.values())
+    assert (settings.schema, settings.connections) == ("queues_prod", 12)
+    assert settings.tls_ca_file == "/etc/querator/postgres-ca/ca.pem"
+    assert not [name for name in env if "CASSANDRA" in name]
+    # Only the keys asked for are read: without usernameKey and passwordKey, the URL's own.
+    plain = render(helm, sets={"storage.backend": "postgres", "storage.postgres.existingSecret": "pg"})
+    plain_env = env_vars(plain.container)
+    assert plain_env["QUERATOR_POSTGRES_URL"]["valueFrom"]["secretKeyRef"] == {"name": "pg", "key": "url"}
+    assert not {
+        "QUERATOR_POSTGRES_USERNAME",
+        "QUERATOR_POSTGRES_PASSWORD",
+        "QUERATOR_POSTGRES_TLS_CA_FILE",
+    } & set(plain_env)
+    assert "postgres-ca" not in {v["name"] for v in plain.statefulset["spec"]["template"]["spec"]["volumes"]}
+    # The defaults (Cassandra) render nothing of PostgreSQL.
+    assert not [name for name in env_vars(rendered("defaults").container) if "POSTGRES" in name]
+
+
+def test_postgres_runs_several_processes_per_pod(helm: str) -> None:
+    """PostgreSQL is shared by every process, as Cassandra is: querator.processes above 1 renders."""
+    sets = {"storage.backend": "postgres", "storage.postgres.existingSecret": "pg", "querator.processes": "2"}
+    env = env_vars(render(helm, sets=sets).container)
+    assert env["QUERATOR_PROCESSES"]["value"] == "2"
+
+
 def test_service_monitor_needs_the_crd_and_scrapes_every_node(helm: str, rendered: Render) -> None:
     r = rendered("servicemonitor")
     monitor = r.one("ServiceMonitor")
@@ -421,9 +471,14 @@ def _chart() -> dict[str, str]:
 
 
 def _any_secret(container: dict[str, object]) -> dict[tuple[str, str], str]:
-    """A stand-in value for every Secret key the container reads."""
-    refs = [v for k, v in walk(container) if k == "secretKeyRef"]
-    return {(ref["name"], ref["key"]): f"secret-{ref['key']}" for ref in refs}
+    """A stand-in value for every Secret key the container reads (a URL where a URL is read)."""
+    stand_ins = {}
+    for name, var in env_vars(container).items():
+        ref = var.get("valueFrom", {}).get("secretKeyRef")
+        if ref:
+            value = "postgresql://db.example:5432/queues" if name.endswith("_URL") else f"secret-{ref['key']}"
+            stand_ins[ref["name"], ref["key"]] = value
+    return stand_ins
 
 
 def test_notes_render_with_their_warnings(helm: str, tmp_path: Path) -> None:
@@ -448,6 +503,8 @@ def test_notes_render_with_their_warnings(helm: str, tmp_path: Path) -> None:
     plain = rendered_notes()
     assert f"http://q-querator.{NAMESPACE}.svc.cluster.local:2319" in plain
     assert "API keys are off" in plain and "storage cassandra" in plain
+    postgres = rendered_notes("storage.backend=postgres", "storage.postgres.existingSecret=pg")
+    assert "storage postgres (the URL of Secret pg, schema querator)." in postgres
     warned = rendered_notes(
         "storage.backend=memory",
         "apiKeys.existingSecret=keys",

@@ -1,12 +1,13 @@
 """The chart's wiring works, not only its YAML: three real ``querator serve`` processes get exactly the
 environment the chart renders for pods ``q-querator-0..2`` and form one cluster on a real etcd.
 
-Kubernetes is replaced by the least that loopback needs, and nothing more: the kubelet's env
-resolution (``fieldRef`` and ``$(VAR)`` expansion, ``pod_env``) stays as is; each pod's container ports
-and its DNS name through the headless Service map onto its own ``127.0.0.1`` ports. Each node runs on
-memory storage (``storage.backend=memory``, a chart value), since ownership handoff is not built yet.
-Then the probes the chart declares answer, the ``helm test`` script passes against a node, and a
-rolling restart of one pod (SIGTERM, as after preStop, then the same env again) moves no partition.
+Kubernetes is replaced by the least that loopback needs, and nothing more: the kubelet's env resolution
+(``fieldRef`` and ``$(VAR)`` expansion, ``pod_env``) stays as is; each pod's container ports and its DNS
+name through the headless Service map onto its own ``127.0.0.1`` ports. The nodes share one Cassandra
+keyspace (the chart's default store) or, with ``storage.backend=postgres``, one PostgreSQL schema, the URL
+and user given as the Secret the chart names would. Then the probes the chart declares answer, the
+``helm test`` script passes against a node, and a rolling restart of one pod (SIGTERM, as after preStop,
+then the same env again) moves no partition.
 """
 
 from __future__ import annotations
@@ -17,12 +18,15 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from querator.client import Client
+from querator.storage.postgres import PostgresSettings
 from querator.wire import messages as m
 from tests.cassandra_node import CassandraNode
 from tests.integration.conftest import ServerProcess, Servers, free_port, server_env, wait_until
@@ -51,13 +55,19 @@ class Pod:
     api_port: int
 
 
-def local_pod(r: Rendered, ordinal: int, cluster_domain: str = "cluster.local") -> Pod:
-    """Pod ``ordinal``'s environment as the chart renders it, with its network moved to loopback."""
+def local_pod(
+    r: Rendered,
+    ordinal: int,
+    cluster_domain: str = "cluster.local",
+    secrets: Mapping[tuple[str, str], str] | None = None,
+) -> Pod:
+    """Pod ``ordinal``'s environment as the chart renders it, with its network moved to loopback;
+    ``secrets`` answers its Secret references (name, key)."""
     sts, container = r.statefulset, r.container
     name = f"{sts['metadata']['name']}-{ordinal}"
     dns_name = f"{name}.{sts['spec']['serviceName']}.{NAMESPACE}.svc.{cluster_domain}"
     ports = {int(p["containerPort"]): free_port() for p in container["ports"]}
-    env = pod_env(container, {"metadata.name": name}, {})
+    env = pod_env(container, {"metadata.name": name}, secrets or {})
 
     def to_loopback(address: str, expected_host: str) -> str:
         host, _, port = address.rpartition(":")
@@ -85,6 +95,17 @@ def probe_ok(container: Obj, pod: Pod, probe: str) -> bool:
             return 200 <= int(resp.status) < 300
     except OSError:  # refused, reset, or a 503 (HTTPError)
         return False
+
+
+def pass_probes(container: Obj, nodes: list[ServerProcess], pods: list[Pod]) -> None:
+    """Waits until every probe the chart declares passes on every pod (each node still running)."""
+    for node, pod in zip(nodes, pods, strict=True):
+        wait_until(
+            lambda n=node, p=pod: all(probe_ok(container, p, probe) for probe in PROBES) or not n.running(),
+            DEADLINE,
+            f"{pod.name} passes its probes",
+        )
+        assert node.running(), node.describe()
 
 
 def info(server: ServerProcess, queue: str = "") -> m.ClusterInfoResponse:
@@ -126,13 +147,7 @@ def test_three_pods_with_the_chart_s_env_form_one_cluster(
     nodes = [start(servers, pod, tmp_path) for pod in pods]  # podManagementPolicy: Parallel
 
     # The kubelet's view: every probe the chart declares passes on every pod.
-    for node, pod in zip(nodes, pods, strict=True):
-        wait_until(
-            lambda n=node, p=pod: all(probe_ok(container, p, probe) for probe in PROBES) or not n.running(),
-            DEADLINE,
-            f"{pod.name} passes its probes",
-        )
-        assert node.running(), node.describe()
+    pass_probes(container, nodes, pods)
 
     # One cluster: each node sees the three pods by name, at their advertised addresses.
     expected = [(pod.name, f"127.0.0.1:{pod.api_port}", "serving") for pod in pods]
@@ -183,3 +198,49 @@ def test_three_pods_with_the_chart_s_env_form_one_cluster(
     wait_until(lambda: all(members(n) == expected for n in others), DEADLINE, "q-querator-1 is back")
     wait_until(lambda: probe_ok(container, pods[1], "readinessProbe"), DEADLINE, "q-querator-1 is ready")
     assert [owners(n, "jobs") for n in (nodes[0], back, nodes[2])] == [before[0]] * 3
+
+
+@pytest.mark.postgres
+def test_pods_with_the_chart_s_postgres_env_share_its_schema(
+    helm: str, servers: Servers, etcd: EtcdServer, postgres_settings: PostgresSettings, tmp_path: Path
+) -> None:
+    """storage.backend postgres: two pods that get the URL and the user from the Secret the chart names
+    form one cluster on the schema the chart sets, and an item produced through one is leased through the
+    other."""
+    url = psycopg.conninfo.conninfo_to_dict(postgres_settings.url)
+    r = render(
+        helm,
+        sets={
+            "replicaCount": "2",
+            "cluster.etcd.endpoints[0]": f"127.0.0.1:{etcd.client_port}",
+            "cluster.etcd.prefix": "/helm-" + secrets.token_hex(4),
+            "storage.backend": "postgres",
+            "storage.postgres.existingSecret": "pg",
+            "storage.postgres.usernameKey": "user",
+            "storage.postgres.schema": postgres_settings.schema,
+        },
+    )
+    # The user comes from its own key: the URL in the Secret names none.
+    in_secret = {
+        ("pg", "url"): f"postgresql://{url['host']}:{url['port']}/{url['dbname']}",
+        ("pg", "user"): url["user"],
+    }
+    pods = [local_pod(r, n, secrets=in_secret) for n in range(2)]
+    for pod in pods:
+        (tmp_path / pod.name).mkdir()
+    nodes = [start(servers, pod, tmp_path) for pod in pods]
+    pass_probes(r.container, nodes, pods)
+    expected = [(pod.name, f"127.0.0.1:{pod.api_port}", "serving") for pod in pods]
+    wait_until(lambda: all(members(n) == expected for n in nodes), DEADLINE, "every node sees 2 members")
+    with Client(nodes[0].url) as client:
+        client.create_queue("jobs", partitions=1)
+        client.produce("jobs", ["one"])
+    with Client(nodes[1].url) as client:
+        [item] = client.lease("jobs", batch_size=1).items
+    assert item.bytes == b"one"
+    with psycopg.connect(postgres_settings.url) as conn:
+        query = (
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = %s AND table_name = 'items'"
+        )
+        row = conn.execute(query, (postgres_settings.schema,)).fetchone()
+    assert row == (1,)

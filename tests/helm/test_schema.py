@@ -49,6 +49,15 @@ REJECTED: list[tuple[str, dict[str, Any], str]] = [
     ("keys-without-test-key", {"apiKeys": {"existingSecret": "keys"}}, "tests.apiKey"),
     ("bad-secret-name", {"apiKeys": {"existingSecret": "Keys_1"}}, "existingSecret"),
     ("bad-anti-affinity", {"podAntiAffinity": "always"}, "podAntiAffinity"),
+    ("postgres-url-in-values", {"storage": {"postgres": {"url": "postgresql://u:p@db/q"}}}, "url"),
+    ("postgres-bad-schema", {"storage": {"postgres": {"schema": "Queues"}}}, "schema"),
+    ("postgres-no-connections", {"storage": {"postgres": {"connections": 0}}}, "connections"),
+    ("postgres-too-many-connections", {"storage": {"postgres": {"connections": 101}}}, "connections"),
+    (
+        "postgres-tls-without-ca",
+        {"storage": {"postgres": {"existingSecret": "pg", "tls": {"enabled": True}}}},
+        "storage.postgres.tls.caSecret",
+    ),
     # Checked by the templates: these compare two values.
     (
         "grace-shorter-than-prestop",
@@ -66,12 +75,17 @@ REJECTED: list[tuple[str, dict[str, Any], str]] = [
         {"tenancy": {"enabled": True}},
         "cluster.secret.existingSecret is required with tenancy",
     ),
+    (
+        "postgres-without-secret",
+        {"storage": {"backend": "postgres"}},
+        "storage.postgres.existingSecret is required with storage.backend postgres",
+    ),
     ("tenancy-not-a-boolean", {"tenancy": {"enabled": "yes"}}, "enabled"),
     ("too-many-processes", {"querator": {"processes": 257}}, "processes"),
     (
         "processes-on-memory",
         {"querator": {"processes": 2}, "storage": {"backend": "memory"}},
-        "querator.processes above 1 needs storage.backend cassandra",
+        "querator.processes above 1 needs storage.backend cassandra or postgres",
     ),
     (
         "process-ports-past-65535",

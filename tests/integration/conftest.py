@@ -40,6 +40,7 @@ from querator.auth import generate_key, key_hash
 from querator.client import AsyncClient
 from querator.cluster.ring import Ring
 from querator.errors import QueratorError, RequestFailed
+from tests.conftest import POSTGRES
 
 from .etcd_server import etcd  # noqa: F401 - the session's etcd fixture, for every integration test
 
@@ -404,6 +405,22 @@ def servers(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Servers]
 def keyspace(request: pytest.FixtureRequest) -> str:
     """A Cassandra keyspace of this test's own (created by the first store that opens it)."""
     return "i_" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:20]
+
+
+SHARED_STORES = ["cassandra", POSTGRES]
+"""The stores every node of a cluster can share, as ``shared_storage``'s parameters."""
+
+
+@pytest.fixture(params=SHARED_STORES)
+def shared_storage(request: pytest.FixtureRequest) -> tuple[str, ...]:
+    """The ``--storage`` arguments of a store every server of this test shares: a Cassandra keyspace or
+    a PostgreSQL schema of the test's own (the test runs once on each)."""
+    from .test_cassandra import cassandra_args
+    from .test_postgres import postgres_args
+
+    if request.param == "postgres":
+        return postgres_args(request.getfixturevalue("postgres_settings"))
+    return cassandra_args(request.getfixturevalue("cassandra_node"), request.getfixturevalue("keyspace"))
 
 
 class WorkerProcesses:

@@ -51,20 +51,32 @@ DEADLINE = 60.0
 LEASE_TTL = "2s"
 
 
-def node_args(etcd: EtcdServer, node: CassandraNode, keyspace: str, prefix: str, n: int) -> tuple[str, ...]:
+def member_args(etcd: EtcdServer, storage: tuple[str, ...], prefix: str, n: int) -> tuple[str, ...]:
+    """Node ``n`` of the cluster under ``prefix`` on the shared store of ``storage``'s arguments."""
     return (
-        *cassandra_args(node, keyspace),
+        *storage,
         "--cluster", etcd.cluster_url(prefix), "--node-id", f"node-{n}",
         "--etcd-lease-ttl", LEASE_TTL, "--cluster-grace-period", "0s",
     )  # fmt: skip
 
 
+def node_args(etcd: EtcdServer, node: CassandraNode, keyspace: str, prefix: str, n: int) -> tuple[str, ...]:
+    return member_args(etcd, cassandra_args(node, keyspace), prefix, n)
+
+
+async def start_members(
+    servers: Servers, etcd: EtcdServer, storage: tuple[str, ...], prefix: str, count: int = 3
+) -> list[ServerProcess]:
+    """``count`` nodes of one cluster on the store of ``storage``'s arguments, once they all agree."""
+    nodes = [await servers.astart(*member_args(etcd, storage, prefix, n)) for n in range(count)]
+    await members_are(nodes, count)
+    return nodes
+
+
 async def start_cluster(
     servers: Servers, etcd: EtcdServer, node: CassandraNode, keyspace: str, prefix: str, count: int = 3
 ) -> list[ServerProcess]:
-    nodes = [await servers.astart(*node_args(etcd, node, keyspace, prefix, n)) for n in range(count)]
-    await members_are(nodes, count)
-    return nodes
+    return await start_members(servers, etcd, cassandra_args(node, keyspace), prefix, count)
 
 
 async def members_are(nodes: list[ServerProcess], count: int) -> None:

@@ -1,7 +1,7 @@
 """Tenancy across a cluster (docs/tenancy.md "Across a cluster", docs/adr/0021): three
-``querator serve --cluster --tenancy on`` processes on one etcd and one Cassandra keyspace. A key created
-through node 0 is used through node 2 (and its requests forwarded to owners keep working), and once
-deleted through node 0 it is refused by every node within the documented delay."""
+``querator serve --cluster --tenancy on`` processes on one etcd and one Cassandra keyspace or PostgreSQL
+schema. A key created through node 0 is used through node 2 (and its requests forwarded to owners keep
+working), and once deleted through node 0 it is refused by every node within the documented delay."""
 
 from __future__ import annotations
 
@@ -15,28 +15,26 @@ from querator.auth import generate_key, key_hash
 from querator.client import AsyncClient
 from querator.errors import Forbidden, Unauthorized
 from querator.tenancy import CACHE_TTL_S
-from tests.cassandra_node import CassandraNode
 
 from .conftest import Servers, eventually
 from .etcd_server import EtcdServer
-from .test_cluster_routing import node_args, retried
+from .test_cluster_routing import member_args, retried
 
 pytestmark = pytest.mark.integration
 
 DELAY_MARGIN_S = 5.0
-"""Beyond the cache TTL: the time the test itself and Cassandra take to show the deletion."""
+"""Beyond the cache TTL: the time the test itself and the store take to show the deletion."""
 
 
 async def test_a_key_made_on_one_node_works_on_all_and_its_deletion_reaches_all(
-    servers: Servers, etcd: EtcdServer, cassandra_node: CassandraNode, keyspace: str, tmp_path: Path
+    servers: Servers, etcd: EtcdServer, shared_storage: tuple[str, ...], tmp_path: Path
 ) -> None:
     admin_key = generate_key("admin")
     secret = tmp_path / "cluster-secret"
     secret.write_text(secrets.token_hex(32))
     tenancy = ("--tenancy", "on", "--api-keys", key_hash(admin_key), "--cluster-secret-file", str(secret))
     nodes = [
-        await servers.astart(*node_args(etcd, cassandra_node, keyspace, "/tenancy", n), *tenancy)
-        for n in range(3)
+        await servers.astart(*member_args(etcd, shared_storage, "/tenancy", n), *tenancy) for n in range(3)
     ]
 
     async def three_members() -> bool:

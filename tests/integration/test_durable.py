@@ -232,6 +232,61 @@ async def test_a_child_workflow_and_cancel_that_reaches_it(workers: Workers, cli
     await eventually(lambda: _status(client, "forever/2", "cancelled"), DEADLINE, "child cancelled")
 
 
+async def test_a_timeout_fails_a_waiting_workflow_compensates_and_cancels_its_children(
+    workers: Workers, client: AsyncClient
+) -> None:
+    """The server's deadline wakes a workflow waiting on a child that waits for an hour (docs/adr/0047)."""
+    workers.start()
+    handle = await wf.app.start(wf.waits_forever, "t", workflow_id="timed", timeout="2s")
+    with pytest.raises(WorkflowFailed) as failed:
+        await handle.result(timeout=DEADLINE)
+    assert (failed.value.status, failed.value.error) == (
+        "failed",
+        "WorkflowTimeout: workflow timed passed its timeout of 2s",
+    )
+    assert [r["what"] for r in workers.runs("undo", "t")] == ["first"]
+    await eventually(lambda: _status(client, "timed/2", "cancelled"), DEADLINE, "child cancelled")
+
+
+async def test_a_timeout_stops_a_turn_that_runs_past_it(workers: Workers, client: AsyncClient) -> None:
+    """A step that outlasts the deadline finishes and is recorded; the reply tells the worker, and the
+    workflow's next step never runs."""
+    workers.start()
+    handle = await wf.app.start(wf.held_in_the_middle, "m", workflow_id="outlasted", timeout="1s")
+    wait_until(lambda: len(workers.runs("hold", "m")) == 1, DEADLINE, "the middle step started")
+    await eventually(lambda: _past_deadline(client, "outlasted"), DEADLINE, "the deadline passed")
+    (workers.records / "release-m").touch()
+    with pytest.raises(WorkflowFailed) as failed:
+        await handle.result(timeout=DEADLINE)
+    assert failed.value.error.startswith("WorkflowTimeout: workflow outlasted passed its timeout of 1s")
+    assert [r["key"] for r in workers.runs("add")] == ["m-1"]  # m-3 never ran
+    info = await client.workflow_info("outlasted")
+    assert [(e.seq, e.state) for e in info.entries] == [(1, "done"), (2, "done")]
+
+
+async def _past_deadline(client: AsyncClient, workflow_id: str) -> bool:
+    """Whether the server's clock is past the workflow's deadline (a signal's sent_at is its time)."""
+    await client.signal_workflow(workflow_id, "tick")
+    info = await client.workflow_info(workflow_id)
+    assert info.deadline is not None
+    return any(s.sent_at is not None and s.sent_at >= info.deadline for s in info.signals)
+
+
+async def test_a_fork_replays_the_steps_before_its_step_and_runs_the_rest(
+    workers: Workers, client: AsyncClient
+) -> None:
+    """DBOS's fork (docs/adr/0048): steps before the fork's step are not run again; the original stays."""
+    workers.start()
+    original = await wf.app.start(wf.three_steps, "f", workflow_id="forked")
+    assert await original.result(timeout=DEADLINE) == [3, 13, 113]
+    fork = await wf.app.fork("forked", 3, new_workflow_id="forked-3")
+    assert await fork.result(timeout=DEADLINE) == [3, 13, 113]
+    assert sorted(r["key"] for r in workers.runs("add")) == ["f-1", "f-2", "f-3", "f-3"]
+    info = await client.workflow_info("forked-3")
+    assert (info.forked_from, [e.seq for e in info.entries]) == ("forked", [1, 2, 3])
+    assert (await client.workflow_info("forked")).fence == 1  # the original was not claimed again
+
+
 async def test_changed_code_fails_the_workflow_with_non_determinism_until_resumed(
     workers: Workers, client: AsyncClient
 ) -> None:

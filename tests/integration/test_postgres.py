@@ -1,32 +1,22 @@
-"""A Querator node on a real PostgreSQL: restarts of either, fencing between two nodes.
-
-- SIGKILL of Querator keeps queued, leased and scheduled items (the leases still expire afterwards).
-- PostgreSQL stopped and started again under load: no acknowledged item is lost, requests during the
-  outage get 454 (never 500), and the same Querator process serves again once PostgreSQL is back.
-- Two Querator processes on one schema: the later one claims the partition with a newer epoch, and the
-  earlier one's writes are refused (454) from then on (docs/adr/0045).
+"""A Querator node on a real PostgreSQL: the restart and fencing scenarios of store_restarts.py (restarts
+of either, fencing between two nodes: docs/adr/0045).
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections import Counter
-from datetime import UTC, datetime, timedelta
-
 import pytest
 
-from querator.client import AsyncClient
-from querator.errors import RetryRequest
 from querator.storage.postgres import PostgresSettings
-from querator.wire import messages as m
 from tests.postgres_node import PostgresNode
 
-from .conftest import Held, Servers, eventually, held, keep_producing, kill9
-from .test_crash import DEADLINE, drain
+from .conftest import Servers
+from .store_restarts import (
+    a_second_node_fences_the_first,
+    restart_keeps_items_leases_and_scheduled,
+    store_restart_under_load_loses_nothing,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
-
-PRODUCERS = 4
 
 
 def postgres_args(settings: PostgresSettings) -> tuple[str, ...]:
@@ -36,81 +26,15 @@ def postgres_args(settings: PostgresSettings) -> tuple[str, ...]:
 async def test_querator_restart_keeps_items_leases_and_scheduled(
     servers: Servers, postgres_settings: PostgresSettings
 ) -> None:
-    args = postgres_args(postgres_settings)
-    server = await servers.astart(*args)
-    queued = [f"queued-{i}" for i in range(10)]
-    scheduled = ["scheduled-0", "scheduled-1"]
-    async with AsyncClient(server.url) as client:
-        await client.create_queue("work", lease_timeout="2s", expire_timeout="1h", partitions=2)
-        await client.produce("work", queued)
-        lease = await client.lease("work", batch_size=4, client_id="doomed", request_timeout="5s")
-        leased = [i.bytes.decode() for i in lease.items]
-        enqueue_at = datetime.now(UTC) + timedelta(seconds=3)
-        await client.produce("work", [m.QueueProduceItem(utf8=p, enqueue_at=enqueue_at) for p in scheduled])
-    kill9(server)
-
-    restarted = await servers.astart(*args)
-    async with AsyncClient(restarted.url) as client:
-        totals = await held(client, "work")
-        assert totals == Held(len(queued), len(leased), len(scheduled)), restarted.describe()
-        delivered = await drain(client, restarted, "work", until=len(queued) + len(scheduled))
-        assert await held(client, "work") == Held()
-    payloads = [i.bytes.decode() for _, i in delivered]
-    assert Counter(payloads) == Counter(queued + scheduled)
-    attempts = {i.bytes.decode(): i.attempts for _, i in delivered}
-    assert attempts == {p: 2 if p in leased else 1 for p in queued + scheduled}
+    await restart_keeps_items_leases_and_scheduled(servers, postgres_args(postgres_settings))
 
 
 async def test_postgres_restart_under_load_loses_nothing_and_answers_454(
     servers: Servers, postgres_node: PostgresNode, postgres_settings: PostgresSettings
 ) -> None:
-    server = await servers.astart(*postgres_args(postgres_settings))
-    acked: set[str] = set()
-    codes: Counter[int] = Counter()
-    stop = asyncio.Event()
-    async with AsyncClient(server.url) as client:
-        await client.create_queue("load", lease_timeout="1m", expire_timeout="1h", partitions=2)
-
-        producers = [
-            asyncio.create_task(keep_producing(client, "load", n, 5, acked, codes, stop))
-            for n in range(PRODUCERS)
-        ]
-        await eventually(lambda: _true(len(acked) >= 200), DEADLINE, "items acknowledged before the outage")
-        await asyncio.to_thread(postgres_node.stop)
-        before = codes[454]
-        try:
-            await eventually(lambda: _true(codes[454] > before), DEADLINE, "454 during the outage")
-            with pytest.raises(RetryRequest):  # queue metadata comes from PostgreSQL too
-                await client.list_queues()
-        finally:
-            await asyncio.to_thread(postgres_node.start)
-        recovered = codes[200]
-        await eventually(lambda: _true(codes[200] > recovered + 20), 90, "produce works again")
-        stop.set()
-        await asyncio.gather(*producers)
-        assert set(codes) <= {200, 454}, codes
-        delivered = await drain(client, server, "load")
-    assert server.running(), "Querator was not restarted"
-    missing = acked - {i.bytes.decode() for _, i in delivered}
-    assert missing == set(), f"{len(missing)} acknowledged items lost: {sorted(missing)[:10]}"
-
-
-async def _true(value: bool) -> bool:
-    return value
+    args = postgres_args(postgres_settings)
+    await store_restart_under_load_loses_nothing(servers, args, postgres_node.stop, postgres_node.start)
 
 
 async def test_a_second_node_fences_the_first(servers: Servers, postgres_settings: PostgresSettings) -> None:
-    args = postgres_args(postgres_settings)
-    first = await servers.astart(*args)
-    async with AsyncClient(first.url) as a:
-        await a.create_queue("shared", lease_timeout="1m", expire_timeout="1h", partitions=1)
-        await a.produce("shared", ["from-first"])
-        second = await servers.astart(*args)  # a later start is a newer epoch
-        async with AsyncClient(second.url) as b:
-            await b.produce("shared", ["from-second"])  # claims the partition
-            for _ in range(2):  # refused, and it stays refused: the first node stopped serving it
-                with pytest.raises(RetryRequest):
-                    await a.produce("shared", ["lost"], request_timeout="2s")
-            reply = await b.lease("shared", batch_size=10, client_id="c", request_timeout="5s")
-            assert [i.bytes.decode() for i in reply.items] == ["from-first", "from-second"]
-    assert "stale owner" in first.stderr()
+    await a_second_node_fences_the_first(servers, postgres_args(postgres_settings))

@@ -1,10 +1,10 @@
 """Schedules on real ``querator serve`` processes (docs/schedules.md), checked by the tick time each
 item's reference carries: every second from the first tick to the last once, none twice.
 
-- A sqlite node killed with SIGKILL and started again keeps its schedule and fires the ticks of its
-  downtime (catch-up ``all``).
-- A cluster of three nodes on etcd and Cassandra: the schedule's owner is killed, its ticks move to
-  another node, and back when it returns; a tick fired by both is stored once (its dedup id).
+- A node on sqlite or PostgreSQL killed with SIGKILL and started again keeps its schedule and fires the
+  ticks of its downtime (catch-up ``all``).
+- A cluster of three nodes on etcd and Cassandra or PostgreSQL: the schedule's owner is killed, its ticks
+  move to another node, and back when it returns; a tick fired by both is stored once (its dedup id).
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ import pytest
 
 from querator.client import AsyncClient
 from querator.errors import RetryRequest
-from tests.cassandra_node import CassandraNode
+from tests.conftest import POSTGRES
 
 from .conftest import ServerProcess, Servers, eventually, kill9
 from .etcd_server import EtcdServer
-from .test_cluster_routing import members_are, node_args, start_cluster
+from .test_cluster_routing import member_args, members_are, start_members
 from .test_crash import sqlite_args
+from .test_postgres import postgres_args
 
 pytestmark = pytest.mark.integration
 
@@ -76,10 +77,14 @@ async def fired_past(server: ServerProcess, when: datetime) -> None:
     await eventually(passed, DEADLINE, f"the schedule fired past {when}")
 
 
+@pytest.mark.parametrize("store", ["sqlite", POSTGRES])
 async def test_a_killed_node_keeps_its_schedule_and_fires_each_tick_once(
-    servers: Servers, tmp_path: Path
+    servers: Servers, tmp_path: Path, store: str, request: pytest.FixtureRequest
 ) -> None:
-    args = sqlite_args(tmp_path / "data")
+    if store == "sqlite":
+        args = sqlite_args(tmp_path / "data")
+    else:
+        args = postgres_args(request.getfixturevalue("postgres_settings"))
     server = await servers.astart(*args)
     async with AsyncClient(server.url) as client:
         await client.create_queue("ticks", lease_timeout="1m")
@@ -104,11 +109,11 @@ async def test_a_killed_node_keeps_its_schedule_and_fires_each_tick_once(
 
 
 async def test_an_owner_change_in_a_cluster_fires_each_tick_once(
-    servers: Servers, etcd: EtcdServer, cassandra_node: CassandraNode, keyspace: str
+    servers: Servers, etcd: EtcdServer, shared_storage: tuple[str, ...]
 ) -> None:
-    """Three nodes on one keyspace: the owner of the schedule is killed (its ticks move to another
-    node once its etcd lease is gone), then started again (they move back)."""
-    nodes = await start_cluster(servers, etcd, cassandra_node, keyspace, "/schedules")
+    """Three nodes on one keyspace or schema: the owner of the schedule is killed (its ticks move to
+    another node once its etcd lease is gone), then started again (they move back)."""
+    nodes = await start_members(servers, etcd, shared_storage, "/schedules")
     async with AsyncClient(nodes[0].url) as client:
         await client.create_queue("ticks", lease_timeout="1m")
         created = await client.create_schedule(SCHEDULE, "* * * * * *", "ticks", catch_up="all")
@@ -124,7 +129,7 @@ async def test_an_owner_change_in_a_cluster_fires_each_tick_once(
     assert moved.owner != created.owner and moved.last_tick is not None
     await fired_past(survivors[0], moved.last_tick + timedelta(seconds=3))
 
-    nodes[owner] = await servers.astart(*node_args(etcd, cassandra_node, keyspace, "/schedules", owner))
+    nodes[owner] = await servers.astart(*member_args(etcd, shared_storage, "/schedules", owner))
     await members_are(nodes, len(nodes))
     async with AsyncClient(nodes[owner].url) as client:
         back = await client.schedule_info(SCHEDULE)

@@ -8,8 +8,10 @@ import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
 
+import psycopg
 import pytest
 from msgspec.structs import replace
+from psycopg.sql import SQL, Identifier
 
 from querator.clock import SystemClock
 from querator.errors import StaleOwnerError
@@ -80,6 +82,33 @@ async def test_a_stale_owner_is_fenced_and_stops_serving(
         assert payloads(await new.list()) == ["before", "after"]
         # Another partition of the same queue is untouched by the claim.
         assert await Part(store.partition("queue", 1)).produce(item("elsewhere"))
+
+
+async def test_leases_and_completes_leave_the_partition_row_unwritten(
+    store: PostgresStore, postgres_settings: PostgresSettings, postgres_node: PostgresNode
+) -> None:
+    """The fence of a run that inserted nothing share-locks the partition's row instead of rewriting it:
+    no dead row version per lease or complete (docs/adr/0054). It still fences: a deposed owner's lease
+    is refused and nothing of it is applied."""
+
+    def row_version() -> str:
+        with psycopg.connect(postgres_node.url, autocommit=True) as conn:
+            query = SQL("SELECT ctid::text FROM {}.partitions WHERE number = 0")
+            found = conn.execute(query.format(Identifier(postgres_settings.schema))).fetchone()
+        assert found is not None
+        return str(found[0])
+
+    part = Part(store.partition("queue", 0))
+    await part.produce(item("a"), item("b"))
+    produced = row_version()
+    [[leased]] = await part.lease(1)
+    assert await part.complete(leased.id) is None
+    assert row_version() == produced
+    async with opened_store(postgres_settings, EPOCH + 1) as newer:
+        await newer.partition("queue", 0).claim()
+        with pytest.raises(StaleOwnerError, match=rf"is owned by epoch {EPOCH + 1}, not {EPOCH}$"):
+            await part.lease(1)
+        assert [i.is_leased for i in await Part(newer.partition("queue", 0)).list()] == [False]
 
 
 async def test_a_read_of_a_deposed_owner_is_refused(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import subprocess
 import sys
 import textwrap
@@ -12,10 +13,12 @@ from pathlib import Path
 import pytest
 
 from querator.client import AsyncClient
-from querator.durable import Context, Durable
+from querator.durable import Context, Durable, WorkflowFailed
 from querator.testing import Node, SkippingClock
 from querator.worker import Worker
 from tests.conftest import eventually
+
+CHECKOUT_EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "durable_checkout.py"
 
 
 async def test_a_delayed_task_runs_once_its_delay_is_skipped() -> None:
@@ -100,6 +103,30 @@ def test_the_pytest_plugin_gives_a_users_tests_a_node(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed" in done.stdout
+
+
+async def test_the_docs_checkout_refunds_an_order_nobody_approves_within_two_days(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """docs/examples/durable_checkout.py as a user's test runs it: its two-day wait for approval ends
+    after a skip, and the saga refunds the charge."""
+    spec = importlib.util.spec_from_file_location("durable_checkout", CHECKOUT_EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    app: Durable = example.app
+
+    async def waits_for_approval() -> bool:
+        info = await app.handle("checkout-o-3").info()
+        return any(entry.kind == "signal" for entry in info.entries)
+
+    async with Node() as node, node.running(app):
+        handle = await app.start(example.checkout, "o-3", 900, workflow_id="checkout-o-3")
+        await eventually(waits_for_approval)
+        await node.skip(timedelta(days=2, seconds=1))
+        with pytest.raises(WorkflowFailed, match="SignalTimeout"):
+            await handle.result(timeout=timedelta(seconds=30))
+    assert capsys.readouterr().out.splitlines() == ["o-3: charged 900 cents", "receipt-o-3: refunded"]
 
 
 async def _true(value: bool) -> bool:

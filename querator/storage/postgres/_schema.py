@@ -132,9 +132,11 @@ SCHEMA: Final = (
         PRIMARY KEY (kind, key)
     )""",
     # The fence (docs/adr/0045), the last statement of every run. For a run that only read (``newest``
-    # NULL) it checks that the caller's epoch still owns the partition; for a run that wrote it raises the
-    # partition's last_id to the run's greatest new id under the same condition, and its row lock orders
-    # it against a claim: a claim committed first makes it fail. Failing rolls the whole run back.
+    # NULL) it checks that the caller's epoch still owns the partition; for a run that wrote it does so
+    # under the row's lock, which orders it against a claim: a claim committed first makes it fail.
+    # Failing rolls the whole run back. A run that inserted raises the partition's last_id to its
+    # greatest new id; one that did not (``newest`` empty: leases, completes) only share-locks the row,
+    # which leaves no dead row version behind (docs/adr/0054).
     """CREATE OR REPLACE FUNCTION querator_fence(q BYTEA, n BIGINT, mine BIGINT, newest BYTEA)
     RETURNS VOID LANGUAGE plpgsql AS $$
     DECLARE
@@ -142,9 +144,8 @@ SCHEMA: Final = (
     BEGIN
         IF newest IS NULL THEN
             SELECT epoch INTO owner FROM partitions WHERE queue = q AND number = n;
-            IF owner = mine THEN
-                RETURN;
-            END IF;
+        ELSIF newest = ''::bytea THEN
+            SELECT epoch INTO owner FROM partitions WHERE queue = q AND number = n FOR SHARE;
         ELSE
             UPDATE partitions SET last_id = greatest(last_id, newest)
                 WHERE queue = q AND number = n AND epoch = mine;
@@ -152,6 +153,9 @@ SCHEMA: Final = (
                 RETURN;
             END IF;
             SELECT epoch INTO owner FROM partitions WHERE queue = q AND number = n;
+        END IF;
+        IF owner = mine THEN
+            RETURN;
         END IF;
         IF owner IS NULL THEN
             RAISE EXCEPTION USING ERRCODE = 'QR002',

@@ -58,6 +58,7 @@ class ClaimCase:
     outcome: str
     fence: int = 0  # of the stored record; 0: nothing stored
     lapsed: int = 0
+    timed_out: bool = False
 
 
 CLAIMS = [
@@ -72,6 +73,23 @@ CLAIMS = [
         lapsed=1,
     ),
     ClaimCase("a finished workflow is not claimed", replace(FRESH, status=COMPLETED), FINISHED),
+    ClaimCase(
+        "a claim past the deadline times the workflow out",
+        replace(FRESH, deadline=NOW),
+        CLAIMED,
+        fence=1,
+        timed_out=True,
+    ),
+    ClaimCase(
+        "a deadline's activation delivered early times it out too",
+        replace(FRESH, deadline=NOW + 50_000),
+        CLAIMED,
+        fence=1,
+        timed_out=True,
+    ),
+    ClaimCase(
+        "a claim before the deadline does not", replace(FRESH, deadline=NOW + 200_000), CLAIMED, fence=1
+    ),
 ]
 
 
@@ -83,10 +101,11 @@ def test_claim(case: ClaimCase) -> None:
         assert stored is None and outcome.workflow is case.current
         return
     assert stored is not None and outcome.workflow is stored
-    assert (stored.fence, stored.claim_deadline, stored.lapsed_claims) == (
+    assert (stored.fence, stored.claim_deadline, stored.lapsed_claims, stored.timed_out) == (
         case.fence,
         NOW + CLAIM_US,
         case.lapsed,
+        case.timed_out,
     )
     assert not stored.changed
 
@@ -221,6 +240,29 @@ APPENDS = [
         [Entry(seq=6, kind=SIGNAL, name="go", state=DONE)],
         j.Ending(),
         check=lambda wf: wf.entries[0].value == b"2" and [s.taken_by for s in wf.signals] == [5, 6],
+    ),
+    AppendCase(
+        "a turn past the deadline times the workflow out",
+        replace(CLAIMED_WF, deadline=NOW),
+        [CHARGED],
+        j.Ending(),
+        check=lambda wf: wf.timed_out,
+    ),
+    AppendCase(
+        "a suspend past the deadline replays at once",
+        replace(CLAIMED_WF, deadline=NOW),
+        [],
+        j.Ending(SUSPEND, wake_at=NOW + 60),
+        effects={"resume": True},
+        check=lambda wf: wf.timed_out and wf.claim_deadline == NOW + 2 * CLAIM_US and wf.timer_at == 0,
+    ),
+    AppendCase(
+        "a suspend of a workflow timed out already is one (its compensation's retry)",
+        replace(CLAIMED_WF, deadline=NOW - 1, timed_out=True),
+        [],
+        j.Ending(SUSPEND, wake_at=NOW + 60),
+        effects={"timer_at": NOW + 60},
+        check=lambda wf: wf.claim_deadline == 0,
     ),
     AppendCase(
         "entries reset the count of lost workers",
@@ -468,8 +510,62 @@ def test_start_is_idempotent_by_id() -> None:
         (replace(FRESH, fence=1, timer_at=NOW - 120_000_000, updated_at=NOW - 120_000_000), True),
         (replace(FRESH, updated_at=NOW), False),  # too recent
         (replace(FRESH, claim_deadline=NOW + 1, updated_at=NOW - 120_000_000), False),  # claimed
+        (replace(FRESH, fence=1, deadline=NOW - 120_000_000, updated_at=NOW - 120_000_000), True),
+        (
+            replace(FRESH, fence=1, deadline=NOW - 120_000_000, timed_out=True, updated_at=NOW - 120_000_000),
+            False,
+        ),
     ],
-    ids=["never claimed", "waiting", "something arrived", "timer overdue", "recent", "claimed"],
+    ids=[
+        "never claimed",
+        "waiting",
+        "something arrived",
+        "timer overdue",
+        "recent",
+        "claimed",
+        "deadline overdue",
+        "timed out, waiting",
+    ],
 )
 def test_stranded(current: Workflow, stranded: bool) -> None:
     assert j.stranded(current, NOW, 60_000_000) is stranded
+
+
+# -- fork ----------------------------------------------------------------------------------------------
+
+FORKABLE = replace(
+    FRESH,
+    id="ns\x1fwf",
+    status=FAILED,
+    input=b"[1]",
+    timeout_us=60_000_000,
+    entries=[CHARGED, *[replace(e, state=DONE) for e in PACKING], Entry(seq=4, kind=SLEEP, name="sleep")],
+)
+
+
+@pytest.mark.parametrize(("from_step", "seqs"), [(1, []), (2, [1]), (4, [1, 2, 3])])
+def test_fork_copies_the_entries_before_its_step(from_step: int, seqs: list[int]) -> None:
+    forked = j.fork(FORKABLE, "ns\x1fnew", from_step, NOW)
+    assert [e.seq for e in forked.entries] == seqs
+    assert (forked.id, forked.name, forked.queue, forked.input) == (
+        "ns\x1fnew",
+        "checkout",
+        "durable",
+        b"[1]",
+    )
+    assert (forked.status, forked.fence, forked.forked_from) == (RUNNING, 0, "wf")
+    assert (forked.timeout_us, forked.deadline) == (60_000_000, NOW + 60_000_000)
+
+
+@pytest.mark.parametrize(
+    ("from_step", "message"),
+    [
+        (0, "the journal's steps are 1 to 5, not 0"),
+        (6, "the journal's steps are 1 to 5, not 6"),
+        (3, "3 is inside the gather that starts at seq 2"),
+        (5, "seq 4, before 5, is sleep 'sleep' pending"),
+    ],
+)
+def test_fork_refuses_a_step_it_cannot_start_from(from_step: int, message: str) -> None:
+    with pytest.raises(InvalidOption, match=f"^from step is invalid; {message}$"):
+        j.fork(FORKABLE, "new", from_step, NOW)

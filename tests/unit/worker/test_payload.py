@@ -20,7 +20,7 @@ from querator.worker import (
 )
 from querator.worker._envelope import pack, unpack
 from querator.worker._serializer import Signature, typed
-from querator.worker._trace import continued, outgoing
+from querator.worker._trace import outgoing, span
 
 PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -131,10 +131,10 @@ def test_a_run_continues_the_producers_trace() -> None:
     assert outgoing() == {} and current_traceparent() is None
     with use_traceparent(PARENT):
         assert outgoing() == {"traceparent": PARENT}
-    with continued({"traceparent": PARENT}, "run", {}):
+    with span("run", {}, {"traceparent": PARENT}):
         child = current_traceparent()
         assert child is not None and child.split("-")[1] == PARENT.split("-")[1] and child != PARENT
-    with continued({"traceparent": "00-" + "0" * 32 + "-00f067aa0ba902b7-01"}, "run", {}):
+    with span("run", {}, {"traceparent": "00-" + "0" * 32 + "-00f067aa0ba902b7-01"}):
         assert current_traceparent() is None  # an invalid parent starts no trace
     with pytest.raises(ValueError):
         use_traceparent("nonsense").__enter__()
@@ -158,7 +158,7 @@ def test_with_opentelemetry_a_run_is_a_consumer_span_of_the_producers(
     sent = producer.get_span_context()
     trace_id, flags = format_trace_id(sent.trace_id), f"{sent.trace_flags:02x}"
     assert carrier == {"traceparent": f"00-{trace_id}-{format_span_id(sent.span_id)}-{flags}"}
-    with continued(carrier, "send process", {"messaging.destination.name": "emails"}):
+    with span("send process", {"messaging.destination.name": "emails"}, carrier):
         inside = current_traceparent()
     [_, run] = spans.get_finished_spans()
     assert (run.name, run.kind, run.attributes) == (

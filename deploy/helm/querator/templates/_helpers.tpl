@@ -105,6 +105,7 @@ app.kubernetes.io/component: server
 {{- define "querator.apiKeysDir" -}}/etc/querator/api-keys{{- end }}
 {{- define "querator.clusterSecretDir" -}}/etc/querator/cluster-secret{{- end }}
 {{- define "querator.cassandraCaDir" -}}/etc/querator/cassandra-ca{{- end }}
+{{- define "querator.postgresCaDir" -}}/etc/querator/postgres-ca{{- end }}
 {{- define "querator.tlsDir" -}}/etc/querator/tls{{- end }}
 {{- define "querator.tlsCaDir" -}}/etc/querator/tls-ca{{- end }}
 {{- define "querator.etcdCaDir" -}}/etc/querator/etcd-ca{{- end }}
@@ -138,9 +139,13 @@ the render with a message naming the values.
 {{- if and $etcdTls.clientSecret (not $etcdTls.enabled) }}
 {{- fail "cluster.etcd.tls.enabled is required with cluster.etcd.tls.clientSecret" }}
 {{- end }}
+{{- $postgres := .Values.storage.postgres }}
+{{- if and (eq .Values.storage.backend "postgres") (not $postgres.existingSecret) }}
+{{- fail "storage.postgres.existingSecret is required with storage.backend postgres: the nodes read the connection URL (which may hold a password) from that Secret's storage.postgres.urlKey, never from values" }}
+{{- end }}
 {{- $processes := int .Values.querator.processes }}
-{{- if and (gt $processes 1) (ne .Values.storage.backend "cassandra") }}
-{{- fail "querator.processes above 1 needs storage.backend cassandra: each process is a cluster member of its own, and only Cassandra is shared by them all" }}
+{{- if and (gt $processes 1) (not (has .Values.storage.backend (list "cassandra" "postgres"))) }}
+{{- fail "querator.processes above 1 needs storage.backend cassandra or postgres: each process is a cluster member of its own, and only those stores are shared by them all" }}
 {{- end }}
 {{- $last := add .Values.querator.processPortBase $processes -1 }}
 {{- if and (gt $processes 1) (gt (int $last) 65535) }}
@@ -157,8 +162,8 @@ the render with a message naming the values.
 {{- end }}
 
 {{/*
-The TLS and etcd Secrets the pods mount, as YAML: volume name -> {secret, keys, dir}. One list feeds
-the volumes and the mounts, so they cannot disagree.
+The TLS, etcd and PostgreSQL CA Secrets the pods mount, as YAML: volume name -> {secret, keys, dir}.
+One list feeds the volumes and the mounts, so they cannot disagree.
 */}}
 {{- define "querator.secretVolumes" -}}
 {{- with .Values.tls }}
@@ -175,6 +180,11 @@ etcd-ca: {secret: {{ .caSecret }}, keys: [{{ .caKey }}], dir: {{ include "querat
 {{- end }}
 {{- if .clientSecret }}
 etcd-client: {secret: {{ .clientSecret }}, keys: [{{ .certKey }}, {{ .keyKey }}], dir: {{ include "querator.etcdClientDir" $ }}}
+{{- end }}
+{{- end }}
+{{- with .Values.storage.postgres.tls }}
+{{- if and (eq $.Values.storage.backend "postgres") .enabled }}
+postgres-ca: {secret: {{ .caSecret }}, keys: [{{ .caKey }}], dir: {{ include "querator.postgresCaDir" $ }}}
 {{- end }}
 {{- end }}
 {{- with .Values.cluster.etcd.auth }}
