@@ -18,6 +18,11 @@ def redis_url() -> str:
     return os.environ.get("TQ_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 
+def amqp_url() -> str:
+    """The RabbitMQ broker of Celery and Dramatiq (``--broker rabbitmq``), or "" for Redis."""
+    return os.environ.get("TQ_AMQP_URL", "")
+
+
 RECORDS = Path(os.environ.get("TQ_RECORDS", "/tmp/tq-records"))
 LEASE_S = 5
 """How long a killed worker's tasks wait before they come back, where the system lets us choose."""
@@ -57,7 +62,12 @@ async def async_work(task_id: str, enqueued_at: float, io_ms: int) -> None:
 def querator_worker():  # type: ignore[no-untyped-def]
     from querator.worker import Worker
 
-    worker = Worker(os.environ.get("QUERATOR_ENDPOINT", "http://127.0.0.1:2319"))
+    # TQ_PREFETCH: the items held ahead of the worker's slots (default: the Worker's, a quarter of them).
+    prefetch = os.environ.get("TQ_PREFETCH")
+    worker = Worker(
+        os.environ.get("QUERATOR_ENDPOINT", "http://127.0.0.1:2319"),
+        prefetch=None if prefetch is None else int(prefetch),
+    )
     worker.task(queue="tq", name="work", max_attempts=0, lease_timeout=f"{LEASE_S}s", create_queue=True)(
         async_work
     )
@@ -70,7 +80,7 @@ def querator_worker():  # type: ignore[no-untyped-def]
 def celery_app():  # type: ignore[no-untyped-def]
     from celery import Celery
 
-    app = Celery("tq", broker=redis_url())
+    app = Celery("tq", broker=amqp_url() or redis_url())
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
@@ -94,9 +104,16 @@ def rq_work(task_id: str, enqueued_at: float, io_ms: int) -> None:
 
 def dramatiq_broker():  # type: ignore[no-untyped-def]
     import dramatiq
-    from dramatiq.brokers.redis import RedisBroker
 
-    broker = RedisBroker(url=redis_url(), heartbeat_timeout=LEASE_S * 1000)
+    if amqp_url():
+        from dramatiq.brokers.rabbitmq import RabbitmqBroker
+
+        # Unacknowledged messages come back when the worker's connection closes: no timeout to set.
+        broker: dramatiq.Broker = RabbitmqBroker(url=amqp_url())
+    else:
+        from dramatiq.brokers.redis import RedisBroker
+
+        broker = RedisBroker(url=redis_url(), heartbeat_timeout=LEASE_S * 1000)
     dramatiq.set_broker(broker)
     return dramatiq.actor(actor_name="work", max_retries=0, queue_name="tq")(sync_work)
 

@@ -3,14 +3,20 @@
     pip install -e '.[compare]'          # Celery, RQ, Dramatiq, arq; and apt install redis-server
     python bench/task_queues.py --tasks 5000 --concurrency 16 --concurrency 64 --io-ms 0 --io-ms 10
     python bench/task_queues.py --kill   # kill -9 a worker mid-task, under each
+    python bench/task_queues.py --broker rabbitmq --system querator --system dramatiq --system celery
 
 Systems (``--system``, repeatable; default all): ``querator`` (querator.worker on a sqlite node, its
-default store: every commit synced), ``celery`` (threads pool, Redis broker, acks_late and
-reject_on_worker_lost: its documented at-least-once setting), ``rq`` (``rq worker-pool`` of
-SimpleWorkers), ``dramatiq`` (Redis broker, one process of threads) and ``arq`` (asyncio). Redis runs with
+default store: every commit synced; ``TQ_PREFETCH=n`` in the environment sets its ``prefetch``),
+``celery`` (threads pool, Redis broker, acks_late and reject_on_worker_lost: its documented
+at-least-once setting), ``rq`` (``rq worker-pool`` of SimpleWorkers), ``dramatiq`` (Redis broker, one
+process of threads) and ``arq`` (asyncio). Redis runs with
 ``appendonly yes``, ``appendfsync everysec`` (its usual durable setting; it syncs once a second, where the
-sqlite node syncs each commit). Each system's workers run ``--concurrency`` tasks at once; tasks are
-``bench/task_queue_apps.py``'s, which record when they started and ended.
+sqlite node syncs each commit). ``--broker rabbitmq`` gives Celery and Dramatiq a RabbitMQ broker instead
+(``apt install rabbitmq-server``; Dramatiq's ``RabbitmqBroker`` needs ``pika``, in the ``compare`` extra),
+started here on free ports with its own epmd, durable queues and persistent messages as both send them
+by default, and stopped at the end; RQ and arq have no RabbitMQ broker and stay on Redis. Each system's
+workers run ``--concurrency`` tasks at once; tasks are ``bench/task_queue_apps.py``'s, which record when
+they started and ended.
 
 Per system, concurrency and task (``--io-ms``: 0 = no-op, else a sleep of that long), each round:
 
@@ -86,10 +92,12 @@ class Records:
 
 
 class Backend:
-    """Brokers started once for the run: a Redis, and a sqlite node."""
+    """Brokers started once for the run: a Redis, a RabbitMQ with ``broker`` rabbitmq, and a sqlite
+    node."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, broker: str = "redis") -> None:
         self.tmp = tmp
+        self.rabbitmq = RabbitMQ(tmp / "rabbitmq") if broker == "rabbitmq" else None
         self.redis_port = free_port()
         self.redis = subprocess.Popen(
             [
@@ -160,16 +168,91 @@ class Backend:
             s.sendall(b"FLUSHALL\r\n")
             s.recv(16)
 
-    def broker_pids(self, system: str) -> list[int]:
+    def broker_of(self, system: str) -> str:
         if system == "querator":
+            return "querator"
+        return "rabbitmq" if self.rabbitmq is not None and system in RABBITMQ_SYSTEMS else "redis"
+
+    def broker_pids(self, system: str) -> list[int]:
+        broker = self.broker_of(system)
+        if broker == "querator":
             assert self.node is not None
             return [self.node.pid]
+        if broker == "rabbitmq":
+            assert self.rabbitmq is not None
+            return self.rabbitmq.pids()
         return [self.redis.pid]
+
+    def env(self) -> dict[str, str]:
+        """Where the workers and the enqueueing find their brokers."""
+        return {
+            "QUERATOR_ENDPOINT": self.node_url,
+            "TQ_REDIS_URL": self.redis_url,
+            "TQ_AMQP_URL": "" if self.rabbitmq is None else self.rabbitmq.url,
+        }
 
     def close(self) -> None:
         self.stop_node()
         self.redis.terminate()
         self.redis.wait(30)
+        if self.rabbitmq is not None:
+            self.rabbitmq.close()
+
+
+RABBITMQ_SYSTEMS = ("celery", "dramatiq")
+"""The systems ``--broker rabbitmq`` moves to RabbitMQ."""
+RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+"""Debian's server script itself: /usr/sbin/rabbitmq-server would switch to the rabbitmq user."""
+
+
+class RabbitMQ:
+    """A RabbitMQ node of this run only: its own node name, ports, epmd, data and Erlang cookie (its HOME)
+    under ``path``. Queues start empty and every drain empties them, so it is not flushed between
+    measurements."""
+
+    def __init__(self, path: Path) -> None:
+        path.mkdir(parents=True)
+        (path / "enabled_plugins").write_text("[].\n")  # no management plugin: the broker alone
+        (path / "rabbitmq.conf").write_text("")
+        self.port = free_port()
+        self.epmd_port = free_port()
+        self.env = {
+            **os.environ,
+            "HOME": str(path),
+            "RABBITMQ_NODENAME": f"tq{self.port}@localhost",
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(free_port()),
+            "ERL_EPMD_PORT": str(self.epmd_port),
+            "RABBITMQ_MNESIA_BASE": str(path / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(path / "log"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(path / "enabled_plugins"),
+            "RABBITMQ_CONFIG_FILE": str(path / "rabbitmq"),
+            "RABBITMQ_PID_FILE": str(path / "pid"),
+        }
+        with (path / "server.log").open("wb") as log:
+            self.proc = subprocess.Popen(
+                [RABBITMQ_SERVER], env=self.env, stdout=log, stderr=log, start_new_session=True
+            )
+        self.url = f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+        wait_until(lambda: _open(self.port), START_DEADLINE_S, "rabbitmq up")
+
+    def pids(self) -> list[int]:
+        try:
+            parent = psutil.Process(self.proc.pid)
+            return [parent.pid, *(c.pid for c in parent.children(recursive=True))]
+        except psutil.NoSuchProcess:
+            return []
+
+    def close(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+        # The node started an epmd daemon on its own port: stop that one, no other.
+        subprocess.run(["epmd", "-kill"], env=self.env, check=False, capture_output=True)
 
 
 def _open(port: int) -> bool:
@@ -243,8 +326,7 @@ class Workers:
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), str(ROOT)]),
-            "QUERATOR_ENDPOINT": backend.node_url,
-            "TQ_REDIS_URL": backend.redis_url,
+            **backend.env(),
             "TQ_RECORDS": str(records.path),
             "TQ_SYSTEM": system,
             "TQ_CONCURRENCY": str(concurrency),
@@ -290,7 +372,7 @@ def cpu_s(pids: list[int]) -> float:
 
 def enqueue(system: str, backend: Backend, calls: list[tuple[str, float, int]]) -> None:
     """Enqueues ``(task_id, enqueued_at, io_ms)`` calls (``enqueued_at`` 0: now, per task)."""
-    os.environ.update(TQ_REDIS_URL=backend.redis_url, QUERATOR_ENDPOINT=backend.node_url)
+    os.environ.update(backend.env())
     sys.path.insert(0, str(ROOT / "bench"))
     import task_queue_apps as apps
 
@@ -355,9 +437,10 @@ async def _arq_enqueue(redis_url: str, calls: list[tuple[str, float, int]]) -> N
 
 
 def fresh(system: str, backend: Backend) -> None:
-    if system == "querator":
+    broker = backend.broker_of(system)
+    if broker == "querator":
         backend.fresh_node()
-    else:
+    elif broker == "redis":
         backend.flush_redis()
 
 
@@ -441,34 +524,39 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--kill", action="store_true")
     parser.add_argument("--kill-tasks", type=int, default=32)
+    parser.add_argument("--broker", choices=["redis", "rabbitmq"], default="redis")
     args = parser.parse_args()
     systems = args.system or list(SYSTEMS)
     tmp = Path(tempfile.mkdtemp(prefix="tq-"))
-    backend = Backend(tmp)
+    backend = Backend(tmp, args.broker)
     records = Records(tmp / "records")
     try:
         if args.kill:
             print(
-                "| system | ended before the kill | ended in 90 s | of | ended twice |\n|---|---|---|---|---|"
+                "| system | broker | ended before the kill | ended in 90 s | of | ended twice |\n"
+                "|---|---|---|---|---|---|"
             )
             for system in systems:
                 r = kill_run(system, backend, records, args.kill_tasks)
                 print(
-                    f"| {system} | {r['ended_before_kill']} | {r['ended']} | {r['of']} | {r['twice']} |",
+                    f"| {system} | {backend.broker_of(system)} | {r['ended_before_kill']} | {r['ended']} | "
+                    f"{r['of']} | {r['twice']} |",
                     flush=True,
                 )
             return
         print(
-            "| round | system | concurrency | io ms | enqueue/s | tasks/s | CPU us/task | p50 ms | p99 ms |"
+            "| round | system | broker | concurrency | io ms | enqueue/s | tasks/s | CPU us/task | p50 ms "
+            "| p99 ms |"
         )
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for round_ in range(1, args.rounds + 1):
             for concurrency in args.concurrency or [16]:
                 for io_ms in args.io_ms or [0]:
                     for system in systems if round_ % 2 else systems[::-1]:
                         r = drain(system, backend, records, args.tasks, concurrency, io_ms)
                         print(
-                            f"| {round_} | {system} | {concurrency} | {io_ms} | {r['enqueue/s']:,.0f} | "
+                            f"| {round_} | {system} | {backend.broker_of(system)} | {concurrency} | "
+                            f"{io_ms} | {r['enqueue/s']:,.0f} | "
                             f"{r['tasks/s']:,.0f} | {r['cpu_us/task']:,.0f} | {r['p50_ms']:.1f} | "
                             f"{r['p99_ms']:.1f} |",
                             flush=True,

@@ -21,13 +21,13 @@ SIGTERM stops a worker warmly. docs/worker.md has all of it, docs/adr/0014 why i
 
 Modules: ``backoff`` (retry policies, public), ``_worker`` (``Worker``: tasks, ``run``, shutdown),
 ``_task`` (``Task``, enqueue), ``_priority`` (priority levels, a queue each), ``_runner`` (a queue's
-lease loop and each run), ``_settle`` (batched completes and retries), ``_serializer`` (JSON, typed
-arguments), ``_envelope`` (the payload), ``_trace`` (W3C trace context), ``_observe`` (run logs,
-metrics; ``setup_logging``) and ``_run`` (``load_worker``, ``run_worker`` and ``find_app``: what
-``querator worker`` does, for programs that start workers their own way). ``Signature``, ``typed``
-(a function's arguments decoded by its annotations), ``span`` (a traced block) and the rate limits
-(``RateLimit``, ``rate_limit_of``, ``take_shared``) are exported for ``querator.durable``, which imports
-only this module.
+lease loop and each run), ``_slots`` (the worker's slots and the items held ahead of them), ``_settle``
+(batched completes and retries), ``_serializer`` (JSON, typed arguments), ``_envelope`` (the payload),
+``_trace`` (W3C trace context), ``_observe`` (run logs, metrics; ``setup_logging``) and ``_run``
+(``load_worker``, ``run_worker`` and ``find_app``: what ``querator worker`` does, for programs that
+start workers their own way). ``Signature``, ``typed`` (a function's arguments decoded by its
+annotations), ``span`` (a traced block) and the rate limits (``RateLimit``, ``rate_limit_of``,
+``take_shared``) are exported for ``querator.durable``, which imports only this module.
 """
 
 from __future__ import annotations

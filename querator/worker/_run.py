@@ -54,17 +54,21 @@ def run_worker(
     *,
     concurrency: int | None = None,
     metrics_port: int | None = None,
+    prefetch: int | None = None,
 ) -> None:
     """Runs ``worker`` until SIGTERM or SIGINT, as ``querator worker`` does (on uvloop when installed):
     for programs that start workers their own way (a framework's command).
 
     Raises:
-        ValueError: a queue that no task uses, or a concurrency below 1 (before anything runs).
+        ValueError: a queue that no task uses, a concurrency below 1 or a negative prefetch (before
+            anything runs).
     """
     worker.selected(queues)
     if concurrency is not None and concurrency < 1:
         raise ValueError("--concurrency must be at least 1")
-    _run(worker.run(queues, concurrency=concurrency, metrics_port=metrics_port))
+    if prefetch is not None and prefetch < 0:
+        raise ValueError("--prefetch cannot be negative")
+    _run(worker.run(queues, concurrency=concurrency, metrics_port=metrics_port, prefetch=prefetch))
 
 
 def _run(main: Coroutine[Any, Any, None]) -> None:

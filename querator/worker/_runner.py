@@ -1,12 +1,13 @@
 """Running one queue's tasks: the lease loop, each item's run, and its outcome.
 
-The lease loop asks for as many items as the process has free slots (``Reservations``), so one queue
-never leases more than the worker can run. A slot is free once its run ended, before its outcome is
-stored: the next lease goes out while the last batch's completes are in flight, not after them. With
-several queues, each asks for what is free when it leases, and items that arrive while the slots filled
-wait for one, renewed meanwhile. What runs at once is bounded by semaphores, whatever was leased: the
-task's own ``concurrency``, then the process's. A queue whose tasks have priority levels is leased level
-by level, highest first (``_lease_levels``).
+The lease loop asks for as many items as the process has free slots plus its ``prefetch``
+(``Reservations``), so one queue never leases more than the worker can run and hold ahead. A slot is
+free once its run ended, before its outcome is stored: the next lease goes out while the last batch's
+completes are in flight, not after them. With several queues, each asks for what is free when it leases.
+An item takes one of the worker's slots first (``Slots``): until one is free it is held ahead,
+renewed, holding nothing else (no task slot, no rate-limit start), and a warm stop gives it back unrun
+(docs/adr/0053). Then the task's own ``concurrency`` bounds it. A queue whose tasks have priority levels
+is leased level by level, highest first (``_lease_levels``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from querator.worker._observe import Metrics, log_run
 from querator.worker._priority import level_queues
 from querator.worker._rate import take_shared
 from querator.worker._settle import Settler
+from querator.worker._slots import Slots
 from querator.worker._task import CURRENT_ITEM, MAX_BATCH, Permanent, RetryLater, Task
 from querator.worker._trace import current_traceparent, span
 
@@ -48,6 +50,8 @@ LEASE_FAILED_WAIT_S = (0.1, 10.0)
 """Seconds a lease loop waits after a failed lease: the first, and the most after repeated failures."""
 MAX_ERROR_CHARS = 4096
 """The longest error a retry may carry: the server refuses longer ones (docs/extensions.md)."""
+GIVEN_BACK = "given back unrun: held ahead of the worker's slots when it stopped"
+"""The error a held item's retry records at a warm stop (a retry records one with the item)."""
 UNKNOWN_KIND_WAIT_S = 60.0
 """Seconds before an item whose kind names no task of this worker is offered again (another worker, or
 this one after a deploy, may know it)."""
@@ -58,8 +62,8 @@ _NO_LIMIT = contextlib.nullcontext()
 
 
 class Reservations:
-    """Items leased whose run has not ended yet, against the worker's concurrency: the lease loops lease
-    only what is free."""
+    """Items leased whose run has not ended yet, against the worker's concurrency and prefetch: the lease
+    loops lease only what is free."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -90,12 +94,14 @@ class Runtime:
     settler: Settler
     metrics: Metrics
     reservations: Reservations
-    running: asyncio.Semaphore
+    running: Slots
+    """The worker's slots (its ``concurrency``): an item leased waits for one before anything else."""
     pool: ThreadPoolExecutor
     runs: set[asyncio.Task[None]] = field(default_factory=set)
     renewals: set[asyncio.Task[None]] = field(default_factory=set)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set by a warm stop: runs still waiting for their rate limit's slot give their items back."""
+    """Set by a warm stop: items held ahead, and runs still waiting for their rate limit's slot, give
+    their items back."""
     lowest_first_every: int = 0
     """With priority levels: every n-th lease takes the lowest level first (0: never)."""
 
@@ -104,10 +110,10 @@ async def _rate_limited(
     task: Task[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], rt: Runtime
 ) -> _Failure | None:
     """Waits for the task's next free start (its ``rate_limit``, per ``rate_key``; kept in this process,
-    or by the server with ``rate_scope="cluster"``), holding the task's own slot but not the worker's:
-    other tasks run meanwhile, and the item's lease is renewed. A warm stop ends the wait and gives the
-    item back to the queue at once (its attempt spent); a ``rate_key`` that raises, or a limit the
-    server refuses, fails the run as the task would."""
+    or by the server with ``rate_scope="cluster"``), holding the task's own slot and one of the worker's
+    (every item past its hold ahead holds one: docs/adr/0053), the item's lease renewed. A warm stop
+    ends the wait and gives the item back to the queue at once (its attempt spent); a ``rate_key`` that
+    raises, or a limit the server refuses, fails the run as the task would."""
     options = task.options
     rate = options.rate_limit
     if rate is None:
@@ -141,6 +147,12 @@ def error_record(error: BaseException) -> str:
     if len(trace) > room:
         trace = "..." + trace[len(trace) - room + 3 :]
     return f"{head}\n{trace}"
+
+
+def _last_attempt(task: Task[..., Any], item: m.QueueLeaseItem) -> bool:
+    """Whether this lease of ``item`` spent the last attempt its task allows: a retry dead-letters it."""
+    limit = task.options.max_attempts
+    return bool(limit) and item.attempts >= limit
 
 
 @dataclass(slots=True)
@@ -273,13 +285,41 @@ class QueueRunner:
         }
         try:
             try:
-                failure, outcome, retry = await self._outcome(task, item, fields)
+                admitted = await self._admitted(task, item)
+                if admitted:
+                    try:
+                        failure, outcome, retry = await self._outcome(task, item, fields)
+                    finally:
+                        rt.running.give()
             finally:
                 rt.reservations.give()  # the run ended: its settlement overlaps the next lease
-            await self._settle(queue, partition, item, fields, failure, outcome, retry)
+            if admitted:
+                await self._settle(queue, partition, item, fields, failure, outcome, retry)
+            else:
+                await self._give_back(queue, partition, item)
         finally:
             live.discard(item.id)
             rt.metrics.in_flight.dec()
+
+    async def _admitted(self, task: Task[..., Any] | None, item: m.QueueLeaseItem) -> bool:
+        """Takes one of the worker's slots for ``item``; False when a warm stop came first. Meanwhile the
+        item is held ahead (``prefetch``): renewed with its batch, holding nothing else. An item on its
+        last attempt waits on through a stop, since a retry would dead-letter it unrun (docs/semantics.md
+        §4.4)."""
+        return await self._rt.running.take(through_stop=task is not None and _last_attempt(task, item))
+
+    async def _give_back(self, queue: str, partition: int, item: m.QueueLeaseItem) -> None:
+        """Retries ``item``, held ahead and never run, at once (to the queue's tail) at a warm stop; when
+        that cannot be stored, it comes back when its lease ends."""
+        back = m.QueueRetryItem(id=item.id, error=GIVEN_BACK, lease_token=item.lease_token)
+        try:
+            await self._rt.settler.retry(queue, partition, back)
+        except QueratorError as e:
+            log.warning(
+                "%s on %s, held ahead, not given back (back when its lease ends): %s", item.id, queue, e
+            )
+        else:
+            log.info("%s on %s held ahead: given back unrun", item.id, queue)
 
     async def _outcome(
         self, task: Task[..., Any] | None, item: m.QueueLeaseItem, fields: dict[str, Any]
@@ -302,8 +342,7 @@ class QueueRunner:
         self._rt.metrics.failures.labels(task.name, failure.reason).inc()  # rare: no cached child
         fields["error"] = f"{type(failure.error).__name__}: {failure.error}"
         recorded = error_record(failure.error)
-        limit = task.options.max_attempts
-        if failure.reason in ("permanent", "undecodable") or (limit and item.attempts >= limit):
+        if failure.reason in ("permanent", "undecodable") or _last_attempt(task, item):
             return failure, "dead_lettered", m.QueueRetryItem(id=item.id, dead=True, error=recorded)
         wait_s = task.options.retry(item.attempts)
         if isinstance(failure.error, RetryLater):
@@ -336,28 +375,27 @@ class QueueRunner:
         call: inspect.BoundArguments,
         trace: dict[str, str],
     ) -> _Failure | None:
-        """The run itself, once a slot of the worker is free."""
+        """The run itself, in the worker's slot its item took."""
         loop = asyncio.get_running_loop()
         attributes = {"messaging.system": "querator", "messaging.destination.name": self.queue}
-        async with self._rt.running:
-            with span(f"{task.name} process", attributes, trace):
-                fields["traceparent"] = current_traceparent()
-                started_s = loop.time()
-                current = CURRENT_ITEM.set(item)
-                try:
-                    await self._call(task, call.args, call.kwargs)
-                except RetryLater as e:
-                    return _Failure("later", e)
-                except TimeoutError as e:
-                    return _Failure("timeout", e)
-                except Exception as e:
-                    permanent = isinstance(e, (Permanent, *task.options.permanent))
-                    return _Failure("permanent" if permanent else "error", e)
-                finally:
-                    CURRENT_ITEM.reset(current)
-                    duration_s = loop.time() - started_s
-                    fields["duration_s"] = round(duration_s, 6)
-                    self._rt.metrics.of(task.name).duration.observe(duration_s)
+        with span(f"{task.name} process", attributes, trace):
+            fields["traceparent"] = current_traceparent()
+            started_s = loop.time()
+            current = CURRENT_ITEM.set(item)
+            try:
+                await self._call(task, call.args, call.kwargs)
+            except RetryLater as e:
+                return _Failure("later", e)
+            except TimeoutError as e:
+                return _Failure("timeout", e)
+            except Exception as e:
+                permanent = isinstance(e, (Permanent, *task.options.permanent))
+                return _Failure("permanent" if permanent else "error", e)
+            finally:
+                CURRENT_ITEM.reset(current)
+                duration_s = loop.time() - started_s
+                fields["duration_s"] = round(duration_s, 6)
+                self._rt.metrics.of(task.name).duration.observe(duration_s)
         return None
 
     async def _call(self, task: Task[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

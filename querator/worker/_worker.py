@@ -22,6 +22,7 @@ from querator.worker._rate import rate_limit_of
 from querator.worker._runner import QueueRunner, Reservations, Runtime
 from querator.worker._serializer import JsonSerializer, Serializer
 from querator.worker._settle import Settler
+from querator.worker._slots import Slots
 from querator.worker._task import Task, TaskOptions
 from querator.worker.backoff import Policy, exponential
 
@@ -37,6 +38,17 @@ DEFAULT_MAX_ATTEMPTS = 10
 DEFAULT_RETRY = exponential(first="1s", cap="10m")
 
 
+def default_prefetch(concurrency: int) -> int:
+    """Items held ahead when the Worker names no ``prefetch``: a quarter of its slots, so a freed slot
+    rarely waits for a lease while a kill -9 strands few items more than were running (docs/adr/0053)."""
+    return concurrency // 4
+
+
+def check_prefetch(prefetch: int | None) -> None:
+    if prefetch is not None and prefetch < 0:
+        raise ValueError("worker: prefetch cannot be negative")
+
+
 class Worker:
     """Tasks bound to queues, and the runtime that leases and runs their items.
 
@@ -44,6 +56,10 @@ class Worker:
         endpoint: the Querator server (default: ``QUERATOR_ENDPOINT``, else ``http://localhost:2319``).
         api_key: its API key, if it needs one (default: ``QUERATOR_API_KEY``).
         concurrency: items run at once in this process, all tasks together (``run`` may override it).
+        prefetch: items leased ahead of the running ones, held (renewed) until a slot frees, so that a
+            slot freed starts the next item without waiting for a lease; a warm stop gives them back.
+            Default ``concurrency // 4`` (``default_prefetch``); 0 leases only what can run
+            (docs/adr/0053).
         serializer: how arguments become payloads (``JsonSerializer`` by default; any ``Serializer``).
         protobuf: speak binary protobuf to the server instead of JSON.
         reach_owners: send leases, completes and enqueues straight to the cluster member owning their
@@ -59,6 +75,7 @@ class Worker:
         *,
         api_key: str | None = None,
         concurrency: int = 16,
+        prefetch: int | None = None,
         serializer: Serializer | None = None,
         protobuf: bool = False,
         reach_owners: bool = False,
@@ -66,6 +83,8 @@ class Worker:
     ) -> None:
         if concurrency < 1:
             raise ValueError("worker: concurrency must be at least 1")
+        check_prefetch(prefetch)
+        self.prefetch = prefetch
         if lowest_first_every < 0:
             raise ValueError("worker: lowest_first_every cannot be negative")
         self.lowest_first_every = lowest_first_every
@@ -359,15 +378,21 @@ class Worker:
         concurrency: int | None = None,
         metrics_port: int | None = None,
         handle_signals: bool = True,
+        prefetch: int | None = None,
     ) -> None:
-        """Leases and runs items of the tasks' queues (or of ``queues``) until ``stop()`` or a signal.
+        """Leases and runs items of the tasks' queues (or of ``queues``) until ``stop()`` or a signal;
+        ``concurrency`` and ``prefetch`` override the Worker's.
 
-        SIGTERM or SIGINT (with ``handle_signals``) stops it warmly: no more leases; what is in flight
-        runs to its end, renewed meanwhile, and is settled; then this returns. A second signal exits the
-        process at once (status 130); what was in flight comes back when its lease ends.
+        SIGTERM or SIGINT (with ``handle_signals``) stops it warmly: no more leases; what is running
+        runs to its end, renewed meanwhile, and is settled; what was held ahead is given back to its
+        queue unrun; then this returns. A second signal exits the process at once (status 130); what was
+        in flight comes back when its lease ends.
         """
         by_queue = self.selected(queues)
+        check_prefetch(prefetch)
         limit = concurrency or self.concurrency
+        chosen = prefetch if prefetch is not None else self.prefetch
+        ahead = default_prefetch(limit) if chosen is None else chosen
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         client = await self._prepared(by_queue)
@@ -378,8 +403,8 @@ class Worker:
             client,
             Settler(client),
             self.metrics,
-            Reservations(limit),
-            asyncio.Semaphore(limit),
+            Reservations(limit + ahead),
+            Slots(limit),
             pool,
             lowest_first_every=self.lowest_first_every,
         )
@@ -388,7 +413,7 @@ class Worker:
                 loop.add_signal_handler(sig, self._signalled, sig)
         runners = [QueueRunner(rt, q, t) for q, t in by_queue.items()]
         leasing = [asyncio.create_task(r.lease_loop()) for r in runners for _ in range(r.leasers)]
-        log.info("worker started: queues %s, concurrency %d", ", ".join(by_queue), limit)
+        log.info("worker started: queues %s, concurrency %d, prefetch %d", ", ".join(by_queue), limit, ahead)
         try:
             stop = asyncio.create_task(self._stop.wait())
             done, _ = await asyncio.wait([stop, *leasing], return_when=asyncio.FIRST_COMPLETED)
@@ -418,9 +443,10 @@ class Worker:
 
     @staticmethod
     async def _wind_down(rt: Runtime, leasing: list[asyncio.Task[None]], pool: ThreadPoolExecutor) -> None:
-        """No more leases; the runs in flight end (renewed meanwhile) and are settled, those waiting for a
-        rate limit's slot given back; then renewal stops."""
+        """No more leases; the runs in flight end (renewed meanwhile) and are settled, the items held
+        ahead and those waiting for a rate limit's slot given back; then renewal stops."""
         rt.stopping.set()
+        rt.running.stop()
         for loop_task in leasing:
             loop_task.cancel()
         await asyncio.gather(*leasing, return_exceptions=True)

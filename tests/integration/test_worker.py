@@ -313,6 +313,70 @@ async def test_a_second_signal_exits_at_once_and_the_item_runs_again(
     assert [r["pid"] for r in workers.runs("held") if r["event"] == "done"] == [second.pid]
 
 
+async def test_items_held_ahead_are_given_back_unrun_at_a_warm_stop(
+    workers: Workers, client: AsyncClient
+) -> None:
+    """docs/adr/0053: a worker of 2 slots and ``--prefetch 2`` leases 4 items and runs 2; the other 2 are
+    held, renewed. A warm stop finishes the 2 running and gives the 2 held back at once, never run; a
+    later worker runs all 6, each once."""
+    proc = workers.start("--queues", "held", "--concurrency", "2", "--prefetch", "2")
+    await tasks.held.enqueue_many([((f"k{n}",), {}) for n in range(6)])
+    await eventually(lambda: _ran(workers, "held", 2), DEADLINE, "two runs started")
+    await eventually(lambda: _leased(client, "held", 4), DEADLINE, "two more leased ahead")
+    proc.send_signal(signal.SIGTERM)
+    wait_until(lambda: "stopping warmly" in workers.log(0), DEADLINE, "the worker heard the signal")
+    # Given back while the two running still hold their slots (the release comes after).
+    await eventually(lambda: _leased(client, "held", 2), DEADLINE, "the held items given back")
+    (workers.records / "release").touch()
+    assert proc.wait(DEADLINE) == 0, workers.log(0)
+    assert [r["event"] for r in workers.runs("held")] == ["start", "start", "done", "done"]
+    stats = (await client.stats("held")).logical_queues[0].partitions[0]
+    assert (stats.total, stats.total_leased) == (4, 0)
+    workers.start("--queues", "held")
+    await eventually(lambda: empty(client, "held"), DEADLINE, "the rest completed")
+    done = [r["key"] for r in workers.runs("held") if r["event"] == "done"]
+    assert sorted(done) == [f"k{n}" for n in range(6)]  # each once
+
+
+async def test_a_kill_9_strands_at_most_prefetch_items_unrun_until_their_leases_end(
+    workers: Workers, client: AsyncClient
+) -> None:
+    """docs/adr/0053: killed, a worker of 2 slots and ``--prefetch 2`` leaves its 2 running items and
+    at most 2 more that never started leased; all come back when the leases end (lease_timeout 2s) and
+    run on another worker."""
+    first = workers.start("--queues", "held", "--concurrency", "2", "--prefetch", "2")
+    await tasks.held.enqueue_many([((f"k{n}",), {}) for n in range(8)])
+    await eventually(lambda: _ran(workers, "held", 2), DEADLINE, "two runs started")
+    await eventually(lambda: _leased(client, "held", 4), DEADLINE, "two more leased ahead")
+    first.send_signal(signal.SIGKILL)
+    first.wait(DEADLINE)
+    stats = (await client.stats("held")).logical_queues[0].partitions[0]
+    assert (stats.total, stats.total_leased) == (8, 4)  # 2 ran, 2 held: the bound, nothing more
+    assert len(workers.runs("held")) == 2
+    (workers.records / "release").touch()
+    workers.start("--queues", "held", "--concurrency", "8")
+    await eventually(lambda: empty(client, "held"), DEADLINE, "every item completed")
+    done = [r["key"] for r in workers.runs("held") if r["event"] == "done"]
+    assert sorted(done) == [f"k{n}" for n in range(8)]
+
+
+async def test_an_item_held_ahead_past_its_lease_timeout_runs_once(
+    workers: Workers, client: AsyncClient
+) -> None:
+    """docs/adr/0053: with 1 slot and ``--prefetch 2`` the third item waits about 2.4 s on a queue whose
+    lease_timeout is 1s: renewed while held, it is never leased again, and each item runs once."""
+    workers.start("--queues", "long", "--concurrency", "1", "--prefetch", "2")
+    await tasks.long.enqueue_many([((f"k{n}", 1.2), {}) for n in range(3)])
+    await eventually(lambda: empty(client, "long"), DEADLINE, "the items completed")
+    runs = [(r["key"], r["event"]) for r in workers.runs("long")]
+    assert runs == [(f"k{n}", event) for n in range(3) for event in ("start", "done")]
+    assert "lost" not in workers.log(0)
+
+
+async def _leased(client: AsyncClient, queue: str, n: int) -> bool:
+    return len(await _lease_deadlines(client, queue)) == n
+
+
 async def test_enqueue_schedules_and_deduplicates(client: AsyncClient) -> None:
     enqueued = datetime.now(UTC)
     first = await tasks.fails_later.enqueue("d", delay=timedelta(hours=1), dedup_id="d-1")
@@ -561,6 +625,7 @@ async def _logged_runs(workers: Workers, n: int) -> bool:
         (["tests.integration.worker_tasks:RECORDS"], "is a PosixPath, not a querator.worker.Worker"),
         (["tests.integration.worker_tasks:worker", "-Q", "flaky,nope"], "no task uses the queue(s) nope"),
         (["tests.integration.worker_tasks:worker", "-c", "0"], "--concurrency must be at least 1"),
+        (["tests.integration.worker_tasks:worker", "--prefetch", "-1"], "--prefetch cannot be negative"),
     ],
 )
 def test_the_worker_command_refuses_what_it_cannot_run(args: list[str], message: str) -> None:

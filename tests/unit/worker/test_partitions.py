@@ -3,7 +3,6 @@ exists keeps its own, and the worker leases from that many partitions at once.""
 
 from __future__ import annotations
 
-import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -13,6 +12,7 @@ from querator.testing import Node
 from querator.worker import Worker
 from querator.worker._runner import QueueRunner, Reservations, Runtime
 from querator.worker._settle import Settler
+from querator.worker._slots import Slots
 from tests.conftest import eventually
 
 
@@ -74,7 +74,7 @@ async def test_the_worker_leases_from_as_many_partitions_at_once(
                 Settler(client),
                 worker.metrics,
                 Reservations(concurrency),
-                asyncio.Semaphore(concurrency),
+                Slots(concurrency),
                 pool,
             )
             assert QueueRunner(runtime, "q", [noop]).leasers == leasers
