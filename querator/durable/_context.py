@@ -30,7 +30,7 @@ from querator.durable._errors import (
 from querator.durable._step import Step, decode
 from querator.errors import Conflict, RetryRequest
 from querator.wire import messages as m
-from querator.wire.workflows import CHILD, DONE, ERROR, PENDING, SIGNAL, SLEEP, STEP
+from querator.wire.workflows import CHILD, DONE, ERROR, PATCH, PENDING, RUNNING, SIGNAL, SLEEP, STEP
 
 if TYPE_CHECKING:
     from querator.durable._app import Durable, WorkflowDef
@@ -238,6 +238,35 @@ class Context:
         """Registers a compensation: if the workflow fails or is cancelled, the registered steps run as
         recorded steps, the last registered first (the saga pattern)."""
         self.compensations.append((step, args, kwargs))
+
+    def patched(self, patch_id: str) -> bool:
+        """Whether this run takes the changed code of the patch ``patch_id`` (docs/durable.md, "Changing
+        a workflow's code"): ``if ctx.patched("id"): <new code> else: <old code>``.
+
+        A run that reaches the call with nothing recorded there (a new run, or a run past the last call
+        it recorded) records a marker at this seq and gets True; a replay finds the marker and gets True
+        again. A run recorded before the patch holds another entry here, or none at all once it ended:
+        it gets False and no seq is taken, so its recorded calls keep their positions."""
+        if not patch_id:
+            raise ValueError("a patch's id cannot be empty")
+        entry = self._journal.get(self._seq + 1)
+        if entry is not None and (entry.kind, entry.name) == (PATCH, patch_id):
+            self.next_seq()
+            return True
+        if entry is not None or self._wf.status != RUNNING:
+            return False
+        # Recorded with the turn's next append, before whatever the new code records after it.
+        self._unsent.append(m.WorkflowEntry(seq=self.next_seq(), kind=PATCH, name=patch_id, state=DONE))
+        return True
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """The second step of removing a patch's old code: the code keeps only the new branch and says
+        where ``patched(patch_id)`` was, so a run that recorded its marker there still replays (the seq
+        of the marker is taken); a new run records nothing. Once no run that recorded the marker is
+        left, the call can go too."""
+        entry = self._journal.get(self._seq + 1)
+        if entry is not None and (entry.kind, entry.name) == (PATCH, patch_id):
+            self.next_seq()
 
     # -- the machinery -----------------------------------------------------------------------------------
 

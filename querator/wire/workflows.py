@@ -18,7 +18,9 @@ STEP: Final = "step"
 SLEEP: Final = "sleep"
 SIGNAL: Final = "signal"
 CHILD: Final = "child"
-KINDS: Final = frozenset({STEP, SLEEP, SIGNAL, CHILD})
+PATCH: Final = "patch"
+"""A marker, named by the patch's id: the run took the changed code of ``Context.patched`` there."""
+KINDS: Final = frozenset({STEP, SLEEP, SIGNAL, CHILD, PATCH})
 
 # An entry's states. The first two are final: a final entry is never replaced by a different one.
 DONE: Final = "done"

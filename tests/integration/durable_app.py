@@ -196,8 +196,15 @@ async def waits_forever(ctx: Context, key: str) -> None:
 
 @app.workflow()
 async def evolving(ctx: Context, key: str) -> int:
-    if os.environ.get("DURABLE_VARIANT") == "renamed":
+    variant = os.environ.get("DURABLE_VARIANT")
+    if variant == "renamed":
         await ctx.run(undo, key, "x")  # the deploy put another step where `add` was recorded
+    elif variant == "patched":  # the same change behind a patch (docs/durable.md)
+        if ctx.patched("undo-first"):
+            await ctx.run(undo, key, "x")
+    elif variant == "deprecated":  # the patch's second step: its new code only
+        ctx.deprecate_patch("undo-first")
+        await ctx.run(undo, key, "x")
     first = await ctx.run(add, f"{key}-1", 1, 1)
     await ctx.wait_for_signal("go")
     return first + await ctx.run(add, f"{key}-2", 1, 1)

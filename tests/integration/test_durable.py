@@ -7,6 +7,7 @@ Nothing sleeps to synchronise: the tests poll the records and the workflows with
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from collections.abc import AsyncIterator, Iterator
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from querator.cli import main
 from querator.client import AsyncClient
 from querator.durable import WorkflowFailed
 from querator.errors import Conflict
@@ -257,6 +259,48 @@ async def test_changed_code_fails_the_workflow_with_non_determinism_until_resume
     assert [r["key"] for r in workers.runs("add")] == ["e-1", "e-2"]  # the recorded step did not run again
     with pytest.raises(Conflict, match="workflow cannot be resumed; 'evolving' is completed"):
         await wf.app.resume("evolving")
+
+
+async def test_a_patched_change_deployed_under_running_workflows(
+    workers: Workers, client: AsyncClient, server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/durable.md, "Changing a workflow's code": the change that fails
+    test_changed_code_fails_the_workflow_with_non_determinism_until_resumed, behind ``ctx.patched``,
+    deployed with real workers in three steps: a run from before the patch keeps its old code, a run
+    started under the patch keeps its new code through the patch's deprecation."""
+    before = workers.start()
+    old = await wf.app.start(wf.evolving, "old", workflow_id="old")
+    await eventually(lambda: _pending(client, "old", "signal"), DEADLINE, "old waiting")
+    before.terminate()
+    before.wait(DEADLINE)
+    replay = ["workflows", "replay", "tests.integration.durable_app:app", "--endpoint", server.url]
+    for variant, status in (("renamed", 5), ("patched", 0)):  # what the check before the deploy says
+        monkeypatch.setenv("DURABLE_VARIANT", variant)
+        assert await asyncio.to_thread(main, replay) == status, variant
+    monkeypatch.delenv("DURABLE_VARIANT")
+    patched = workers.start(env={"DURABLE_VARIANT": "patched"})
+    new = await wf.app.start(wf.evolving, "new", workflow_id="new")
+    await eventually(lambda: _pending(client, "new", "signal"), DEADLINE, "new waiting")
+    info = await client.workflow_info("new")
+    assert [(e.kind, e.name) for e in info.entries[:3]] == [
+        ("patch", "undo-first"),
+        ("step", wf.undo.name),
+        ("step", wf.add.name),
+    ]
+    await wf.app.signal("old", "go")
+    assert await old.result(timeout=DEADLINE) == 4
+    assert workers.runs("undo", "old") == []  # the old code: no marker where `add` was recorded
+    patched.terminate()
+    patched.wait(DEADLINE)
+    workers.start(env={"DURABLE_VARIANT": "deprecated"})
+    await wf.app.signal("new", "go")
+    assert await new.result(timeout=DEADLINE) == 4
+    newest = await wf.app.start(wf.evolving, "newest", workflow_id="newest")
+    await eventually(lambda: _pending(client, "newest", "signal"), DEADLINE, "newest waiting")
+    await wf.app.signal("newest", "go")
+    assert await newest.result(timeout=DEADLINE) == 4
+    assert [r["key"] for r in workers.runs("undo")] == ["new", "newest"]  # once each, never for old
+    assert "patch" not in [e.kind for e in (await client.workflow_info("newest")).entries]
 
 
 async def _pending(client: AsyncClient, workflow_id: str, kind: str) -> bool:
