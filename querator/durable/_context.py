@@ -278,6 +278,11 @@ class Context:
         return self._seq
 
     @property
+    def app_version(self) -> str:
+        """The app version of this run ("": any), recorded at its start."""
+        return self._wf.app_version
+
+    @property
     def cancel_requested(self) -> bool:
         return self._wf.cancel_requested
 
@@ -370,8 +375,11 @@ class Context:
         steps = [c for c in calls if isinstance(c, StepCall)]
         if steps:
             digest = hashlib.blake2b(self.workflow_id.encode(), digest_size=16).hexdigest()
+            version = [self.app_version] if self.app_version else []  # for workers that know it
             payloads = [
-                self.app.serializer.dumps({"args": [self.workflow_id, c.seq, c.name, list(c.args), c.kwargs]})
+                self.app.serializer.dumps(
+                    {"args": [self.workflow_id, c.seq, c.name, list(c.args), c.kwargs, *version]}
+                )
                 for c in steps
             ]
             with server_call():

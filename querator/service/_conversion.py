@@ -202,6 +202,7 @@ def workflow_info(wf: Workflow, journal: bool) -> m.WorkflowInfo:
         expires_at=_when(wf.expires_at),
         lapsed_claims=wf.lapsed_claims,
         resumable=wf.resumable,
+        app_version=wf.app_version,
     )
     if journal:
         info.entries = [

@@ -355,6 +355,7 @@ class WorkflowInfo(Message):
     namespace: str = ""
     lapsed_claims: int = 0
     resumable: bool = False
+    app_version: str = ""
 
 
 class WorkflowsStartRequest(Message):
@@ -365,6 +366,7 @@ class WorkflowsStartRequest(Message):
     encoding: str = ""
     parent_id: str = ""
     parent_seq: int = 0
+    app_version: str = ""
 
 
 class WorkflowsStartResponse(Message):
@@ -382,6 +384,7 @@ class WorkflowsListRequest(Message):
     pivot: str = ""
     limit: int = 0
     namespace: str = ""
+    app_version: str = ""
 
 
 class WorkflowsListResponse(Message):
@@ -422,6 +425,7 @@ class WorkflowsClaimRequest(Message):
     workflow_id: str = ""
     claim_timeout: str = ""
     namespace: str = ""
+    app_version: str = ""
 
 
 class WorkflowsClaimResponse(Message):

@@ -38,6 +38,8 @@ BUSY: Final = "busy"
 """Another claim holds until the workflow's ``claim_deadline``."""
 FINISHED: Final = "finished"
 """The workflow has ended: nothing to replay."""
+OTHER_VERSION: Final = "other_version"
+"""The workflow is a run of another app version than the claimant's: left for a worker of its version."""
 
 # How an append ends the claim's turn (``WorkflowsAppendRequest.then``).
 CONTINUE: Final = ""

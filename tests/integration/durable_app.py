@@ -3,7 +3,8 @@
 Every step run appends a JSON line to ``$DURABLE_RECORDS/<pid>.jsonl`` (appends of one short line do not
 interleave), so a test counts the side effects of every process: a step that ran twice shows twice.
 ``hold`` waits for the file ``$DURABLE_RECORDS/release-<key>``, which the test creates when ready.
-``$DURABLE_VARIANT`` changes the code of ``evolving``, as a deploy would. ``approved_order`` serves the
+``$DURABLE_VARIANT`` changes the code of ``evolving``, as a deploy would, and
+``$DURABLE_APP_VERSION`` is the app's version. ``approved_order`` serves the
 console's tests (tests/integration/test_console_durable.py); ``taken_over`` and ``five_ticks`` serve the
 fault tests (tests/integration/test_durable_faults.py and tests/reliability/test_durable_checker.py): their
 steps return which run made the recorded result.
@@ -25,7 +26,9 @@ from typing import Any
 from querator.durable import Context, Durable, SignalTimeout, StepFailed
 from querator.worker import Permanent, backoff
 
-app = Durable(queue="durable", concurrency=8, claim_timeout="3s")
+app = Durable(
+    queue="durable", concurrency=8, claim_timeout="3s", version=os.environ.get("DURABLE_APP_VERSION", "")
+)
 RECORDS = Path(os.environ.get("DURABLE_RECORDS", "."))
 
 

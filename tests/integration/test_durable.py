@@ -19,6 +19,7 @@ import pytest
 from querator.cli import main
 from querator.client import AsyncClient
 from querator.durable import WorkflowFailed
+from querator.durable._app import QUEUE_PARTITIONS
 from querator.errors import Conflict
 from tests.integration import durable_app as wf
 
@@ -301,6 +302,42 @@ async def test_a_patched_change_deployed_under_running_workflows(
     assert await newest.result(timeout=DEADLINE) == 4
     assert [r["key"] for r in workers.runs("undo")] == ["new", "newest"]  # once each, never for old
     assert "patch" not in [e.kind for e in (await client.workflow_info("newest")).entries]
+
+
+async def test_workers_claim_only_the_runs_of_their_app_version(
+    workers: Workers, client: AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/adr/0049: a run started by version v1 is left by the workers of v2, offered again (not
+    failed), until a worker of v1 runs it; runs of v2 and of no version run meanwhile."""
+    v2 = workers.start(env={"DURABLE_APP_VERSION": "v2"})
+    monkeypatch.setattr(wf.app, "version", "v1")
+    old = await wf.app.start(wf.three_steps, "old", workflow_id="old")
+    monkeypatch.setattr(wf.app, "version", "v2")
+    new = await wf.app.start(wf.fan_out, "new", 3, workflow_id="new")  # dispatched steps too
+    monkeypatch.setattr(wf.app, "version", "")
+    unversioned = await wf.app.start(wf.three_steps, "any", workflow_id="any")
+    assert await new.result(timeout=DEADLINE) == 3
+    assert await unversioned.result(timeout=DEADLINE) == [3, 13, 113]
+    await eventually(lambda: _offered(client, "old", 2), DEADLINE, "offered to v2 again")
+    info = await client.workflow_info("old")
+    assert (info.status, info.fence, info.app_version) == ("running", 0, "v1")
+    assert workers.runs("add", "old-1") == []
+    v1 = workers.start(env={"DURABLE_APP_VERSION": "v1"})
+    assert await old.result(timeout=DEADLINE) == [3, 13, 113]
+    assert {r["pid"] for r in workers.runs("add") if r["key"].startswith("old-")} == {v1.pid}
+    assert {r["pid"] for r in workers.runs("add") if r["key"].startswith("new-")} == {v2.pid}
+    listed = await client.list_workflows(app_version="v1")
+    assert [(w.workflow_id, w.app_version) for w in listed] == [("old", "v1")]
+
+
+async def _offered(client: AsyncClient, workflow_id: str, times: int) -> bool:
+    """Whether the activation of ``workflow_id`` waits in the queue after being leased ``times``."""
+    for partition in range(QUEUE_PARTITIONS):
+        for listed in (client.list_items, client.list_scheduled):
+            page = await listed("durable", partition)
+            if any(i.reference == workflow_id and i.attempts >= times for i in page.items):
+                return True
+    return False
 
 
 async def _pending(client: AsyncClient, workflow_id: str, kind: str) -> bool:
