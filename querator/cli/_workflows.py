@@ -96,6 +96,7 @@ def add_parser(
     a.add_argument("--status", choices=STATUSES, default="", help="only workflows of this status")
     a.add_argument("--pivot", default="", help="start at the first workflow id >= this")
     a.add_argument("--limit", type=int, default=0, help="at most this many (default: the server's, 1000)")
+    a.add_argument("--app-version", default="", help="only runs started by this app version")
     add("show", "show a workflow with its journal and signals")
     a = add("signal", "send a signal to a running workflow")
     a.add_argument("name", metavar="NAME", help="the signal's name, as the workflow waits for it")
@@ -160,7 +161,11 @@ async def command(client: AsyncClient, args: argparse.Namespace) -> m.Message | 
         return None
     if args.action == "list":
         found = await client.list_workflows(
-            args.status, pivot=args.pivot, limit=args.limit, namespace=args.namespace
+            args.status,
+            pivot=args.pivot,
+            limit=args.limit,
+            namespace=args.namespace,
+            app_version=args.app_version,
         )
         return m.WorkflowsListResponse(workflows=found)
     if args.action == "replay":

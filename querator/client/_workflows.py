@@ -25,10 +25,12 @@ class WorkflowCalls(Caller):
         parent_id: str = "",
         parent_seq: int = 0,
         timeout: Duration | None = None,
+        app_version: str = "",
     ) -> m.WorkflowsStartResponse:
-        """Starts the workflow ``name`` as ``workflow_id`` with its activations in ``queue``; a workflow of
-        that id that exists already is returned as it is (``created`` False). ``timeout``: past it (from
-        now, at least 1s) the workflow fails with ``WorkflowTimeout``."""
+        """Starts the workflow ``name`` as ``workflow_id`` with its activations in ``queue``, a run of
+        ``app_version`` ("": any worker's); a workflow of that id that exists already is returned as it
+        is (``created`` False). ``timeout``: past it (from now, at least 1s) the workflow fails with
+        ``WorkflowTimeout``."""
         msg = m.WorkflowsStartRequest(
             workflow_id=workflow_id,
             name=name,
@@ -38,6 +40,7 @@ class WorkflowCalls(Caller):
             parent_id=parent_id,
             parent_seq=parent_seq,
             timeout="" if timeout is None else go_duration(timeout),
+            app_version=app_version,
         )
         return await self.call("/v1/workflows.start", msg, m.WorkflowsStartResponse, idempotent=True)
 
@@ -48,11 +51,13 @@ class WorkflowCalls(Caller):
         return await self.call("/v1/workflows.info", msg, m.WorkflowInfo, idempotent=True)
 
     async def list_workflows(
-        self, status: str = "", *, pivot: str = "", limit: int = 0, namespace: str = ""
+        self, status: str = "", *, pivot: str = "", limit: int = 0, namespace: str = "", app_version: str = ""
     ) -> list[m.WorkflowInfo]:
-        """Workflows of ``namespace`` (of ``status``: running, completed, failed, cancelled; "" any) by id
-        from ``pivot``."""
-        msg = m.WorkflowsListRequest(status=status, pivot=pivot, limit=limit, namespace=namespace)
+        """Workflows of ``namespace`` (of ``status``: running, completed, failed, cancelled; "" any; of
+        ``app_version``, "" any) by id from ``pivot``."""
+        msg = m.WorkflowsListRequest(
+            status=status, pivot=pivot, limit=limit, namespace=namespace, app_version=app_version
+        )
         reply = await self.call("/v1/workflows.list", msg, m.WorkflowsListResponse, idempotent=True)
         return reply.workflows
 
@@ -128,13 +133,17 @@ class WorkflowCalls(Caller):
         return await self.call("/v1/workflows.result", msg, m.WorkflowInfo, seconds=seconds, idempotent=True)
 
     async def claim_workflow(
-        self, workflow_id: str, claim_timeout: Duration = "30s", *, namespace: str = ""
+        self, workflow_id: str, claim_timeout: Duration = "30s", *, namespace: str = "", app_version: str = ""
     ) -> m.WorkflowsClaimResponse:
         """Makes this caller the one worker that advances the workflow (``outcome`` claimed), unless
-        another claim holds (busy) or it finished. Not tried again: a lost reply's claim holds until its
+        another claim holds (busy), it finished, or it is a run of another ``app_version`` than this
+        caller's (other_version; "": any run). Not tried again: a lost reply's claim holds until its
         timeout."""
         msg = m.WorkflowsClaimRequest(
-            workflow_id=workflow_id, claim_timeout=go_duration(claim_timeout), namespace=namespace
+            workflow_id=workflow_id,
+            claim_timeout=go_duration(claim_timeout),
+            namespace=namespace,
+            app_version=app_version,
         )
         return await self.call("/v1/workflows.claim", msg, m.WorkflowsClaimResponse)
 

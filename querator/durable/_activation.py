@@ -15,7 +15,18 @@ from querator.durable._errors import Cancelled, NonDeterminism, StepFailed, desc
 from querator.durable._step import step_attributes
 from querator.errors import Conflict, QueratorError
 from querator.wire import messages as m
-from querator.wire.workflows import BUSY, CANCEL, COMPLETE, DONE, ERROR, FAIL, FINISHED, STEP, SUSPEND
+from querator.wire.workflows import (
+    BUSY,
+    CANCEL,
+    COMPLETE,
+    DONE,
+    ERROR,
+    FAIL,
+    FINISHED,
+    OTHER_VERSION,
+    STEP,
+    SUSPEND,
+)
 from querator.worker import RetryLater, current_attempt, span
 
 if TYPE_CHECKING:
@@ -30,6 +41,9 @@ INTERRUPTED_WAIT_S = 1.0
 """Seconds before an activation the server's failure interrupted is tried again."""
 MAX_FAILURE_CHARS = 4096
 """The longest reason ``_fail_unrecorded`` records: a failure must itself fit the record."""
+OTHER_VERSION_WAIT_S = 5.0
+"""Seconds before an activation (or a dispatched step) of a run of another app version is offered again:
+a worker of its version leases it meanwhile, or it comes back (docs/adr/0049)."""
 UNKNOWN_WAIT_S = 60.0
 """Seconds before an activation of a workflow this worker has no code for is offered again."""
 
@@ -37,11 +51,16 @@ UNKNOWN_WAIT_S = 60.0
 async def activate(app: Durable, workflow_id: str) -> None:
     """One activation: claims the workflow, replays it until it suspends or ends, and records that."""
     client = await app.client()
-    claim = await client.claim_workflow(workflow_id, app.claim_timeout, namespace=app.namespace)
+    claim = await client.claim_workflow(
+        workflow_id, app.claim_timeout, namespace=app.namespace, app_version=app.version
+    )
     wf = claim.workflow
     assert wf is not None
     if claim.outcome == FINISHED:
         return
+    if claim.outcome == OTHER_VERSION:
+        log.debug("workflow %s is a run of version %r: offered again later", workflow_id, wf.app_version)
+        raise RetryLater(OTHER_VERSION_WAIT_S)
     if claim.outcome == BUSY:
         left_s = (from_datetime(wf.claim_deadline) - SystemClock().now()) / 1e6 if wf.claim_deadline else 0.0
         raise RetryLater(min(max(left_s, BUSY_WAIT_S[0]), BUSY_WAIT_S[1]))
@@ -153,10 +172,19 @@ async def _keep_claimed(client: AsyncClient, wf: m.WorkflowInfo, claim_timeout: 
 
 
 async def run_step(
-    app: Durable, workflow_id: str, seq: int, name: str, args: list[Any], kwargs: dict[str, Any]
+    app: Durable,
+    workflow_id: str,
+    seq: int,
+    name: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    app_version: str = "",
 ) -> None:
     """Runs a step dispatched by ``Context.gather`` and records its result; a failure that is not its
-    last is retried by the step's policy (the item comes back then)."""
+    last is retried by the step's policy (the item comes back then). A step of a run of another app
+    version is left to a worker of that version, as its activations are."""
+    if app.version and app_version and app_version != app.version:
+        raise RetryLater(OTHER_VERSION_WAIT_S)
     step = app.steps.get(name)
     if step is None:
         log.error("no step named %r in this worker: offered again later", name)

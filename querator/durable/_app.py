@@ -167,6 +167,10 @@ class Durable:
         reach_owners: as ``Worker``'s.
         partitions: the task queue's partitions when the worker makes it (a queue that exists keeps
             its own): how many of its leases and completes run at once (docs/durable.md).
+        version: this code's version, recorded on each run it starts: its workers claim only runs of
+            that version (and runs of none), leaving the others to workers of theirs; "" (the default)
+            starts runs any worker claims and claims runs of every version (docs/durable.md, "App
+            versions").
     """
 
     def __init__(
@@ -181,8 +185,10 @@ class Durable:
         namespace: str = "",
         reach_owners: bool = False,
         partitions: int = QUEUE_PARTITIONS,
+        version: str = "",
     ) -> None:
         self.serializer = serializer or JsonSerializer()
+        self.version = version
         self.queue = queue
         self.namespace = namespace
         self.claim_timeout = go_duration(claim_timeout)
@@ -212,9 +218,15 @@ class Durable:
         await activate(self, workflow_id)
 
     async def _run_step(
-        self, workflow_id: str, seq: int, name: str, args: list[Any], kwargs: dict[str, Any]
+        self,
+        workflow_id: str,
+        seq: int,
+        name: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        app_version: str = "",
     ) -> None:
-        await run_step(self, workflow_id, seq, name, args, kwargs)
+        await run_step(self, workflow_id, seq, name, args, kwargs, app_version)
 
     async def _start_scheduled(self, workflow: str, args: list[Any], kwargs: dict[str, Any]) -> None:
         """A schedule's tick (``schedule``): starts the workflow with the tick's item reference as its id,
@@ -229,6 +241,7 @@ class Durable:
             self.queue,
             definition.input(tuple(args), kwargs),
             encoding=self.serializer.content_type,
+            app_version=self.version,
         )
 
     async def client(self) -> AsyncClient:
@@ -389,6 +402,7 @@ class Durable:
             definition.input(args, kwargs),
             encoding=self.serializer.content_type,
             timeout=timeout,
+            app_version=self.version,
         )
         return WorkflowHandle(self, workflow_id, definition)
 
@@ -418,6 +432,7 @@ class Durable:
             encoding=self.serializer.content_type,
             parent_id=ctx.workflow_id,
             parent_seq=call.seq,
+            app_version=ctx.app_version,  # the parent's, run by a worker of no version too
         )
 
     async def schedule(

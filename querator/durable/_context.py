@@ -31,7 +31,7 @@ from querator.durable._errors import (
 from querator.durable._step import Step, decode, step_attributes
 from querator.errors import Conflict, RetryRequest
 from querator.wire import messages as m
-from querator.wire.workflows import CHILD, DONE, ERROR, PENDING, SIGNAL, SLEEP, STEP
+from querator.wire.workflows import CHILD, DONE, ERROR, PATCH, PENDING, RUNNING, SIGNAL, SLEEP, STEP
 from querator.worker import current_traceparent
 
 if TYPE_CHECKING:
@@ -252,6 +252,35 @@ class Context:
         nothing; registering costs a worker nothing."""
         self.queries[name] = handler
 
+    def patched(self, patch_id: str) -> bool:
+        """Whether this run takes the changed code of the patch ``patch_id`` (docs/durable.md, "Changing
+        a workflow's code"): ``if ctx.patched("id"): <new code> else: <old code>``.
+
+        A run that reaches the call with nothing recorded there (a new run, or a run past the last call
+        it recorded) records a marker at this seq and gets True; a replay finds the marker and gets True
+        again. A run recorded before the patch holds another entry here, or none at all once it ended:
+        it gets False and no seq is taken, so its recorded calls keep their positions."""
+        if not patch_id:
+            raise ValueError("a patch's id cannot be empty")
+        entry = self._journal.get(self._seq + 1)
+        if entry is not None and (entry.kind, entry.name) == (PATCH, patch_id):
+            self.next_seq()
+            return True
+        if entry is not None or self._wf.status != RUNNING:
+            return False
+        # Recorded with the turn's next append, before whatever the new code records after it.
+        self._unsent.append(m.WorkflowEntry(seq=self.next_seq(), kind=PATCH, name=patch_id, state=DONE))
+        return True
+
+    def deprecate_patch(self, patch_id: str) -> None:
+        """The second step of removing a patch's old code: the code keeps only the new branch and says
+        where ``patched(patch_id)`` was, so a run that recorded its marker there still replays (the seq
+        of the marker is taken); a new run records nothing. Once no run that recorded the marker is
+        left, the call can go too."""
+        entry = self._journal.get(self._seq + 1)
+        if entry is not None and (entry.kind, entry.name) == (PATCH, patch_id):
+            self.next_seq()
+
     # -- the machinery -----------------------------------------------------------------------------------
 
     def now_us(self) -> int:
@@ -260,6 +289,11 @@ class Context:
     def next_seq(self) -> int:
         self._seq += 1
         return self._seq
+
+    @property
+    def app_version(self) -> str:
+        """The app version of this run ("": any), recorded at its start."""
+        return self._wf.app_version
 
     @property
     def cancel_requested(self) -> bool:
@@ -365,9 +399,10 @@ class Context:
             digest = hashlib.blake2b(self.workflow_id.encode(), digest_size=16).hexdigest()
             traceparent = current_traceparent()  # the runs continue this turn's trace
             trace = {"trace": {"traceparent": traceparent}} if traceparent is not None else {}
+            version = [self.app_version] if self.app_version else []  # for workers that know it
             payloads = [
                 self.app.serializer.dumps(
-                    {"args": [self.workflow_id, c.seq, c.name, list(c.args), c.kwargs], **trace}
+                    {"args": [self.workflow_id, c.seq, c.name, list(c.args), c.kwargs, *version], **trace}
                 )
                 for c in steps
             ]

@@ -206,6 +206,7 @@ def workflow_info(wf: Workflow, journal: bool) -> m.WorkflowInfo:
         deadline=_when(wf.deadline),
         timed_out=wf.timed_out,
         forked_from=wf.forked_from,
+        app_version=wf.app_version,
     )
     if journal:
         info.entries = [

@@ -376,9 +376,16 @@ def _check_label(value: str, what: str) -> None:
     check_new_name_characters(what, value)
 
 
+def check_app_version(version: str) -> None:
+    """An app version (docs/durable.md, "App versions"): "" for none, else a label."""
+    if version:
+        _check_label(version, "app version")
+
+
 def check_start(req: m.WorkflowsStartRequest) -> None:
     check_workflow_id(req.workflow_id, new=True)
     _check_label(req.name, "workflow name")
+    check_app_version(req.app_version)
     check_stored_name(req.queue_name)
     if req.parent_id:
         check_workflow_id(req.parent_id, "parent id")
@@ -444,6 +451,7 @@ def check_list_workflows(req: m.WorkflowsListRequest) -> int:
     if req.limit < 0:
         raise InvalidOption(f"limit is invalid; cannot be negative, but {req.limit} was requested")
     check_list_limit(req.limit)
+    check_app_version(req.app_version)
     return req.limit or DEFAULT_LIST_LIMIT
 
 

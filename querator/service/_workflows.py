@@ -29,6 +29,7 @@ from querator.service._heads import Heads
 from querator.service._result_waits import ResultWaits
 from querator.service._validation import (
     SYSTEM_NAMESPACE,
+    check_app_version,
     check_fork,
     check_list_workflows,
     check_signal,
@@ -134,6 +135,7 @@ class Workflows:
             parent_seq=req.parent_seq,
             timeout_us=timeout_us,
             deadline=now + timeout_us if timeout_us else 0,
+            app_version=req.app_version,
         )
         return await self._store_new(owner, new, now)
 
@@ -202,7 +204,7 @@ class Workflows:
         limit = check_list_workflows(req)
         listed = namespace(req.namespace)
         await self._check(listed, perm.QUEUE_LIST)
-        found = await _namespace_page(self._rows, listed, req.status, req.pivot, limit)
+        found = await _namespace_page(self._rows, listed, req.status, req.pivot, limit, req.app_version)
         return m.WorkflowsListResponse(workflows=[workflow_info(wf, journal=False) for wf in found])
 
     async def signal(self, req: m.WorkflowsSignalRequest) -> m.Reply:
@@ -287,10 +289,13 @@ class Workflows:
 
     async def claim(self, req: m.WorkflowsClaimRequest) -> m.WorkflowsClaimResponse:
         check_workflow_id(req.workflow_id)
+        check_app_version(req.app_version)
         until = self._clock.now() + claim_timeout(req.claim_timeout)
         key = await self._key(req.namespace, req.workflow_id, perm.QUEUE_LEASE)
         now = self._clock.now()
-        outcome, _ = await self._write(key, lambda wf, _: journal.claim(wf, req.workflow_id, now, until))
+        outcome, _ = await self._write(
+            key, lambda wf, _: journal.claim(wf, req.workflow_id, now, until, req.app_version)
+        )
         if outcome.outcome == FINISHED and outcome.workflow.parent_id:
             # Its parent may not have heard (a crash between the two writes): telling it again is harmless.
             await self._tell_parent(outcome.workflow)
@@ -495,12 +500,13 @@ class Workflows:
 
 
 async def _namespace_page(
-    rows: WorkflowRows, listed: str, status: str, pivot: str, limit: int
+    rows: WorkflowRows, listed: str, status: str, pivot: str, limit: int, app_version: str = ""
 ) -> list[Workflow]:
-    """The workflows of one namespace from ``pivot``, in id order. Another namespace's stored ids sort
-    among ``_system``'s (which have no prefix), so a page of the store may hold none of the ones
-    asked for: read on past them until one is found or the store ends. A backend's page ends early at
-    LIST_PAGE_RECORD_BYTES of records (storage.workflows); so does this one, then."""
+    """The workflows of one namespace (and of ``app_version``, "" for any) from ``pivot``, in id order.
+    Another namespace's stored ids sort among ``_system``'s (which have no prefix), so a page of the
+    store may hold none of the ones asked for: read on past them until one is found or the store ends
+    (as the store reads past other statuses). A backend's page ends early at LIST_PAGE_RECORD_BYTES of
+    records (storage.workflows); so does this one, then."""
     found: list[Workflow] = []
     start = stored_id(listed, pivot)
     while len(found) < limit:
@@ -509,7 +515,8 @@ async def _namespace_page(
         for wf in page:
             owner, _ = split_stored_id(wf.id)
             if owner == listed:
-                found.append(wf)
+                if not app_version or wf.app_version == app_version:
+                    found.append(wf)
             elif listed != SYSTEM_NAMESPACE:
                 return found  # past the namespace's prefix: none of its ids follow
         if not page or (len(page) < asked and found):

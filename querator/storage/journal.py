@@ -34,6 +34,7 @@ from querator.wire.workflows import (
     FAILED,
     FINAL_STATES,
     FINISHED,
+    OTHER_VERSION,
     RUNNING,
     SIGNAL,
     SUSPEND,
@@ -195,13 +196,16 @@ def check_same_run(found: Workflow, started: Workflow) -> None:
 
 
 def claim(
-    current: Workflow | None, workflow_id: str, now: int, claim_until: int
+    current: Workflow | None, workflow_id: str, now: int, claim_until: int, app_version: str = ""
 ) -> tuple[Claim, Workflow | None]:
     """Makes the caller the one worker that advances the workflow until ``claim_until`` (renewed by its
-    appends), unless another claim still holds."""
+    appends), unless another claim still holds, or the run is of another app version than the
+    caller's (both set: a version "" goes with any, docs/adr/0049)."""
     wf = _existing(current, workflow_id)
     if wf.status != RUNNING:
         return Claim(FINISHED, wf), None
+    if app_version and wf.app_version and app_version != wf.app_version:
+        return Claim(OTHER_VERSION, wf), None  # nothing written: no claim, no lapse counted
     if wf.claim_deadline > now:
         return Claim(BUSY, wf), None
     # A timer due now may be the activation being claimed (the queue delivers one due within NEAR_NOW

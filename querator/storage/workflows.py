@@ -68,6 +68,9 @@ class Workflow(msgspec.Struct, kw_only=True, omit_defaults=True):
     error: str = ""
     parent_id: str = ""
     parent_seq: int = 0
+    app_version: str = ""
+    """The version of the app that started it ("": any): only workers of that version, or of none, claim
+    it (``journal.claim``)."""
     fence: int = 0
     """How many times a worker claimed it; an append must carry the current value."""
     claim_deadline: int = 0

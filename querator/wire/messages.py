@@ -359,6 +359,7 @@ class WorkflowInfo(Message):
     deadline: datetime | None = None
     timed_out: bool = False
     forked_from: str = ""
+    app_version: str = ""
 
 
 class WorkflowsStartRequest(Message):
@@ -370,6 +371,7 @@ class WorkflowsStartRequest(Message):
     parent_id: str = ""
     parent_seq: int = 0
     timeout: str = ""
+    app_version: str = ""
 
 
 class WorkflowsForkRequest(Message):
@@ -394,6 +396,7 @@ class WorkflowsListRequest(Message):
     pivot: str = ""
     limit: int = 0
     namespace: str = ""
+    app_version: str = ""
 
 
 class WorkflowsListResponse(Message):
@@ -434,6 +437,7 @@ class WorkflowsClaimRequest(Message):
     workflow_id: str = ""
     claim_timeout: str = ""
     namespace: str = ""
+    app_version: str = ""
 
 
 class WorkflowsClaimResponse(Message):

@@ -18,7 +18,9 @@ STEP: Final = "step"
 SLEEP: Final = "sleep"
 SIGNAL: Final = "signal"
 CHILD: Final = "child"
-KINDS: Final = frozenset({STEP, SLEEP, SIGNAL, CHILD})
+PATCH: Final = "patch"
+"""A marker, named by the patch's id: the run took the changed code of ``Context.patched`` there."""
+KINDS: Final = frozenset({STEP, SLEEP, SIGNAL, CHILD, PATCH})
 
 # An entry's states. The first two are final: a final entry is never replaced by a different one.
 DONE: Final = "done"
@@ -36,6 +38,8 @@ BUSY: Final = "busy"
 """Another claim holds until the workflow's ``claim_deadline``."""
 FINISHED: Final = "finished"
 """The workflow has ended: nothing to replay."""
+OTHER_VERSION: Final = "other_version"
+"""The workflow is a run of another app version than the claimant's: left for a worker of its version."""
 
 # How an append ends the claim's turn (``WorkflowsAppendRequest.then``).
 CONTINUE: Final = ""

@@ -478,6 +478,42 @@ async def test_lists_page_by_id_and_filter_by_status(durable: Api) -> None:
     assert error.message == "status is invalid; 'done' is not running, completed, failed or cancelled"
 
 
+async def test_runs_are_claimed_by_workers_of_their_version(durable: Api) -> None:
+    """docs/durable.md, "App versions" (docs/adr/0049): a run records its app's version at its start;
+    a worker of another version does not claim it (nothing written), a worker or run of none goes
+    with any; lists show and filter by it."""
+    await start(durable, "a", app_version="v1")
+    await start(durable, "b")
+    await start(durable, "c", app_version="v2")
+
+    async def claimed_by(workflow_id: str, version: str) -> dict[str, Any]:
+        body = {"workflow_id": workflow_id, "claim_timeout": "30s", "app_version": version}
+        return await durable.post("/v1/workflows.claim", body)
+
+    left = await claimed_by("a", "v2")
+    assert (left["outcome"], left["workflow"]["app_version"]) == ("other_version", "v1")
+    assert "fence" not in left["workflow"]  # not claimed: no fence taken, no claim to run out
+    assert (await claimed_by("a", "v1"))["outcome"] == "claimed"
+    assert (await claimed_by("b", "v2"))["outcome"] == "claimed"  # a run of no version: any worker's
+    assert (await claimed_by("c", ""))["outcome"] == "claimed"  # a worker of no version: any run
+    v1 = await durable.post("/v1/workflows.list", {"app_version": "v1"})
+    assert [(w["workflow_id"], w["app_version"]) for w in v1["workflows"]] == [("a", "v1")]
+    every = await durable.post("/v1/workflows.list", {})
+    assert [w.get("app_version", "") for w in every["workflows"]] == ["v1", "", "v2"]
+    for route, body in [
+        ("/v1/workflows.start", {"workflow_id": "d", "name": "n", "queue_name": "durable"}),
+        ("/v1/workflows.claim", {"workflow_id": "a"}),
+        ("/v1/workflows.list", {}),
+    ]:
+        for version, message in [
+            (" ", "app version is invalid; cannot be empty"),
+            ("v" * 257, "app version is invalid; cannot be greater than '256' characters"),
+            ("v\x001", "app version is invalid; cannot contain control"),
+        ]:
+            error = await durable.error(route, {**body, "app_version": version})
+            assert error.status == 400 and error.message.startswith(message), (route, error.message)
+
+
 async def test_result_waits_for_the_end(durable: Api, clock: FakeClock) -> None:
     await start(durable)
     waiting = asyncio.create_task(

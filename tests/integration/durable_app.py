@@ -3,7 +3,8 @@
 Every step run appends a JSON line to ``$DURABLE_RECORDS/<pid>.jsonl`` (appends of one short line do not
 interleave), so a test counts the side effects of every process: a step that ran twice shows twice.
 ``hold`` waits for the file ``$DURABLE_RECORDS/release-<key>``, which the test creates when ready.
-``$DURABLE_VARIANT`` changes the code of ``evolving``, as a deploy would. ``approved_order`` serves the
+``$DURABLE_VARIANT`` changes the code of ``evolving``, as a deploy would, and
+``$DURABLE_APP_VERSION`` is the app's version. ``approved_order`` serves the
 console's tests (tests/integration/test_console_durable.py); ``taken_over`` and ``five_ticks`` serve the
 fault tests (tests/integration/test_durable_faults.py and tests/reliability/test_durable_checker.py): their
 steps return which run made the recorded result.
@@ -25,7 +26,9 @@ from typing import Any
 from querator.durable import Context, Durable, SignalTimeout, StepFailed
 from querator.worker import Permanent, backoff
 
-app = Durable(queue="durable", concurrency=8, claim_timeout="3s")
+app = Durable(
+    queue="durable", concurrency=8, claim_timeout="3s", version=os.environ.get("DURABLE_APP_VERSION", "")
+)
 RECORDS = Path(os.environ.get("DURABLE_RECORDS", "."))
 
 
@@ -196,8 +199,15 @@ async def waits_forever(ctx: Context, key: str) -> None:
 
 @app.workflow()
 async def evolving(ctx: Context, key: str) -> int:
-    if os.environ.get("DURABLE_VARIANT") == "renamed":
+    variant = os.environ.get("DURABLE_VARIANT")
+    if variant == "renamed":
         await ctx.run(undo, key, "x")  # the deploy put another step where `add` was recorded
+    elif variant == "patched":  # the same change behind a patch (docs/durable.md)
+        if ctx.patched("undo-first"):
+            await ctx.run(undo, key, "x")
+    elif variant == "deprecated":  # the patch's second step: its new code only
+        ctx.deprecate_patch("undo-first")
+        await ctx.run(undo, key, "x")
     first = await ctx.run(add, f"{key}-1", 1, 1)
     await ctx.wait_for_signal("go")
     return first + await ctx.run(add, f"{key}-2", 1, 1)

@@ -7,6 +7,7 @@ Nothing sleeps to synchronise: the tests poll the records and the workflows with
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from collections.abc import AsyncIterator, Iterator
@@ -15,8 +16,10 @@ from typing import Any
 
 import pytest
 
+from querator.cli import main
 from querator.client import AsyncClient
 from querator.durable import WorkflowFailed
+from querator.durable._app import QUEUE_PARTITIONS
 from querator.errors import Conflict
 from tests.integration import durable_app as wf
 
@@ -312,6 +315,84 @@ async def test_changed_code_fails_the_workflow_with_non_determinism_until_resume
     assert [r["key"] for r in workers.runs("add")] == ["e-1", "e-2"]  # the recorded step did not run again
     with pytest.raises(Conflict, match="workflow cannot be resumed; 'evolving' is completed"):
         await wf.app.resume("evolving")
+
+
+async def test_a_patched_change_deployed_under_running_workflows(
+    workers: Workers, client: AsyncClient, server: ServerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/durable.md, "Changing a workflow's code": the change that fails
+    test_changed_code_fails_the_workflow_with_non_determinism_until_resumed, behind ``ctx.patched``,
+    deployed with real workers in three steps: a run from before the patch keeps its old code, a run
+    started under the patch keeps its new code through the patch's deprecation."""
+    before = workers.start()
+    old = await wf.app.start(wf.evolving, "old", workflow_id="old")
+    await eventually(lambda: _pending(client, "old", "signal"), DEADLINE, "old waiting")
+    before.terminate()
+    before.wait(DEADLINE)
+    replay = ["workflows", "replay", "tests.integration.durable_app:app", "--endpoint", server.url]
+    for variant, status in (("renamed", 5), ("patched", 0)):  # what the check before the deploy says
+        monkeypatch.setenv("DURABLE_VARIANT", variant)
+        assert await asyncio.to_thread(main, replay) == status, variant
+    monkeypatch.delenv("DURABLE_VARIANT")
+    patched = workers.start(env={"DURABLE_VARIANT": "patched"})
+    new = await wf.app.start(wf.evolving, "new", workflow_id="new")
+    await eventually(lambda: _pending(client, "new", "signal"), DEADLINE, "new waiting")
+    info = await client.workflow_info("new")
+    assert [(e.kind, e.name) for e in info.entries[:3]] == [
+        ("patch", "undo-first"),
+        ("step", wf.undo.name),
+        ("step", wf.add.name),
+    ]
+    await wf.app.signal("old", "go")
+    assert await old.result(timeout=DEADLINE) == 4
+    assert workers.runs("undo", "old") == []  # the old code: no marker where `add` was recorded
+    patched.terminate()
+    patched.wait(DEADLINE)
+    workers.start(env={"DURABLE_VARIANT": "deprecated"})
+    await wf.app.signal("new", "go")
+    assert await new.result(timeout=DEADLINE) == 4
+    newest = await wf.app.start(wf.evolving, "newest", workflow_id="newest")
+    await eventually(lambda: _pending(client, "newest", "signal"), DEADLINE, "newest waiting")
+    await wf.app.signal("newest", "go")
+    assert await newest.result(timeout=DEADLINE) == 4
+    assert [r["key"] for r in workers.runs("undo")] == ["new", "newest"]  # once each, never for old
+    assert "patch" not in [e.kind for e in (await client.workflow_info("newest")).entries]
+
+
+async def test_workers_claim_only_the_runs_of_their_app_version(
+    workers: Workers, client: AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/adr/0049: a run started by version v1 is left by the workers of v2, offered again (not
+    failed), until a worker of v1 runs it; runs of v2 and of no version run meanwhile."""
+    v2 = workers.start(env={"DURABLE_APP_VERSION": "v2"})
+    monkeypatch.setattr(wf.app, "version", "v1")
+    old = await wf.app.start(wf.three_steps, "old", workflow_id="old")
+    monkeypatch.setattr(wf.app, "version", "v2")
+    new = await wf.app.start(wf.fan_out, "new", 3, workflow_id="new")  # dispatched steps too
+    monkeypatch.setattr(wf.app, "version", "")
+    unversioned = await wf.app.start(wf.three_steps, "any", workflow_id="any")
+    assert await new.result(timeout=DEADLINE) == 3
+    assert await unversioned.result(timeout=DEADLINE) == [3, 13, 113]
+    await eventually(lambda: _offered(client, "old", 2), DEADLINE, "offered to v2 again")
+    info = await client.workflow_info("old")
+    assert (info.status, info.fence, info.app_version) == ("running", 0, "v1")
+    assert workers.runs("add", "old-1") == []
+    v1 = workers.start(env={"DURABLE_APP_VERSION": "v1"})
+    assert await old.result(timeout=DEADLINE) == [3, 13, 113]
+    assert {r["pid"] for r in workers.runs("add") if r["key"].startswith("old-")} == {v1.pid}
+    assert {r["pid"] for r in workers.runs("add") if r["key"].startswith("new-")} == {v2.pid}
+    listed = await client.list_workflows(app_version="v1")
+    assert [(w.workflow_id, w.app_version) for w in listed] == [("old", "v1")]
+
+
+async def _offered(client: AsyncClient, workflow_id: str, times: int) -> bool:
+    """Whether the activation of ``workflow_id`` waits in the queue after being leased ``times``."""
+    for partition in range(QUEUE_PARTITIONS):
+        for listed in (client.list_items, client.list_scheduled):
+            page = await listed("durable", partition)
+            if any(i.reference == workflow_id and i.attempts >= times for i in page.items):
+                return True
+    return False
 
 
 async def _pending(client: AsyncClient, workflow_id: str, kind: str) -> bool:

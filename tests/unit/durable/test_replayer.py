@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import pytest
@@ -20,7 +20,7 @@ from querator.durable import Context, Durable, NonDeterminism, Replayer, Step, d
 from querator.testing import Node
 from querator.wire import encode_json
 from querator.wire import messages as m
-from querator.wire.workflows import COMPLETE, FAIL, SUSPEND
+from querator.wire.workflows import COMPLETE, FAIL, PATCH, SUSPEND
 from tests.conftest import eventually
 from tests.unit.durable.recorded import JOURNALS, checkout_app
 
@@ -107,6 +107,29 @@ async def fails_after_the_signal(ctx: Context, s: Steps, order: str) -> None:
     raise ValueError("refused")
 
 
+async def patched_bill_first(ctx: Context, s: Steps, order: str) -> Any:
+    """``renamed_step`` behind a patch: runs recorded without it keep their code."""
+    if ctx.patched("bill-first"):
+        await ctx.run(s.bill, order)
+    return await recorded(ctx, s, order)
+
+
+async def deprecated_bill_first(ctx: Context, s: Steps, order: str) -> Any:
+    """The patch's second step: the old branch removed, the marker's place kept."""
+    ctx.deprecate_patch("bill-first")
+    await ctx.run(s.bill, order)
+    return await recorded(ctx, s, order)
+
+
+async def patched_before_the_signal(ctx: Context, s: Steps, order: str) -> None:
+    """``step_before_the_signal`` behind a patch."""
+    await ctx.run(s.charge, order)
+    await ctx.sleep(timedelta(days=1))
+    if ctx.patched("notify"):
+        await ctx.run(s.notify, order)
+    await ctx.wait_for_signal("approval")
+
+
 @dataclass(frozen=True)
 class Case:
     body: Body
@@ -117,6 +140,7 @@ class Case:
     """The same for the journal of the workflow waiting for its signal."""
 
 
+UNREACHED_PACK = r"^the journal records step 'pack' at seq 4, which the workflow's code no longer reaches"
 MISMATCH_AT_1 = r"^the workflow's code asked for {} at seq 1, but its journal records step 'charge' there$"
 
 CASES = {
@@ -153,9 +177,18 @@ CASES = {
         ),
         (SUSPEND, None),
     ),
+    "patched step before the first": Case(patched_bill_first, (COMPLETE, None), (SUSPEND, None)),
+    "patched step before the signal": Case(
+        patched_before_the_signal, (COMPLETE, UNREACHED_PACK), (SUSPEND, None)
+    ),
+    "patch deprecated under runs from before it": Case(
+        deprecated_bill_first,
+        (FAIL, MISMATCH_AT_1.format("step 'bill'")),
+        (FAIL, MISMATCH_AT_1.format("step 'bill'")),
+    ),
     "fails after the signal": Case(
         fails_after_the_signal,
-        (FAIL, r"^the journal records step 'pack' at seq 4, which the workflow's code no longer reaches"),
+        (FAIL, UNREACHED_PACK),
         (SUSPEND, None),
     ),
 }
@@ -172,6 +205,71 @@ async def test_a_recorded_journal_replayed_against_changed_code(case: Case, jour
     else:
         assert isinstance(replayed.error, NonDeterminism)
         assert re.search(error, str(replayed.error)), str(replayed.error)
+
+
+def marked(journal: m.WorkflowInfo) -> m.WorkflowInfo:
+    """``journal`` as ``patched_bill_first`` records it: the marker of ``bill-first`` at seq 1, then
+    ``bill`` and the recorded entries, two seqs later."""
+    shifted = [msgspec.structs.replace(e, seq=e.seq + 2) for e in journal.entries]
+    marker = m.WorkflowEntry(seq=1, kind=PATCH, name="bill-first", state="done")
+    bill = m.WorkflowEntry(seq=2, kind="step", name="bill", state="done", value=b'"x"')
+    return msgspec.structs.replace(journal, entries=[marker, bill, *shifted])
+
+
+MARKER_AT_1 = r"^the workflow's code asked for {} at seq 1, but its journal records patch 'bill-first' there$"
+
+MARKED_CASES = {
+    "patched": Case(patched_bill_first, (COMPLETE, None), (SUSPEND, None)),
+    "deprecated": Case(deprecated_bill_first, (COMPLETE, None), (SUSPEND, None)),
+    "deprecation removed too soon": Case(
+        renamed_step,
+        (FAIL, MARKER_AT_1.format("step 'bill'")),
+        (FAIL, MARKER_AT_1.format("step 'bill'")),
+    ),
+    "rolled back": Case(
+        recorded, (FAIL, MARKER_AT_1.format("step 'charge'")), (FAIL, MARKER_AT_1.format("step 'charge'"))
+    ),
+}
+
+
+@pytest.mark.parametrize("journal", [DONE, WAITING], ids=["completed", "waiting"])
+@pytest.mark.parametrize("case", MARKED_CASES.values(), ids=MARKED_CASES.keys())
+async def test_a_journal_recorded_with_a_patch_replayed(case: Case, journal: m.WorkflowInfo) -> None:
+    """docs/durable.md, "Changing a workflow's code": a run that took a patch keeps taking it, through
+    its deprecation; removing the deprecation (or the patch) while such runs are left breaks them."""
+    then, error = case.done if journal is DONE else case.waiting
+    replayed = await Replayer(app_running(case.body)).check(marked(journal))
+    assert replayed.then == then
+    if error is None:
+        assert replayed.error is None
+    else:
+        assert re.search(error, str(replayed.error)), str(replayed.error)
+
+
+async def test_a_new_run_records_the_patch_and_takes_its_code() -> None:
+    app = app_running(patched_bill_first)
+    async with Node() as node, node.running(app), AsyncClient(node.url) as client:
+        await app.start("checkout", "o-1", workflow_id="new")
+        await eventually(lambda: _sleeping_after(client, "new", 3))
+        info = await client.workflow_info("new")
+    assert [(e.seq, e.kind, e.name, e.state) for e in info.entries] == [
+        (1, PATCH, "bill-first", "done"),
+        (2, "step", "bill", "done"),
+        (3, "step", "charge", "done"),
+        (4, "sleep", "sleep", "pending"),
+    ]
+    assert (await Replayer(app).replay(info)).then == SUSPEND
+
+
+async def _sleeping_after(client: AsyncClient, workflow_id: str, seq: int) -> bool:
+    info = await client.workflow_info(workflow_id)
+    return any(e.kind == "sleep" and e.seq == seq + 1 for e in info.entries)
+
+
+def test_a_patch_needs_an_id() -> None:
+    ctx = Context(app_running(patched_bill_first), cast(AsyncClient, None), WAITING, "30s")
+    with pytest.raises(ValueError, match="a patch's id cannot be empty"):
+        ctx.patched("")
 
 
 async def test_replay_raises_what_check_reports() -> None:
@@ -227,12 +325,17 @@ async def _all_sleeping(client: AsyncClient, count: int) -> bool:
 
 RECORDED_APP = checkout_app()
 CHANGED_APP = app_running(sleep_first)
+PATCHED_APP = app_running(patched_bill_first)
 
 
 @pytest.mark.parametrize(
     ("app", "status", "errors"),
-    [("RECORDED_APP", 0, ["", ""]), ("CHANGED_APP", 5, [MISMATCH_AT_1.format("sleep 'sleep'")] * 2)],
-    ids=["unchanged", "changed"],
+    [
+        ("RECORDED_APP", 0, ["", ""]),
+        ("CHANGED_APP", 5, [MISMATCH_AT_1.format("sleep 'sleep'")] * 2),
+        ("PATCHED_APP", 0, ["", ""]),
+    ],
+    ids=["unchanged", "changed", "changed behind a patch"],
 )
 def test_the_cli_replays_a_file(
     app: str, status: int, errors: list[str], capsys: pytest.CaptureFixture[str]

@@ -28,6 +28,7 @@ from querator.wire.workflows import (
     FAIL,
     FAILED,
     FINISHED,
+    OTHER_VERSION,
     PENDING,
     RUNNING,
     SIGNAL,
@@ -42,6 +43,7 @@ RETENTION_US = 86_400_000_000
 
 FRESH = Workflow(id="wf", name="checkout", queue="durable")
 CLAIMED_WF = replace(FRESH, fence=1, claim_deadline=NOW + CLAIM_US)
+V1 = replace(FRESH, app_version="v1")
 CHARGED = Entry(seq=1, kind=STEP, name="charge", state=DONE, value=b'"r-1"', attempts=1)
 PACKING = [
     Entry(seq=2, kind=STEP, name="pack", state=PENDING, group=2, group_size=2),
@@ -60,6 +62,9 @@ class ClaimCase:
     fence: int = 0  # of the stored record; 0: nothing stored
     lapsed: int = 0
     timed_out: bool = False
+
+    app_version: str = ""
+    """The claimant's (docs/adr/0049)."""
 
 
 CLAIMS = [
@@ -91,12 +96,22 @@ CLAIMS = [
     ClaimCase(
         "a claim before the deadline does not", replace(FRESH, deadline=NOW + 200_000), CLAIMED, fence=1
     ),
+    ClaimCase("a run of its version is claimed", V1, CLAIMED, fence=1, app_version="v1"),
+    ClaimCase("a run of another version is left alone", V1, OTHER_VERSION, app_version="v2"),
+    ClaimCase(
+        "a busy run of another version is left alone",
+        replace(CLAIMED_WF, app_version="v1"),
+        OTHER_VERSION,
+        app_version="v2",
+    ),
+    ClaimCase("a run of no version goes to any worker", FRESH, CLAIMED, fence=1, app_version="v2"),
+    ClaimCase("a worker of no version claims any run", V1, CLAIMED, fence=1),
 ]
 
 
 @pytest.mark.parametrize("case", CLAIMS, ids=[c.id for c in CLAIMS])
 def test_claim(case: ClaimCase) -> None:
-    outcome, stored = j.claim(case.current, "wf", NOW, NOW + CLAIM_US)
+    outcome, stored = j.claim(case.current, "wf", NOW, NOW + CLAIM_US, case.app_version)
     assert outcome.outcome == case.outcome
     if not case.fence:
         assert stored is None and outcome.workflow is case.current
