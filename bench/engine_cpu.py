@@ -26,6 +26,7 @@ import uvloop
 from querator.server import GC_THRESHOLD
 from querator.service import Service
 from querator.storage.memory import MemoryStore
+from querator.tenancy import AS_SERVER
 from querator.wire import messages as m
 
 PAYLOAD = os.urandom(1024)
@@ -37,27 +38,29 @@ async def measure(callers: int, calls: int, batch: int) -> dict[str, float]:
     service = Service(MemoryStore(), max_requests_per_queue=1000)
     await service.start()
     info = m.QueueInfo(queue_name="b", lease_timeout="5m", expire_timeout="24h", requested_partitions=1)
-    await service.create_queue(info)
+    await service.create_queue(AS_SERVER, info)
     each = calls // callers
     leased: list[list[tuple[int, list[str]]]] = [[] for _ in range(callers)]
 
     async def produce(_: int) -> None:
         items = [m.QueueProduceItem(bytes=PAYLOAD)] * batch
         for _ in range(each):
-            await service.produce(m.QueueProduceRequest(queue_name="b", request_timeout="1m", items=items))
+            await service.produce(
+                AS_SERVER, m.QueueProduceRequest(queue_name="b", request_timeout="1m", items=items)
+            )
 
     async def lease(k: int) -> None:
         for _ in range(each):
             req = m.QueueLeaseRequest(
                 queue_name="b", batch_size=batch, client_id=f"c{k}", request_timeout="5s"
             )
-            reply = await service.lease(req)
+            reply = await service.lease(AS_SERVER, req)
             leased[k].append((reply.partition, [i.id for i in reply.items]))
 
     async def complete(k: int) -> None:
         for partition, ids in leased[k]:
             req = m.QueueCompleteRequest(queue_name="b", partition=partition, ids=ids, request_timeout="1m")
-            await service.complete(req)
+            await service.complete(AS_SERVER, req)
 
     costs = {}
     try:

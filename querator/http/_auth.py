@@ -12,7 +12,7 @@ from aiohttp.typedefs import Handler
 from querator.auth import FORWARDED_HEADER, REPLY_SIGNATURE_HEADER, ApiKeys, ClusterAuth, Forwarded
 from querator.errors import QueratorError
 from querator.http._replies import Reply, accept_or_json, error_reply
-from querator.tenancy import REQUEST, SERVER, SYSTEM, Access, RequestContext
+from querator.tenancy import SERVER, SYSTEM, Access, Principal, RequestContext
 from querator.tenancy import permissions as perm
 
 READY_DETAILS = web.RequestKey("ready_details", bool)
@@ -53,6 +53,11 @@ def unauthenticated(request: web.BaseRequest) -> bool:
     return request.get(UNAUTHENTICATED) is True
 
 
+CALLER: web.RequestKey[Principal | None] = web.RequestKey("caller")
+"""Set by the authentication middleware on every request it lets through: who the request is (None for
+no one: without tenancy, a request that is not a forward). The route's handler builds the request's
+``RequestContext`` from it (docs/adr/0056)."""
+
 VERIFIED_FORWARD: web.RequestKey[VerifiedForward] = web.RequestKey("verified_forward")
 """Set by the authentication middleware on a verified forward; a handler that writes its reply itself
 (``_handler._deliver``) signs it first."""
@@ -66,10 +71,9 @@ def authentication(
     ready_details: bool,
 ) -> Any:
     """The middleware that checks who a request is: ``keys`` checks forwards (and, without tenancy, the
-    configured keys); with tenancy, ``access`` finds the caller (docs/tenancy.md), which the service then
-    authorizes by the request's context (``REQUEST``, docs/adr/0056). A verified forward is the server's
-    own call: its first node authorized it. A request refused here has no context, so the service
-    refuses anything it asks. GETs of ``open_paths``
+    configured keys); with tenancy, ``access`` finds the caller (docs/tenancy.md), set as the request's
+    ``CALLER`` for the route's handler, whose context the service authorizes (docs/adr/0056). A
+    verified forward is the server's own call: its first node authorized it. GETs of ``open_paths``
     and of the console's files (under ``open_prefix``) pass without a key."""
 
     @web.middleware
@@ -78,7 +82,7 @@ def authentication(
         # paths exist. Only the GETs of probes (and of the console's files, which hold no data) pass
         # (POST /health is an ordinary 501).
         forwarded = None
-        ctx = None
+        caller = None
         try:
             if keys:
                 forwarded = keys.authenticate(
@@ -86,10 +90,10 @@ def authentication(
                 )
             if access is not None and forwarded is None:
                 request[UNAUTHENTICATED] = True  # until the key is found (it may take a storage read)
-                ctx = RequestContext(await access.authenticate(request.headers.get("Authorization")))
+                caller = await access.authenticate(request.headers.get("Authorization"))
                 request[UNAUTHENTICATED] = False
                 if request.method == "GET":
-                    await _check_get(request, access, ctx)
+                    await _check_get(request, access, caller)
         except QueratorError as e:
             request[UNAUTHENTICATED] = True
             path = request.path
@@ -101,14 +105,11 @@ def authentication(
             request[READY_DETAILS] = ready_details
         verified = None
         if forwarded is not None:
-            ctx = RequestContext(SERVER, forwarded.by)
+            caller = SERVER
             if keys is not None and keys.cluster is not None:
                 verified = request[VERIFIED_FORWARD] = VerifiedForward(keys.cluster, forwarded)
-        token = REQUEST.set(ctx)
-        try:
-            response = await handler(request)
-        finally:
-            REQUEST.reset(token)
+        request[CALLER] = caller
+        response = await handler(request)
         if verified is not None and not response.prepared:  # (a reply written early signed itself)
             verified.sign(response)
         return response
@@ -116,13 +117,13 @@ def authentication(
     return authenticate
 
 
-async def _check_get(request: web.Request, access: Access, ctx: RequestContext) -> None:
+async def _check_get(request: web.Request, access: Access, caller: Principal) -> None:
     """The GET routes the service does not serve: /metrics needs ``system.metrics`` in ``_system``,
     and /ready says why a node is not ready only to holders of ``system.health``."""
     if request.path == "/metrics":
-        await access.authorize(ctx, SYSTEM, perm.SYSTEM_METRICS)
+        await access.authorize(RequestContext(caller), SYSTEM, perm.SYSTEM_METRICS)
     if request.path == "/ready":
-        request[READY_DETAILS] = await access.may(ctx.caller, SYSTEM, perm.SYSTEM_HEALTH)
+        request[READY_DETAILS] = await access.may(caller, SYSTEM, perm.SYSTEM_HEALTH)
 
 
 def _certified(request: web.Request) -> bool:

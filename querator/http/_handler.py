@@ -12,7 +12,7 @@ from typing import Generic, TypeVar
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from querator.auth import EXTENSIONS_LEVEL
+from querator.auth import EXTENSIONS_LEVEL, FORWARDED_HEADER
 from querator.cluster.proxy import CLIENT_GONE as FORWARD_CLIENT_GONE
 from querator.errors import (
     CODE_TEXT,
@@ -22,7 +22,7 @@ from querator.errors import (
     StorageError,
     try_again,
 )
-from querator.http._auth import verified_forward
+from querator.http._auth import CALLER, verified_forward
 from querator.http._body import read_body
 from querator.http._replies import (
     Reply,
@@ -32,7 +32,8 @@ from querator.http._replies import (
     method_not_allowed,
     reference_view,
 )
-from querator.service import REQUEST_BOUNDS
+from querator.service import REQUEST_BOUNDS, deadline_us
+from querator.tenancy import NOBODY, RequestContext
 from querator.wire import JSON, decode, negotiate_accept
 from querator.wire import messages as m
 
@@ -44,11 +45,11 @@ R = TypeVar("R", bound=m.Message)
 
 @dataclass(frozen=True, slots=True)
 class Route(Generic[M, R]):
-    """What one route does: ``call`` the service with the decoded ``type_`` (a body of at most
-    ``limit`` bytes). ``undelivered`` is told of a reply that could not be written (the client went
-    away); ``shield`` lets the call run to its end when the client disconnects."""
+    """What one route does: ``call`` the service with the request's context and the decoded ``type_``
+    (a body of at most ``limit`` bytes). ``undelivered`` is told of a reply that could not be written
+    (the client went away); ``shield`` lets the call run to its end when the client disconnects."""
 
-    call: Callable[[web.Request, M], Awaitable[R | None]]
+    call: Callable[[RequestContext, M], Awaitable[R | None]]
     type_: type[M]
     limit: int
     undelivered: Callable[[R], None] | None = None
@@ -65,10 +66,16 @@ a forward abandoned for the same reason is counted)."""
 
 
 def route_handler(  # noqa: C901 -- its handler maps every failure in one place
-    route: Route[M, R], monotonic_s: Callable[[], float], timed: Timed
+    route: Route[M, R],
+    monotonic_s: Callable[[], float],
+    timed: Timed,
+    now_us: Callable[[], int],
+    authenticated: bool,
 ) -> Handler:
     """The handler of ``route``; a request a browser sent for another site is refused
-    (``_check_forgery``). Every request is ``timed``
+    (``_check_forgery``). The call gets the request's one ``RequestContext``: its caller as the
+    authentication middleware found it (``authenticated``: one runs before), the node that forwarded
+    it, and its deadline, ``request_timeout`` from ``now_us`` (docs/adr/0056). Every request is ``timed``
     here, by its reply's status (``CLIENT_GONE`` for none, 500 for an error aiohttp answers) rather than
     by a wrapper: a coroutine per step is a measurable part of a small request (docs/benchmarks-log.md,
     "Small requests")."""
@@ -95,7 +102,11 @@ def route_handler(  # noqa: C901 -- its handler maps every failure in one place
                 body = await read_body(request, limit)
                 if (verified := verified_forward(request)) is not None:
                     verified.check_body(body)
-                pending = call(request, decode(body, content_type, type_, bounds))
+                message = decode(body, content_type, type_, bounds)
+                caller = (request[CALLER] or NOBODY) if authenticated else NOBODY
+                forwarded_by = request.headers.get(FORWARDED_HEADER, "")
+                ctx = RequestContext(caller, forwarded_by, deadline_us(message, now_us()))
+                pending = call(ctx, message)
                 result = await (asyncio.shield(pending) if shield else pending)
             except StorageError as e:
                 # Queue metadata reads and writes reach storage outside the engine: a storage outage is

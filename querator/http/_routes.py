@@ -9,11 +9,11 @@ from typing import Any, cast
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 
-from querator.auth import FORWARDED_HEADER, ApiKeys
+from querator.auth import ApiKeys
 from querator.console import CONSOLE_PREFIX, add_console
 from querator.http._auth import authentication
 from querator.http._body import DEFAULT_BODY, IMPORT_BODY, MAX_PRODUCE_BODY, SMALL_BODY, UPDATE_BODY
-from querator.http._handler import M, R, Route, Timed, route_handler
+from querator.http._handler import Route, Timed, route_handler
 from querator.http._probes import OPENAPI_PATH, SERVICE, health, metrics, openapi, openapi_document, ready
 from querator.http._replies import unknown
 from querator.metrics import LightHistogram, Observer
@@ -107,56 +107,57 @@ def _api_app(
     # not take items for nobody. Routes that change queues or move items in several steps are shielded
     # from it: their work runs to its end, only the answer is lost.
     routes: list[tuple[str, Route[Any, Any]]] = [
-        ("/v1/queue.produce", _routed(s.produce, m.QueueProduceRequest, max_produce_body)),
-        ("/v1/queue.lease", _routed(s.lease, m.QueueLeaseRequest, SMALL_BODY, undelivered=s.release)),
-        ("/v1/queue.watch", _routed(s.watch, m.QueueLeaseRequest, SMALL_BODY)),
-        ("/v1/queue.complete", _routed(s.complete, m.QueueCompleteRequest, DEFAULT_BODY)),
-        ("/v1/queue.retry", _routed(s.retry, m.QueueRetryRequest, DEFAULT_BODY)),
-        ("/v1/queue.renew", _routed(s.renew, m.QueueRenewRequest, DEFAULT_BODY)),
-        ("/v1/rate_limits.take", _routed(s.take_rate, m.RateLimitsTakeRequest, SMALL_BODY)),
-        ("/v1/queue.redrive", _rpc(s.redrive, m.QueueRedriveRequest, SMALL_BODY, shield=True)),
-        ("/v1/cluster.info", _rpc(s.cluster_info, m.ClusterInfoRequest, DEFAULT_BODY)),
-        ("/v1/cluster.refresh", _rpc(s.refresh, m.QueuesInfoRequest, SMALL_BODY, shield=True)),
-        ("/v1/queue.stats", _routed(s.stats, m.QueueStatsRequest, SMALL_BODY)),
-        ("/v1/queue.clear", _routed(s.clear, m.QueueClearRequest, SMALL_BODY, shield=True)),
-        ("/v1/queue.reload", _routed(s.reload, m.QueueReloadRequest, SMALL_BODY, shield=True)),
-        ("/v1/queues.create", _rpc(s.create_queue, m.QueueInfo, DEFAULT_BODY, shield=True)),
-        ("/v1/queues.list", _rpc(s.list_queues, m.QueuesListRequest, DEFAULT_BODY)),
-        ("/v1/queues.update", _rpc(s.update_queue, m.QueueInfo, UPDATE_BODY, shield=True)),
-        ("/v1/queues.delete", _rpc(s.delete_queue, m.QueuesDeleteRequest, DEFAULT_BODY, shield=True)),
-        ("/v1/queues.info", _rpc(s.queue_info, m.QueuesInfoRequest, DEFAULT_BODY)),
-        ("/v1/storage/items.list", _routed(s.list_items, m.StorageItemsListRequest, DEFAULT_BODY)),
+        ("/v1/queue.produce", Route(s.produce, m.QueueProduceRequest, max_produce_body)),
+        ("/v1/queue.lease", Route(s.lease, m.QueueLeaseRequest, SMALL_BODY, undelivered=s.release)),
+        ("/v1/queue.watch", Route(s.watch, m.QueueLeaseRequest, SMALL_BODY)),
+        ("/v1/queue.complete", Route(s.complete, m.QueueCompleteRequest, DEFAULT_BODY)),
+        ("/v1/queue.retry", Route(s.retry, m.QueueRetryRequest, DEFAULT_BODY)),
+        ("/v1/queue.renew", Route(s.renew, m.QueueRenewRequest, DEFAULT_BODY)),
+        ("/v1/rate_limits.take", Route(s.take_rate, m.RateLimitsTakeRequest, SMALL_BODY)),
+        ("/v1/queue.redrive", Route(s.redrive, m.QueueRedriveRequest, SMALL_BODY, shield=True)),
+        ("/v1/cluster.info", Route(s.cluster_info, m.ClusterInfoRequest, DEFAULT_BODY)),
+        ("/v1/cluster.refresh", Route(s.refresh, m.QueuesInfoRequest, SMALL_BODY, shield=True)),
+        ("/v1/queue.stats", Route(s.stats, m.QueueStatsRequest, SMALL_BODY)),
+        ("/v1/queue.clear", Route(s.clear, m.QueueClearRequest, SMALL_BODY, shield=True)),
+        ("/v1/queue.reload", Route(s.reload, m.QueueReloadRequest, SMALL_BODY, shield=True)),
+        ("/v1/queues.create", Route(s.create_queue, m.QueueInfo, DEFAULT_BODY, shield=True)),
+        ("/v1/queues.list", Route(s.list_queues, m.QueuesListRequest, DEFAULT_BODY)),
+        ("/v1/queues.update", Route(s.update_queue, m.QueueInfo, UPDATE_BODY, shield=True)),
+        ("/v1/queues.delete", Route(s.delete_queue, m.QueuesDeleteRequest, DEFAULT_BODY, shield=True)),
+        ("/v1/queues.info", Route(s.queue_info, m.QueuesInfoRequest, DEFAULT_BODY)),
+        ("/v1/storage/items.list", Route(s.list_items, m.StorageItemsListRequest, DEFAULT_BODY)),
         (
             "/v1/storage/items.import",
-            _routed(s.import_items, m.StorageItemsImportRequest, IMPORT_BODY, shield=True),
+            Route(s.import_items, m.StorageItemsImportRequest, IMPORT_BODY, shield=True),
         ),
         (
             "/v1/storage/items.delete",
-            _routed(s.delete_items, m.StorageItemsDeleteRequest, DEFAULT_BODY, shield=True),
+            Route(s.delete_items, m.StorageItemsDeleteRequest, DEFAULT_BODY, shield=True),
         ),
-        ("/v1/storage/scheduled.list", _routed(s.list_scheduled, m.StorageItemsListRequest, DEFAULT_BODY)),
+        ("/v1/storage/scheduled.list", Route(s.list_scheduled, m.StorageItemsListRequest, DEFAULT_BODY)),
         # Durable workflows (docs/durable.md): writes in several steps are shielded, as above.
-        ("/v1/workflows.start", _rpc(w.start, m.WorkflowsStartRequest, max_produce_body, shield=True)),
-        ("/v1/workflows.info", _rpc(w.info, m.WorkflowsInfoRequest, SMALL_BODY)),
-        ("/v1/workflows.list", _rpc(w.list, m.WorkflowsListRequest, SMALL_BODY)),
-        ("/v1/workflows.signal", _rpc(w.signal, m.WorkflowsSignalRequest, max_produce_body, shield=True)),
-        ("/v1/workflows.cancel", _rpc(w.cancel, m.WorkflowsCancelRequest, SMALL_BODY, shield=True)),
-        ("/v1/workflows.resume", _rpc(w.resume, m.WorkflowsResumeRequest, SMALL_BODY, shield=True)),
-        ("/v1/workflows.fork", _rpc(w.fork, m.WorkflowsForkRequest, SMALL_BODY, shield=True)),
+        ("/v1/workflows.start", Route(w.start, m.WorkflowsStartRequest, max_produce_body, shield=True)),
+        ("/v1/workflows.info", Route(w.info, m.WorkflowsInfoRequest, SMALL_BODY)),
+        ("/v1/workflows.list", Route(w.list, m.WorkflowsListRequest, SMALL_BODY)),
+        ("/v1/workflows.signal", Route(w.signal, m.WorkflowsSignalRequest, max_produce_body, shield=True)),
+        ("/v1/workflows.cancel", Route(w.cancel, m.WorkflowsCancelRequest, SMALL_BODY, shield=True)),
+        ("/v1/workflows.resume", Route(w.resume, m.WorkflowsResumeRequest, SMALL_BODY, shield=True)),
+        ("/v1/workflows.fork", Route(w.fork, m.WorkflowsForkRequest, SMALL_BODY, shield=True)),
         (
             "/v1/workflows.terminate",
-            _rpc(w.terminate, m.WorkflowsTerminateRequest, SMALL_BODY, shield=True),
+            Route(w.terminate, m.WorkflowsTerminateRequest, SMALL_BODY, shield=True),
         ),
-        ("/v1/workflows.result", _rpc(w.result, m.WorkflowsResultRequest, SMALL_BODY)),
-        ("/v1/workflows.claim", _rpc(w.claim, m.WorkflowsClaimRequest, SMALL_BODY, shield=True)),
-        ("/v1/workflows.append", _rpc(w.append, m.WorkflowsAppendRequest, max_produce_body, shield=True)),
+        ("/v1/workflows.result", Route(w.result, m.WorkflowsResultRequest, SMALL_BODY)),
+        ("/v1/workflows.claim", Route(w.claim, m.WorkflowsClaimRequest, SMALL_BODY, shield=True)),
+        ("/v1/workflows.append", Route(w.append, m.WorkflowsAppendRequest, max_produce_body, shield=True)),
         *_schedule_routes(s),
         *_tenancy_routes(s.tenancy),
     ]
     latency, monotonic_s = service.metrics.latency, service.clock.monotonic
     direct = app[DIRECT_ROUTES] = {}
     for path, route in routes:
-        handler = route_handler(route, monotonic_s, _timed(path, latency, monotonic_s))
+        timed = _timed(path, latency, monotonic_s)
+        handler = route_handler(route, monotonic_s, timed, service.clock.now, auth is not None)
         app.router.add_route("*", path, handler)
         direct[path] = handler if auth is None else functools.partial(auth, handler=handler)
     return app
@@ -192,14 +193,14 @@ def _schedule_routes(s: Service) -> list[tuple[str, Route[Any, Any]]]:
     """The schedules routes (docs/schedules.md); a create or update carries an item template."""
     api = s.schedules
     return [
-        ("/v1/schedules.create", _rpc(api.create, m.ScheduleInfo, DEFAULT_BODY, shield=True)),
-        ("/v1/schedules.update", _rpc(api.update, m.ScheduleInfo, DEFAULT_BODY, shield=True)),
-        ("/v1/schedules.info", _rpc(api.info, m.SchedulesRequest, SMALL_BODY)),
-        ("/v1/schedules.list", _rpc(api.list, m.SchedulesListRequest, SMALL_BODY)),
-        ("/v1/schedules.delete", _rpc(api.delete, m.SchedulesRequest, SMALL_BODY, shield=True)),
-        ("/v1/schedules.pause", _rpc(api.pause, m.SchedulesRequest, SMALL_BODY, shield=True)),
-        ("/v1/schedules.resume", _rpc(api.resume, m.SchedulesRequest, SMALL_BODY, shield=True)),
-        ("/v1/schedules.refresh", _rpc(api.refresh, m.SchedulesRequest, SMALL_BODY)),
+        ("/v1/schedules.create", Route(api.create, m.ScheduleInfo, DEFAULT_BODY, shield=True)),
+        ("/v1/schedules.update", Route(api.update, m.ScheduleInfo, DEFAULT_BODY, shield=True)),
+        ("/v1/schedules.info", Route(api.info, m.SchedulesRequest, SMALL_BODY)),
+        ("/v1/schedules.list", Route(api.list, m.SchedulesListRequest, SMALL_BODY)),
+        ("/v1/schedules.delete", Route(api.delete, m.SchedulesRequest, SMALL_BODY, shield=True)),
+        ("/v1/schedules.pause", Route(api.pause, m.SchedulesRequest, SMALL_BODY, shield=True)),
+        ("/v1/schedules.resume", Route(api.resume, m.SchedulesRequest, SMALL_BODY, shield=True)),
+        ("/v1/schedules.refresh", Route(api.refresh, m.SchedulesRequest, SMALL_BODY)),
     ]
 
 
@@ -207,31 +208,31 @@ def _tenancy_routes(t: Tenancy) -> list[tuple[str, Route[Any, Any]]]:
     """The routes of namespaces, users, API keys, roles and role bindings (docs/tenancy.md)."""
     size = DEFAULT_BODY
     return [
-        ("/v1/namespaces.create", _rpc(t.create_namespace, m.NamespaceInfo, size, shield=True)),
-        ("/v1/namespaces.update", _rpc(t.update_namespace, m.NamespaceInfo, size, shield=True)),
-        ("/v1/namespaces.list", _rpc(t.list_namespaces, m.NamespacesListRequest, size)),
+        ("/v1/namespaces.create", Route(t.create_namespace, m.NamespaceInfo, size, shield=True)),
+        ("/v1/namespaces.update", Route(t.update_namespace, m.NamespaceInfo, size, shield=True)),
+        ("/v1/namespaces.list", Route(t.list_namespaces, m.NamespacesListRequest, size)),
         (
             "/v1/namespaces.delete",
-            _rpc(t.delete_namespace, m.NamespacesDeleteRequest, size, shield=True),
+            Route(t.delete_namespace, m.NamespacesDeleteRequest, size, shield=True),
         ),
-        ("/v1/users.create", _rpc(t.create_user, m.UserCreateRequest, size, shield=True)),
-        ("/v1/users.list", _rpc(t.list_users, m.UsersListRequest, size)),
-        ("/v1/users.delete", _rpc(t.delete_user, m.UsersDeleteRequest, size, shield=True)),
-        ("/v1/apikeys.create", _rpc(t.create_key, m.APIKeyCreateRequest, size, shield=True)),
-        ("/v1/apikeys.list", _rpc(t.list_keys, m.APIKeysListRequest, size)),
-        ("/v1/apikeys.delete", _rpc(t.delete_key, m.APIKeysDeleteRequest, size, shield=True)),
-        ("/v1/roles.create", _rpc(t.create_role, m.RoleCreateRequest, size, shield=True)),
-        ("/v1/roles.list", _rpc(t.list_roles, m.RolesListRequest, size)),
-        ("/v1/roles.update", _rpc(t.update_role, m.RoleUpdateRequest, size, shield=True)),
-        ("/v1/roles.delete", _rpc(t.delete_role, m.RolesDeleteRequest, size, shield=True)),
+        ("/v1/users.create", Route(t.create_user, m.UserCreateRequest, size, shield=True)),
+        ("/v1/users.list", Route(t.list_users, m.UsersListRequest, size)),
+        ("/v1/users.delete", Route(t.delete_user, m.UsersDeleteRequest, size, shield=True)),
+        ("/v1/apikeys.create", Route(t.create_key, m.APIKeyCreateRequest, size, shield=True)),
+        ("/v1/apikeys.list", Route(t.list_keys, m.APIKeysListRequest, size)),
+        ("/v1/apikeys.delete", Route(t.delete_key, m.APIKeysDeleteRequest, size, shield=True)),
+        ("/v1/roles.create", Route(t.create_role, m.RoleCreateRequest, size, shield=True)),
+        ("/v1/roles.list", Route(t.list_roles, m.RolesListRequest, size)),
+        ("/v1/roles.update", Route(t.update_role, m.RoleUpdateRequest, size, shield=True)),
+        ("/v1/roles.delete", Route(t.delete_role, m.RolesDeleteRequest, size, shield=True)),
         (
             "/v1/rolebindings.create",
-            _rpc(t.create_binding, m.RoleBindingCreateRequest, size, shield=True),
+            Route(t.create_binding, m.RoleBindingCreateRequest, size, shield=True),
         ),
-        ("/v1/rolebindings.list", _rpc(t.list_bindings, m.RoleBindingsListRequest, size)),
+        ("/v1/rolebindings.list", Route(t.list_bindings, m.RoleBindingsListRequest, size)),
         (
             "/v1/rolebindings.delete",
-            _rpc(t.delete_binding, m.RoleBindingDeleteRequest, size, shield=True),
+            Route(t.delete_binding, m.RoleBindingDeleteRequest, size, shield=True),
         ),
     ]
 
@@ -248,30 +249,3 @@ def _timed(path: str, latency: LightHistogram, monotonic_s: Callable[[], float])
         child.observe(monotonic_s() - started_s)
 
     return timed
-
-
-def _routed(
-    call: Callable[[M, str], Awaitable[R | None]],
-    type_: type[M],
-    limit: int,
-    undelivered: Callable[[R], None] | None = None,
-    shield: bool = False,
-) -> Route[M, R]:
-    """A route the service may forward to another node: the call is told which node forwarded the
-    request, if one did."""
-
-    def forwardable(request: web.Request, message: M) -> Awaitable[R | None]:
-        return call(message, request.headers.get(FORWARDED_HEADER, ""))
-
-    return Route(forwardable, type_, limit, undelivered, shield)
-
-
-def _rpc(
-    call: Callable[[M], Awaitable[R | None]],
-    type_: type[M],
-    limit: int,
-    undelivered: Callable[[R], None] | None = None,
-    shield: bool = False,
-) -> Route[M, R]:
-    """A route this node always serves itself."""
-    return Route(lambda _, message: call(message), type_, limit, undelivered, shield)

@@ -15,6 +15,6 @@ and encodes, and an embedding program calls it directly with the same results. I
 
 from querator.service._bounds import REQUEST_BOUNDS
 from querator.service._service import Service
-from querator.service._validation import MAX_NAME
+from querator.service._validation import MAX_NAME, deadline_us
 
-__all__ = ["MAX_NAME", "REQUEST_BOUNDS", "Service"]
+__all__ = ["MAX_NAME", "REQUEST_BOUNDS", "Service", "deadline_us"]

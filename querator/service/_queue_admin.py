@@ -32,7 +32,7 @@ from querator.service._workflows import Workflows
 from querator.storage.base import DEFAULT_DEDUP_WINDOW, QueueRecord, Store
 from querator.storage.operations import LEASE_TOKEN_KEY, new_lease_token_key
 from querator.storage.split import SplitStore
-from querator.tenancy import Tenancy
+from querator.tenancy import RequestContext, Tenancy
 from querator.tenancy import permissions as perm
 from querator.wire import messages as m
 
@@ -54,7 +54,7 @@ class QueueAdministration:
     _closing: bool
     _split: SplitStore | None
 
-    async def create_queue(self, info: m.QueueInfo) -> None:
+    async def create_queue(self, ctx: RequestContext, info: m.QueueInfo) -> None:
         check_new_name(info.queue_name)
         # On create only: a queue made before this check stays usable and removable.
         check_new_name_characters("queue name", info.queue_name)
@@ -62,7 +62,7 @@ class QueueAdministration:
         owner = namespace(info.namespace)
         check_new_name_characters("namespace name", owner)
         check_lease_token_setting(info.lease_token)
-        await self.tenancy.authorize(owner, perm.QUEUE_CREATE)
+        await self.tenancy.authorize(ctx, owner, perm.QUEUE_CREATE)
         await self.tenancy.check_namespace(owner)
         if self._closing:
             raise shutting_down("service")
@@ -87,11 +87,11 @@ class QueueAdministration:
         check_record(record)
         await self.manager.create(record)
 
-    async def update_queue(self, info: m.QueueInfo) -> None:
+    async def update_queue(self, ctx: RequestContext, info: m.QueueInfo) -> None:
         check_new_name(info.queue_name)
         lease_timeout, expire_timeout = timeouts(info)
         check_lease_token_setting(info.lease_token)
-        current = await self._authorized_record(info.queue_name, perm.QUEUE_UPDATE)
+        current = await self._authorized_record(ctx, info.queue_name, perm.QUEUE_UPDATE)
         await self._check_dead_queue(
             info.queue_name, info.dead_queue, current.namespace or SYSTEM_NAMESPACE, kept=current.dead_queue
         )
@@ -119,39 +119,39 @@ class QueueAdministration:
         await self.manager.update(record)
         await self._refresh_elsewhere(record.name)
 
-    async def delete_queue(self, req: m.QueuesDeleteRequest) -> None:
+    async def delete_queue(self, ctx: RequestContext, req: m.QueuesDeleteRequest) -> None:
         check_new_name(req.queue_name)
         current = await self.manager.record(req.queue_name)
-        await self._authorize_in(current, perm.QUEUE_DELETE)
+        await self._authorize_in(ctx, current, perm.QUEUE_DELETE)
         # Every node's engine stops writing before the items go.
         await self.manager.delete(req.queue_name, before_items=self._refresh_elsewhere)
         if current is not None:
             await self._queue_deleted(current)
 
-    async def queue_info(self, req: m.QueuesInfoRequest) -> m.QueueInfo:
+    async def queue_info(self, ctx: RequestContext, req: m.QueuesInfoRequest) -> m.QueueInfo:
         check_stored_name(req.queue_name)
-        return queue_info(await self._authorized_record(req.queue_name, perm.QUEUE_STATS))
+        return queue_info(await self._authorized_record(ctx, req.queue_name, perm.QUEUE_STATS))
 
-    async def list_queues(self, req: m.QueuesListRequest) -> m.QueuesListResponse:
+    async def list_queues(self, ctx: RequestContext, req: m.QueuesListRequest) -> m.QueuesListResponse:
         listed = check_queues_list(req)
-        await self.tenancy.authorize(listed, perm.QUEUE_LIST)
+        await self.tenancy.authorize(ctx, listed, perm.QUEUE_LIST)
         records = await self.manager.list_queues(req.pivot, req.limit or DEFAULT_LIST_LIMIT, listed)
         return m.QueuesListResponse(items=[queue_info(r) for r in records])
 
-    async def _authorized_record(self, name: str, permission: str) -> QueueRecord:
+    async def _authorized_record(self, ctx: RequestContext, name: str, permission: str) -> QueueRecord:
         """The settings of the queue ``name``, once the caller holds ``permission`` in its namespace."""
         record = await self.manager.record(name)
-        await self._authorize_in(record, permission)
+        await self._authorize_in(ctx, record, permission)
         if record is None:
             raise no_such_queue(name)
         return record
 
-    async def _authorize_in(self, record: QueueRecord | None, permission: str) -> None:
+    async def _authorize_in(self, ctx: RequestContext, record: QueueRecord | None, permission: str) -> None:
         """403 unless the caller holds ``permission`` in the namespace of the queue ``record``, or in
         ``_system`` when there is no such queue: a caller refused in a namespace gets the same 403
         whether a queue of the name is there or nowhere, and only one who may see every namespace learns
         that a queue does not exist (docs/tenancy.md, "Boundaries between namespaces")."""
-        await self.tenancy.authorize(record.namespace if record else SYSTEM_NAMESPACE, permission)
+        await self.tenancy.authorize(ctx, record.namespace if record else SYSTEM_NAMESPACE, permission)
 
     async def _check_dead_queue(self, name: str, dead_queue: str, owner: str, kept: str = "") -> None:
         """The reference's dead-queue checks; with tenancy, also that the dead queue is in the queue's
@@ -181,10 +181,12 @@ class QueueAdministration:
                 f"dead_queue is invalid; '{dead_queue}' already has its own dead_queue configured"
             )
 
-    async def refresh(self, req: m.QueuesInfoRequest) -> None:
+    async def refresh(self, ctx: RequestContext, req: m.QueuesInfoRequest) -> None:
         """Another node changed or deleted a queue: its engine here takes the new settings, or stops."""
         check_stored_name(req.queue_name)
-        await self.tenancy.authorize(SYSTEM_NAMESPACE, perm.QUEUE_UPDATE)  # a client's, not a node's, call
+        await self.tenancy.authorize(
+            ctx, SYSTEM_NAMESPACE, perm.QUEUE_UPDATE
+        )  # a client's, not a node's, call
         record = await self.store.get_queue(req.queue_name)
         if record is None:
             await self.manager.forget(req.queue_name)

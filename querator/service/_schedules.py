@@ -22,6 +22,7 @@ from querator.schedules import ALL, CATCH_UP_POLICIES, MAX_CATCH_UP, ONE, RELOAD
 from querator.service._validation import check_stored_name, has_space
 from querator.storage.base import LIST_PAGE_BYTES
 from querator.storage.schedules import ScheduleRecord, ScheduleStore
+from querator.tenancy import RequestContext
 from querator.tenancy import permissions as perm
 from querator.wire import messages as m
 
@@ -44,8 +45,8 @@ QueueExists = Callable[[str], Awaitable[bool]]
 OwnerOf = Callable[[str], str]
 TellOwner = Callable[[str], Awaitable[None]]
 """Tells the member that fires a schedule, when it is another, that the schedule changed."""
-Authorize = Callable[[str, str], Awaitable[None]]
-"""403 unless the caller holds a permission in the namespace of a queue ("": ``_system``)."""
+Authorize = Callable[[RequestContext, str, str], Awaitable[None]]
+"""403 unless the caller of a context holds a permission in the namespace of a queue ("": ``_system``)."""
 
 
 class Schedules:
@@ -70,58 +71,58 @@ class Schedules:
         self._scheduler = scheduler
         self._tell_owner = tell_owner
 
-    async def create(self, info: m.ScheduleInfo) -> m.ScheduleInfo:
+    async def create(self, ctx: RequestContext, info: m.ScheduleInfo) -> m.ScheduleInfo:
         check_new_schedule_name(info.name)
         now = self._clock.now()
         record = await self._definition(info, ScheduleRecord(name=info.name, start=now, created_at=now))
-        await self._check_queue(record.queue)
+        await self._check_queue(ctx, record.queue)
         record.updated_at = now
         if not await self._store.add_schedule(record):
             raise InvalidOption(f"invalid schedule; '{info.name}' already exists")
         await self._changed(record.name)
         return self._info(record)
 
-    async def update(self, info: m.ScheduleInfo) -> m.ScheduleInfo:
+    async def update(self, ctx: RequestContext, info: m.ScheduleInfo) -> m.ScheduleInfo:
         """Replaces the definition; the paused state and the last tick stay. A new calendar (cron or
         time zone) starts from now: no tick before the update fires under it."""
-        current = await self._existing(info.name, perm.QUEUE_UPDATE)
+        current = await self._existing(ctx, info.name, perm.QUEUE_UPDATE)
         record = await self._definition(info, dataclasses.replace(current))
-        await self._check_queue(record.queue)
+        await self._check_queue(ctx, record.queue)
         now = self._clock.now()
         if (record.cron, record.time_zone) != (current.cron, current.time_zone):
             record.start = max(now, current.start)
         record.updated_at = max(now, current.updated_at + 1)
         return await self._replace(record)
 
-    async def info(self, req: m.SchedulesRequest) -> m.ScheduleInfo:
-        return self._info(await self._existing(req.name, perm.QUEUE_STATS))
+    async def info(self, ctx: RequestContext, req: m.SchedulesRequest) -> m.ScheduleInfo:
+        return self._info(await self._existing(ctx, req.name, perm.QUEUE_STATS))
 
-    async def list(self, req: m.SchedulesListRequest) -> m.SchedulesListResponse:
+    async def list(self, ctx: RequestContext, req: m.SchedulesListRequest) -> m.SchedulesListResponse:
         if req.limit < 0:
             raise InvalidOption("limit is invalid; limit cannot be negative")
         if req.limit > MAX_SCHEDULES_LIMIT:
             raise InvalidOption(f"limit is invalid; cannot be greater than {MAX_SCHEDULES_LIMIT}")
-        await self._check("", perm.QUEUE_LIST)  # schedules of every queue: a _system matter
+        await self._check(ctx, "", perm.QUEUE_LIST)  # schedules of every queue: a _system matter
         records = await self._store.list_schedules(req.pivot, req.limit or DEFAULT_SCHEDULES_LIMIT)
         return m.SchedulesListResponse(items=[self._info(r) for r in _page(records)])
 
-    async def delete(self, req: m.SchedulesRequest) -> None:
-        await self._existing(req.name, perm.QUEUE_UPDATE)
+    async def delete(self, ctx: RequestContext, req: m.SchedulesRequest) -> None:
+        await self._existing(ctx, req.name, perm.QUEUE_UPDATE)
         if not await self._store.delete_schedule(req.name):
             raise _missing(req.name)
         await self._changed(req.name)
 
-    async def pause(self, req: m.SchedulesRequest) -> m.ScheduleInfo:
-        current = await self._existing(req.name, perm.QUEUE_UPDATE)
+    async def pause(self, ctx: RequestContext, req: m.SchedulesRequest) -> m.ScheduleInfo:
+        current = await self._existing(ctx, req.name, perm.QUEUE_UPDATE)
         if current.paused:
             return self._info(current)
         return await self._replace(
             dataclasses.replace(current, paused=True, updated_at=self._updated(current))
         )
 
-    async def resume(self, req: m.SchedulesRequest) -> m.ScheduleInfo:
+    async def resume(self, ctx: RequestContext, req: m.SchedulesRequest) -> m.ScheduleInfo:
         """Unpauses; ticks that came while paused never fire (the schedule starts again from now)."""
-        current = await self._existing(req.name, perm.QUEUE_UPDATE)
+        current = await self._existing(ctx, req.name, perm.QUEUE_UPDATE)
         if not current.paused:
             return self._info(current)
         now = self._clock.now()
@@ -130,11 +131,11 @@ class Schedules:
         )
         return await self._replace(resumed)
 
-    async def refresh(self, req: m.SchedulesRequest) -> None:
+    async def refresh(self, ctx: RequestContext, req: m.SchedulesRequest) -> None:
         """Another member changed the schedule ``req.name``, which this one fires: read the schedules
         again now. Harmless to call: the scheduler only reads what is stored."""
         check_new_schedule_name(req.name)  # every stored name passes it
-        await self._check("", perm.QUEUE_UPDATE)  # a client's call; a member's forward passes
+        await self._check(ctx, "", perm.QUEUE_UPDATE)  # a client's call; a member's forward passes
         self._scheduler.changed()
 
     async def delete_of_queue(self, queue: str) -> int:
@@ -174,31 +175,31 @@ class Schedules:
                 e.message,
             )
 
-    async def _check(self, queue: str, permission: str) -> None:
+    async def _check(self, ctx: RequestContext, queue: str, permission: str) -> None:
         """With tenancy: managing a schedule is changing what flows into its queue (``queue.update``),
         reading one is the queue's ``queue.stats``, listing them all ``queue.list`` in ``_system``."""
         if self._authorize is not None:
-            await self._authorize(queue, permission)
+            await self._authorize(ctx, queue, permission)
 
     def _updated(self, current: ScheduleRecord) -> int:
         return max(self._clock.now(), current.updated_at + 1)
 
-    async def _existing(self, name: str, permission: str) -> ScheduleRecord:
+    async def _existing(self, ctx: RequestContext, name: str, permission: str) -> ScheduleRecord:
         """The schedule ``name``, once the caller holds ``permission`` for its queue. One that does not
         exist is checked as a queue that does not exist (in ``_system``): a caller refused there gets
         the same 403 whether the schedule exists or not (docs/tenancy.md, "Boundaries between
         namespaces")."""
         check_schedule_name(name)
         record = await self._store.get_schedule(name)
-        await self._check(record.queue if record is not None else "", permission)
+        await self._check(ctx, record.queue if record is not None else "", permission)
         if record is None:
             raise _missing(name)
         return record
 
-    async def _check_queue(self, queue: str) -> None:
+    async def _check_queue(self, ctx: RequestContext, queue: str) -> None:
         """The queue a schedule is to produce into: the caller's ``queue.update`` there first, then
         that it exists, so a caller learns nothing of a queue it may not change."""
-        await self._check(queue, perm.QUEUE_UPDATE)
+        await self._check(ctx, queue, perm.QUEUE_UPDATE)
         if not await self._queue_exists(queue):
             raise no_such_queue(queue)
 

@@ -4,8 +4,10 @@ Every method takes and returns wire messages (``querator.wire.messages``), so th
 and encodes, and an embedding program gets the same behaviour as an HTTP client, in a cluster too. A
 queue request is checked completely first (``_validation``), then routed (``querator.cluster.router``):
 to this node's engine (``LocalQueue``) or to the owner (``RemoteQueue``), which have the same methods.
-``forwarded_by`` is the node that forwarded the request ("" for a client's own): such a request is
-served here or refused, never forwarded again.
+Every method of a request takes its ``RequestContext`` first (docs/adr/0056): whom it is for (authorized
+by ``Tenancy.authorize``), until when its waits may last (``deadline_us``), and ``forwarded_by``, the node
+that forwarded the request ("" for a client's own): such a request is served here or refused, never
+forwarded again. The server's own calls pass ``AS_SERVER``.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ from querator.storage.base import Item, QueueRecord, Store
 from querator.storage.operations import moved_copies
 from querator.storage.schedules import ScheduleRecord
 from querator.storage.split import SplitStore
-from querator.tenancy import Tenancy, as_server
+from querator.tenancy import AS_SERVER, RequestContext, Tenancy
 from querator.tenancy import permissions as perm
 from querator.wire import messages as m
 
@@ -157,12 +159,8 @@ class Service(QueueAdministration):
         self._sweeper: _tasks.Supervised | None = None
 
     async def start(self) -> None:
-        """Opens the storage backend and starts dropping expired de-duplication records. Every task
-        started here runs as the server (``as_server``, docs/adr/0056)."""
-        with as_server():
-            await self._start()
-
-    async def _start(self) -> None:
+        """Opens the storage backend and starts dropping expired de-duplication records. What a task
+        started here asks of the service, it asks as the server (``AS_SERVER``, docs/adr/0056)."""
         await self.store.open()
         try:
             await self.cluster.start()
@@ -235,16 +233,16 @@ class Service(QueueAdministration):
             return "storage check failed"
         return ""
 
-    async def cluster_info(self, req: m.ClusterInfoRequest) -> m.ClusterInfoResponse:
+    async def cluster_info(self, ctx: RequestContext, req: m.ClusterInfoRequest) -> m.ClusterInfoResponse:
         """The members, the ring's revision, and the owner of each partition and this node's recent
         hand-offs (of one queue, or of every queue of a namespace: never those of a queue the caller
         may not see)."""
         if req.queue_name:
             check_stored_name(req.queue_name)
-            records = [await self._authorized_record(req.queue_name, perm.QUEUE_STATS)]
+            records = [await self._authorized_record(ctx, req.queue_name, perm.QUEUE_STATS)]
         else:
             listed = namespace(req.namespace)
-            await self.tenancy.authorize(listed, perm.QUEUE_LIST)
+            await self.tenancy.authorize(ctx, listed, perm.QUEUE_LIST)
             records = await self._queues_of(listed)
         cluster = self.cluster
         names = {r.name for r in records}
@@ -327,24 +325,23 @@ class Service(QueueAdministration):
 
     async def _produce_own(self, req: m.QueueProduceRequest) -> m.QueueProduceResponse:
         """A produce of the server's own (a workflow's activation, a schedule's tick), whoever's request
-        caused it, as the server (``as_server``): the
-        route that did was authorized for what it asked, not for the queue the activation goes to."""
-        with as_server():
-            return await self.produce(req)
+        caused it, as the server (``AS_SERVER``): the route that did was authorized for what it asked,
+        not for the queue the activation goes to."""
+        return await self.produce(AS_SERVER, req)
 
-    async def _authorize_queue(self, name: str, permission: str) -> None:
+    async def _authorize_queue(self, ctx: RequestContext, name: str, permission: str) -> None:
         """403 unless the caller holds ``permission`` in the namespace of queue ``name`` (``_system`` for
         "" or a queue that is gone): for routes that name a queue only indirectly (schedules)."""
-        await self._authorize_in(await self.manager.record(name) if name else None, permission)
+        await self._authorize_in(ctx, await self.manager.record(name) if name else None, permission)
 
     # -- routing --------------------------------------------------------------------------------------------
 
-    async def _record(self, name: str, permission: str, forwarded_by: str = "") -> QueueRecord:
+    async def _record(self, ctx: RequestContext, name: str, permission: str) -> QueueRecord:
         """The settings of the queue a request names, once the caller may use ``permission`` in its
         namespace (403, as ``_authorize_in``; then 400 when there is none): what it is checked and
         routed by. Never waits for an engine."""
         if self._closing:
-            if forwarded_by:
+            if ctx.forwarded_by:
                 # The forwarding node's client should try again, and reach the next owner.
                 raise RetryRequest(NOT_SERVING)
             raise shutting_down("service")
@@ -354,7 +351,7 @@ class Service(QueueAdministration):
         queue = self.manager.find(name)
         record = queue.settings if queue is not None else await self.manager.known(name)
         if self.tenancy.enabled:
-            await self._authorize_in(record, permission)
+            await self._authorize_in(ctx, record, permission)
         if record is None:
             raise no_such_queue(name)
         return record
@@ -454,29 +451,29 @@ class Service(QueueAdministration):
 
     # -- the queue API --------------------------------------------------------------------------------------
 
-    async def produce(self, req: m.QueueProduceRequest, forwarded_by: str = "") -> m.QueueProduceResponse:
+    async def produce(self, ctx: RequestContext, req: m.QueueProduceRequest) -> m.QueueProduceResponse:
         """Stores the request's items; the reply names each one's id (docs/extensions.md)."""
-        record = await self._record(req.queue_name, perm.QUEUE_PRODUCE, forwarded_by)
-        timeout_us = check_produce(req)
+        record = await self._record(ctx, req.queue_name, perm.QUEUE_PRODUCE)
+        timeout_us = ctx.within_us(check_produce(req), self.clock.now())
         if self._split is not None and any(i.dedup_id for i in req.items):
-            target = await self._at_partition(record, 0, forwarded_by, seconds(timeout_us))
+            target = await self._at_partition(record, 0, ctx.forwarded_by, seconds(timeout_us))
         else:
-            target = await self._at_queue(record, forwarded_by, seconds(timeout_us))
+            target = await self._at_queue(record, ctx.forwarded_by, seconds(timeout_us))
         return await target.produce(req, timeout_us)
 
-    async def lease(self, req: m.QueueLeaseRequest, forwarded_by: str = "") -> m.QueueLeaseResponse:
-        record = await self._record(req.queue_name, perm.QUEUE_LEASE, forwarded_by)
-        timeout_us = check_lease(req)
-        target = await self._lease_target(record, forwarded_by, seconds(timeout_us))
+    async def lease(self, ctx: RequestContext, req: m.QueueLeaseRequest) -> m.QueueLeaseResponse:
+        record = await self._record(ctx, req.queue_name, perm.QUEUE_LEASE)
+        timeout_us = ctx.within_us(check_lease(req), self.clock.now())
+        target = await self._lease_target(record, ctx.forwarded_by, seconds(timeout_us))
         return await target.lease(req, timeout_us)
 
-    async def watch(self, req: m.QueueLeaseRequest, forwarded_by: str = "") -> None:
+    async def watch(self, ctx: RequestContext, req: m.QueueLeaseRequest) -> None:
         """Answers once this node's partitions of the queue hold items a lease could take, leasing
         nothing (a member whose leases wait asks the other owners: ADR 0042); 454 as a lease that got
         nothing at ``request_timeout``."""
-        record = await self._record(req.queue_name, perm.QUEUE_LEASE, forwarded_by)
-        timeout_us = check_lease(req)
-        await (await self._at_queue(record, forwarded_by, seconds(timeout_us))).watch(req, timeout_us)
+        record = await self._record(ctx, req.queue_name, perm.QUEUE_LEASE)
+        timeout_us = ctx.within_us(check_lease(req), self.clock.now())
+        await (await self._at_queue(record, ctx.forwarded_by, seconds(timeout_us))).watch(req, timeout_us)
 
     def release(self, reply: m.QueueLeaseResponse) -> None:
         """Gives back the items of a lease whose reply never reached its client, without counting the
@@ -486,66 +483,65 @@ class Service(QueueAdministration):
         if queue is not None and reply.items:
             queue.release(reply.partition, [i.id for i in reply.items])
 
-    async def complete(self, req: m.QueueCompleteRequest, forwarded_by: str = "") -> None:
-        record = await self._record(req.queue_name, perm.QUEUE_COMPLETE, forwarded_by)
+    async def complete(self, ctx: RequestContext, req: m.QueueCompleteRequest) -> None:
+        record = await self._record(ctx, req.queue_name, perm.QUEUE_COMPLETE)
         check_partition(record, req.partition)
-        timeout_us = check_complete(req)
-        await (await self._at_partition(record, req.partition, forwarded_by, seconds(timeout_us))).complete(
-            req
-        )
+        timeout_us = ctx.within_us(check_complete(req), self.clock.now())
+        await (
+            await self._at_partition(record, req.partition, ctx.forwarded_by, seconds(timeout_us))
+        ).complete(req)
 
-    async def retry(self, req: m.QueueRetryRequest, forwarded_by: str = "") -> None:
-        record = await self._record(req.queue_name, perm.QUEUE_RETRY, forwarded_by)
+    async def retry(self, ctx: RequestContext, req: m.QueueRetryRequest) -> None:
+        record = await self._record(ctx, req.queue_name, perm.QUEUE_RETRY)
         check_partition(record, req.partition)
         check_retry(req)
-        await (await self._at_partition(record, req.partition, forwarded_by)).retry(req)
+        await (await self._at_partition(record, req.partition, ctx.forwarded_by)).retry(req)
 
-    async def renew(self, req: m.QueueRenewRequest, forwarded_by: str = "") -> m.QueueRenewResponse:
+    async def renew(self, ctx: RequestContext, req: m.QueueRenewRequest) -> m.QueueRenewResponse:
         """Extends the leases of leased items (docs/extensions.md): lease_deadline = now + lease_timeout."""
-        record = await self._record(req.queue_name, perm.QUEUE_LEASE, forwarded_by)
+        record = await self._record(ctx, req.queue_name, perm.QUEUE_LEASE)
         check_partition(record, req.partition)
         lease_timeout_us = check_renew(req, record)
-        return await (await self._at_partition(record, req.partition, forwarded_by)).renew(
+        return await (await self._at_partition(record, req.partition, ctx.forwarded_by)).renew(
             req, lease_timeout_us
         )
 
-    async def redrive(self, req: m.QueueRedriveRequest) -> m.QueueRedriveResponse:
+    async def redrive(self, ctx: RequestContext, req: m.QueueRedriveRequest) -> m.QueueRedriveResponse:
         """Moves items of a dead-letter queue into a target queue (docs/extensions.md)."""
-        source = await self._record(req.queue_name, perm.QUEUE_LEASE)
+        source = await self._record(ctx, req.queue_name, perm.QUEUE_LEASE)
         check_redrive_target(req)
-        target = await self._record(req.target_queue, perm.QUEUE_PRODUCE)
-        deadline = self.clock.now() + check_redrive(req)
+        target = await self._record(ctx, req.target_queue, perm.QUEUE_PRODUCE)
+        now = self.clock.now()
+        deadline = now + ctx.within_us(check_redrive(req), now)
         moved = await redrive(self, source, target, req.limit, deadline, self.clock)
         return m.QueueRedriveResponse(moved=moved)
 
-    async def stats(self, req: m.QueueStatsRequest, forwarded_by: str = "") -> m.QueueStatsResponse:
-        record = await self._record(req.queue_name, perm.QUEUE_STATS, forwarded_by)
+    async def stats(self, ctx: RequestContext, req: m.QueueStatsRequest) -> m.QueueStatsResponse:
+        record = await self._record(ctx, req.queue_name, perm.QUEUE_STATS)
         logical: list[m.QueueLogicalStats] = []
-        for target in await self._everywhere(record, forwarded_by):
+        for target in await self._everywhere(record, ctx.forwarded_by):
             # Each owner reports its own logical queue, as the reference reports several.
             logical.extend(await target.stats(req))
         return m.QueueStatsResponse(queue_name=req.queue_name, logical_queues=logical)
 
-    async def clear(self, req: m.QueueClearRequest, forwarded_by: str = "") -> None:
-        record = await self._record(req.queue_name, perm.QUEUE_CLEAR, forwarded_by)
+    async def clear(self, ctx: RequestContext, req: m.QueueClearRequest) -> None:
+        record = await self._record(ctx, req.queue_name, perm.QUEUE_CLEAR)
         check_clear(req)
-        for target in await self._everywhere(record, forwarded_by):
+        for target in await self._everywhere(record, ctx.forwarded_by):
             await target.clear(req)
 
-    async def reload(self, req: m.QueueReloadRequest, forwarded_by: str = "") -> None:
-        record = await self._record(req.queue_name, perm.QUEUE_UPDATE, forwarded_by)
-        for target in await self._everywhere(record, forwarded_by):
+    async def reload(self, ctx: RequestContext, req: m.QueueReloadRequest) -> None:
+        record = await self._record(ctx, req.queue_name, perm.QUEUE_UPDATE)
+        for target in await self._everywhere(record, ctx.forwarded_by):
             await target.reload(req)
 
-    async def take_rate(
-        self, req: m.RateLimitsTakeRequest, forwarded_by: str = ""
-    ) -> m.RateLimitsTakeResponse:
+    async def take_rate(self, ctx: RequestContext, req: m.RateLimitsTakeRequest) -> m.RateLimitsTakeResponse:
         """Reserves the next start of a cluster-wide rate limit's key, at the key's ring owner
         (docs/extensions.md, "Rate limits")."""
-        record = await self._record(req.queue_name, perm.QUEUE_LEASE, forwarded_by)
+        record = await self._record(ctx, req.queue_name, perm.QUEUE_LEASE)
         interval_us, max_wait_us = check_take(req)
         self._check_serving()
-        route = self.router.rate_limit(record.name, req.key, forwarded_by)
+        route = self.router.rate_limit(record.name, req.key, ctx.forwarded_by)
         if isinstance(route, Remote):
             path = "/v1/rate_limits.take"
             return await self.proxy.call(route, path, req, m.RateLimitsTakeResponse, FORWARD_TIMEOUT_S)
@@ -572,37 +568,37 @@ class Service(QueueAdministration):
     # -- the storage API (operators and debugging) ---------------------------------------------------------
 
     async def list_items(
-        self, req: m.StorageItemsListRequest, forwarded_by: str = ""
+        self, ctx: RequestContext, req: m.StorageItemsListRequest
     ) -> m.StorageItemsListResponse:
-        return await self._list(req, forwarded_by, scheduled=False)
+        return await self._list(ctx, req, scheduled=False)
 
     async def list_scheduled(
-        self, req: m.StorageItemsListRequest, forwarded_by: str = ""
+        self, ctx: RequestContext, req: m.StorageItemsListRequest
     ) -> m.StorageItemsListResponse:
-        return await self._list(req, forwarded_by, scheduled=True)
+        return await self._list(ctx, req, scheduled=True)
 
     async def _list(
-        self, req: m.StorageItemsListRequest, forwarded_by: str, scheduled: bool
+        self, ctx: RequestContext, req: m.StorageItemsListRequest, scheduled: bool
     ) -> m.StorageItemsListResponse:
-        record = await self._record(req.queue_name, perm.QUEUE_STATS, forwarded_by)
+        record = await self._record(ctx, req.queue_name, perm.QUEUE_STATS)
         check_partition(record, req.partition)
         check_list_items(req)
         if not req.limit:
             req = msgspec.structs.replace(req, limit=DEFAULT_LIST_LIMIT)
-        return await (await self._at_partition(record, req.partition, forwarded_by)).list_items(
+        return await (await self._at_partition(record, req.partition, ctx.forwarded_by)).list_items(
             req, scheduled
         )
 
     async def import_items(
-        self, req: m.StorageItemsImportRequest, forwarded_by: str = ""
+        self, ctx: RequestContext, req: m.StorageItemsImportRequest
     ) -> m.StorageItemsImportResponse:
-        record = await self._record(req.queue_name, perm.QUEUE_PRODUCE, forwarded_by)
+        record = await self._record(ctx, req.queue_name, perm.QUEUE_PRODUCE)
         check_partition(record, req.partition)
         check_import(req)
-        return await (await self._at_partition(record, req.partition, forwarded_by)).import_items(req)
+        return await (await self._at_partition(record, req.partition, ctx.forwarded_by)).import_items(req)
 
-    async def delete_items(self, req: m.StorageItemsDeleteRequest, forwarded_by: str = "") -> None:
-        record = await self._record(req.queue_name, perm.QUEUE_CLEAR, forwarded_by)
+    async def delete_items(self, ctx: RequestContext, req: m.StorageItemsDeleteRequest) -> None:
+        record = await self._record(ctx, req.queue_name, perm.QUEUE_CLEAR)
         check_partition(record, req.partition)
         check_delete(req)
-        await (await self._at_partition(record, req.partition, forwarded_by)).delete_items(req)
+        await (await self._at_partition(record, req.partition, ctx.forwarded_by)).delete_items(req)

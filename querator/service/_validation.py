@@ -239,6 +239,29 @@ def lease_too_long(lease_timeout_us: int, expire_timeout_us: int) -> InvalidOpti
     )
 
 
+_TIMEOUTS_US: dict[str, int] = {}
+"""The request timeouts seen, parsed (``deadline_us``): a node's clients use a handful of them."""
+MAX_TIMEOUTS_KEPT: Final = 256
+
+
+def deadline_us(req: m.Message, now_us: int) -> int:
+    """When the request's caller stops waiting: ``now_us`` plus its ``request_timeout``, for a request
+    that has one (0 for none, or for one its own check refuses, which it then does)."""
+    text = getattr(req, "request_timeout", "")
+    if not text:
+        return 0
+    timeout_us = _TIMEOUTS_US.get(text)
+    if timeout_us is None:
+        try:
+            timeout_us = min(max(parse_duration(text) // MICROSECOND, 0), MAX_REQUEST_TIMEOUT_US)
+        except DurationError:
+            timeout_us = 0
+        if len(_TIMEOUTS_US) >= MAX_TIMEOUTS_KEPT:  # many distinct ones: start afresh, bounded
+            _TIMEOUTS_US.clear()
+        _TIMEOUTS_US[text] = timeout_us
+    return now_us + timeout_us if timeout_us else 0
+
+
 def request_timeout(text: str, minimum_us: int = MIN_REQUEST_TIMEOUT_US) -> int:
     """A request_timeout in microseconds, checked against the reference's bounds (10ms..15m inclusive)."""
     if not text:

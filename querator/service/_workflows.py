@@ -45,6 +45,7 @@ from querator.service._validation import (
 from querator.storage import journal
 from querator.storage.journal import Effects, Ending
 from querator.storage.workflows import Entry, Signal, Workflow, WorkflowRows, split_stored_id, stored_id
+from querator.tenancy import RequestContext
 from querator.tenancy import permissions as perm
 from querator.wire import messages as m
 from querator.wire.workflows import CLAIMED, FINISHED, RUNNING, child_id
@@ -74,9 +75,9 @@ Outcomes = list[BaseException | None]
 Produce = Callable[[m.QueueProduceRequest], Awaitable[m.QueueProduceResponse]]
 QueueNamespace = Callable[[str], Awaitable[str | None]]
 """The namespace of a queue, None when there is no such queue."""
-Authorize = Callable[[str, str], Awaitable[None]]
-"""With tenancy (docs/tenancy.md): raises 403 unless the caller holds a permission (second argument) in
-a namespace (first argument)."""
+Authorize = Callable[[RequestContext, str, str], Awaitable[None]]
+"""With tenancy (docs/tenancy.md): raises 403 unless the caller of a context holds a permission (third
+argument) in a namespace (second argument)."""
 Rule = Callable[[Workflow | None, Mapping[int, Entry]], tuple[T, Workflow | None]]
 """A rule of ``storage.journal`` on the stored head and the journal rows it asked for."""
 Before = Callable[[T, Workflow | None], Awaitable[None]]
@@ -108,7 +109,7 @@ class Workflows:
 
     # -- callers ---------------------------------------------------------------------------------------
 
-    async def start(self, req: m.WorkflowsStartRequest) -> m.WorkflowsStartResponse:
+    async def start(self, ctx: RequestContext, req: m.WorkflowsStartRequest) -> m.WorkflowsStartResponse:
         """Starts a workflow in its queue's namespace, or returns the one of that id there (idempotent by
         ``workflow_id``, to a caller who may read it). A child's parent is in the same namespace, and its
         id is the one its parent gives it (``<parent id>/<parent seq>``)."""
@@ -117,7 +118,7 @@ class Workflows:
         owner = await self._queue_namespace(req.queue_name)
         # A queue that does not exist is checked in _system, so that a caller refused in a namespace
         # gets the same 403 whether the queue is there or nowhere (docs/tenancy.md).
-        await self._check(owner or SYSTEM_NAMESPACE, perm.QUEUE_PRODUCE)
+        await self._check(ctx, owner or SYSTEM_NAMESPACE, perm.QUEUE_PRODUCE)
         if owner is None:
             raise no_such_queue(req.queue_name)
         key = stored_id(owner, req.workflow_id)
@@ -137,16 +138,16 @@ class Workflows:
             deadline=now + timeout_us if timeout_us else 0,
             app_version=req.app_version,
         )
-        return await self._store_new(owner, new, now)
+        return await self._store_new(ctx, owner, new, now)
 
-    async def fork(self, req: m.WorkflowsForkRequest) -> m.WorkflowsStartResponse:
+    async def fork(self, ctx: RequestContext, req: m.WorkflowsForkRequest) -> m.WorkflowsStartResponse:
         """Starts a new run of a workflow with its input and the journal entries before ``from_step``
         (``journal.fork``; DBOS's fork, docs/adr/0048): the caller reads the original and starts a
         workflow in its namespace. The original is left as it is."""
         check_fork(req)
-        key = await self._key(req.namespace, req.workflow_id, perm.QUEUE_STATS)
+        key = await self._key(ctx, req.namespace, req.workflow_id, perm.QUEUE_STATS)
         owner = namespace(req.namespace)
-        await self._check(owner, perm.QUEUE_PRODUCE)
+        await self._check(ctx, owner, perm.QUEUE_PRODUCE)
         original = await self._rows.get_workflow(key)
         if original is None:
             raise journal.not_found(req.workflow_id)
@@ -155,15 +156,17 @@ class Workflows:
         original = replace(original, entries=journal.entries_of(original, rows))
         new_id = req.new_workflow_id or secrets.token_hex(16)
         new = journal.fork(original, stored_id(owner, new_id), req.from_step, self._clock.now())
-        return await self._store_new(owner, new, self._clock.now())
+        return await self._store_new(ctx, owner, new, self._clock.now())
 
-    async def _store_new(self, owner: str, new: Workflow, now: int) -> m.WorkflowsStartResponse:
+    async def _store_new(
+        self, ctx: RequestContext, owner: str, new: Workflow, now: int
+    ) -> m.WorkflowsStartResponse:
         """Stores a started (or forked) workflow unless its id exists, and activates it: now, and at its
         deadline if it has one. An existing run of that id is returned to a caller who may read it."""
         created, wf = await self._write(new.id, lambda current, _: journal.start(current, new, now))
         assert wf is not None
         if not created:  # an existing run is what a read returns: the caller must be allowed one
-            await self._check(owner, perm.QUEUE_STATS)
+            await self._check(ctx, owner, perm.QUEUE_STATS)
             journal.check_same_run(wf, new)
         elif wf.deadline:
             # Before the first activation, so that a crash between the two leaves the sweep a workflow
@@ -189,9 +192,9 @@ class Workflows:
         if await self._rows.get_workflow(parent_key) is None:
             raise InvalidOption(f"workflow does not exist; no parent workflow '{req.parent_id}'")
 
-    async def info(self, req: m.WorkflowsInfoRequest) -> m.WorkflowInfo:
+    async def info(self, ctx: RequestContext, req: m.WorkflowsInfoRequest) -> m.WorkflowInfo:
         check_workflow_id(req.workflow_id)
-        key = await self._key(req.namespace, req.workflow_id, perm.QUEUE_STATS)
+        key = await self._key(ctx, req.namespace, req.workflow_id, perm.QUEUE_STATS)
         wf = await self._rows.get_workflow(key)
         if wf is None:
             raise journal.not_found(req.workflow_id)
@@ -200,16 +203,16 @@ class Workflows:
         page = journal.info_page(journal.entries_of(wf, rows))
         return workflow_info(replace(wf, entries=page), journal=True)
 
-    async def list(self, req: m.WorkflowsListRequest) -> m.WorkflowsListResponse:
+    async def list(self, ctx: RequestContext, req: m.WorkflowsListRequest) -> m.WorkflowsListResponse:
         limit = check_list_workflows(req)
         listed = namespace(req.namespace)
-        await self._check(listed, perm.QUEUE_LIST)
+        await self._check(ctx, listed, perm.QUEUE_LIST)
         found = await _namespace_page(self._rows, listed, req.status, req.pivot, limit, req.app_version)
         return m.WorkflowsListResponse(workflows=[workflow_info(wf, journal=False) for wf in found])
 
-    async def signal(self, req: m.WorkflowsSignalRequest) -> m.Reply:
+    async def signal(self, ctx: RequestContext, req: m.WorkflowsSignalRequest) -> m.Reply:
         check_signal(req)
-        key = await self._key(req.namespace, req.workflow_id, perm.QUEUE_PRODUCE)
+        key = await self._key(ctx, req.namespace, req.workflow_id, perm.QUEUE_PRODUCE)
         sent = Signal(id=req.signal_id or secrets.token_hex(12), name=req.name, payload=req.payload)
         now = self._clock.now()
         # A send repeated with its id (a lost reply, or a caller replaying) wakes the workflow once: the
@@ -221,15 +224,15 @@ class Workflows:
         )
         return m.OK_REPLY
 
-    async def cancel(self, req: m.WorkflowsCancelRequest) -> m.Reply:
+    async def cancel(self, ctx: RequestContext, req: m.WorkflowsCancelRequest) -> m.Reply:
         check_workflow_id(req.workflow_id)
-        key = await self._key(req.namespace, req.workflow_id, perm.QUEUE_PRODUCE)
+        key = await self._key(ctx, req.namespace, req.workflow_id, perm.QUEUE_PRODUCE)
         await self._cancel_one(key, req.workflow_id)
         return m.OK_REPLY
 
-    async def resume(self, req: m.WorkflowsResumeRequest) -> m.Reply:
+    async def resume(self, ctx: RequestContext, req: m.WorkflowsResumeRequest) -> m.Reply:
         check_workflow_id(req.workflow_id)
-        key = await self._key(req.namespace, req.workflow_id, perm.QUEUE_UPDATE)
+        key = await self._key(ctx, req.namespace, req.workflow_id, perm.QUEUE_UPDATE)
         now = self._clock.now()
         await self._apply(
             key,
@@ -238,9 +241,9 @@ class Workflows:
         )
         return m.OK_REPLY
 
-    async def terminate(self, req: m.WorkflowsTerminateRequest) -> m.Reply:
+    async def terminate(self, ctx: RequestContext, req: m.WorkflowsTerminateRequest) -> m.Reply:
         check_terminate(req)
-        key = await self._key(req.namespace, req.workflow_id, perm.QUEUE_UPDATE)
+        key = await self._key(ctx, req.namespace, req.workflow_id, perm.QUEUE_UPDATE)
         await self._terminate_one(key, req.workflow_id, req.reason)
         return m.OK_REPLY
 
@@ -266,32 +269,33 @@ class Workflows:
             key, lambda wf, _: journal.cancel(wf, workflow_id, now), dedup_id=f"cancel:{_digest(key)}"
         )
 
-    async def result(self, req: m.WorkflowsResultRequest) -> m.WorkflowInfo:
+    async def result(self, ctx: RequestContext, req: m.WorkflowsResultRequest) -> m.WorkflowInfo:
         """The workflow once it finished, or as it is when ``request_timeout`` passed."""
         check_workflow_id(req.workflow_id)
-        deadline = self._clock.now() + request_timeout(req.request_timeout)
-        key = await self._key(req.namespace, req.workflow_id, perm.QUEUE_STATS)
+        now = self._clock.now()
+        deadline = now + ctx.within_us(request_timeout(req.request_timeout), now)
+        key = await self._key(ctx, req.namespace, req.workflow_id, perm.QUEUE_STATS)
         return await self._results.wait(key, req.workflow_id, deadline)
 
-    async def _key(self, namespace_name: str, workflow_id: str, permission: str) -> str:
+    async def _key(self, ctx: RequestContext, namespace_name: str, workflow_id: str, permission: str) -> str:
         """The stored id of ``workflow_id`` in the namespace a request names ("": ``_system``), once the
         caller may use ``permission`` there (403 otherwise, whether the workflow exists or not)."""
         owner = namespace(namespace_name)
-        await self._check(owner, permission)
+        await self._check(ctx, owner, permission)
         return stored_id(owner, workflow_id)
 
-    async def _check(self, owner: str, permission: str) -> None:
+    async def _check(self, ctx: RequestContext, owner: str, permission: str) -> None:
         """With tenancy, 403 unless the caller holds ``permission`` in the namespace ``owner``."""
         if self._authorize is not None:
-            await self._authorize(owner, permission)
+            await self._authorize(ctx, owner, permission)
 
     # -- workers ---------------------------------------------------------------------------------------
 
-    async def claim(self, req: m.WorkflowsClaimRequest) -> m.WorkflowsClaimResponse:
+    async def claim(self, ctx: RequestContext, req: m.WorkflowsClaimRequest) -> m.WorkflowsClaimResponse:
         check_workflow_id(req.workflow_id)
         check_app_version(req.app_version)
         until = self._clock.now() + claim_timeout(req.claim_timeout)
-        key = await self._key(req.namespace, req.workflow_id, perm.QUEUE_LEASE)
+        key = await self._key(ctx, req.namespace, req.workflow_id, perm.QUEUE_LEASE)
         now = self._clock.now()
         outcome, _ = await self._write(
             key, lambda wf, _: journal.claim(wf, req.workflow_id, now, until, req.app_version)
@@ -307,9 +311,9 @@ class Workflows:
         full = replace(wf, entries=journal.entries_of(wf, rows))
         return m.WorkflowsClaimResponse(outcome=outcome.outcome, workflow=workflow_info(full, True))
 
-    async def append(self, req: m.WorkflowsAppendRequest) -> m.WorkflowsAppendResponse:
+    async def append(self, ctx: RequestContext, req: m.WorkflowsAppendRequest) -> m.WorkflowsAppendResponse:
         check_workflow_append(req)
-        key = await self._key(req.namespace, req.workflow_id, perm.QUEUE_LEASE)
+        key = await self._key(ctx, req.namespace, req.workflow_id, perm.QUEUE_LEASE)
         now = self._clock.now()
         entries = [workflow_entry(e) for e in req.entries]
         if req.fence == 0:

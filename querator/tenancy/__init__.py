@@ -6,7 +6,8 @@ authorization of every route by them. Off unless the server runs with ``--tenanc
   (uniqueness, lookups, cascades), the same for every backend;
 - ``_validation``: checks of the requests, in the reference's order and words;
 - ``_access``: authentication of keys and the authorization cascade, with short-lived caches
-  (docs/adr/0021), and ``REQUEST``, the context (caller) of the request being served (docs/adr/0056);
+  (docs/adr/0021), and ``RequestContext``, the caller (and deadline) every service call is passed
+  (docs/adr/0056);
 - ``_api``: ``Tenancy``, the routes and the bootstrap of a store.
 """
 
@@ -14,13 +15,12 @@ from querator.tenancy import _permissions as permissions
 from querator.tenancy._access import (
     AS_SERVER,
     CACHE_TTL_S,
-    REQUEST,
+    NOBODY,
     SERVER,
     Access,
     NoRequestContext,
     Principal,
     RequestContext,
-    as_server,
 )
 from querator.tenancy._api import Tenancy
 from querator.tenancy._permissions import STANDARD_ROLES, SYSTEM
@@ -30,7 +30,7 @@ __all__ = [
     "AS_SERVER",
     "CACHE_TTL_S",
     "MAX_PERMISSIONS",
-    "REQUEST",
+    "NOBODY",
     "SERVER",
     "STANDARD_ROLES",
     "SYSTEM",
@@ -40,6 +40,5 @@ __all__ = [
     "Principal",
     "RequestContext",
     "Tenancy",
-    "as_server",
     "permissions",
 ]

@@ -18,7 +18,7 @@ from querator.errors import InvalidOption, QueratorError, RequestFailed
 from querator.ksuid import KSUID_MAX_VALUE, KsuidGenerator, format_ksuid
 from querator.storage.base import Store
 from querator.tenancy import _permissions as p
-from querator.tenancy._access import REQUEST, Access, Principal, hash_key
+from querator.tenancy._access import Access, Principal, RequestContext, hash_key
 from querator.tenancy._directory import Directory, namespace_missing
 from querator.tenancy._model import ApiKey, Binding, Namespace, Role, User
 from querator.tenancy._validation import (
@@ -77,11 +77,10 @@ class Tenancy:
             with contextlib.suppress(QueratorError):
                 await self.access.flush()
 
-    async def authorize(self, namespace: str, permission: str) -> None:
-        """403 unless the request's caller may (``Access.authorize``, with the context of the request
-        being served); nothing when tenancy is off."""
+    async def authorize(self, ctx: RequestContext, namespace: str, permission: str) -> None:
+        """403 unless the caller of ``ctx`` may (``Access.authorize``); nothing when tenancy is off."""
         if self.enabled:
-            await self.access.authorize(REQUEST.get(), namespace, permission)
+            await self.access.authorize(ctx, namespace, permission)
 
     async def check_namespace(self, namespace: str) -> None:
         """453 when tenancy is on and ``namespace`` does not exist (a queue's, on create)."""
@@ -97,10 +96,10 @@ class Tenancy:
 
     # -- namespaces -------------------------------------------------------------------------------------
 
-    async def create_namespace(self, req: m.NamespaceInfo) -> None:
+    async def create_namespace(self, ctx: RequestContext, req: m.NamespaceInfo) -> None:
         self._require("namespace")
         self._check_namespace(req, created=True)
-        await self.authorize(p.SYSTEM, p.NAMESPACE_CREATE)
+        await self.authorize(ctx, p.SYSTEM, p.NAMESPACE_CREATE)
         check_reserved(req.name)
         await self.directory.add_namespace(
             Namespace(
@@ -111,10 +110,10 @@ class Tenancy:
             )
         )
 
-    async def update_namespace(self, req: m.NamespaceInfo) -> None:
+    async def update_namespace(self, ctx: RequestContext, req: m.NamespaceInfo) -> None:
         self._require("namespace")
         self._check_namespace(req)
-        await self.authorize(p.SYSTEM, p.NAMESPACE_UPDATE)
+        await self.authorize(ctx, p.SYSTEM, p.NAMESPACE_UPDATE)
         check_reserved(req.name)
         await self.directory.update_namespace(
             Namespace(name=req.name, description=req.description, api_key_tag=req.api_key_tag)
@@ -126,10 +125,12 @@ class Tenancy:
         check_tag("api_key_tag", req.api_key_tag)
         check_description(req.description)
 
-    async def list_namespaces(self, req: m.NamespacesListRequest) -> m.NamespacesListResponse:
+    async def list_namespaces(
+        self, ctx: RequestContext, req: m.NamespacesListRequest
+    ) -> m.NamespacesListResponse:
         self._require("namespace")
         limit = list_limit(req.limit)
-        await self.authorize(p.SYSTEM, p.NAMESPACE_LIST)
+        await self.authorize(ctx, p.SYSTEM, p.NAMESPACE_LIST)
         found = await self.directory.list_namespaces(req.pivot, limit)
         return m.NamespacesListResponse(
             items=[
@@ -143,19 +144,19 @@ class Tenancy:
             ]
         )
 
-    async def delete_namespace(self, req: m.NamespacesDeleteRequest) -> None:
+    async def delete_namespace(self, ctx: RequestContext, req: m.NamespacesDeleteRequest) -> None:
         self._require("namespace")
         check_namespace_name(req.name)
-        await self.authorize(p.SYSTEM, p.NAMESPACE_DELETE)
+        await self.authorize(ctx, p.SYSTEM, p.NAMESPACE_DELETE)
         check_reserved(req.name)
         await self.directory.delete_namespace(req.name)
 
     # -- users ------------------------------------------------------------------------------------------
 
-    async def create_user(self, req: m.UserCreateRequest) -> m.UserCreateResponse:
+    async def create_user(self, ctx: RequestContext, req: m.UserCreateRequest) -> m.UserCreateResponse:
         self._require("user")
         check_user(req.username, req.email, req.external_id)
-        await self.authorize(p.SYSTEM, p.USER_CREATE)
+        await self.authorize(ctx, p.SYSTEM, p.USER_CREATE)
         now = self.clock.now()
         user = User(
             id=self._new_id(),
@@ -168,10 +169,10 @@ class Tenancy:
         await self.directory.add_user(user)
         return m.UserCreateResponse(id=user.id)
 
-    async def list_users(self, req: m.UsersListRequest) -> m.UsersListResponse:
+    async def list_users(self, ctx: RequestContext, req: m.UsersListRequest) -> m.UsersListResponse:
         self._require("user")
         limit = list_limit(req.limit)
-        await self.authorize(p.SYSTEM, p.USER_LIST)
+        await self.authorize(ctx, p.SYSTEM, p.USER_LIST)
         return m.UsersListResponse(
             items=[
                 m.User(
@@ -186,9 +187,9 @@ class Tenancy:
             ]
         )
 
-    async def delete_user(self, req: m.UsersDeleteRequest) -> None:
+    async def delete_user(self, ctx: RequestContext, req: m.UsersDeleteRequest) -> None:
         self._require("user")
-        await self.authorize(p.SYSTEM, p.USER_DELETE)
+        await self.authorize(ctx, p.SYSTEM, p.USER_DELETE)
         try:
             await self.directory.delete_user(req.id)
         finally:
@@ -196,10 +197,10 @@ class Tenancy:
 
     # -- API keys ---------------------------------------------------------------------------------------
 
-    async def create_key(self, req: m.APIKeyCreateRequest) -> m.APIKeyCreateResponse:
+    async def create_key(self, ctx: RequestContext, req: m.APIKeyCreateRequest) -> m.APIKeyCreateResponse:
         self._require("api key")
         check_key(req.user_id, req.name, req.key_tag)
-        await self.authorize(p.SYSTEM, p.APIKEY_CREATE)
+        await self.authorize(ctx, p.SYSTEM, p.APIKEY_CREATE)
         if await self.directory.get_user(req.user_id) is None:
             raise RequestFailed(f"user does not exist; '{req.user_id}' was not found")
         tag = req.key_tag
@@ -222,10 +223,10 @@ class Tenancy:
         await self.directory.add_key(stored)
         return m.APIKeyCreateResponse(id=stored.id, key=key, prefix=prefix)
 
-    async def list_keys(self, req: m.APIKeysListRequest) -> m.APIKeysListResponse:
+    async def list_keys(self, ctx: RequestContext, req: m.APIKeysListRequest) -> m.APIKeysListResponse:
         self._require("api key")
         limit = list_limit(req.limit)
-        await self.authorize(p.SYSTEM, p.APIKEY_LIST)
+        await self.authorize(ctx, p.SYSTEM, p.APIKEY_LIST)
         return m.APIKeysListResponse(
             items=[
                 m.APIKeyMetadata(
@@ -242,18 +243,18 @@ class Tenancy:
             ]
         )
 
-    async def delete_key(self, req: m.APIKeysDeleteRequest) -> None:
+    async def delete_key(self, ctx: RequestContext, req: m.APIKeysDeleteRequest) -> None:
         self._require("api key")
-        await self.authorize(p.SYSTEM, p.APIKEY_DELETE)
+        await self.authorize(ctx, p.SYSTEM, p.APIKEY_DELETE)
         key = await self.directory.delete_key(req.id)
         self.access.forget_key(key.key_hash)
 
     # -- roles ------------------------------------------------------------------------------------------
 
-    async def create_role(self, req: m.RoleCreateRequest) -> m.RoleCreateResponse:
+    async def create_role(self, ctx: RequestContext, req: m.RoleCreateRequest) -> m.RoleCreateResponse:
         self._require("role")
         check_role(req.namespace, req.name, req.permissions, created=True)
-        await self.authorize(req.namespace, p.ROLE_CREATE)
+        await self.authorize(ctx, req.namespace, p.ROLE_CREATE)
         _refuse_standard(req.name)
         if await self.directory.get_namespace(req.namespace) is None:
             raise namespace_missing(req.namespace)
@@ -267,11 +268,11 @@ class Tenancy:
         await self.directory.add_role(role)
         return m.RoleCreateResponse(id=role.id)
 
-    async def list_roles(self, req: m.RolesListRequest) -> m.RolesListResponse:
+    async def list_roles(self, ctx: RequestContext, req: m.RolesListRequest) -> m.RolesListResponse:
         self._require("role")
         limit = list_limit(req.limit)
         namespace = or_system(req.namespace)
-        await self.authorize(namespace, p.ROLE_LIST)
+        await self.authorize(ctx, namespace, p.ROLE_LIST)
         return m.RolesListResponse(
             items=[
                 m.Role(
@@ -285,20 +286,20 @@ class Tenancy:
             ]
         )
 
-    async def update_role(self, req: m.RoleUpdateRequest) -> None:
+    async def update_role(self, ctx: RequestContext, req: m.RoleUpdateRequest) -> None:
         self._require("role")
         check_role(req.namespace, req.name, req.permissions, created=False)
-        await self.authorize(req.namespace, p.ROLE_UPDATE)
+        await self.authorize(ctx, req.namespace, p.ROLE_UPDATE)
         _refuse_standard(req.name)
         role = await self._role(req.namespace, req.name)
         role.permissions = list(req.permissions)
         await self.directory.update_role(role)
         self.access.forget_grants()
 
-    async def delete_role(self, req: m.RolesDeleteRequest) -> None:
+    async def delete_role(self, ctx: RequestContext, req: m.RolesDeleteRequest) -> None:
         self._require("role")
         namespace = or_system(req.namespace)
-        await self.authorize(namespace, p.ROLE_DELETE)
+        await self.authorize(ctx, namespace, p.ROLE_DELETE)
         _refuse_standard(req.name)
         role = await self._role(namespace, req.name)
         await self.directory.delete_role(role)
@@ -318,10 +319,12 @@ class Tenancy:
 
     # -- role bindings ----------------------------------------------------------------------------------
 
-    async def create_binding(self, req: m.RoleBindingCreateRequest) -> m.RoleBindingCreateResponse:
+    async def create_binding(
+        self, ctx: RequestContext, req: m.RoleBindingCreateRequest
+    ) -> m.RoleBindingCreateResponse:
         self._require("role binding")
         check_binding(req.namespace, req.role_name, req.user_id)
-        await self.authorize(req.namespace, p.ROLEBINDING_CREATE)
+        await self.authorize(ctx, req.namespace, p.ROLEBINDING_CREATE)
         role = await self._bound_role(req.namespace, req.role_name)
         if await self.directory.get_user(req.user_id) is None:
             raise RequestFailed(f"user does not exist; '{req.user_id}' was not found")
@@ -336,11 +339,13 @@ class Tenancy:
         self.access.forget_grants()
         return m.RoleBindingCreateResponse(id=binding.id)
 
-    async def list_bindings(self, req: m.RoleBindingsListRequest) -> m.RoleBindingsListResponse:
+    async def list_bindings(
+        self, ctx: RequestContext, req: m.RoleBindingsListRequest
+    ) -> m.RoleBindingsListResponse:
         self._require("role binding")
         limit = list_limit(req.limit)
         namespace = or_system(req.namespace)
-        await self.authorize(namespace, p.ROLEBINDING_LIST)
+        await self.authorize(ctx, namespace, p.ROLEBINDING_LIST)
         return m.RoleBindingsListResponse(
             items=[
                 m.RoleBinding(
@@ -354,11 +359,11 @@ class Tenancy:
             ]
         )
 
-    async def delete_binding(self, req: m.RoleBindingDeleteRequest) -> None:
+    async def delete_binding(self, ctx: RequestContext, req: m.RoleBindingDeleteRequest) -> None:
         self._require("role binding")
         check_user_id(req.user_id)
         namespace = or_system(req.namespace)
-        await self.authorize(namespace, p.ROLEBINDING_DELETE)
+        await self.authorize(ctx, namespace, p.ROLEBINDING_DELETE)
         role = await self._bound_role(namespace, req.role_name)
         await self.directory.delete_binding(namespace, req.user_id, role.id)
         self.access.forget_grants()

@@ -4,17 +4,16 @@ expired and deleted keys, and the bounded delay of changes made elsewhere (docs/
 
 from __future__ import annotations
 
-import asyncio
 import itertools
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from querator import _tasks
 from querator.clock import FakeClock, to_datetime
+from querator.errors import Forbidden
 from querator.http._routes import DIRECT_ROUTES, create_app
-from querator.tenancy import AS_SERVER, CACHE_TTL_S, REQUEST, STANDARD_ROLES, RequestContext, as_server
+from querator.tenancy import AS_SERVER, CACHE_TTL_S, NOBODY, STANDARD_ROLES, RequestContext
 from querator.tenancy._directory import Directory
 from querator.wire import messages as m
 from tests.api.tenancy import BOOTSTRAP_KEY, Caller, tenant_server
@@ -377,10 +376,10 @@ async def test_every_route_is_authorized_by_the_one_check(
     service = admin.api.service
     nobody_id = await admin.user("nobody")
     nobody = Caller(admin.api, await admin.new_key(nobody_id))
-    seen: list[tuple[RequestContext | None, str, str]] = []
+    seen: list[tuple[RequestContext, str, str]] = []
     authorize = service.tenancy.access.authorize
 
-    async def counted(ctx: RequestContext | None, namespace: str, permission: str) -> None:
+    async def counted(ctx: RequestContext, namespace: str, permission: str) -> None:
         seen.append((ctx, namespace, permission))
         await authorize(ctx, namespace, permission)
 
@@ -391,7 +390,7 @@ async def test_every_route_is_authorized_by_the_one_check(
     for path, body in bodies.items():
         seen.clear()
         await nobody.fails(path, body, 403, "access denied")
-        assert [ctx.caller.user_id if ctx else None for ctx, _, _ in seen] == [nobody_id], path
+        assert [ctx.caller.user_id for ctx, _, _ in seen] == [nobody_id], path
     seen.clear()
     async with admin.api.session.get(
         admin.api.base + "/metrics", headers={"Authorization": f"Bearer {nobody.key}"}
@@ -400,17 +399,20 @@ async def test_every_route_is_authorized_by_the_one_check(
     assert [(namespace, permission) for _, namespace, permission in seen] == [("_system", "system.metrics")]
 
 
-async def test_a_service_call_without_a_caller_is_refused(admin: Caller) -> None:
-    """An embedding program (or a task of the server) that calls the service outside of a request and
-    not as the server is refused, never let through: before, a missing caller passed every check."""
+async def test_a_service_call_names_its_caller(admin: Caller) -> None:
+    """An embedding program passes the context of each call (docs/adr/0056): none at all is refused (a
+    bug, never a pass), a caller without the permission gets 403, and the server's own call passes.
+    Before, the caller travelled in a context variable, and a call could not say whom it was for."""
     request = m.QueueProduceRequest(
         queue_name=_queue(TEAM), request_timeout="1m", items=[m.QueueProduceItem(utf8="x")]
     )
+    service = admin.api.service
     with pytest.raises(RuntimeError, match=r"^no request context; queue\.produce in 'team'"):
-        await admin.api.service.produce(request)
+        await service.produce(None, request)  # type: ignore[arg-type]  # what an untyped caller may do
+    with pytest.raises(Forbidden, match=r"^access denied$"):
+        await service.produce(RequestContext(NOBODY), request)
     assert await _items(admin) == 0
-    with as_server():
-        await admin.api.service.produce(request)
+    await service.produce(AS_SERVER, request)
     assert await _items(admin) == 1
 
 
@@ -423,28 +425,26 @@ async def _items(admin: Caller) -> int:
 async def test_every_background_task_runs_as_the_server(
     start_server: ServerFactory, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The node's long-lived tasks (scheduler ticks, workflow sweep, dedup purge, tenancy flush) start
-    as the server, so what they ask of the service is authorized as its own, not as nobody's (and not as
-    whichever request happened to be running)."""
-    contexts: dict[str, RequestContext | None] = {}
-    start = _tasks.start
-
-    def recorded(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-        contexts[name] = REQUEST.get()
-        return start(coro, name)
-
-    monkeypatch.setattr(_tasks, "start", recorded)
+    """What the node's own tasks ask of the service (a schedule's tick here) is authorized as the
+    server's (``AS_SERVER``), not as nobody's and not as whichever request caused it."""
     api = await tenant_server(start_server, clock)
-    assert {task.name for task in api.service.background_tasks()} <= set(contexts)
-    assert contexts == dict.fromkeys(contexts, AS_SERVER)
-    assert REQUEST.get() is None  # starting the node left the caller's context as it was
     admin = Caller(api, BOOTSTRAP_KEY)
     await admin.namespace(TEAM)
     await admin.create_queue(_queue(TEAM), namespace=TEAM)
     await admin.ok("/v1/schedules.create", {**_SCHEDULE, "cron": "* * * * *"})
+    produced: list[RequestContext] = []
+    authorize = api.service.tenancy.access.authorize
+
+    async def recorded(ctx: RequestContext, namespace: str, permission: str) -> None:
+        if permission == "queue.produce":
+            produced.append(ctx)
+        await authorize(ctx, namespace, permission)
+
+    monkeypatch.setattr(api.service.tenancy.access, "authorize", recorded)
     clock.advance(61)
 
     async def ticked() -> bool:
         return await _items(admin) == 1
 
     await eventually(ticked)
+    assert produced == [AS_SERVER]

@@ -17,6 +17,7 @@ import pytest
 from querator.clock import SystemClock
 from querator.errors import LeaseTimedOut
 from querator.service import Service
+from querator.tenancy import AS_SERVER
 from querator.wire import messages as m
 from tests.conftest import Node, eventually, start_node
 
@@ -37,9 +38,10 @@ async def cluster(backend: str, tmp_path: Path, members: int) -> AsyncIterator[t
             if {node.members[0].cluster.owner(name, n) for n in range(members)} == ids:
                 break
         await node.members[0].create_queue(
+            AS_SERVER,
             m.QueueInfo(
                 queue_name=name, lease_timeout="1m", expire_timeout="1h", requested_partitions=members
-            )
+            ),
         )
         yield node, name
     finally:
@@ -48,7 +50,8 @@ async def cluster(backend: str, tmp_path: Path, members: int) -> AsyncIterator[t
 
 def lease(service: Service, queue: str, client: str, timeout: str) -> Awaitable[m.QueueLeaseResponse]:
     return service.lease(
-        m.QueueLeaseRequest(queue_name=queue, batch_size=1, client_id=client, request_timeout=timeout)
+        AS_SERVER,
+        m.QueueLeaseRequest(queue_name=queue, batch_size=1, client_id=client, request_timeout=timeout),
     )
 
 
@@ -100,9 +103,10 @@ async def test_items_produced_at_another_owner_wake_a_waiting_lease(backend: str
         waiting = asyncio.ensure_future(lease(here, queue, "c", "60s"))
         await eventually(_counted(lambda: here.watches.counters.watches == 2), DEADLINE_S)
         produced = await there.produce(
+            AS_SERVER,
             m.QueueProduceRequest(
                 queue_name=queue, request_timeout="5s", items=[m.QueueProduceItem(utf8="x")]
-            )
+            ),
         )
         # Polled with a deadline far below the lease's own timeout: the watch brought it, not a timeout.
         reply = await asyncio.wait_for(waiting, DEADLINE_S)
@@ -118,9 +122,10 @@ async def test_a_lease_here_is_served_here_while_it_watches(backend: str, tmp_pa
         waiting = asyncio.ensure_future(lease(here, queue, "c", "60s"))
         await eventually(_counted(lambda: here.watches.counters.watches == 1), DEADLINE_S)
         produced = await here.produce(
+            AS_SERVER,
             m.QueueProduceRequest(
                 queue_name=queue, request_timeout="5s", items=[m.QueueProduceItem(utf8="x")]
-            )
+            ),
         )
         reply = await asyncio.wait_for(waiting, DEADLINE_S)
         assert [i.id for i in reply.items] == produced.ids

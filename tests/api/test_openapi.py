@@ -77,8 +77,7 @@ def _routes(app: web.Application) -> dict[str, Callable[..., Any]]:
 def _rpc(handler: Callable[..., Any]) -> tuple[type[m.Message], int, type[m.Message]]:
     """(request type, body limit, reply type) of an RPC route, read from its handler's closure."""
     rpc = inspect.getclosurevars(handler).nonlocals
-    # ``call`` adapts the service's method (``_rpc`` or ``_routed``), which it holds as its own ``call``.
-    method = inspect.getclosurevars(rpc["call"]).nonlocals["call"]
+    method = rpc["call"]  # the service's method itself
     returned = get_type_hints(method)["return"]
     return rpc["type_"], rpc["limit"], m.Reply if returned is NoneType else returned
 

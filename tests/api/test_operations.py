@@ -21,12 +21,13 @@ from querator.auth import ApiKeys, ClusterAuth, generate_key, key_hash, parse_ha
 from querator.client import AsyncClient
 from querator.clock import FakeClock, SystemClock
 from querator.engine.queues_manager import HandOff
-from querator.errors import RetryRequest, StorageError, Unauthorized
+from querator.errors import LeaseTimedOut, RetryRequest, StorageError, Unauthorized
 from querator.http import create_app
 from querator.http._handler import Route, route_handler
 from querator.metrics import MEMBER_STATES
 from querator.service import Service
 from querator.storage.memory import MemoryStore
+from querator.tenancy import AS_SERVER, NOBODY, SERVER, RequestContext
 from querator.wire import messages as m
 from tests.conftest import JSON, Api, eventually, serving
 
@@ -457,10 +458,12 @@ async def test_not_ready_while_partitions_load() -> None:
     server = await serving(create_app(service, api_keys=ApiKeys([parse_hash(key_hash(KEY))])))
     try:
         info = m.QueueInfo(queue_name="q", lease_timeout="1m", expire_timeout="1h", requested_partitions=1)
-        await service.create_queue(info)
+        await service.create_queue(AS_SERVER, info)
         items = [m.QueueProduceItem(utf8="x")]
         produce = asyncio.create_task(
-            service.produce(m.QueueProduceRequest(queue_name="q", request_timeout="1m", items=items))
+            service.produce(
+                AS_SERVER, m.QueueProduceRequest(queue_name="q", request_timeout="1m", items=items)
+            )
         )
         async with aiohttp.ClientSession() as session:
 
@@ -491,12 +494,15 @@ async def test_a_reply_that_fails_to_encode_is_timed_as_the_500_aiohttp_answers(
     encode escapes the handler's mapping, and aiohttp answers 500 (not a client gone: 499)."""
     counted: list[int] = []
 
-    async def unencodable(request: web.Request, message: m.QueueStatsRequest) -> Any:
+    async def unencodable(ctx: RequestContext, message: m.QueueStatsRequest) -> Any:
         return object()
 
     route = Route(unencodable, m.QueueStatsRequest, 1000)
     app = web.Application()
-    handler = route_handler(route, SystemClock().monotonic, lambda status, _: counted.append(status))
+    clock = SystemClock()
+    handler = route_handler(
+        route, clock.monotonic, lambda status, _: counted.append(status), clock.now, False
+    )
     app.router.add_post("/v1/queue.stats", handler)
     server = await serving(app)
     try:
@@ -508,3 +514,55 @@ async def test_a_reply_that_fails_to_encode_is_timed_as_the_500_aiohttp_answers(
         assert counted == [500]
     finally:
         await server.close()
+
+
+async def test_a_route_calls_the_service_with_one_context_of_the_request() -> None:
+    """The handler builds the request's context once and passes it: who (nobody, without keys), which
+    node forwarded it, and its deadline, ``request_timeout`` from its arrival; none for a route without
+    one (docs/adr/0056). Before, the caller travelled in a context variable and there was no deadline."""
+    seen: list[RequestContext] = []
+
+    async def recorded(ctx: RequestContext, message: m.Message) -> None:
+        seen.append(ctx)
+
+    clock = FakeClock()
+    app = web.Application()
+    for path, type_ in (("/v1/queue.lease", m.QueueLeaseRequest), ("/v1/queue.stats", m.QueueStatsRequest)):
+        handler = route_handler(
+            Route(recorded, type_, 1000), clock.monotonic, lambda *_: None, clock.now, False
+        )
+        app.router.add_post(path, handler)
+    server = await serving(app)
+    lease = {"queue_name": "q", "batch_size": 1, "client_id": "c", "request_timeout": "5s"}
+    forwarded = {**JSON, "X-Querator-Forwarded-By": "node-b"}
+    try:
+        async with aiohttp.ClientSession() as session:
+            for path, body, headers in (
+                ("/v1/queue.lease", lease, forwarded),
+                ("/v1/queue.stats", {"queue_name": "q"}, JSON),
+            ):
+                async with session.post(server.make_url(path), json=body, headers=headers) as reply:
+                    assert reply.status == 200, await reply.text()
+    finally:
+        await server.close()
+    assert seen == [
+        RequestContext(NOBODY, "node-b", clock.now() + 5_000_000),
+        RequestContext(NOBODY, "", 0),
+    ]
+
+
+async def test_a_wait_ends_at_the_deadline_of_its_context() -> None:
+    """A lease waits no longer than its context's deadline, even with a longer ``request_timeout``: an
+    embedding program's deadline (or the time a request already spent) bounds what the call waits."""
+    service = Service(MemoryStore())
+    await service.start()
+    try:
+        info = m.QueueInfo(queue_name="q", lease_timeout="1m", expire_timeout="1h", requested_partitions=1)
+        await service.create_queue(AS_SERVER, info)
+        soon = RequestContext(SERVER, deadline_us=service.clock.now() + 20_000)
+        request = m.QueueLeaseRequest(queue_name="q", batch_size=1, client_id="c", request_timeout="15m")
+        with pytest.raises(LeaseTimedOut):
+            # (bounded, so that a regression fails instead of waiting 15 minutes)
+            await asyncio.wait_for(service.lease(soon, request), 60)
+    finally:
+        await service.shutdown()

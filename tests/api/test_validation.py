@@ -16,6 +16,7 @@ from querator.errors import InvalidOption
 from querator.service import Service
 from querator.storage.base import QueueRecord
 from querator.storage.memory import MemoryStore
+from querator.tenancy import AS_SERVER
 from querator.wire import messages as m
 from tests.conftest import IGNORABLE, JSON, Api, eventually
 
@@ -234,15 +235,16 @@ async def test_a_request_is_checked_whole_before_it_waits_for_the_queues_engine(
     await service.start()
     try:
         info = m.QueueInfo(queue_name="q", lease_timeout="1m", expire_timeout="1h", requested_partitions=1)
-        await service.create_queue(info)
+        await service.create_queue(AS_SERVER, info)
         with pytest.raises(InvalidOption, match=r"^request timeout is invalid; minimum timeout is '10ms'"):
             if route == "produce":
                 items = [m.QueueProduceItem(utf8="x")]
                 request = m.QueueProduceRequest(queue_name="q", request_timeout="1ms", items=items)
-                await service.produce(request)
+                await service.produce(AS_SERVER, request)
             else:
                 await service.lease(
-                    m.QueueLeaseRequest(queue_name="q", batch_size=1, client_id="c", request_timeout="1ms")
+                    AS_SERVER,
+                    m.QueueLeaseRequest(queue_name="q", batch_size=1, client_id="c", request_timeout="1ms"),
                 )
     finally:
         await service.shutdown()

@@ -20,6 +20,7 @@ from querator.errors import InvalidOption, LeaseTimedOut
 from querator.http import create_app
 from querator.service import Service
 from querator.storage.memory import MemoryStore
+from querator.tenancy import AS_SERVER
 from querator.wire import messages as m
 
 from .conftest import eventually
@@ -72,7 +73,8 @@ async def queue_owned_by(service: Service, node_id: str) -> str:
         name = "q-" + uuid.uuid4().hex[:8]
         if service.cluster.owner(name, 0) == node_id:
             await service.create_queue(
-                m.QueueInfo(queue_name=name, lease_timeout="1m", expire_timeout="1h", requested_partitions=1)
+                AS_SERVER,
+                m.QueueInfo(queue_name=name, lease_timeout="1m", expire_timeout="1h", requested_partitions=1),
             )
             return name
     raise AssertionError(f"no queue name maps to {node_id}")
@@ -86,30 +88,37 @@ async def test_the_service_of_a_node_that_owns_nothing_gets_the_owners_results(
     service = a.service
 
     await service.produce(
-        m.QueueProduceRequest(queue_name=name, request_timeout="5s", items=[m.QueueProduceItem(utf8="hello")])
+        AS_SERVER,
+        m.QueueProduceRequest(
+            queue_name=name, request_timeout="5s", items=[m.QueueProduceItem(utf8="hello")]
+        ),
     )
     assert service.manager.find(name) is None, "node-a served a queue it owns no partition of"
     lease = await service.lease(
-        m.QueueLeaseRequest(queue_name=name, batch_size=10, client_id="c", request_timeout="5s")
+        AS_SERVER, m.QueueLeaseRequest(queue_name=name, batch_size=10, client_id="c", request_timeout="5s")
     )
     assert [i.bytes for i in lease.items] == [b"hello"]
     assert b.service.manager.find(name) is not None, "node-b did not serve its partition"
 
-    stats = await service.stats(m.QueueStatsRequest(queue_name=name))
+    stats = await service.stats(AS_SERVER, m.QueueStatsRequest(queue_name=name))
     assert [p.total_leased for q in stats.logical_queues for p in q.partitions] == [1]
 
     await service.complete(
+        AS_SERVER,
         m.QueueCompleteRequest(
             queue_name=name, partition=lease.partition, request_timeout="5s", ids=[lease.items[0].id]
-        )
+        ),
     )
     # The owner's errors come back typed, with its message.
     with pytest.raises(InvalidOption, match="does not exist"):
         done = [lease.items[0].id]
-        await service.complete(m.QueueCompleteRequest(queue_name=name, request_timeout="5s", ids=done))
+        await service.complete(
+            AS_SERVER, m.QueueCompleteRequest(queue_name=name, request_timeout="5s", ids=done)
+        )
     with pytest.raises(LeaseTimedOut):
         await service.lease(
-            m.QueueLeaseRequest(queue_name=name, batch_size=1, client_id="c", request_timeout="100ms")
+            AS_SERVER,
+            m.QueueLeaseRequest(queue_name=name, batch_size=1, client_id="c", request_timeout="100ms"),
         )
 
 
@@ -118,8 +127,10 @@ async def test_a_bad_request_is_refused_before_it_is_forwarded(two_nodes: tuple[
     name = await queue_owned_by(a.service, "node-b")
     with pytest.raises(InvalidOption, match=r"^request timeout is invalid; minimum timeout is '10ms'"):
         items = [m.QueueProduceItem(utf8="x")]
-        await a.service.produce(m.QueueProduceRequest(queue_name=name, request_timeout="1ms", items=items))
+        await a.service.produce(
+            AS_SERVER, m.QueueProduceRequest(queue_name=name, request_timeout="1ms", items=items)
+        )
     with pytest.raises(InvalidOption, match=r"^partition is invalid; '1' is not a valid partition"):
         await a.service.complete(
-            m.QueueCompleteRequest(queue_name=name, partition=1, request_timeout="5s", ids=["x"])
+            AS_SERVER, m.QueueCompleteRequest(queue_name=name, partition=1, request_timeout="5s", ids=["x"])
         )

@@ -78,9 +78,9 @@ ROUND_TRIP = settings(
 
 def test_every_routed_type_is_fuzzed() -> None:
     # A guard on the class filter above: every type a route of querator/http/_routes.py decodes
-    # (``_rpc(call, m.X, limit)``, ``_routed`` alike) must be among those fuzzed here, whatever messages.py
-    # comes to call them.
-    routed = set(re.findall(r"_(?:rpc|routed)\([\w.]+, m\.(\w+), ", inspect.getsource(_routes)))
+    # (``Route(call, m.X, limit)``) must be among those fuzzed here, whatever messages.py comes to call
+    # them.
+    routed = set(re.findall(r"Route\([\w.]+, m\.(\w+), ", inspect.getsource(_routes)))
     assert len(routed) >= 15
     assert routed <= {cls.__name__ for cls in REQUEST_TYPES}
 
