@@ -63,6 +63,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def tree_pids(proc: subprocess.Popen[bytes]) -> list[int]:
+    """``proc`` and every process under it (their CPU is what the system costs), or none once it ended."""
+    try:
+        parent = psutil.Process(proc.pid)
+        return [parent.pid, *(c.pid for c in parent.children(recursive=True))]
+    except psutil.NoSuchProcess:
+        return []
+
+
 def wait_until(check: Callable[[], bool], deadline_s: float, what: str) -> None:
     end = time.monotonic() + deadline_s
     while not check():
@@ -238,11 +247,7 @@ class RabbitMQ:
         wait_until(lambda: _open(self.port), START_DEADLINE_S, "rabbitmq up")
 
     def pids(self) -> list[int]:
-        try:
-            parent = psutil.Process(self.proc.pid)
-            return [parent.pid, *(c.pid for c in parent.children(recursive=True))]
-        except psutil.NoSuchProcess:
-            return []
+        return tree_pids(self.proc)
 
     def close(self) -> None:
         os.killpg(self.proc.pid, signal.SIGTERM)
@@ -337,11 +342,7 @@ class Workers:
             self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=log, start_new_session=True)
 
     def pids(self) -> list[int]:
-        try:
-            parent = psutil.Process(self.proc.pid)
-            return [parent.pid, *(c.pid for c in parent.children(recursive=True))]
-        except psutil.NoSuchProcess:
-            return []
+        return tree_pids(self.proc)
 
     def kill(self) -> None:
         os.killpg(self.proc.pid, signal.SIGKILL)
