@@ -24,8 +24,10 @@ from querator.worker import (
     Signature,
     Worker,
     backoff,
+    check_level,
     current_item,
     current_traceparent,
+    level_queue,
     rate_limit_of,
 )
 
@@ -171,6 +173,10 @@ class Durable:
             that version (and runs of none), leaving the others to workers of theirs; "" (the default)
             starts runs any worker claims and claims runs of every version (docs/durable.md, "App
             versions").
+        priorities: give runs priority levels (``start(..., priority=)``): the queue of each level,
+            ``<queue>.high`` and ``<queue>.low`` beside ``queue``, is made with it, and the workers lease
+            the higher levels first (docs/durable.md, "Priorities"). Off by default: each level is a
+            queue the workers also poll.
     """
 
     def __init__(
@@ -186,9 +192,11 @@ class Durable:
         reach_owners: bool = False,
         partitions: int = QUEUE_PARTITIONS,
         version: str = "",
+        priorities: bool = False,
     ) -> None:
         self.serializer = serializer or JsonSerializer()
         self.version = version
+        self.priorities = priorities
         self.queue = queue
         self.namespace = namespace
         self.claim_timeout = go_duration(claim_timeout)
@@ -209,6 +217,7 @@ class Durable:
             dead_queue="",
             expire_timeout=QUEUE_EXPIRE_TIMEOUT,
             partitions=partitions,
+            priority="normal" if priorities else None,  # the level queues, leased highest first
         )
         self._activation = task(name="querator.durable.run", lease_timeout=self.claim_timeout)(self._activate)
         task(name="querator.durable.step", lease_timeout=self.claim_timeout)(self._run_step)
@@ -382,6 +391,7 @@ class Durable:
         *args: Any,
         workflow_id: str | None = None,
         timeout: Duration | None = None,
+        priority: str | None = None,
         **kwargs: Any,
     ) -> WorkflowHandle:
         """Starts ``workflow(*args, **kwargs)``; returns its handle at once. Starting an id that exists
@@ -389,16 +399,25 @@ class Durable:
 
         ``timeout`` (at least 1s): past it, counted by the server from the start, the workflow raises
         ``WorkflowTimeout`` at its next durable call (a sleep or wait ends then), its compensations run,
-        its children are cancelled and it ends failed. ``workflow_id`` and ``timeout`` are the app's:
-        a workflow's own arguments of those names cannot be passed by keyword here.
+        its children are cancelled and it ends failed. ``priority`` (an app made with
+        ``priorities=True``): ``"high"``, ``"normal"`` or ``"low"``, the level of every activation and
+        dispatched step of the run, and of its children; workers take higher levels first.
+        ``workflow_id``, ``timeout`` and ``priority`` are the app's: a workflow's own arguments of those
+        names cannot be passed by keyword here.
+
+        Raises:
+            ValueError: a priority on an app without priorities, or not one of the levels.
         """
         definition = self.workflow_of(workflow)
         workflow_id = workflow_id or str(uuid.uuid4())
+        if priority is not None and not self.priorities:
+            raise ValueError("durable: a run's priority needs an app made with priorities=True")
+        queue = self.queue if priority is None else level_queue(self.queue, check_level(priority, "durable"))
         client = await self.client()
         await client.start_workflow(
             workflow_id,
             definition.name,
-            self.queue,
+            queue,
             definition.input(args, kwargs),
             encoding=self.serializer.content_type,
             timeout=timeout,
@@ -427,7 +446,7 @@ class Durable:
         await client.start_workflow(
             child_id(ctx.workflow_id, call.seq),
             call.workflow.name,
-            self.queue,
+            ctx.queue,  # the parent's level
             call.workflow.input(call.args, call.kwargs),
             encoding=self.serializer.content_type,
             parent_id=ctx.workflow_id,

@@ -296,6 +296,12 @@ class Context:
         return self._wf.app_version
 
     @property
+    def queue(self) -> str:
+        """The queue of this run's activations and dispatched steps: the app's, or its level queue for a
+        run started with a priority (``<queue>.high``, ``<queue>.low``)."""
+        return self._wf.queue_name
+
+    @property
     def cancel_requested(self) -> bool:
         return self._wf.cancel_requested
 

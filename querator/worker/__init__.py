@@ -35,6 +35,7 @@ from __future__ import annotations
 from querator.worker import backoff
 from querator.worker._envelope import EnvelopeError
 from querator.worker._observe import JsonFormatter, setup_logging
+from querator.worker._priority import check_level, level_queue
 from querator.worker._rate import RateLimit, rate_limit_of, take_shared
 from querator.worker._run import find as find_app
 from querator.worker._run import load as load_worker
@@ -56,11 +57,13 @@ __all__ = [
     "Task",
     "Worker",
     "backoff",
+    "check_level",
     "current_attempt",
     "current_item",
     "current_job_id",
     "current_traceparent",
     "find_app",
+    "level_queue",
     "load_worker",
     "rate_limit_of",
     "run_worker",

@@ -15,14 +15,14 @@ LEVELS: Final = ("high", "normal", "low")
 NORMAL: Final = "normal"
 
 
-def check_level(level: str) -> str:
-    """``level``, once it is one of ``LEVELS``.
+def check_level(level: str, owner: str = "worker") -> str:
+    """``level``, once it is one of ``LEVELS``; ``owner`` begins the message (``worker``, ``durable``).
 
     Raises:
         ValueError: it is not.
     """
     if level not in LEVELS:
-        raise ValueError(f"worker: priority {level!r} is not one of {', '.join(LEVELS)}")
+        raise ValueError(f"{owner}: priority {level!r} is not one of {', '.join(LEVELS)}")
     return level
 
 
