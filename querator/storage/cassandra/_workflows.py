@@ -149,8 +149,9 @@ class CassandraWorkflowRows:
         if expected_version != 0:  # it ran: its row, in one of the generations lists read, says so
             await self._send(Statement.MARK_DONE, (bucket, [current - 1, current], w.id), writes=True)
             # Its rows go when its record does. (A crash before this leaves them until a purge by hand:
-            # they are never read without the record.)
-            await self._put_rows(w.id, await self.get_entries(w.id, 1, _LAST_SEQ), ttl_s)
+            # they are never read without the record.) A journal with no rows costs no read.
+            if w.length:
+                await self._put_rows(w.id, await self.get_entries(w.id, 1, _LAST_SEQ), ttl_s)
         await self._send(Statement.INDEX_WORKFLOW, (w.status, bucket, w.id, ttl_s), writes=True)
         return True
 
