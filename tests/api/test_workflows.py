@@ -19,6 +19,7 @@ from querator.service._validation import MAX_APPEND_ENTRIES
 from querator.service._workflows import Workflows
 from querator.storage.journal import INFO_ENTRIES
 from querator.storage.workflows import encode_workflow
+from querator.tenancy import AS_SERVER
 from querator.wire import messages as m
 from tests.conftest import Api, eventually
 
@@ -828,7 +829,7 @@ async def test_a_head_a_node_kept_gives_way_to_another_nodes_write(durable: Api)
     await claim(durable, "wf")  # this node keeps the head it claimed
     here = durable.service.workflows
     there = Workflows(here._rows, here._clock, here._produce, here._queue_namespace)
-    await there.signal(m.WorkflowsSignalRequest(workflow_id="wf", name="go", signal_id="s-1"))
+    await there.signal(AS_SERVER, m.WorkflowsSignalRequest(workflow_id="wf", name="go", signal_id="s-1"))
     assert await append(durable, 1, "wf", then="suspend") == {"resume": True}
     info = await durable.post("/v1/workflows.info", {"workflow_id": "wf"})
     assert [s["id"] for s in info["signals"]] == ["s-1"]
