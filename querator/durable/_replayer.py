@@ -101,7 +101,7 @@ class Replayer:
         """
         definition = self.app.workflows.get(wf.name)
         if definition is None:
-            raise NonDeterminism(f"workflow {wf.workflow_id} runs '{wf.name}', which the app does not define")
+            raise _undefined(wf)
         ctx = _ReplayContext(self.app, wf)
         await _turn(ctx, definition)
         if ctx.mismatch is not None:
@@ -116,10 +116,7 @@ class Replayer:
         """``replay`` without raising."""
         definition = self.app.workflows.get(wf.name)
         if definition is None:
-            error = NonDeterminism(
-                f"workflow {wf.workflow_id} runs '{wf.name}', which the app does not define"
-            )
-            return Replayed(wf.workflow_id, wf.name, "", error)
+            return Replayed(wf.workflow_id, wf.name, "", _undefined(wf))
         ctx = _ReplayContext(self.app, wf)
         try:
             await _turn(ctx, definition)
@@ -194,6 +191,10 @@ class _ReplayContext(Context):
         """How the turn ends: kept, not sent."""
         self.then = then
         return m.WorkflowsAppendResponse()
+
+
+def _undefined(wf: m.WorkflowInfo) -> NonDeterminism:
+    return NonDeterminism(f"workflow {wf.workflow_id} runs '{wf.name}', which the app does not define")
 
 
 def _disagreement(wf: m.WorkflowInfo, ctx: _ReplayContext) -> NonDeterminism | None:
