@@ -4,9 +4,13 @@
     python bench/task_queues.py --tasks 5000 --concurrency 16 --concurrency 64 --io-ms 0 --io-ms 10
     python bench/task_queues.py --kill   # kill -9 a worker mid-task, under each
     python bench/task_queues.py --broker rabbitmq --system querator --system dramatiq --system celery
+    python bench/task_queues.py --system querator --system querator-cassandra --system querator-postgres
 
-Systems (``--system``, repeatable; default all): ``querator`` (querator.worker on a sqlite node, its
-default store: every commit synced; ``TQ_PREFETCH=n`` in the environment sets its ``prefetch``),
+Systems (``--system``, repeatable; default all but the querator variants on other stores): ``querator``
+(querator.worker on a sqlite node, its default store: every commit synced; ``TQ_PREFETCH=n`` in the
+environment sets its ``prefetch``), ``querator-cassandra`` and ``querator-postgres`` (the same worker on a
+node of the cluster stores: the tests' Cassandra node or PostgreSQL, started once for the run, a fresh
+keyspace or schema per measurement; their CPU counts as the broker's),
 ``celery`` (threads pool, Redis broker, acks_late and reject_on_worker_lost: its documented
 at-least-once setting), ``rq`` (``rq worker-pool`` of SimpleWorkers), ``dramatiq`` (Redis broker, one
 process of threads) and ``arq`` (asyncio). Redis runs with
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import os
 import shutil
 import signal
@@ -48,11 +53,21 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 
+from bench import start_cassandra, start_postgres
+
+if TYPE_CHECKING:
+    from tests.cassandra_node import CassandraNode
+    from tests.postgres_node import PostgresNode
+
 ROOT = Path(__file__).resolve().parents[1]
-SYSTEMS = ("querator", "celery", "rq", "dramatiq", "arq")
+QUERATOR_STORES = {"querator": "sqlite", "querator-cassandra": "cassandra", "querator-postgres": "postgres"}
+"""The querator systems, and the store of the node each runs on."""
+SYSTEMS = (*QUERATOR_STORES, "celery", "rq", "dramatiq", "arq")
+DEFAULT_SYSTEMS = ("querator", "celery", "rq", "dramatiq", "arq")
 START_DEADLINE_S = 60.0
 KILL_WAIT_S = 90.0
 
@@ -100,12 +115,21 @@ class Records:
         self.path.mkdir(parents=True)
 
 
+def library(system: str) -> str:
+    """Whose worker and client ``system`` runs: ``querator`` for each querator variant."""
+    return "querator" if system in QUERATOR_STORES else system
+
+
 class Backend:
-    """Brokers started once for the run: a Redis, a RabbitMQ with ``broker`` rabbitmq, and a sqlite
-    node."""
+    """Brokers started once for the run: a Redis, a RabbitMQ with ``broker`` rabbitmq, the Cassandra or
+    PostgreSQL a querator variant needs, and a querator node per measurement."""
 
     def __init__(self, tmp: Path, broker: str = "redis") -> None:
         self.tmp = tmp
+        self.cassandra: CassandraNode | None = None
+        self.postgres: PostgresNode | None = None
+        self._stores = itertools.count()
+        """Numbers the keyspaces and schemas of fresh nodes."""
         self.rabbitmq = RabbitMQ(tmp / "rabbitmq") if broker == "rabbitmq" else None
         self.redis_port = free_port()
         self.redis = subprocess.Popen(
@@ -139,8 +163,8 @@ class Backend:
         except OSError:
             return False
 
-    def fresh_node(self) -> str:
-        """A new sqlite node (an empty store per measurement, as FLUSHALL empties Redis)."""
+    def fresh_node(self, storage: str) -> str:
+        """A new node on ``storage`` (an empty store per measurement, as FLUSHALL empties Redis)."""
         self.stop_node()
         port = free_port()
         data = Path(tempfile.mkdtemp(dir=self.tmp))
@@ -151,9 +175,10 @@ class Backend:
                 "querator.cli",
                 "serve",
                 "--storage",
-                "sqlite",
+                storage,
                 "--data-dir",
                 str(data),
+                *self._store_flags(storage),
                 "--address",
                 f"127.0.0.1:{port}",
                 "--log-level",
@@ -165,6 +190,31 @@ class Backend:
         self.node_url = f"http://127.0.0.1:{port}"
         wait_until(lambda: _open(port), START_DEADLINE_S, "node up")
         return self.node_url
+
+    def _store_flags(self, storage: str) -> list[str]:
+        """Where a node on ``storage`` finds an empty store, started on first use."""
+        fresh = f"tq_{next(self._stores)}"
+        if storage == "cassandra":
+            if self.cassandra is None:
+                self.cassandra = start_cassandra("group")
+            return ["--cassandra-port", str(self.cassandra.cql_port), "--cassandra-keyspace", fresh]
+        if storage == "postgres":
+            if self.postgres is None:
+                self.postgres = start_postgres()
+            return ["--postgres-url", self.postgres.url, "--postgres-schema", fresh]
+        return []
+
+    def store_pids(self) -> list[int]:
+        """The Cassandra and PostgreSQL processes this run started."""
+        pids = []
+        if self.cassandra is not None and self.cassandra.proc is not None:
+            pids.append(self.cassandra.proc.pid)
+        if self.postgres is not None:
+            postmaster = psutil.Process(
+                int((self.postgres.dir / "data" / "postmaster.pid").read_text().split()[0])
+            )
+            pids += [postmaster.pid, *(c.pid for c in postmaster.children())]  # its pool's backends live on
+        return pids
 
     def stop_node(self) -> None:
         if self.node is not None:
@@ -178,7 +228,7 @@ class Backend:
             s.recv(16)
 
     def broker_of(self, system: str) -> str:
-        if system == "querator":
+        if system in QUERATOR_STORES:
             return "querator"
         return "rabbitmq" if self.rabbitmq is not None and system in RABBITMQ_SYSTEMS else "redis"
 
@@ -186,7 +236,7 @@ class Backend:
         broker = self.broker_of(system)
         if broker == "querator":
             assert self.node is not None
-            return [self.node.pid]
+            return [self.node.pid, *self.store_pids()]
         if broker == "rabbitmq":
             assert self.rabbitmq is not None
             return self.rabbitmq.pids()
@@ -204,6 +254,10 @@ class Backend:
         self.stop_node()
         self.redis.terminate()
         self.redis.wait(30)
+        if self.cassandra is not None:
+            self.cassandra.stop()
+        if self.postgres is not None:
+            self.postgres.close()
         if self.rabbitmq is not None:
             self.rabbitmq.close()
 
@@ -323,7 +377,7 @@ def worker_command(system: str, concurrency: int) -> list[str]:
             str(concurrency),
         ],
         "arq": [str(Path(py).parent / "arq"), "task_queue_apps.ArqSettings"],
-    }[system]
+    }[library(system)]
 
 
 class Workers:
@@ -333,7 +387,7 @@ class Workers:
             "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), str(ROOT)]),
             **backend.env(),
             "TQ_RECORDS": str(records.path),
-            "TQ_SYSTEM": system,
+            "TQ_SYSTEM": library(system),
             "TQ_CONCURRENCY": str(concurrency),
         }
         cmd = [part.replace("{redis}", backend.redis_url) for part in worker_command(system, concurrency)]
@@ -380,7 +434,7 @@ def enqueue(system: str, backend: Backend, calls: list[tuple[str, float, int]]) 
     def at(enqueued_at: float) -> float:
         return enqueued_at or time.time()
 
-    if system == "querator":
+    if library(system) == "querator":
         asyncio.run(_querator_enqueue(apps, calls))
     elif system == "celery":
         app = _cached("celery", apps.celery_app)
@@ -440,7 +494,7 @@ async def _arq_enqueue(redis_url: str, calls: list[tuple[str, float, int]]) -> N
 def fresh(system: str, backend: Backend) -> None:
     broker = backend.broker_of(system)
     if broker == "querator":
-        backend.fresh_node()
+        backend.fresh_node(QUERATOR_STORES[system])
     elif broker == "redis":
         backend.flush_redis()
 
@@ -527,7 +581,7 @@ def main() -> None:
     parser.add_argument("--kill-tasks", type=int, default=32)
     parser.add_argument("--broker", choices=["redis", "rabbitmq"], default="redis")
     args = parser.parse_args()
-    systems = args.system or list(SYSTEMS)
+    systems = args.system or list(DEFAULT_SYSTEMS)
     tmp = Path(tempfile.mkdtemp(prefix="tq-"))
     backend = Backend(tmp, args.broker)
     records = Records(tmp / "records")
