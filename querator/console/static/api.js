@@ -7,9 +7,17 @@ const KEY_ITEM = "querator.apiKey";
 const EXTENSIONS = "3";
 
 export class ApiError extends Error {
-  constructor(status, message) {
+  // `keyed`: the refused call carried an API key.
+  constructor(status, message, keyed = true) {
     super(message);
     this.status = status;
+    this.keyed = keyed;
+  }
+
+  // A key is wanted: the key was refused (401), or a call without one was (a node with tenancy answers
+  // the anonymous user's calls 403, docs/tenancy.md); a key's own 403 is its permissions, shown as is.
+  get needsKey() {
+    return this.status === 401 || (this.status === 403 && !this.keyed);
   }
 }
 
@@ -33,6 +41,7 @@ const OPTIONS = { credentials: "omit", cache: "no-store", referrerPolicy: "no-re
 
 // POST /v1/<route> with `body`; the decoded reply, or an ApiError with the server's message.
 export async function call(route, body = {}) {
+  const keyed = Boolean(apiKey());
   let response;
   try {
     response = await fetch(`/v1/${route}`, {
@@ -51,7 +60,7 @@ export async function call(route, body = {}) {
   } catch {
     throw new ApiError(response.status, `unexpected reply (${response.status})`);
   }
-  if (!response.ok) throw new ApiError(response.status, reply.message || `error ${response.status}`);
+  if (!response.ok) throw new ApiError(response.status, reply.message || `error ${response.status}`, keyed);
   return reply;
 }
 
