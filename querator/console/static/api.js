@@ -94,14 +94,14 @@ export function parseMetrics(text) {
 }
 
 // Every record of a list route that pages from an inclusive pivot (`key` names a record's id): queues,
-// schedules. The pivot comes back first on each next page, so it is dropped. `endsEarly`: the route may
-// end a page before `limit` (schedules.list at 4 MiB of payloads), so only a page with nothing after
-// the pivot is the last.
-export async function listAll(route, itemsField, key, { pageSize = 1000, endsEarly = false, max = 10000 } = {}) {
+// schedules, workflows. The pivot comes back first on each next page, so it is dropped. `endsEarly`: the
+// route may end a page before `limit` (schedules.list and workflows.list at 4 MiB of records), so only a
+// page with nothing after the pivot is the last. `fields`: the request's other fields (a status).
+export async function listAll(route, itemsField, key, { pageSize = 1000, endsEarly = false, max = 10000, fields = {} } = {}) {
   const records = [];
   let pivot = "";
   while (records.length < max) {
-    const page = (await call(route, { pivot, limit: pageSize }))[itemsField] || [];
+    const page = (await call(route, { ...fields, pivot, limit: pageSize }))[itemsField] || [];
     const fresh = pivot ? page.filter((r) => r[key] !== pivot) : page;
     records.push(...fresh);
     if ((page.length < pageSize && !endsEarly) || fresh.length === 0) break;
