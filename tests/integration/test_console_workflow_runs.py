@@ -155,9 +155,9 @@ async def test_a_run_shows_its_version_priority_and_timeout_and_forks_from_a_ste
     await expect(page.locator("#workflow-timeout")).to_contain_text("1h0m0s · deadline in ")
     await expect(page.locator("#workflow-timeout time")).to_have_attribute("datetime", _iso(deadline))
     await expect(page.locator("#main img, #main b")).to_have_count(0)
-    await expect(page.get_by_role("button", name="Restart from #", exact=False)).to_have_count(3)
+    await expect(page.get_by_role("button", name="Restart from here (#", exact=False)).to_have_count(3)
 
-    await page.get_by_role("button", name="Restart from #3…").click()
+    await page.get_by_role("button", name="Restart from here (#3)…").click()
     assert questions[-1].startswith(
         f"Start a new run of workflow '{ODD_ID}' from step #3? The entries before #3"
     )
@@ -183,7 +183,7 @@ async def test_a_run_shows_its_version_priority_and_timeout_and_forks_from_a_ste
     await page.goto(server.url + "/ui/#/workflow/gathered")
     await expect(page.locator("#journal li")).to_have_count(3)
     before = len(await client.list_workflows())
-    await page.get_by_role("button", name="Restart from #2…").click()
+    await page.get_by_role("button", name="Restart from here (#2)…").click()
     await expect(page.locator("#main [role=alert]")).to_have_text(
         "from step is invalid; 2 is inside the gather that starts at seq 1"
     )
@@ -224,7 +224,7 @@ async def test_a_read_only_key_is_shown_the_apis_refusal(
             await page.get_by_role("button", name="Use this key").click()
             await expect(page.locator("#journal li")).to_have_count(2)
             anonymous = len(problems)  # the anonymous user's refusals, before the key
-            for n, button in enumerate(("Terminate…", "Restart from #2…", "Restart…"), 1):
+            for n, button in enumerate(("Terminate…", "Restart from here (#2)…", "Restart…"), 1):
                 await page.get_by_role("button", name=button, exact=True).click()
 
                 async def refused(n: int = n) -> bool:

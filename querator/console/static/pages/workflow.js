@@ -164,7 +164,7 @@ function journalEntry(workflowId, e, fork) {
       facts.length ? h("span", { class: "muted" }, facts.join(" · ")) : null,
       e.wake_at ? h("span", {}, `${waking} `, time(e.wake_at)) : null,
       e.kind === "child" ? h("a", { href: route("workflow", childId(workflowId, e.seq)), class: "mono" }, childId(workflowId, e.seq)) : null,
-      h("button", { type: "button", class: "small restart-here", "aria-label": `Restart from #${e.seq}…`, onclick: () => fork(e.seq) }, "Restart from here…")),
+      h("button", { type: "button", class: "small restart-here", "aria-label": `Restart from here (#${e.seq})…`, onclick: () => fork(e.seq) }, "Restart from here…")),
     e.value ? h("pre", { class: "payload", tabindex: "0" }, valueText(e.value)) : null,
     e.error ? h("pre", { class: "payload error-text", tabindex: "0" }, e.error) : null);
 }
