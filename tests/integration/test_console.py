@@ -228,6 +228,20 @@ async def test_an_api_key_is_asked_for_and_never_in_a_url(browser: Browser, serv
     assert all("401" in p for p in problems), problems
 
 
+async def test_a_node_with_tenancy_asks_for_a_key(browser: Browser, servers: Servers) -> None:
+    """With tenancy a call without a key is the anonymous user's, refused 403 (docs/tenancy.md): the
+    console asks for a key instead of showing the refusal (a key's own 403 is shown as it is:
+    test_console_workflow_runs.py)."""
+    admin_key = generate_key("admin")
+    server = await servers.astart("--storage", "memory", "--tenancy", "on", "--api-keys", key_hash(admin_key))
+    page, problems = await _page(browser, server)
+    await expect(page.get_by_role("heading", name="API key")).to_be_visible()
+    await page.get_by_label("Key").fill(admin_key)
+    await page.get_by_role("button", name="Use this key").click()
+    await expect(page.locator("#queues-summary")).to_contain_text("0 of 0 queues")
+    assert problems and all("403" in p for p in problems), problems
+
+
 async def test_a_thousand_queues(browser: Browser, servers: Servers) -> None:
     """Renders 1,000 queues; the time is recorded (docs/console.md), not asserted."""
     server = await servers.astart("--storage", "memory")

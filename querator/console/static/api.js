@@ -7,9 +7,17 @@ const KEY_ITEM = "querator.apiKey";
 const EXTENSIONS = "3";
 
 export class ApiError extends Error {
-  constructor(status, message) {
+  // `keyed`: the refused call carried an API key.
+  constructor(status, message, keyed = true) {
     super(message);
     this.status = status;
+    this.keyed = keyed;
+  }
+
+  // A key is wanted: the key was refused (401), or a call without one was (a node with tenancy answers
+  // the anonymous user's calls 403, docs/tenancy.md); a key's own 403 is its permissions, shown as is.
+  get needsKey() {
+    return this.status === 401 || (this.status === 403 && !this.keyed);
   }
 }
 
@@ -33,6 +41,7 @@ const OPTIONS = { credentials: "omit", cache: "no-store", referrerPolicy: "no-re
 
 // POST /v1/<route> with `body`; the decoded reply, or an ApiError with the server's message.
 export async function call(route, body = {}) {
+  const keyed = Boolean(apiKey());
   let response;
   try {
     response = await fetch(`/v1/${route}`, {
@@ -51,7 +60,7 @@ export async function call(route, body = {}) {
   } catch {
     throw new ApiError(response.status, `unexpected reply (${response.status})`);
   }
-  if (!response.ok) throw new ApiError(response.status, reply.message || `error ${response.status}`);
+  if (!response.ok) throw new ApiError(response.status, reply.message || `error ${response.status}`, keyed);
   return reply;
 }
 
@@ -85,14 +94,14 @@ export function parseMetrics(text) {
 }
 
 // Every record of a list route that pages from an inclusive pivot (`key` names a record's id): queues,
-// schedules. The pivot comes back first on each next page, so it is dropped. `endsEarly`: the route may
-// end a page before `limit` (schedules.list at 4 MiB of payloads), so only a page with nothing after
-// the pivot is the last.
-export async function listAll(route, itemsField, key, { pageSize = 1000, endsEarly = false, max = 10000 } = {}) {
+// schedules, workflows. The pivot comes back first on each next page, so it is dropped. `endsEarly`: the
+// route may end a page before `limit` (schedules.list and workflows.list at 4 MiB of records), so only a
+// page with nothing after the pivot is the last. `fields`: the request's other fields (a status).
+export async function listAll(route, itemsField, key, { pageSize = 1000, endsEarly = false, max = 10000, fields = {} } = {}) {
   const records = [];
   let pivot = "";
   while (records.length < max) {
-    const page = (await call(route, { pivot, limit: pageSize }))[itemsField] || [];
+    const page = (await call(route, { ...fields, pivot, limit: pageSize }))[itemsField] || [];
     const fresh = pivot ? page.filter((r) => r[key] !== pivot) : page;
     records.push(...fresh);
     if ((page.length < pageSize && !endsEarly) || fresh.length === 0) break;

@@ -62,7 +62,7 @@ async function show() {
   try {
     stop = (await page.render(main, parts.slice(1), { onAuth: authFailed })) || null;
   } catch (e) {
-    if (e instanceof ApiError && e.status === 401) authFailed(e);
+    if (e instanceof ApiError && e.needsKey) authFailed(e);
     else mount(main, errorBox(e));
   }
   // Move focus to the new content for keyboard and screen-reader users, as a page load would.

@@ -102,7 +102,7 @@ export async function render(main, _params, ctx) {
       main.dataset.renderMs = String(Math.round(performance.now() - started));
       main.dataset.loaded = String(Number(main.dataset.loaded || 0) + 1);
     } catch (e) {
-      if (e.status === 401) return ctx.onAuth(e);
+      if (e.needsKey) return ctx.onAuth(e);
       mount(problem, errorBox(e));
     }
   }

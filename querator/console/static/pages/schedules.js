@@ -30,7 +30,7 @@ export async function render(main, _params, ctx) {
       say(message);
       mount(problem);
     } catch (e) {
-      if (e.status === 401) return ctx.onAuth(e);
+      if (e.needsKey) return ctx.onAuth(e);
       mount(problem, errorBox(e));
     }
     await load();
@@ -66,7 +66,7 @@ export async function render(main, _params, ctx) {
       mount(problem);
       main.dataset.loaded = String(Number(main.dataset.loaded || 0) + 1);
     } catch (e) {
-      if (e.status === 401) return ctx.onAuth(e);
+      if (e.needsKey) return ctx.onAuth(e);
       mount(problem, errorBox(e));
     }
   }

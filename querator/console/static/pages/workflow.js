@@ -1,9 +1,10 @@
-// One durable workflow (workflows.info): its state, its journal as a timeline by seq, its signals, its
-// result or error, its parent and children; a signal can be sent to it, it can be cancelled or terminated. The
-// page refreshes while the workflow runs; the forms stay outside what it redraws, so typing is kept.
+// One durable workflow (workflows.info): its state, version, priority, timeout, its journal as a timeline
+// by seq, its signals, its result or error, its parent and children; a signal can be sent to it, it can be
+// cancelled, terminated, resumed, or run again from a step (workflows.fork). The page refreshes while the
+// workflow runs; the forms stay outside what it redraws, so typing is kept.
 import { call, base64Of } from "../api.js";
 import { h, mount, route, time, number, payloadView, valueText, errorBox, confirmed, say, refreshKeepingFocus } from "../dom.js";
-import { statusBadge } from "./workflows.js";
+import { statusBadge, versionText } from "./workflows.js";
 
 const REFRESH_MS = 3000;
 const ENTRY_STATES = { done: "done", error: "failed", pending: "pending" };
@@ -13,6 +14,12 @@ function childId(parentId, seq) {
   return `${parentId}/${seq}`;
 }
 
+// A run's priority is the level of its task queue: `<queue>.high` or `<queue>.low` beside the app's queue,
+// which is the normal level (docs/durable.md, "Priorities").
+function priorityOf(queueName) {
+  return /\.(high|low)$/.exec(queueName || "")?.[1] || "normal";
+}
+
 export async function render(main, params, ctx) {
   const id = params[0] || "";
   let info = await call("workflows.info", { workflow_id: id });
@@ -20,19 +27,38 @@ export async function render(main, params, ctx) {
   const problem = h("div");
   const actions = h("div", { class: "actions" });
   const signalBox = h("div");
-  // A button that asks first, calls one workflow route, then says how it went and reloads the page.
-  function action(buttonId, cls, label, question, route, fields, said) {
+  // Asks first, then calls one workflow route; a refusal (a read-only key's 403) is shown as it came.
+  async function act(question, apiRoute, fields) {
+    if (!confirmed(question)) return null;
+    try {
+      const reply = await call(apiRoute, { workflow_id: id, ...fields });
+      mount(problem);
+      return reply;
+    } catch (e) {
+      if (e.needsKey) ctx.onAuth(e);
+      else mount(problem, errorBox(e));
+      return null;
+    }
+  }
+  // A button that acts on this workflow, then says so and reloads the page (not after a refusal: the
+  // reload would clear the refusal's message).
+  function action(buttonId, cls, label, question, apiRoute, fields, said) {
     return h("button", { type: "button", id: buttonId, class: cls, onclick: async () => {
-      if (!confirmed(question)) return;
-      try {
-        await call(route, { workflow_id: id, ...fields });
-        say(said);
-        mount(problem);
-      } catch (e) {
-        mount(problem, errorBox(e));
-      }
+      if (!(await act(question, apiRoute, fields))) return;
+      say(said);
       load();
     } }, label);
+  }
+  // A new run with this one's input and its journal before `seq` (ADR 0048); the page moves to it.
+  async function fork(seq) {
+    const question = seq === 1
+      ? `Start a new run of workflow '${id}' from the start, with its input? '${id}' is left as it is.`
+      : `Start a new run of workflow '${id}' from step #${seq}? The entries before #${seq} are copied, not run again; from #${seq} on it runs the code the workers have now. '${id}' is left as it is.`;
+    const reply = await act(question, "workflows.fork", { from_step: seq });
+    if (!reply) return;
+    const newId = reply.workflow.workflow_id;
+    say(`New run ${newId} started from step #${seq} of ${id}.`);
+    location.hash = route("workflow", newId);
   }
   const cancel = action("cancel-workflow", "danger", "Cancel workflow…",
     `Cancel workflow '${id}'? Its compensations run and its children are cancelled.`,
@@ -45,11 +71,12 @@ export async function render(main, params, ctx) {
     `Resume workflow '${id}'? It replays its journal with the code the workers run now.`,
     "workflows.resume", {}, `${id} resumed.`);
   resume.hidden = true;
+  const restart = h("button", { type: "button", id: "restart-workflow", onclick: () => fork(1) }, "Restart…");
   const signal = h("button", { type: "button", id: "signal-workflow", onclick: () => mount(signalBox, signalForm(info, signalBox, () => load())) }, "Send signal…");
   mount(actions, signal, cancel, terminate);
   mount(main,
     h("p", { class: "crumbs" }, h("a", { href: "#/workflows" }, "Workflows"), " / "),
-    h("div", { class: "page-head" }, h("h1", {}, id), actions, resume),
+    h("div", { class: "page-head" }, h("h1", {}, id), actions, resume, restart),
     signalBox, problem, body);
 
   function draw() {
@@ -64,7 +91,13 @@ export async function render(main, params, ctx) {
         h("dt", {}, "Status"), h("dd", { id: "workflow-status" }, statusBadge(info.status),
           info.cancel_requested && running ? h("span", { class: "tag" }, "cancel requested") : null),
         h("dt", {}, "Name"), h("dd", {}, info.name),
+        h("dt", {}, "App version"), h("dd", { id: "workflow-version" }, versionText(info.app_version)),
+        h("dt", {}, "Priority"), h("dd", { id: "workflow-priority" }, priorityOf(info.queue_name)),
         h("dt", {}, "Task queue"), h("dd", {}, h("a", { href: route("queue", info.queue_name) }, info.queue_name)),
+        h("dt", {}, "Timeout"), h("dd", { id: "workflow-timeout" }, info.timeout
+          ? [info.timeout, " · deadline ", time(info.deadline), info.timed_out ? h("span", { class: "tag" }, "timed out") : null]
+          : h("span", { class: "muted" }, "none")),
+        info.forked_from ? [h("dt", {}, "Forked from"), h("dd", { class: "mono" }, h("a", { href: route("workflow", info.forked_from), id: "workflow-forked-from" }, info.forked_from))] : null,
         h("dt", {}, "Parent"), h("dd", { class: "mono" }, info.parent_id
           ? [h("a", { href: route("workflow", info.parent_id), id: "workflow-parent" }, info.parent_id), ` (its step #${info.parent_seq})`]
           : h("span", { class: "muted" }, "none")),
@@ -80,7 +113,7 @@ export async function render(main, params, ctx) {
       outcome(info),
       info.input ? payloadView(info.input, "Input") : null,
       h("section", { "aria-labelledby": "s-journal" }, h("h2", { id: "s-journal" }, `Journal (${entries.length})`),
-        entries.length ? h("ol", { class: "timeline", id: "journal" }, entries.map((e) => journalEntry(id, e)))
+        entries.length ? h("ol", { class: "timeline", id: "journal" }, entries.map((e) => journalEntry(id, e, fork)))
           : h("p", { class: "muted" }, "Nothing recorded yet: no worker has run it.")),
       h("section", { "aria-labelledby": "s-signals" }, h("h2", { id: "s-signals" }, "Signals"), signalTable(info.signals || []))));
   }
@@ -92,7 +125,7 @@ export async function render(main, params, ctx) {
       mount(problem);
       main.dataset.loaded = String(Number(main.dataset.loaded || 0) + 1);
     } catch (e) {
-      if (e.status === 401) return ctx.onAuth(e);
+      if (e.needsKey) return ctx.onAuth(e);
       mount(problem, errorBox(e));
     }
   }
@@ -115,7 +148,9 @@ function outcome(info) {
   return null;
 }
 
-function journalEntry(workflowId, e) {
+// An entry of the timeline; `fork(seq)` runs the workflow again from it (the server refuses a seq that
+// cannot start a run, after a pending entry or inside a gather, with its 400 shown).
+function journalEntry(workflowId, e, fork) {
   const facts = [];
   if (e.attempts) facts.push(`${e.attempts} attempt(s)`);
   if (e.group_size) facts.push(`awaited with #${e.group} (${e.group_size} together)`);
@@ -128,7 +163,8 @@ function journalEntry(workflowId, e) {
       h("span", { class: `badge state-${e.state}` }, ENTRY_STATES[e.state] || e.state),
       facts.length ? h("span", { class: "muted" }, facts.join(" · ")) : null,
       e.wake_at ? h("span", {}, `${waking} `, time(e.wake_at)) : null,
-      e.kind === "child" ? h("a", { href: route("workflow", childId(workflowId, e.seq)), class: "mono" }, childId(workflowId, e.seq)) : null),
+      e.kind === "child" ? h("a", { href: route("workflow", childId(workflowId, e.seq)), class: "mono" }, childId(workflowId, e.seq)) : null,
+      h("button", { type: "button", class: "small restart-here", "aria-label": `Restart from here (#${e.seq})…`, onclick: () => fork(e.seq) }, "Restart from here…")),
     e.value ? h("pre", { class: "payload", tabindex: "0" }, valueText(e.value)) : null,
     e.error ? h("pre", { class: "payload error-text", tabindex: "0" }, e.error) : null);
 }
