@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -31,7 +31,19 @@ from querator.durable._errors import (
 from querator.durable._step import Step, decode, step_attributes
 from querator.errors import Conflict, RetryRequest
 from querator.wire import messages as m
-from querator.wire.workflows import CHILD, DONE, ERROR, PATCH, PENDING, RUNNING, SIGNAL, SLEEP, STEP
+from querator.wire.search import SEARCH_ENTRY_NAME, SearchValue, encode_search_entry, search_texts
+from querator.wire.workflows import (
+    CHILD,
+    DONE,
+    ERROR,
+    PATCH,
+    PENDING,
+    RUNNING,
+    SEARCH,
+    SIGNAL,
+    SLEEP,
+    STEP,
+)
 from querator.worker import current_traceparent
 
 if TYPE_CHECKING:
@@ -280,6 +292,25 @@ class Context:
         entry = self._journal.get(self._seq + 1)
         if entry is not None and (entry.kind, entry.name) == (PATCH, patch_id):
             self.next_seq()
+
+    def set_search_attributes(self, attributes: Mapping[str, SearchValue], /) -> None:
+        """Sets search attributes of this run (a key set again takes the new value): strings, ints or
+        bools, kept as text, that ``Durable.list(search=...)`` and ``querator workflows list --where``
+        find it by (docs/durable.md, "Search attributes"). Recorded as an entry at this seq, sent with
+        the turn's next append, as Temporal records an upsert in its history: the server merges it into
+        the run once, when it records the entry, and a replay finds the entry and sends nothing.
+
+        Raises:
+            InvalidOption: more than 32 attributes, a key or value outside the bounds, a value of
+                another type (``search attributes are invalid; ...``).
+        """
+        texts = search_texts(attributes)
+        seq = self.next_seq()
+        if self._entry(seq, SEARCH, SEARCH_ENTRY_NAME) is None:
+            value = encode_search_entry(texts)
+            self._unsent.append(
+                m.WorkflowEntry(seq=seq, kind=SEARCH, name=SEARCH_ENTRY_NAME, state=DONE, value=value)
+            )
 
     # -- the machinery -----------------------------------------------------------------------------------
 

@@ -48,6 +48,7 @@ from querator.storage.workflows import Entry, Signal, Workflow, WorkflowRows, sp
 from querator.tenancy import RequestContext
 from querator.tenancy import permissions as perm
 from querator.wire import messages as m
+from querator.wire.search import matches_search
 from querator.wire.workflows import CLAIMED, FINISHED, RUNNING, child_id
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,7 @@ class Workflows:
             timeout_us=timeout_us,
             deadline=now + timeout_us if timeout_us else 0,
             app_version=req.app_version,
+            search_attributes=req.search_attributes,
         )
         return await self._store_new(ctx, owner, new, now)
 
@@ -207,7 +209,9 @@ class Workflows:
         limit = check_list_workflows(req)
         listed = namespace(req.namespace)
         await self._check(ctx, listed, perm.QUEUE_LIST)
-        found = await _namespace_page(self._rows, listed, req.status, req.pivot, limit, req.app_version)
+        found = await _namespace_page(
+            self._rows, listed, req.status, req.pivot, limit, req.app_version, req.search
+        )
         return m.WorkflowsListResponse(workflows=[workflow_info(wf, journal=False) for wf in found])
 
     async def signal(self, ctx: RequestContext, req: m.WorkflowsSignalRequest) -> m.Reply:
@@ -504,9 +508,16 @@ class Workflows:
 
 
 async def _namespace_page(
-    rows: WorkflowRows, listed: str, status: str, pivot: str, limit: int, app_version: str = ""
+    rows: WorkflowRows,
+    listed: str,
+    status: str,
+    pivot: str,
+    limit: int,
+    app_version: str = "",
+    search: Mapping[str, str] | None = None,
 ) -> list[Workflow]:
-    """The workflows of one namespace (and of ``app_version``, "" for any) from ``pivot``, in id order.
+    """The workflows of one namespace (and of ``app_version``, "" for any, holding every attribute of
+    ``search``: ``matches_search``) from ``pivot``, in id order.
     Another namespace's stored ids sort among ``_system``'s (which have no prefix), so a page of the
     store may hold none of the ones asked for: read on past them until one is found or the store ends
     (as the store reads past other statuses). A backend's page ends early at LIST_PAGE_RECORD_BYTES of
@@ -519,7 +530,9 @@ async def _namespace_page(
         for wf in page:
             owner, _ = split_stored_id(wf.id)
             if owner == listed:
-                if not app_version or wf.app_version == app_version:
+                if (not app_version or wf.app_version == app_version) and matches_search(
+                    wf.search_attributes, search or {}
+                ):
                     found.append(wf)
             elif listed != SYSTEM_NAMESPACE:
                 return found  # past the namespace's prefix: none of its ids follow
