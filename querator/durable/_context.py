@@ -351,6 +351,7 @@ class Context:
         self._check_cancelled()
         if entry is not None and _micros(entry.wake_at) > self.now_us():
             raise Suspend(_micros(entry.wake_at))
+        await self._send_search_attributes()
         crashed, self._lapsed = self._lapsed, 0
         attempts = (entry.attempts if entry is not None else 0) + crashed + 1
         step = call.step
@@ -459,6 +460,13 @@ class Context:
             m.WorkflowEntry(seq=c.seq, kind=c.kind, name=c.name, state=PENDING, group=group, group_size=size)
             for c in calls
         ]
+
+    async def _send_search_attributes(self) -> None:
+        """Search attributes set since the last append are sent before a step runs here, so that a list
+        finds the run by them while the step runs (a suspend, which dispatched steps, timers, waits and
+        children end in, sends them anyway)."""
+        if any(e.kind == SEARCH for e in self._unsent):
+            await self._append([])
 
     def _entry(self, seq: int, kind: str, name: str) -> m.WorkflowEntry | None:
         """The recorded entry at ``seq``, checked against what the code asks for there."""
