@@ -4,11 +4,13 @@ is non-deterministic, and a new run on an in-process node records it once and is
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import msgspec
 import pytest
 
+from querator.cli import main
 from querator.client import AsyncClient
 from querator.durable import Context, Replayer
 from querator.testing import Node
@@ -63,6 +65,27 @@ async def test_a_new_run_records_the_set_once_and_is_listed_by_it() -> None:
     assert info.search_attributes == {"region": "eu", "order": "o-1", "amount": "30"}
     assert (found, none) == (["new"], [])
     assert (await Replayer(app).replay(info)).then == SUSPEND
+
+
+async def test_the_cli_lists_by_where_and_refuses_a_condition_without_a_value(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``querator workflows list --where KEY=VALUE`` (repeatable, ANDed)."""
+    app = app_running(searched_first)
+    async with Node() as node, node.running(app), AsyncClient(node.url) as client:
+        await app.start("checkout", "o-1", workflow_id="new")
+        await eventually(lambda: _sleeping(client, "new"))
+        argv = ["workflows", "list", "--endpoint", node.url, "-o", "json", "--where", "order=o-1"]
+        assert await asyncio.to_thread(main, [*argv, "--where", "amount=30"]) == 0
+        assert [w["workflow_id"] for w in msgspec.json.decode(capsys.readouterr().out)["workflows"]] == [
+            "new"
+        ]
+        assert await asyncio.to_thread(main, [*argv, "--where", "amount=31"]) == 0
+        assert msgspec.json.decode(capsys.readouterr().out).get("workflows", []) == []
+    with pytest.raises(SystemExit) as exited:
+        main(["workflows", "list", "--where", "amount"])
+    assert exited.value.code == 2
+    assert "argument --where: 'amount' is not KEY=VALUE" in capsys.readouterr().err
 
 
 async def _sleeping(client: AsyncClient, workflow_id: str) -> bool:
