@@ -507,6 +507,11 @@ class Workflows:
         await self._produce(m.QueueProduceRequest(queue_name=wf.queue, request_timeout="30s", items=[item]))
 
 
+FILTERED_PAGE: Final = 100
+"""Records a list filtered by app version or search attributes reads from the store at least per call
+(docs/adr/0061): a rare match costs a call per hundred records scanned, not one per record."""
+
+
 async def _namespace_page(
     rows: WorkflowRows,
     listed: str,
@@ -524,8 +529,11 @@ async def _namespace_page(
     records (storage.workflows); so does this one, then."""
     found: list[Workflow] = []
     start = stored_id(listed, pivot)
+    filtered = bool(app_version or search)
     while len(found) < limit:
         asked = limit - len(found)
+        if filtered:  # a filter may skip most records: a page of one record would be a call per record
+            asked = max(asked, FILTERED_PAGE)
         page = await rows.list_workflows(status, start, asked)
         for wf in page:
             owner, _ = split_stored_id(wf.id)
@@ -534,6 +542,8 @@ async def _namespace_page(
                     wf.search_attributes, search or {}
                 ):
                     found.append(wf)
+                    if len(found) == limit:
+                        return found  # the caller pages on from this one's id
             elif listed != SYSTEM_NAMESPACE:
                 return found  # past the namespace's prefix: none of its ids follow
         if not page or (len(page) < asked and found):

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from querator.service._workflows import FILTERED_PAGE
+from querator.storage.workflows import Workflow
 from querator.wire.search import encode_search_entry
 from tests.api.test_workflows import append, b64, claim, start
 from tests.conftest import Api
@@ -98,3 +100,26 @@ async def test_attributes_out_of_bounds_are_refused(durable: Api) -> None:
         "/v1/workflows.append", {"workflow_id": "wf-1", "fence": 0, "entries": [search(1, k="v")]}
     )
     assert outside.status == 400 and outside.message.startswith(PREFIX + "a search entry is recorded done")
+
+
+async def test_a_filtered_list_reads_the_store_a_page_at_a_time(
+    durable: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rare match does not cost a call of the store per record scanned (FILTERED_PAGE)."""
+    for i in range(30):
+        await start(durable, f"r-{i:02}")
+    await start(durable, "z", search_attributes={"customer": "c-1"})
+    rows = durable.service.workflows._rows
+    asked: list[int] = []
+    read = rows.list_workflows
+
+    async def counted(status: str, pivot: str, limit: int) -> list[Workflow]:
+        asked.append(limit)
+        return await read(status, pivot, limit)
+
+    monkeypatch.setattr(rows, "list_workflows", counted)
+    assert await listed(durable, search={"customer": "c-1"}, limit=1) == ["z"]
+    assert asked == [FILTERED_PAGE]
+    asked.clear()
+    assert await listed(durable, limit=2) == ["r-00", "r-01"]
+    assert asked == [2]  # unfiltered: what was asked for, no more
