@@ -97,6 +97,14 @@ def add_parser(
     a.add_argument("--pivot", default="", help="start at the first workflow id >= this")
     a.add_argument("--limit", type=int, default=0, help="at most this many (default: the server's, 1000)")
     a.add_argument("--app-version", default="", help="only runs started by this app version")
+    a.add_argument(
+        "--where",
+        type=_condition,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="only runs whose search attribute KEY is VALUE, as text (repeatable: all must hold)",
+    )
     add("show", "show a workflow with its journal and signals")
     a = add("signal", "send a signal to a running workflow")
     a.add_argument("name", metavar="NAME", help="the signal's name, as the workflow waits for it")
@@ -154,6 +162,14 @@ def add_parser(
     )
 
 
+def _condition(text: str) -> tuple[str, str]:
+    """``--where KEY=VALUE``: the value is text, as attributes are compared (``30`` finds 30)."""
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
+
+
 async def command(client: AsyncClient, args: argparse.Namespace) -> m.Message | dict[str, Any] | None:
     """Runs the ``workflows`` action ``args`` names; what to print (None: ``{"code": 200}``)."""
     if args.action in ("signal", "resume", "terminate", "cancel"):
@@ -166,6 +182,7 @@ async def command(client: AsyncClient, args: argparse.Namespace) -> m.Message | 
             limit=args.limit,
             namespace=args.namespace,
             app_version=args.app_version,
+            search=dict(args.where),
         )
         return m.WorkflowsListResponse(workflows=found)
     if args.action == "replay":

@@ -4,11 +4,13 @@ cancel and wait for workflows; ``querator.durable``'s workers claim and append."
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 
 from querator.client._arguments import Duration, go_duration
 from querator.client._caller import Caller
 from querator.client._transport import http_timeout_s
 from querator.wire import messages as m
+from querator.wire.search import SearchValue, search_texts
 
 
 class WorkflowCalls(Caller):
@@ -26,11 +28,12 @@ class WorkflowCalls(Caller):
         parent_seq: int = 0,
         timeout: Duration | None = None,
         app_version: str = "",
+        search_attributes: Mapping[str, SearchValue] | None = None,
     ) -> m.WorkflowsStartResponse:
         """Starts the workflow ``name`` as ``workflow_id`` with its activations in ``queue``, a run of
         ``app_version`` ("": any worker's); a workflow of that id that exists already is returned as it
         is (``created`` False). ``timeout``: past it (from now, at least 1s) the workflow fails with
-        ``WorkflowTimeout``."""
+        ``WorkflowTimeout``. ``search_attributes``: its first ones (``querator.wire.search``)."""
         msg = m.WorkflowsStartRequest(
             workflow_id=workflow_id,
             name=name,
@@ -41,6 +44,7 @@ class WorkflowCalls(Caller):
             parent_seq=parent_seq,
             timeout="" if timeout is None else go_duration(timeout),
             app_version=app_version,
+            search_attributes=search_texts(search_attributes or {}),
         )
         return await self.call("/v1/workflows.start", msg, m.WorkflowsStartResponse, idempotent=True)
 
@@ -51,12 +55,25 @@ class WorkflowCalls(Caller):
         return await self.call("/v1/workflows.info", msg, m.WorkflowInfo, idempotent=True)
 
     async def list_workflows(
-        self, status: str = "", *, pivot: str = "", limit: int = 0, namespace: str = "", app_version: str = ""
+        self,
+        status: str = "",
+        *,
+        pivot: str = "",
+        limit: int = 0,
+        namespace: str = "",
+        app_version: str = "",
+        search: Mapping[str, SearchValue] | None = None,
     ) -> list[m.WorkflowInfo]:
         """Workflows of ``namespace`` (of ``status``: running, completed, failed, cancelled; "" any; of
-        ``app_version``, "" any) by id from ``pivot``."""
+        ``app_version``, "" any; holding every search attribute of ``search``, equal as text) by id from
+        ``pivot``."""
         msg = m.WorkflowsListRequest(
-            status=status, pivot=pivot, limit=limit, namespace=namespace, app_version=app_version
+            status=status,
+            pivot=pivot,
+            limit=limit,
+            namespace=namespace,
+            app_version=app_version,
+            search=search_texts(search or {}),
         )
         reply = await self.call("/v1/workflows.list", msg, m.WorkflowsListResponse, idempotent=True)
         return reply.workflows

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import inspect
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
@@ -17,6 +17,7 @@ from querator.durable._errors import WorkflowFailed
 from querator.durable._replayer import Replayer
 from querator.durable._step import Step, StepOptions, decode
 from querator.wire import messages as m
+from querator.wire.search import SearchValue
 from querator.wire.workflows import CANCELLED, COMPLETED, FAILED, child_id
 from querator.worker import (
     JsonSerializer,
@@ -392,6 +393,7 @@ class Durable:
         workflow_id: str | None = None,
         timeout: Duration | None = None,
         priority: str | None = None,
+        search_attributes: Mapping[str, SearchValue] | None = None,
         **kwargs: Any,
     ) -> WorkflowHandle:
         """Starts ``workflow(*args, **kwargs)``; returns its handle at once. Starting an id that exists
@@ -402,8 +404,9 @@ class Durable:
         its children are cancelled and it ends failed. ``priority`` (an app made with
         ``priorities=True``): ``"high"``, ``"normal"`` or ``"low"``, the level of every activation and
         dispatched step of the run, and of its children; workers take higher levels first.
-        ``workflow_id``, ``timeout`` and ``priority`` are the app's: a workflow's own arguments of those
-        names cannot be passed by keyword here.
+        ``search_attributes``: the run's first ones (docs/durable.md, "Search attributes"); ``list``
+        finds runs by them. ``workflow_id``, ``timeout``, ``priority`` and ``search_attributes`` are the
+        app's: a workflow's own arguments of those names cannot be passed by keyword here.
 
         Raises:
             ValueError: a priority on an app without priorities, or not one of the levels.
@@ -422,6 +425,7 @@ class Durable:
             encoding=self.serializer.content_type,
             timeout=timeout,
             app_version=self.version,
+            search_attributes=search_attributes,
         )
         return WorkflowHandle(self, workflow_id, definition)
 
@@ -490,6 +494,22 @@ class Durable:
                 kind=SCHEDULED_START,
                 encoding=self.serializer.content_type,
             )
+        )
+
+    async def list(
+        self,
+        status: str = "",
+        *,
+        search: Mapping[str, SearchValue] | None = None,
+        pivot: str = "",
+        limit: int = 0,
+    ) -> list[m.WorkflowInfo]:
+        """The runs of this app's namespace (of ``status``, "" any) holding every search attribute of
+        ``search`` (equal as text: ``{"amount": 30}`` finds ``"30"``), by id from ``pivot``; page on from
+        the last id returned."""
+        client = await self.client()
+        return await client.list_workflows(
+            status, pivot=pivot, limit=limit, namespace=self.namespace, search=search
         )
 
     def handle(self, workflow_id: str) -> WorkflowHandle:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -31,7 +31,19 @@ from querator.durable._errors import (
 from querator.durable._step import Step, decode, step_attributes
 from querator.errors import Conflict, RetryRequest
 from querator.wire import messages as m
-from querator.wire.workflows import CHILD, DONE, ERROR, PATCH, PENDING, RUNNING, SIGNAL, SLEEP, STEP
+from querator.wire.search import SEARCH_ENTRY_NAME, SearchValue, encode_search_entry, search_texts
+from querator.wire.workflows import (
+    CHILD,
+    DONE,
+    ERROR,
+    PATCH,
+    PENDING,
+    RUNNING,
+    SEARCH,
+    SIGNAL,
+    SLEEP,
+    STEP,
+)
 from querator.worker import current_traceparent
 
 if TYPE_CHECKING:
@@ -281,6 +293,25 @@ class Context:
         if entry is not None and (entry.kind, entry.name) == (PATCH, patch_id):
             self.next_seq()
 
+    def set_search_attributes(self, attributes: Mapping[str, SearchValue], /) -> None:
+        """Sets search attributes of this run (a key set again takes the new value): strings, ints or
+        bools, kept as text, that ``Durable.list(search=...)`` and ``querator workflows list --where``
+        find it by (docs/durable.md, "Search attributes"). Recorded as an entry at this seq, sent with
+        the turn's next append, as Temporal records an upsert in its history: the server merges it into
+        the run once, when it records the entry, and a replay finds the entry and sends nothing.
+
+        Raises:
+            InvalidOption: more than 32 attributes, a key or value outside the bounds, a value of
+                another type (``search attributes are invalid; ...``).
+        """
+        texts = search_texts(attributes)
+        seq = self.next_seq()
+        if self._entry(seq, SEARCH, SEARCH_ENTRY_NAME) is None:
+            value = encode_search_entry(texts)
+            self._unsent.append(
+                m.WorkflowEntry(seq=seq, kind=SEARCH, name=SEARCH_ENTRY_NAME, state=DONE, value=value)
+            )
+
     # -- the machinery -----------------------------------------------------------------------------------
 
     def now_us(self) -> int:
@@ -320,6 +351,7 @@ class Context:
         self._check_cancelled()
         if entry is not None and _micros(entry.wake_at) > self.now_us():
             raise Suspend(_micros(entry.wake_at))
+        await self._send_search_attributes()
         crashed, self._lapsed = self._lapsed, 0
         attempts = (entry.attempts if entry is not None else 0) + crashed + 1
         step = call.step
@@ -428,6 +460,13 @@ class Context:
             m.WorkflowEntry(seq=c.seq, kind=c.kind, name=c.name, state=PENDING, group=group, group_size=size)
             for c in calls
         ]
+
+    async def _send_search_attributes(self) -> None:
+        """Search attributes set since the last append are sent before a step runs here, so that a list
+        finds the run by them while the step runs (a suspend, which dispatched steps, timers, waits and
+        children end in, sends them anyway)."""
+        if any(e.kind == SEARCH for e in self._unsent):
+            await self._append([])
 
     def _entry(self, seq: int, kind: str, name: str) -> m.WorkflowEntry | None:
         """The recorded entry at ``seq``, checked against what the code asks for there."""

@@ -207,6 +207,7 @@ def workflow_info(wf: Workflow, journal: bool) -> m.WorkflowInfo:
         timed_out=wf.timed_out,
         forked_from=wf.forked_from,
         app_version=wf.app_version,
+        search_attributes=wf.search_attributes,
     )
     if journal:
         info.entries = [

@@ -16,7 +16,8 @@ from querator.storage.base import QueueRecord
 from querator.storage.failures import MAX_ERROR_CHARS, MAX_FAILURES
 from querator.storage.operations import storage_id_error
 from querator.wire import messages as m
-from querator.wire.workflows import KINDS, STATES, STATUSES, THENS
+from querator.wire.search import SEARCH_ATTRIBUTES_INVALID, check_search_attributes, decode_search_entry
+from querator.wire.workflows import DONE, KINDS, SEARCH, STATES, STATUSES, THENS
 
 MAX_PRODUCE_BATCH = 1000
 MAX_LEASE_BATCH = 1000
@@ -409,6 +410,7 @@ def check_start(req: m.WorkflowsStartRequest) -> None:
     check_workflow_id(req.workflow_id, new=True)
     _check_label(req.name, "workflow name")
     check_app_version(req.app_version)
+    check_search_attributes(req.search_attributes)
     check_stored_name(req.queue_name)
     if req.parent_id:
         check_workflow_id(req.parent_id, "parent id")
@@ -475,6 +477,7 @@ def check_list_workflows(req: m.WorkflowsListRequest) -> int:
         raise InvalidOption(f"limit is invalid; cannot be negative, but {req.limit} was requested")
     check_list_limit(req.limit)
     check_app_version(req.app_version)
+    check_search_attributes(req.search, "conditions")
     return req.limit or DEFAULT_LIST_LIMIT
 
 
@@ -489,17 +492,30 @@ def check_workflow_append(req: m.WorkflowsAppendRequest) -> None:
     if len(req.entries) > MAX_APPEND_ENTRIES:
         raise InvalidOption(TOO_MANY_ENTRIES)
     for e in req.entries:
-        if e.seq < 1:
-            raise InvalidOption(f"entries is invalid; seq must be at least 1, got {e.seq}")
-        if e.kind not in KINDS or e.state not in STATES:
-            raise InvalidOption(
-                f"entries is invalid; '{e.kind}' '{e.state}' is not a kind and state of an entry"
-            )
-        _check_label(e.name, "entry name")
-        if e.attempts < 0 or e.group < 0 or e.group_size < 0:
-            raise InvalidOption("entries is invalid; attempts, group and group_size cannot be negative")
+        _check_entry(req.fence, e)
     if req.claim_timeout:
         claim_timeout(req.claim_timeout)
+
+
+def _check_entry(fence: int, e: m.WorkflowEntry) -> None:
+    if e.seq < 1:
+        raise InvalidOption(f"entries is invalid; seq must be at least 1, got {e.seq}")
+    if e.kind not in KINDS or e.state not in STATES:
+        raise InvalidOption(f"entries is invalid; '{e.kind}' '{e.state}' is not a kind and state of an entry")
+    _check_label(e.name, "entry name")
+    if e.attempts < 0 or e.group < 0 or e.group_size < 0:
+        raise InvalidOption("entries is invalid; attempts, group and group_size cannot be negative")
+    if e.kind == SEARCH:
+        _check_search_entry(fence, e)
+
+
+def _check_search_entry(fence: int, e: m.WorkflowEntry) -> None:
+    """Only the claimant's code sets attributes, in a recorded entry holding them (docs/adr/0061)."""
+    if fence == 0 or e.state != DONE:
+        raise InvalidOption(
+            f"{SEARCH_ATTRIBUTES_INVALID}; a search entry is recorded done, by the claim's fence"
+        )
+    decode_search_entry(e.value)
 
 
 def claim_timeout(text: str) -> int:

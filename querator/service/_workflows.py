@@ -48,6 +48,7 @@ from querator.storage.workflows import Entry, Signal, Workflow, WorkflowRows, sp
 from querator.tenancy import RequestContext
 from querator.tenancy import permissions as perm
 from querator.wire import messages as m
+from querator.wire.search import matches_search
 from querator.wire.workflows import CLAIMED, FINISHED, RUNNING, child_id
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,7 @@ class Workflows:
             timeout_us=timeout_us,
             deadline=now + timeout_us if timeout_us else 0,
             app_version=req.app_version,
+            search_attributes=req.search_attributes,
         )
         return await self._store_new(ctx, owner, new, now)
 
@@ -207,7 +209,9 @@ class Workflows:
         limit = check_list_workflows(req)
         listed = namespace(req.namespace)
         await self._check(ctx, listed, perm.QUEUE_LIST)
-        found = await _namespace_page(self._rows, listed, req.status, req.pivot, limit, req.app_version)
+        found = await _namespace_page(
+            self._rows, listed, req.status, req.pivot, limit, req.app_version, req.search
+        )
         return m.WorkflowsListResponse(workflows=[workflow_info(wf, journal=False) for wf in found])
 
     async def signal(self, ctx: RequestContext, req: m.WorkflowsSignalRequest) -> m.Reply:
@@ -503,24 +507,43 @@ class Workflows:
         await self._produce(m.QueueProduceRequest(queue_name=wf.queue, request_timeout="30s", items=[item]))
 
 
+FILTERED_PAGE: Final = 100
+"""Records a list filtered by app version or search attributes reads from the store at least per call
+(docs/adr/0061): a rare match costs a call per hundred records scanned, not one per record."""
+
+
 async def _namespace_page(
-    rows: WorkflowRows, listed: str, status: str, pivot: str, limit: int, app_version: str = ""
+    rows: WorkflowRows,
+    listed: str,
+    status: str,
+    pivot: str,
+    limit: int,
+    app_version: str = "",
+    search: Mapping[str, str] | None = None,
 ) -> list[Workflow]:
-    """The workflows of one namespace (and of ``app_version``, "" for any) from ``pivot``, in id order.
+    """The workflows of one namespace (and of ``app_version``, "" for any, holding every attribute of
+    ``search``: ``matches_search``) from ``pivot``, in id order.
     Another namespace's stored ids sort among ``_system``'s (which have no prefix), so a page of the
     store may hold none of the ones asked for: read on past them until one is found or the store ends
     (as the store reads past other statuses). A backend's page ends early at LIST_PAGE_RECORD_BYTES of
     records (storage.workflows); so does this one, then."""
     found: list[Workflow] = []
     start = stored_id(listed, pivot)
+    filtered = bool(app_version or search)
     while len(found) < limit:
         asked = limit - len(found)
+        if filtered:  # a filter may skip most records: a page of one record would be a call per record
+            asked = max(asked, FILTERED_PAGE)
         page = await rows.list_workflows(status, start, asked)
         for wf in page:
             owner, _ = split_stored_id(wf.id)
             if owner == listed:
-                if not app_version or wf.app_version == app_version:
+                if (not app_version or wf.app_version == app_version) and matches_search(
+                    wf.search_attributes, search or {}
+                ):
                     found.append(wf)
+                    if len(found) == limit:
+                        return found  # the caller pages on from this one's id
             elif listed != SYSTEM_NAMESPACE:
                 return found  # past the namespace's prefix: none of its ids follow
         if not page or (len(page) < asked and found):

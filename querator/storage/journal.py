@@ -21,6 +21,7 @@ from msgspec.structs import replace
 from querator.errors import Conflict, InvalidOption
 from querator.storage.operations import NEAR_NOW
 from querator.storage.workflows import Entry, JournalRow, Signal, Workflow, split_stored_id
+from querator.wire.search import decode_search_entry, merged_search_attributes
 from querator.wire.workflows import (
     BUSY,
     CHILD,
@@ -36,6 +37,7 @@ from querator.wire.workflows import (
     FINISHED,
     OTHER_VERSION,
     RUNNING,
+    SEARCH,
     SIGNAL,
     SUSPEND,
     child_id,
@@ -176,6 +178,7 @@ def fork(original: Workflow, key: str, from_step: int, now: int) -> Workflow:
         timeout_us=original.timeout_us,
         deadline=now + original.timeout_us if original.timeout_us else 0,
         forked_from=forked_from,
+        search_attributes=original.search_attributes,
     )
     _check_size(new)
     return new
@@ -256,11 +259,13 @@ def append(
         raise Conflict(f"{FENCED}; fence {fence} is not the workflow's current claim")
     journal = {e.seq: e for e in wf.entries}
     signals = list(wf.signals)
+    attributes = _searched(wf, journal, recorded or {}, entries)
     for entry in entries:
         _put_entry(journal, recorded or {}, signals, entry, wf.journal_rows)
     kept, rows = _moved(journal.values())
     wf = replace(
         wf,
+        search_attributes=attributes,
         entries=kept,
         signals=signals,
         length=max([wf.length, *(e.seq for e in rows)]),
@@ -288,6 +293,19 @@ def append(
         raise InvalidOption(f"then is invalid; '{ending.then}' is not suspend, complete, fail or cancel")
     _check_size(wf)
     return effects, wf
+
+
+def _searched(
+    wf: Workflow, journal: Mapping[int, Entry], recorded: Mapping[int, Entry], entries: Iterable[Entry]
+) -> dict[str, str]:
+    """The run's search attributes after the ``search`` entries of ``entries`` that are new to its
+    journal, in seq order: an entry recorded already (an append sent again after a lost reply, a replay)
+    was merged when it was recorded, so it is not merged twice over a later one."""
+    attributes = wf.search_attributes
+    for entry in sorted(entries, key=_seq):
+        if entry.kind == SEARCH and entry.seq not in journal and entry.seq not in recorded:
+            attributes = merged_search_attributes(attributes, decode_search_entry(entry.value))
+    return attributes
 
 
 def _suspend(wf: Workflow, wake_at: int, timing_out: bool, effects: Effects) -> Workflow:

@@ -71,6 +71,9 @@ class Workflow(msgspec.Struct, kw_only=True, omit_defaults=True):
     app_version: str = ""
     """The version of the app that started it ("": any): only workers of that version, or of none, claim
     it (``journal.claim``)."""
+    search_attributes: dict[str, str] = {}
+    """Its custom search attributes, as text (``querator.wire.search``): those of its start, merged with
+    each ``search`` entry as the entry is recorded. ``workflows.list`` filters on them."""
     fence: int = 0
     """How many times a worker claimed it; an append must carry the current value."""
     claim_deadline: int = 0

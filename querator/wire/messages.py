@@ -360,6 +360,7 @@ class WorkflowInfo(Message):
     timed_out: bool = False
     forked_from: str = ""
     app_version: str = ""
+    search_attributes: dict[str, str] = {}
 
 
 class WorkflowsStartRequest(Message):
@@ -372,6 +373,7 @@ class WorkflowsStartRequest(Message):
     parent_seq: int = 0
     timeout: str = ""
     app_version: str = ""
+    search_attributes: dict[str, str] = {}
 
 
 class WorkflowsForkRequest(Message):
@@ -397,6 +399,7 @@ class WorkflowsListRequest(Message):
     limit: int = 0
     namespace: str = ""
     app_version: str = ""
+    search: dict[str, str] = {}
 
 
 class WorkflowsListResponse(Message):

@@ -20,7 +20,10 @@ SIGNAL: Final = "signal"
 CHILD: Final = "child"
 PATCH: Final = "patch"
 """A marker, named by the patch's id: the run took the changed code of ``Context.patched`` there."""
-KINDS: Final = frozenset({STEP, SLEEP, SIGNAL, CHILD, PATCH})
+SEARCH: Final = "search"
+"""Search attributes the workflow set (``Context.set_search_attributes``), a JSON object in its value:
+recording it merges them into the run's attributes, once (``querator.wire.search``)."""
+KINDS: Final = frozenset({STEP, SLEEP, SIGNAL, CHILD, PATCH, SEARCH})
 
 # An entry's states. The first two are final: a final entry is never replaced by a different one.
 DONE: Final = "done"

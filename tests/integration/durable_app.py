@@ -121,6 +121,16 @@ async def three_steps(ctx: Context, key: str) -> list[int]:
 
 
 @app.workflow()
+async def searched(ctx: Context, key: str) -> str:
+    """Sets search attributes before a step held in flight (a list finds the run meanwhile), then again."""
+    ctx.set_search_attributes({"customer": key, "amount": 30})
+    held = await ctx.run(hold, key)
+    ctx.set_search_attributes({"amount": 40, "shipped": True})
+    await ctx.run(add, f"{key}-2", 1, 1)
+    return held
+
+
+@app.workflow()
 async def held_in_the_middle(ctx: Context, key: str) -> list[Any]:
     first = await ctx.run(add, f"{key}-1", 1, 1)
     middle = await ctx.run(hold, key)

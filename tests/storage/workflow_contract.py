@@ -11,10 +11,12 @@ import asyncio
 import pytest
 from msgspec.structs import replace
 
+from querator.service._workflows import _namespace_page
 from querator.storage.base import Store
 from querator.storage.journal import BUSY, CLAIMED, SUSPEND, Ending, append, claim, entries_of, start
-from querator.storage.workflows import LIST_PAGE_RECORD_BYTES, Entry, JournalRow, Workflow
-from querator.wire.workflows import COMPLETED, DONE, RUNNING, STEP
+from querator.storage.workflows import LIST_PAGE_RECORD_BYTES, SYSTEM_NAMESPACE, Entry, JournalRow, Workflow
+from querator.wire.search import SEARCH_ENTRY_NAME, encode_search_entry
+from querator.wire.workflows import COMPLETED, DONE, RUNNING, SEARCH, STEP
 from tests.conftest import eventually
 
 SECOND = 1_000_000
@@ -144,6 +146,42 @@ class WorkflowContract:
         assert [w.id for w in await store.workflows.list_workflows(RUNNING, "", 10)] == ["a", "c", "d"]
         assert [w.id for w in await store.workflows.list_workflows(RUNNING, "b", 1)] == ["c"]
         assert [w.id for w in await store.workflows.list_workflows(COMPLETED, "", 10)] == ["b"]
+
+    async def test_search_attributes_are_stored_merged_and_filtered(self, store: Store) -> None:
+        """docs/adr/0061: a run's search attributes are stored with its head, a ``search`` entry's are
+        merged into them by the append rule, and ``workflows.list`` (``_namespace_page``) finds runs by
+        them with ``matches_search``, ANDed and with the status, on every backend."""
+        await self.put_new(store, new("a", search_attributes={"customer": "c-1", "amount": "30"}))
+        b = await self.put_new(store, new("b", search_attributes={"customer": "c-2"}))
+        c = await self.put_new(store, new("c", search_attributes={"customer": "c-1"}))
+        assert await store.workflows.put_workflow(replace(b, status=COMPLETED, version=2), 1)
+        _, claimed = claim(c, "c", NOW, NOW + 30 * SECOND)
+        assert claimed is not None and await store.workflows.put_workflow(replace(claimed, version=2), 1)
+        value = encode_search_entry({"amount": "40", "vip": "true"})
+        entry = Entry(seq=1, kind=SEARCH, name=SEARCH_ENTRY_NAME, state=DONE, value=value)
+        ending = Ending(SUSPEND, wake_at=NOW + DAY)
+        effects, appended = append(replace(claimed, version=2), "c", 1, [entry], ending, NOW, 0, DAY)
+        assert appended is not None
+        assert await store.workflows.put_workflow(replace(appended, version=3), 2, effects.rows)
+        got = await store.workflows.get_workflow("c")
+        assert got is not None and got.search_attributes == {"customer": "c-1", "amount": "40", "vip": "true"}
+        listed = {w.id: w.search_attributes for w in await store.workflows.list_workflows("", "", 10)}
+        assert listed == {
+            "a": {"customer": "c-1", "amount": "30"},
+            "b": {"customer": "c-2"},
+            "c": got.search_attributes,
+        }
+
+        async def found(status: str = "", **search: str) -> list[str]:
+            page = await _namespace_page(store.workflows, SYSTEM_NAMESPACE, status, "", 10, "", search)
+            return [w.id for w in page]
+
+        assert await found(customer="c-1") == ["a", "c"]
+        assert await found(customer="c-1", amount="40") == ["c"]
+        assert await found(customer="c-1", amount="50") == []
+        assert await found(COMPLETED, customer="c-2") == ["b"]
+        assert await found(RUNNING, customer="c-2") == []
+        assert await found() == ["a", "b", "c"]
 
     async def test_lists_end_a_page_at_its_bytes(self, store: Store) -> None:
         """A page holds about ``LIST_PAGE_RECORD_BYTES`` of records however high its limit, and at least
