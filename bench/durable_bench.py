@@ -393,6 +393,10 @@ class Stores:
             print(f"# PostgreSQL for postgres and dbos: {durability(self._postgres)}", flush=True)
         return self._postgres
 
+    @property
+    def started_postgres(self) -> PostgresNode | None:
+        return self._postgres
+
     def close(self) -> None:
         for close in self.closers:
             close()
@@ -470,7 +474,34 @@ async def run_bench(args: argparse.Namespace) -> None:
     finally:
         for system in systems:
             await system.stop()
+        if stores.started_postgres is not None:
+            print(transactions(stores.started_postgres, [s.name for s in systems]), flush=True)
         stores.close()
+
+
+def transactions(postgres: PostgresNode, names: list[str]) -> str:
+    """Rows of PostgreSQL's committed transactions per workflow for ``postgres`` and ``dbos``, whole run
+    (warm-ups included; read once their processes stopped, which flushes their statistics)."""
+    import psycopg
+
+    base = postgres.url.rsplit("/", 1)[0]
+    wanted = {
+        "postgres": ("postgres", f"SELECT count(*) FROM durable_{os.getpid()}.workflows"),
+        "dbos": ("dbos_bench", "SELECT count(*) FROM dbos.workflow_status"),
+    }
+    lines = ["\nPostgreSQL transactions per workflow (whole run):", "| system | workflows | commits/wf |"]
+    lines.append("|---|---|---|")
+    for name in names:
+        if name not in wanted:
+            continue
+        database, count = wanted[name]
+        with psycopg.connect(f"{base}/{database}", autocommit=True) as conn:
+            workflows = int(conn.execute(count).fetchall()[0][0])
+            commits = conn.execute(
+                "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+            ).fetchall()[0][0]
+        lines.append(f"| {name} | {workflows:,} | {int(commits) / max(workflows, 1):.1f} |")
+    return "\n".join(lines)
 
 
 async def run_long(args: argparse.Namespace) -> None:
