@@ -14,12 +14,13 @@ loops that each start a workflow and wait for its result, again and again.
   for the run (bench.py's ``start_cassandra``), or a running one on ``--cassandra-port``; its CPU counts as
   the store's when the harness started it.
 - ``postgres`` (only when named with ``--system``): the same on PostgreSQL, the tests' server started for
-  the run as DBOS's is (bench.py's ``start_postgres``: Debian's, its defaults); its postmaster and
-  backends count as the store's CPU with the node's.
-- ``dbos``: DBOS Transact (the ``bench`` extra) on a throwaway local PostgreSQL started by
-  ``scripts/postgres.sh`` (fsync and synchronous_commit on, its defaults). DBOS is a library: a workflow
-  runs in the process that starts it, so ``--workers`` DBOS processes each run their share of the client
-  loops (``DBOS.start_workflow_async``, ``get_result``).
+  the run (bench.py's ``start_postgres``: Debian's, its defaults); its postmaster and backends count as
+  the store's CPU with the node's.
+- ``dbos``: DBOS Transact (the ``bench`` extra) on the same PostgreSQL server as ``postgres`` (one server
+  for the run, its own database; the server's durability settings, fsync and synchronous_commit, are
+  printed with the header). DBOS is a library: a workflow runs in the process that starts it, so
+  ``--workers`` DBOS processes each run their share of the client loops (``DBOS.start_workflow_async``,
+  ``get_result``).
 
 What is measured, for the workflows started and finished inside the ``--duration`` window (after
 ``--warmup`` seconds of the same load):
@@ -37,6 +38,9 @@ What is measured, for the workflows started and finished inside the ``--duration
   the machine may be shared (docs/benchmarks-log.md).
 
 Rounds alternate the systems, each started once for the run. Needs the ``bench`` extra for ``dbos``.
+
+``--steps N`` runs, instead, one workflow of ``N`` no-op steps per system and round (a long journal on
+the real path: the worker's appends and the claim's replay), and prints its time and step latencies.
 """
 
 from __future__ import annotations
@@ -51,22 +55,24 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import aiohttp
 from journal_appends import run_journal
 from worker_bench import cpu_s
 
-from bench import Server, free_port, start_cassandra, start_postgres
+from bench import Server, start_cassandra, start_postgres
 from querator.client import AsyncClient
 from querator.durable import Context, Durable, WorkflowDef
 from querator.durable._app import QUEUE_PARTITIONS
 
-ROOT = Path(__file__).resolve().parents[1]
+if TYPE_CHECKING:
+    from tests.postgres_node import PostgresNode
+
 QUEUE = "bench-durable"
 SYSTEMS = ("memory", "sqlite", "dbos", "cassandra", "postgres")
 DEFAULT_SYSTEMS = ("memory", "sqlite", "dbos")
@@ -130,7 +136,10 @@ def percentile_ms(values: list[float], p: float) -> float:
 # -- querator ----------------------------------------------------------------------------------------------
 
 
-def querator_app(endpoint: str, concurrency: int, partitions: int) -> tuple[Durable, WorkflowDef]:
+def querator_app(
+    endpoint: str, concurrency: int, partitions: int
+) -> tuple[Durable, WorkflowDef, WorkflowDef]:
+    """The app, its workflow of three no-op steps, and its workflow of ``n`` (``--steps``)."""
     app = Durable(endpoint, queue=QUEUE, concurrency=concurrency, partitions=partitions)
 
     @app.step(name="bench.noop")
@@ -141,7 +150,11 @@ def querator_app(endpoint: str, concurrency: int, partitions: int) -> tuple[Dura
     async def three_noops(ctx: Context) -> list[float]:
         return [await ctx.run(noop), await ctx.run(noop), await ctx.run(noop)]
 
-    return app, three_noops
+    @app.workflow(name="bench.many_noops")
+    async def many_noops(ctx: Context, n: int) -> list[float]:
+        return [await ctx.run(noop) for _ in range(n)]
+
+    return app, three_noops, many_noops
 
 
 class Querator:
@@ -162,7 +175,7 @@ class Querator:
         self.name = storage
         self.server = Server(storage, synchronous, extra or [])
         self.store_cpu_s = store_cpu_s
-        self.app, self.workflow = querator_app(self.server.endpoint, concurrency, partitions)
+        self.app, self.workflow, self.long = querator_app(self.server.endpoint, concurrency, partitions)
         self.command = [sys.executable, __file__, "--role", "worker", "--endpoint", self.server.endpoint]
         self.command += ["--concurrency", str(concurrency), "--partitions", str(partitions)]
         self.count = workers
@@ -195,6 +208,14 @@ class Querator:
 
         return await closed_loops(one, clients, warmup_s, duration_s)
 
+    async def long_run(self, steps: int) -> tuple[float, list[float]]:
+        """One workflow of ``steps`` no-op steps: seconds from its start to its result, and its steps'
+        start times."""
+        began = time.perf_counter()
+        self.runs += 1
+        stamps: list[float] = await (await self.app.start(self.long, steps)).result(timeout=3600)
+        return time.perf_counter() - began, stamps
+
     async def routes(self) -> list[str]:
         """Rows of the node's requests per workflow, by route, and their mean time in the node (from its
         ``querator_request_duration_seconds``): where a workflow's time goes, whatever the machine's load."""
@@ -223,7 +244,7 @@ class Querator:
 
 
 async def run_worker(endpoint: str, concurrency: int, partitions: int) -> None:
-    app, _ = querator_app(endpoint, concurrency, partitions)
+    app, _, _ = querator_app(endpoint, concurrency, partitions)
     await app.run()
 
 
@@ -231,18 +252,12 @@ async def run_worker(endpoint: str, concurrency: int, partitions: int) -> None:
 
 
 class Dbos:
-    """A local PostgreSQL and ``workers`` DBOS processes, driven over their stdin and stdout."""
+    """``workers`` DBOS processes on a PostgreSQL server, driven over their stdin and stdout."""
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, postgres: PostgresNode) -> None:
         self.name = "dbos"
-        self.dir = tempfile.mkdtemp(prefix="querator-bench-postgres-")
-        url = subprocess.run(
-            [ROOT / "scripts" / "postgres.sh", "start", self.dir, str(free_port())],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        self.postmaster = int(Path(self.dir, "data", "postmaster.pid").read_text().split()[0])
+        self.postmaster = postmaster_of(postgres)
+        url = postgres.url.rsplit("/", 1)[0]
         self.command = [sys.executable, __file__, "--role", "dbos", "--postgres", f"{url}/dbos_bench"]
         self.count = workers
         self.workers: list[subprocess.Popen[str]] = []
@@ -287,8 +302,19 @@ class Dbos:
             worker.stdin.close()  # the end of its rounds
         for worker in self.workers:
             worker.wait(30)
-        subprocess.run([ROOT / "scripts" / "postgres.sh", "stop", self.dir], check=True, capture_output=True)
-        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def postmaster_of(postgres: PostgresNode) -> int:
+    return int((postgres.dir / "data" / "postmaster.pid").read_text().split()[0])
+
+
+def durability(postgres: PostgresNode) -> str:
+    """The server's settings that decide when a commit is durable, for the header."""
+    import psycopg
+
+    names = ("fsync", "synchronous_commit", "wal_sync_method", "full_page_writes")
+    with psycopg.connect(postgres.url, autocommit=True) as conn:
+        return ", ".join(f"{n} {conn.execute(f'SHOW {n}').fetchall()[0][0]}" for n in names)
 
 
 def postgres_cpu_s(postmaster: int) -> float:
@@ -353,23 +379,45 @@ def row(name: str, clients: int, sample: Sample, store_s: float, app_s: float) -
     )
 
 
-def make_system(name: str, args: argparse.Namespace, closers: list[Callable[[], None]]) -> Querator | Dbos:
-    """The system ``name``; what stops a store it starts is added to ``closers``."""
+class Stores:
+    """The stores the run starts, each once: one PostgreSQL server for ``postgres`` and ``dbos``."""
+
+    def __init__(self) -> None:
+        self.closers: list[Callable[[], None]] = []
+        self._postgres: PostgresNode | None = None
+
+    def postgres(self) -> PostgresNode:
+        if self._postgres is None:
+            self._postgres = start_postgres()
+            self.closers.append(self._postgres.close)
+            print(f"# PostgreSQL for postgres and dbos: {durability(self._postgres)}", flush=True)
+        return self._postgres
+
+    @property
+    def started_postgres(self) -> PostgresNode | None:
+        return self._postgres
+
+    def close(self) -> None:
+        for close in self.closers:
+            close()
+
+
+def make_system(name: str, args: argparse.Namespace, stores: Stores) -> Querator | Dbos:
+    """The system ``name``, on the stores of the run."""
     if name == "dbos":
-        return Dbos(args.workers)
+        return Dbos(args.workers, stores.postgres())
     extra: list[str] = []
     store_cpu_s: Callable[[], float] | None = None
     if name == "postgres":
-        postgres = start_postgres()
-        closers.append(postgres.close)
-        postmaster = int((postgres.dir / "data" / "postmaster.pid").read_text().split()[0])
+        postgres = stores.postgres()
+        postmaster = postmaster_of(postgres)
         extra = ["--postgres-url", postgres.url, "--postgres-schema", f"durable_{os.getpid()}"]
         store_cpu_s = lambda: postgres_cpu_s(postmaster)  # noqa: E731
     elif name == "cassandra":
         port = args.cassandra_port
         if port is None:
             node = start_cassandra("group")
-            closers.extend([node.stop, lambda: shutil.rmtree(node.base, ignore_errors=True)])
+            stores.closers.extend([node.stop, lambda: shutil.rmtree(node.base, ignore_errors=True)])
             port, pid = node.cql_port, node.proc.pid if node.proc else None
             if pid is not None:
                 store_cpu_s = lambda: cpu_s(pid)  # noqa: E731
@@ -391,10 +439,10 @@ async def run_bench(args: argparse.Namespace) -> None:
     )
     systems: list[Querator | Dbos] = []
     results: dict[tuple[str, int], list[tuple[Sample, float, float]]] = {}
-    closers: list[Callable[[], None]] = []
+    stores = Stores()
     try:
         for name in args.system or DEFAULT_SYSTEMS:
-            system = make_system(name, args, closers)
+            system = make_system(name, args, stores)
             systems.append(system)
             await system.ready()
         print(
@@ -426,8 +474,72 @@ async def run_bench(args: argparse.Namespace) -> None:
     finally:
         for system in systems:
             await system.stop()
-        for close in closers:
-            close()
+        if stores.started_postgres is not None:
+            print(transactions(stores.started_postgres, [s.name for s in systems]), flush=True)
+        stores.close()
+
+
+def transactions(postgres: PostgresNode, names: list[str]) -> str:
+    """Rows of PostgreSQL's committed transactions per workflow for ``postgres`` and ``dbos``, whole run
+    (warm-ups included; read once their processes stopped, which flushes their statistics)."""
+    import psycopg
+
+    base = postgres.url.rsplit("/", 1)[0]
+    wanted = {
+        "postgres": ("postgres", f"SELECT count(*) FROM durable_{os.getpid()}.workflows"),
+        "dbos": ("dbos_bench", "SELECT count(*) FROM dbos.workflow_status"),
+    }
+    lines = ["\nPostgreSQL transactions per workflow (whole run):", "| system | workflows | commits/wf |"]
+    lines.append("|---|---|---|")
+    for name in names:
+        if name not in wanted:
+            continue
+        database, count = wanted[name]
+        with psycopg.connect(f"{base}/{database}", autocommit=True) as conn:
+            workflows = int(conn.execute(count).fetchall()[0][0])
+            commits = conn.execute(
+                "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+            ).fetchall()[0][0]
+        lines.append(f"| {name} | {workflows:,} | {int(commits) / max(workflows, 1):.1f} |")
+    return "\n".join(lines)
+
+
+async def run_long(args: argparse.Namespace) -> None:
+    """``--steps``: one workflow of that many no-op steps per querator system and round."""
+    print(
+        f"# {time.strftime('%Y-%m-%d %H:%M')} {platform.node()} {os.cpu_count()} cpus, python "
+        f"{platform.python_version()}, one workflow of {args.steps:,} no-op steps per system and round, "
+        f"sqlite synchronous {args.sqlite_synchronous}",
+        flush=True,
+    )
+    systems: list[Querator] = []
+    stores = Stores()
+    try:
+        for name in args.system or ("sqlite", "postgres"):
+            system = make_system(name, args, stores)
+            if not isinstance(system, Querator):
+                raise SystemExit("--steps runs querator's systems only")
+            systems.append(system)
+            await system.ready()
+        print(
+            "| round | system | steps | seconds | steps/s | step p50 ms | step p99 ms |\n"
+            "|---|---|---|---|---|---|---|",
+            flush=True,
+        )
+        for n in range(args.rounds):
+            for system in systems:
+                spent_s, stamps = await system.long_run(args.steps)
+                steps_s = [b - a for a, b in itertools.pairwise(stamps)]
+                print(
+                    f"| {n + 1} | {system.name} | {len(stamps):,} | {spent_s:.1f} "
+                    f"| {len(stamps) / spent_s:,.0f} | {percentile_ms(steps_s, 0.5):.2f} "
+                    f"| {percentile_ms(steps_s, 0.99):.2f} |",
+                    flush=True,
+                )
+    finally:
+        for system in systems:
+            await system.stop()
+        stores.close()
 
 
 async def main() -> None:
@@ -455,6 +567,9 @@ async def main() -> None:
         help="repeatable: time one-step appends at these journal lengths instead (bench/journal_appends.py)",
     )
     parser.add_argument(
+        "--steps", type=int, help="run one workflow of this many no-op steps per system and round instead"
+    )
+    parser.add_argument(
         "--role", default="bench", choices=["bench", "worker", "dbos"], help=argparse.SUPPRESS
     )
     parser.add_argument("--endpoint", help=argparse.SUPPRESS)
@@ -466,6 +581,8 @@ async def main() -> None:
         return await run_dbos(args.postgres)
     if args.journal_length:
         return await run_journal(args)
+    if args.steps:
+        return await run_long(args)
     await run_bench(args)
 
 

@@ -165,7 +165,10 @@ class Workflows:
     ) -> m.WorkflowsStartResponse:
         """Stores a started (or forked) workflow unless its id exists, and activates it: now, and at its
         deadline if it has one. An existing run of that id is returned to a caller who may read it."""
-        created, wf = await self._write(new.id, lambda current, _: journal.start(current, new, now))
+        # A new id is the rule: guess there is no head, and read only when the insert is refused.
+        created, wf = await self._write(
+            new.id, lambda current, _: journal.start(current, new, now), absent=True
+        )
         assert wf is not None
         if not created:  # an existing run is what a read returns: the caller must be allowed one
             await self._check(ctx, owner, perm.QUEUE_STATS)
@@ -356,29 +359,36 @@ class Workflows:
         await self._carry_out(key, effects, wf, dedup_id)
 
     async def _write(
-        self, key: str, rule: Rule[T], wanted: Sequence[Entry] = (), before: Before[T] | None = None
+        self,
+        key: str,
+        rule: Rule[T],
+        wanted: Sequence[Entry] = (),
+        before: Before[T] | None = None,
+        absent: bool = False,
     ) -> tuple[T, Workflow | None]:
         """Runs ``rule`` on the head stored as ``key`` (with the journal rows at the seqs of ``wanted``
         that it needs) and stores what it returns, by compare-and-set, with the rows it moved out
         (``Effects.rows``), after ``before``; the rule's outcome and the head as it is now.
 
-        The first attempt takes the head this node wrote last, if it kept it, and reads nothing: its
-        compare-and-set fails if another write came since. A rule that writes nothing or refuses on
-        it is run again on the head read from the store."""
+        The first attempt guesses the head and reads nothing: the one this node wrote last, if it kept
+        it, else none at all when ``absent`` (a start's new id). Its compare-and-set fails if the store
+        holds another. A rule that writes nothing or refuses on a guess is run again on the head read
+        from the store."""
         kept = self._heads.get(key)
+        guessed = kept is not None or absent
         for _ in range(WRITE_ATTEMPTS):
-            current = kept if kept is not None else await self._rows.get_workflow(key)
+            current = kept if guessed else await self._rows.get_workflow(key)
             span = journal.rows_to_read(current, wanted)
             found = await self._rows.get_entries(key, *span) if span and current is not None else []
             try:
                 outcome, write = rule(current, journal.recorded_rows(current, found) if current else {})
             except QueratorError:
-                if kept is None:
+                if not guessed:
                     raise
-                kept = None
+                guessed = False
                 continue
-            if write is None and kept is not None:
-                kept = None
+            if write is None and guessed:
+                guessed = False
                 continue
             if before is not None:
                 await before(outcome, current)
@@ -388,7 +398,7 @@ class Workflows:
             stored = await self._put(key, write, current, rows)
             if stored is not None:
                 return outcome, stored
-            kept = None
+            guessed = False
         raise try_again("workflow is written by others too often")
 
     async def _put(

@@ -833,3 +833,24 @@ async def test_a_head_a_node_kept_gives_way_to_another_nodes_write(durable: Api)
     assert await append(durable, 1, "wf", then="suspend") == {"resume": True}
     info = await durable.post("/v1/workflows.info", {"workflow_id": "wf"})
     assert [s["id"] for s in info["signals"]] == ["s-1"]
+
+
+async def test_a_start_of_a_new_id_reads_nothing(durable: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/adr/0066: a start guesses that its id is new and inserts at once; only when the insert is
+    refused (the id exists) does it read the head, and it then answers with the run stored."""
+    rows = durable.service.workflows._rows
+    read = rows.get_workflow
+    reads: list[str] = []
+
+    async def counted(workflow_id: str) -> Any:
+        reads.append(workflow_id)
+        return await read(workflow_id)
+
+    monkeypatch.setattr(rows, "get_workflow", counted)
+    assert (await start(durable, "wf"))["created"] is True
+    assert reads == []
+    again = await start(durable, "wf")
+    assert (again.get("created", False), again["workflow"]["workflow_id"], len(reads)) == (False, "wf", 1)
+    durable.service.workflows._heads.forget("wf")  # another node's start: nothing kept here
+    assert "created" not in await start(durable, "wf")  # (false is left out of a reply)
+    assert len(reads) == 2

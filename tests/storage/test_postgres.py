@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import psycopg
 import pytest
 from msgspec.structs import replace
+from psycopg import pq
 from psycopg.sql import SQL, Identifier
 
 from querator.clock import SystemClock
@@ -25,8 +28,10 @@ from querator.storage.postgres import (
     PostgresStorageError,
     PostgresStore,
 )
+from querator.storage.workflows import JournalRow
 from tests.postgres_node import PostgresNode
 from tests.storage.contract import NOW, SECOND, Part, RecordsContract, StoreContract, ids, item, payloads
+from tests.storage.workflow_contract import new, step
 
 EPOCH = 1_000
 
@@ -299,3 +304,35 @@ async def test_a_restart_of_postgres_costs_one_failed_run_not_one_per_connection
         postgres_node.start()
     await part.produce(item("after"))
     assert payloads(await part.list()) == ["kept", "after"]
+
+
+async def test_a_head_with_journal_rows_is_one_round_trip(
+    postgres_settings: PostgresSettings, tmp_path: Path
+) -> None:
+    """A head and its journal rows go in one statement, not a transaction of BEGIN, the head, the rows
+    and COMMIT (docs/adr/0066): one round trip per write, counted in libpq's trace. A refused
+    compare-and-set writes no row, a new head takes rows too, and a seq given twice keeps its last."""
+    settings = dataclasses.replace(postgres_settings, connections=1)  # every call on the traced one
+    async with opened_store(settings, EPOCH) as store:
+        flows = store.workflows
+        first = replace(new("wf", version=1, length=1), version=1)
+        trace = tmp_path / "libpq.trace"
+        with trace.open("w") as sink:
+
+            def traced(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+                conn.pgconn.trace(sink.fileno())
+                conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+
+            await flows.pool.run(traced)
+            assert await flows.put_workflow(first, 0, [step(1)])
+            again = replace(step(2), value=b'"again"')
+            assert await flows.put_workflow(replace(first, version=2, length=3), 1, [step(2), again, step(3)])
+            assert not await flows.put_workflow(replace(first, version=3, length=4), 1, [step(4)])
+            await flows.pool.run(lambda conn: conn.pgconn.untrace())
+        # Each waits for the server: a Sync ends an extended-protocol statement, a Query is a simple one
+        # (psycopg's BEGIN, COMMIT and ROLLBACK).
+        waits = re.findall(r"^F\t\d+\t(Sync|Query)\b", trace.read_text(), re.MULTILINE)
+        assert waits == ["Sync"] * 3
+        found = await flows.get_entries("wf", 1, 4)
+        assert found == [JournalRow(1, step(1)), JournalRow(2, again), JournalRow(2, step(3))]
+        assert (await flows.get_workflow("wf")) == replace(first, version=2, length=3)

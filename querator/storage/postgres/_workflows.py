@@ -1,5 +1,9 @@
 """Durable workflows in PostgreSQL (``WorkflowRows``): one row each, replaced by compare-and-set on its
-version (docs/adr/0016), and their journals' rows, written in the same transaction (docs/adr/0046)."""
+version (docs/adr/0016), and their journals' rows, written in the same transaction (docs/adr/0046).
+
+Every call is one statement, so one round trip: a head with rows is one statement whose journal insert
+reads the head's write (``_WITH_ROWS``), rather than a transaction of four (docs/adr/0066).
+"""
 
 from __future__ import annotations
 
@@ -38,13 +42,25 @@ _PURGE: Final = (
     "journals AS (DELETE FROM workflow_entries WHERE id IN (SELECT id FROM gone)) "
     "SELECT count(*) FROM gone"
 )
-_PUT_ENTRY: Final = (
-    "INSERT INTO workflow_entries (id, seq, version, entry) VALUES (%b, %b, %b, %b) "
-    "ON CONFLICT (id, seq) DO UPDATE SET version = excluded.version, entry = excluded.entry"
+# The rows go in only when the head's write (the CTE ``head``, _INSERT or _REPLACE returning its id)
+# changed a row: all in one statement, one snapshot, committed together. The count says whether it did.
+_WITH_ROWS: Final = (
+    "WITH head AS ({head} RETURNING id), journal AS ("
+    "INSERT INTO workflow_entries (id, seq, version, entry) "
+    "SELECT head.id, u.seq, %b, u.entry FROM head, unnest(%b::int8[], %b::bytea[]) AS u(seq, entry) "
+    "ON CONFLICT (id, seq) DO UPDATE SET version = excluded.version, entry = excluded.entry) "
+    "SELECT count(*) FROM head"
 )
+_INSERT_WITH_ROWS: Final = _WITH_ROWS.format(head=_INSERT)
+_REPLACE_WITH_ROWS: Final = _WITH_ROWS.format(head=_REPLACE)
 _ENTRIES: Final = (
     "SELECT version, entry FROM workflow_entries WHERE id = %b AND seq >= %b AND seq <= %b ORDER BY seq"
 )
+
+
+def _counted(conn: Conn, statement: str, params: tuple[object, ...]) -> int:
+    """The count a ``_WITH_ROWS`` statement answers: the heads it wrote."""
+    return int(rows(conn, statement, params)[0][0])
 
 
 class PostgresWorkflowRows:
@@ -62,22 +78,19 @@ class PostgresWorkflowRows:
     ) -> bool:
         record, w = encode_workflow(workflow), workflow
         params: tuple[object, ...]
-        if expected_version == 0:
-            statement, params = _INSERT, (w.id, w.status, w.version, w.expires_at, record)
+        inserts = expected_version == 0
+        if inserts:
+            params = (w.id, w.status, w.version, w.expires_at, record)
         else:
-            statement, params = _REPLACE, (w.status, w.version, w.expires_at, record, w.id, expected_version)
+            params = (w.status, w.version, w.expires_at, record, w.id, expected_version)
         if not rows:
+            statement = _INSERT if inserts else _REPLACE
             return await self.pool.run(lambda conn: count(conn, statement, params)) == 1
-        entries = [(w.id, e.seq, w.version, encode_entry(e)) for e in rows]
-
-        def put(conn: Conn) -> bool:
-            with conn.transaction():
-                if count(conn, statement, params) != 1:
-                    return False
-                conn.cursor().executemany(_PUT_ENTRY, entries)
-                return True
-
-        return await self.pool.run(put)
+        # One row per seq, the last one given: a statement's upsert may touch a row once.
+        by_seq = {e.seq: e for e in rows}
+        params += (w.version, list(by_seq), [encode_entry(e) for e in by_seq.values()])
+        statement = _INSERT_WITH_ROWS if inserts else _REPLACE_WITH_ROWS
+        return await self.pool.run(lambda conn: _counted(conn, statement, params)) == 1
 
     async def get_entries(self, workflow_id: str, first_seq: int, last_seq: int) -> list[JournalRow]:
         found = await self.pool.run(lambda conn: rows(conn, _ENTRIES, (workflow_id, first_seq, last_seq)))
