@@ -12,7 +12,8 @@ loops that each start a workflow and wait for its result, again and again.
   process starts the workflows (``Durable.start``) and waits for their results (``WorkflowHandle.result``).
 - ``cassandra`` (only when named with ``--system``): the same on Cassandra, the tests' single node started
   for the run (bench.py's ``start_cassandra``), or a running one on ``--cassandra-port``; its CPU counts as
-  the store's when the harness started it.
+  the store's when the harness started it. Its statements per workflow are counted too, by table, from the
+  node's own counters (``system_views``), with its Paxos rounds (``CassandraCounts``).
 - ``postgres`` (only when named with ``--system``): the same on PostgreSQL, the tests' server started for
   the run (bench.py's ``start_postgres``: Debian's, its defaults); its postmaster and backends count as
   the store's CPU with the node's.
@@ -77,6 +78,8 @@ QUEUE = "bench-durable"
 SYSTEMS = ("memory", "sqlite", "dbos", "cassandra", "postgres")
 DEFAULT_SYSTEMS = ("memory", "sqlite", "dbos")
 """Without ``--system``: not Cassandra, whose node alone takes a minute and a GiB to start, nor PostgreSQL."""
+STATEMENT_SAMPLE = re.compile(r'^querator_storage_statements_total\{kind="([^"]+)"\} (\S+)$', re.MULTILINE)
+"""The node's own count of the statements its store sent, by kind (``paxos`` or ``plain``)."""
 ROUTE_SAMPLE = re.compile(
     r'^querator_request_duration_seconds_(count|sum)\{code="2\d\d",route="([^"]+)"\} (\S+)$', re.MULTILINE
 )
@@ -157,6 +160,58 @@ def querator_app(
     return app, three_noops, many_noops
 
 
+class CassandraCounts:
+    """The requests a Cassandra node served, by table, from its virtual tables (``system_views``): what a
+    workflow costs the store in statements, whatever the machine's load."""
+
+    VIEWS = {
+        "coordinator_write_latency": "writes",
+        "coordinator_read_latency": "reads",
+        "local_write_latency": "local writes",
+    }
+    PAXOS_WRITES = 3
+    """Rows an uncontended lightweight transaction writes to ``system.paxos`` (the promise, the proposal,
+    the commit; the tests' node runs ``paxos_variant: v2``)."""
+
+    def __init__(self, port: int, keyspace: str) -> None:
+        from cassandra.cluster import Cluster
+
+        self.keyspace = keyspace
+        self.cluster = Cluster(["127.0.0.1"], port=port, protocol_version=5)
+        self.session = self.cluster.connect()
+
+    def snapshot(self) -> dict[str, int]:
+        """Counts so far, keyed ``<kind> <table>``: the keyspace's tables, and ``system.paxos``."""
+        counts: dict[str, int] = {}
+        for view, kind in self.VIEWS.items():
+            for r in self.session.execute(
+                f"SELECT keyspace_name, table_name, count FROM system_views.{view}"
+            ):
+                if r.keyspace_name == self.keyspace or (r.keyspace_name, r.table_name) == ("system", "paxos"):
+                    counts[f"{kind} {r.keyspace_name}.{r.table_name}"] = r.count
+        return counts
+
+    def rows(self, name: str, before: dict[str, int], workflows: int) -> list[str]:
+        """Rows of the statements per workflow since ``before``; local writes only for ``system.paxos``
+        (a plain statement's coordinator write is its local write on one node)."""
+        after = self.snapshot()
+        out = []
+        for key in sorted(after):
+            per_workflow = (after[key] - before.get(key, 0)) / max(workflows, 1)
+            kind = key.rsplit(" ", 1)[0]
+            if per_workflow >= 0.01 and (kind != "local writes" or key.endswith("system.paxos")):
+                out.append(f"| {name} | {key} | {per_workflow:.2f} |")
+                if key.endswith("system.paxos"):
+                    rounds = per_workflow / self.PAXOS_WRITES
+                    out.append(
+                        f"| {name} | Paxos rounds (paxos writes / {self.PAXOS_WRITES}) | {rounds:.2f} |"
+                    )
+        return out
+
+    def close(self) -> None:
+        self.cluster.shutdown()
+
+
 class Querator:
     """A node of ``storage`` and its worker processes; this process is the client."""
 
@@ -169,9 +224,11 @@ class Querator:
         partitions: int,
         extra: list[str] | None = None,
         store_cpu_s: Callable[[], float] | None = None,
+        counts: CassandraCounts | None = None,
     ) -> None:
         """``extra``: more ``querator serve`` options; ``store_cpu_s``: the CPU seconds so far of a
-        store's own processes, which count as the store's (Cassandra's node, PostgreSQL's server)."""
+        store's own processes, which count as the store's (Cassandra's node, PostgreSQL's server);
+        ``counts``: the store's statements, counted from after the first workflow."""
         self.name = storage
         self.server = Server(storage, synchronous, extra or [])
         self.store_cpu_s = store_cpu_s
@@ -182,6 +239,9 @@ class Querator:
         self.runs = 0
         """Workflows this process started on the node, warm-ups included."""
         self.workers: list[subprocess.Popen[bytes]] = []
+        self.counts = counts
+        self.counted_from: tuple[dict[str, int], int] = ({}, 0)
+        """The store's counts and ``runs`` once the set-up (schema, the first workflow) was done."""
 
     async def ready(self) -> None:
         async with AsyncClient(self.server.endpoint) as client:
@@ -189,6 +249,20 @@ class Querator:
         self.start_workers()
         await (await self.app.start(self.workflow)).result(timeout=30)  # the workers are up
         self.runs += 1
+        if self.counts is not None:
+            self.counted_from = (self.counts.snapshot(), self.runs)
+
+    async def statements(self) -> list[str]:
+        """Rows of the store's statements per workflow: as the node counted them (the whole run), and
+        as Cassandra did, by table, since the set-up (Cassandra only)."""
+        if self.counts is None:
+            return []
+        sent = [
+            f"| {self.name} | sent by the node: {kind} | {float(value) / self.runs:.2f} |"
+            for kind, value in STATEMENT_SAMPLE.findall(await self.metrics())
+        ]
+        before, runs = self.counted_from
+        return sent + self.counts.rows(self.name, before, self.runs - runs)
 
     def start_workers(self) -> None:
         self.workers = [subprocess.Popen(self.command) for _ in range(self.count)]
@@ -216,11 +290,14 @@ class Querator:
         stamps: list[float] = await (await self.app.start(self.long, steps)).result(timeout=3600)
         return time.perf_counter() - began, stamps
 
+    async def metrics(self) -> str:
+        async with aiohttp.ClientSession() as session, session.get(f"{self.server.endpoint}/metrics") as r:
+            return await r.text()
+
     async def routes(self) -> list[str]:
         """Rows of the node's requests per workflow, by route, and their mean time in the node (from its
         ``querator_request_duration_seconds``): where a workflow's time goes, whatever the machine's load."""
-        async with aiohttp.ClientSession() as session, session.get(f"{self.server.endpoint}/metrics") as r:
-            text = await r.text()
+        text = await self.metrics()
         counts: dict[str, float] = {}
         sums: dict[str, float] = {}
         for match in ROUTE_SAMPLE.finditer(text):
@@ -408,6 +485,7 @@ def make_system(name: str, args: argparse.Namespace, stores: Stores) -> Querator
         return Dbos(args.workers, stores.postgres())
     extra: list[str] = []
     store_cpu_s: Callable[[], float] | None = None
+    counts: CassandraCounts | None = None
     if name == "postgres":
         postgres = stores.postgres()
         postmaster = postmaster_of(postgres)
@@ -421,10 +499,40 @@ def make_system(name: str, args: argparse.Namespace, stores: Stores) -> Querator
             port, pid = node.cql_port, node.proc.pid if node.proc else None
             if pid is not None:
                 store_cpu_s = lambda: cpu_s(pid)  # noqa: E731
-        extra = ["--cassandra-port", str(port), "--cassandra-keyspace", f"durable_{os.getpid()}"]
+        keyspace = f"durable_{os.getpid()}"
+        extra = ["--cassandra-port", str(port), "--cassandra-keyspace", keyspace]
+        counts = CassandraCounts(port, keyspace)
+        stores.closers.append(counts.close)
     return Querator(
-        name, args.sqlite_synchronous, args.workers, args.concurrency, args.partitions, extra, store_cpu_s
+        name,
+        args.sqlite_synchronous,
+        args.workers,
+        args.concurrency,
+        args.partitions,
+        extra,
+        store_cpu_s,
+        counts,
     )
+
+
+async def print_summaries(
+    systems: list[Querator | Dbos], results: dict[tuple[str, int], list[tuple[Sample, float, float]]]
+) -> None:
+    """The median round of each system, then where a workflow's requests and statements go."""
+    print("\nMedian of the rounds (by workflows/s):")
+    for (name, n), runs in results.items():
+        sample, store_s, app_s = sorted(runs, key=lambda r: r[0].workflows)[len(runs) // 2]
+        print(row(name, n, sample, store_s, app_s))
+    print("\nRequests per workflow in the node, by route, and their mean time there (whole run):")
+    print("| system | route | requests/wf | mean ms |\n|---|---|---|---|")
+    for system in systems:
+        if isinstance(system, Querator):
+            print("\n".join(await system.routes()))
+    statements = [r for system in systems if isinstance(system, Querator) for r in await system.statements()]
+    if statements:
+        print("\nThe store's statements per workflow, by table (whole run after the set-up):")
+        print("| system | statements | per workflow |\n|---|---|---|")
+        print("\n".join(statements))
 
 
 async def run_bench(args: argparse.Namespace) -> None:
@@ -462,15 +570,7 @@ async def run_bench(args: argparse.Namespace) -> None:
                     cost = ((store_after - store) * share, (app_after - app) * share)
                     results.setdefault((system.name, n), []).append((sample, *cost))
                     print(row(system.name, n, sample, *cost), flush=True)
-        print("\nMedian of the rounds (by workflows/s):")
-        for (name, n), runs in results.items():
-            sample, store_s, app_s = sorted(runs, key=lambda r: r[0].workflows)[len(runs) // 2]
-            print(row(name, n, sample, store_s, app_s))
-        print("\nRequests per workflow in the node, by route, and their mean time there (whole run):")
-        print("| system | route | requests/wf | mean ms |\n|---|---|---|---|")
-        for system in systems:
-            if isinstance(system, Querator):
-                print("\n".join(await system.routes()))
+        await print_summaries(systems, results)
     finally:
         for system in systems:
             await system.stop()
