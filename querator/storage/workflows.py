@@ -228,6 +228,10 @@ class WorkflowRows(Protocol):
         """The journal rows of ``workflow_id`` with ``first_seq <= seq <= last_seq``, in seq order (a
         seq's rows of several versions in any order)."""
 
+    async def drop_entries(self, workflow_id: str, last_seq: int) -> None:
+        """Drops the journal rows of ``workflow_id`` with ``seq <= last_seq``: an earlier run's, once the
+        workflow continued as new (its rows are never read again, ``journal.continue_as_new``)."""
+
     async def list_workflows(self, status: str, pivot: str, limit: int) -> list[Workflow]:
         """Records with ``id >= pivot`` in id order, at most ``limit``, of ``status`` ("" for any), a page
         ending early at ``LIST_PAGE_RECORD_BYTES`` of records but never before the first record after the
