@@ -486,7 +486,9 @@ def check_workflow_append(req: m.WorkflowsAppendRequest) -> None:
     if req.fence < 0:
         raise InvalidOption(f"fence is invalid; cannot be negative, but {req.fence} was given")
     if req.then not in THENS:
-        raise InvalidOption(f"then is invalid; '{req.then}' is not suspend, complete, fail or cancel")
+        raise InvalidOption(
+            f"then is invalid; '{req.then}' is not suspend, complete, fail, cancel or continue_as_new"
+        )
     if req.fence == 0 and (req.then or not req.entries):
         raise InvalidOption("fence is invalid; only entries may be recorded without a claim's fence")
     if len(req.entries) > MAX_APPEND_ENTRIES:

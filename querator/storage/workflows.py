@@ -98,6 +98,11 @@ class Workflow(msgspec.Struct, kw_only=True, omit_defaults=True):
     """A claim or append saw ``deadline`` pass: its worker raises ``WorkflowTimeout`` in it."""
     forked_from: str = ""
     """The workflow id (in its namespace) whose journal it started with (``journal.fork``)."""
+    seq_base: int = 0
+    """The last seq of the runs before this one (it continued as new): this run's seqs follow it, and
+    no entry, row or result of a seq up to it is this run's (``journal.continue_as_new``)."""
+    runs: int = 0
+    """How many times it continued as new."""
     entries: list[Entry] = []
     """The entries kept in the head: those still open (pending), and those recorded from outside the
     claim (a dispatched step's, a child's result) that no claimant write has moved into rows yet."""
