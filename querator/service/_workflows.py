@@ -37,6 +37,7 @@ from querator.service._validation import (
     check_terminate,
     check_workflow_append,
     check_workflow_id,
+    check_workflow_info,
     claim_timeout,
     namespace,
     request_timeout,
@@ -198,15 +199,16 @@ class Workflows:
             raise InvalidOption(f"workflow does not exist; no parent workflow '{req.parent_id}'")
 
     async def info(self, ctx: RequestContext, req: m.WorkflowsInfoRequest) -> m.WorkflowInfo:
-        check_workflow_id(req.workflow_id)
+        limit = check_workflow_info(req)
         key = await self._key(ctx, req.namespace, req.workflow_id, perm.QUEUE_STATS)
         wf = await self._rows.get_workflow(key)
         if wf is None:
             raise journal.not_found(req.workflow_id)
-        # A page: the first of a journal that may be far longer than a reply should hold.
-        rows = await self._rows.get_entries(key, 1, min(wf.length, journal.INFO_ENTRIES))
-        page = journal.info_page(journal.entries_of(wf, rows))
-        return workflow_info(replace(wf, entries=page), journal=True)
+        # A page (after seq ``after``) of a journal that may be far longer than a reply should hold.
+        first, last = journal.info_span(wf, req.after, limit)
+        rows = await self._rows.get_entries(key, first, last) if last >= first else []
+        found = [e for e in journal.entries_of(wf, rows) if e.seq >= first]
+        return workflow_info(replace(wf, entries=journal.info_page(found, limit)), journal=True)
 
     async def list(self, ctx: RequestContext, req: m.WorkflowsListRequest) -> m.WorkflowsListResponse:
         limit = check_list_workflows(req)

@@ -712,17 +712,24 @@ def next_version(current: Workflow | None, now: int) -> int:
     return current.version + 1 if current is not None else max(1, now)
 
 
-def info_page(journal: Sequence[Entry]) -> list[Entry]:
-    """The first entries of ``journal`` that ``workflows.info`` returns: at most ``INFO_ENTRIES``, and
+def info_page(journal: Sequence[Entry], limit: int = INFO_ENTRIES) -> list[Entry]:
+    """The first entries of ``journal`` that ``workflows.info`` returns: at most ``limit``, and
     ending before the entry that would pass ``MAX_RECORD_BYTES`` of values (never before the first)."""
     page: list[Entry] = []
     size = 0
-    for entry in journal[:INFO_ENTRIES]:
+    for entry in journal[:limit]:
         size += _values_bytes((entry,))
         if size > MAX_RECORD_BYTES and page:
             break
         page.append(entry)
     return page
+
+
+def info_span(wf: Workflow, after: int, limit: int) -> tuple[int, int]:
+    """The seqs (first, last) of the rows a page of ``workflows.info`` reads: the ``limit`` after seq
+    ``after`` (of the run: never an earlier run's, docs/adr/0059). ``last < first`` when it needs none."""
+    first = max(after, wf.seq_base) + 1
+    return first, min(wf.length, first + limit - 1)
 
 
 def entries_of(wf: Workflow, rows: Iterable[JournalRow]) -> list[Entry]:

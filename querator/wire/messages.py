@@ -393,6 +393,8 @@ class WorkflowsStartResponse(Message):
 class WorkflowsInfoRequest(Message):
     workflow_id: str = ""
     namespace: str = ""
+    after: int = 0
+    limit: int = 0
 
 
 class WorkflowsListRequest(Message):

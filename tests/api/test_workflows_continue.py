@@ -1,4 +1,4 @@
-"""Continue-as-new over real HTTP (docs/durable.md, "Continuing as new";
+"""Continue-as-new and the journal's pages over real HTTP (docs/durable.md, "Continuing as new";
 docs/adr/0059-continue-as-new-numbers-a-run-on-from-the-last.md), the worker played by hand as in
 tests/api/test_workflows.py; tests/integration/test_durable.py runs real workers."""
 
@@ -103,3 +103,38 @@ async def test_a_continue_waits_for_its_children(durable: Api) -> None:
         400,
         "workflow cannot continue as new; seq 1, child 'fetch', is not finished",
     )
+
+
+async def test_info_pages_a_journal_after_a_seq(durable: Api) -> None:
+    await start(durable, "wf")
+    await claim(durable, "wf")
+    await append(durable, 1, "wf", entries=[step(seq) for seq in range(1, 26)])
+    await append(
+        durable, 1, "wf", entries=[{"seq": 26, "kind": "sleep", "name": "sleep", "state": "pending"}]
+    )
+    page = await durable.post("/v1/workflows.info", {"workflow_id": "wf", "limit": 10})
+    assert seqs(page) == list(range(1, 11))
+    journal = seqs(page)
+    while page.get("entries"):
+        page = await durable.post(
+            "/v1/workflows.info", {"workflow_id": "wf", "after": journal[-1], "limit": 10}
+        )
+        journal += seqs(page)
+    assert journal == list(range(1, 27))  # the head's open entry last
+    assert seqs(await durable.post("/v1/workflows.info", {"workflow_id": "wf", "after": 20})) == list(
+        range(21, 27)
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"after": -1}, "after is invalid; cannot be negative, but -1 was requested"),
+        ({"limit": -1}, "limit is invalid; cannot be negative, but -1 was requested"),
+        ({"limit": 10_001}, "limit is invalid; cannot be greater than 10000"),
+    ],
+)
+async def test_info_refuses_a_bad_page(durable: Api, body: dict[str, int], message: str) -> None:
+    await start(durable, "wf")
+    error = await durable.error("/v1/workflows.info", {"workflow_id": "wf", **body})
+    assert (error.status, error.message) == (400, message)

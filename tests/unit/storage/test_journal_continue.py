@@ -131,3 +131,32 @@ def test_a_fork_of_a_continued_run_numbers_from_its_base() -> None:
     assert (forked.seq_base, forked.length, [e.seq for e in forked.entries]) == (4, 4, [5])
     with pytest.raises(InvalidOption, match=r"^from step is invalid; the journal's steps are 5 to 6, not 4$"):
         j.fork(run, "new", 4, NOW)
+
+
+@dataclass(frozen=True)
+class SpanCase:
+    id: str
+    wf: Workflow
+    after: int
+    limit: int
+    span: tuple[int, int]
+
+
+SPANS = [
+    SpanCase("the first page", replace(RUN, length=25_000), 0, j.INFO_ENTRIES, (1, 10_000)),
+    SpanCase("a page after a seq", replace(RUN, length=25_000), 20_000, j.INFO_ENTRIES, (20_001, 25_000)),
+    SpanCase("a page of a limit", replace(RUN, length=25_000), 10, 5, (11, 15)),
+    SpanCase("past the rows: none", replace(RUN, length=3), 3, 10, (4, 3)),
+    SpanCase("a continued run's first", replace(CONTINUED, length=9), 0, 10, (5, 9)),
+]
+
+
+@pytest.mark.parametrize("case", SPANS, ids=[c.id for c in SPANS])
+def test_info_span(case: SpanCase) -> None:
+    assert j.info_span(case.wf, case.after, case.limit) == case.span
+
+
+def test_an_info_page_ends_at_its_limit() -> None:
+    journal = [Entry(seq=s, kind=STEP, name="s", state=DONE) for s in range(1, 8)]
+    assert [e.seq for e in j.info_page(journal, 3)] == [1, 2, 3]
+    assert [e.seq for e in j.info_page(journal)] == list(range(1, 8))
