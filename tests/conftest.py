@@ -258,6 +258,7 @@ POSTGRES_API_FILES = frozenset(
         "test_schedules.py",
         "test_schedules_client.py",
         "test_workflows.py",
+        "test_workflows_continue.py",
         "test_tenancy.py",
         "test_tenancy_boundaries.py",
         "test_tenancy_client.py",

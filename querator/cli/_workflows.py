@@ -105,7 +105,12 @@ def add_parser(
         metavar="KEY=VALUE",
         help="only runs whose search attribute KEY is VALUE, as text (repeatable: all must hold)",
     )
-    add("show", "show a workflow with its journal and signals")
+    a = add("show", "show a workflow with its journal (a page of it) and signals")
+    a.add_argument("--after", type=int, default=0, metavar="N", help="the journal's entries after seq N")
+    a.add_argument(
+        "--limit", type=int, default=0, metavar="M", help="at most M entries (default: the server's, 10000)"
+    )
+    a.add_argument("--all", action="store_true", help="the whole journal, read a page (of --limit) at a time")
     a = add("signal", "send a signal to a running workflow")
     a.add_argument("name", metavar="NAME", help="the signal's name, as the workflow waits for it")
     a.add_argument(
@@ -198,7 +203,16 @@ async def command(client: AsyncClient, args: argparse.Namespace) -> m.Message | 
         return await client.fork_workflow(
             args.workflow_id, args.from_step, new_workflow_id=args.new_id, namespace=args.namespace
         )
-    return await client.workflow_info(args.workflow_id, namespace=args.namespace)  # show
+    return await _show(client, args)
+
+
+async def _show(client: AsyncClient, args: argparse.Namespace) -> m.WorkflowInfo:
+    """A page of the journal (``--after``, ``--limit``), or all of it (``--all``)."""
+    if args.all:
+        return await client.workflow_journal(args.workflow_id, namespace=args.namespace, limit=args.limit)
+    return await client.workflow_info(
+        args.workflow_id, namespace=args.namespace, after=args.after, limit=args.limit
+    )
 
 
 async def _steer(client: AsyncClient, args: argparse.Namespace) -> None:

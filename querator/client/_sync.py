@@ -165,6 +165,7 @@ class Client:
     resume_schedule = _blocking(AsyncClient.resume_schedule)
     start_workflow = _blocking(AsyncClient.start_workflow)
     workflow_info = _blocking(AsyncClient.workflow_info)
+    workflow_journal = _blocking(AsyncClient.workflow_journal)
     list_workflows = _blocking(AsyncClient.list_workflows)
     signal_workflow = _blocking(AsyncClient.signal_workflow)
     cancel_workflow = _blocking(AsyncClient.cancel_workflow)

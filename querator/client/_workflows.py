@@ -48,11 +48,30 @@ class WorkflowCalls(Caller):
         )
         return await self.call("/v1/workflows.start", msg, m.WorkflowsStartResponse, idempotent=True)
 
-    async def workflow_info(self, workflow_id: str, *, namespace: str = "") -> m.WorkflowInfo:
-        """The workflow with its journal and signals. ``namespace``: the one of the workflow's queue, where
-        its id is ("": ``_system``), as in every call naming a workflow here."""
-        msg = m.WorkflowsInfoRequest(workflow_id=workflow_id, namespace=namespace)
+    async def workflow_info(
+        self, workflow_id: str, *, namespace: str = "", after: int = 0, limit: int = 0
+    ) -> m.WorkflowInfo:
+        """The workflow with a page of its journal, and its signals: the entries after seq ``after``
+        (0: from the run's first), at most ``limit`` (0: the server's most, 10,000; fewer past 8 MiB of
+        values). ``namespace``: the one of the workflow's queue, where its id is ("": ``_system``), as in
+        every call naming a workflow here."""
+        msg = m.WorkflowsInfoRequest(workflow_id=workflow_id, namespace=namespace, after=after, limit=limit)
         return await self.call("/v1/workflows.info", msg, m.WorkflowInfo, idempotent=True)
+
+    async def workflow_journal(
+        self, workflow_id: str, *, namespace: str = "", limit: int = 0
+    ) -> m.WorkflowInfo:
+        """The workflow with its whole journal, read a page of ``workflow_info`` (of ``limit``) at a time
+        until a page is empty (one after the other: a running workflow may move between them)."""
+        info = await self.workflow_info(workflow_id, namespace=namespace, limit=limit)
+        page = info.entries
+        while page:
+            after = page[-1].seq
+            page = (
+                await self.workflow_info(workflow_id, namespace=namespace, after=after, limit=limit)
+            ).entries
+            info.entries += page
+        return info
 
     async def list_workflows(
         self,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from querator.client import AsyncClient, seconds_of
 from querator.clock import SystemClock, from_datetime, to_datetime
-from querator.durable._context import Context, Interrupted, Lost, Suspend, server_call
+from querator.durable._context import Context, ContinueAsNew, Interrupted, Lost, Suspend, server_call
 from querator.durable._errors import Cancelled, NonDeterminism, StepFailed, describe, worker_lost
 from querator.durable._step import step_attributes
 from querator.errors import Conflict, QueratorError
@@ -19,6 +19,7 @@ from querator.wire.workflows import (
     BUSY,
     CANCEL,
     COMPLETE,
+    CONTINUE_AS_NEW,
     DONE,
     ERROR,
     FAIL,
@@ -110,6 +111,8 @@ async def _turn(ctx: Context, definition: Any) -> m.WorkflowsAppendResponse:
     except Suspend as s:
         wake_at = to_datetime(s.wake_at) if s.wake_at else None
         return await ctx.append(SUSPEND, wake_at=wake_at)
+    except ContinueAsNew as c:
+        return await ctx.append(CONTINUE_AS_NEW, result=c.input)
     except NonDeterminism as e:
         # The code's failure, not the workflow's: once the code is fixed, workflows.resume runs it again.
         if not ctx.replaying:

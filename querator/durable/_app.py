@@ -70,11 +70,19 @@ class WorkflowDef:
     def input(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
         """The run's input: its arguments, and the trace context it is started in (its turns and steps
         are spans of that trace)."""
+        traceparent = current_traceparent()
+        return self._envelope(args, kwargs, {"traceparent": traceparent} if traceparent else {})
+
+    def next_input(self, before: bytes, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
+        """The input of the run a continue-as-new starts: its arguments, in the trace of the run
+        ``before`` (whose input it was), so every run of the workflow is one trace."""
+        return self._envelope(args, kwargs, self.trace(before))
+
+    def _envelope(self, args: tuple[Any, ...], kwargs: dict[str, Any], trace: dict[str, str]) -> bytes:
         self.signature.convert(list(args), kwargs)  # a call that cannot bind fails here, not in a worker
         envelope: dict[str, Any] = {"args": list(args), "kwargs": kwargs}
-        traceparent = current_traceparent()
-        if traceparent is not None:
-            envelope["trace"] = {"traceparent": traceparent}
+        if trace:
+            envelope["trace"] = trace
         return self.app.serializer.dumps(envelope)
 
     def trace(self, data: bytes) -> dict[str, str]:

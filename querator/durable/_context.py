@@ -14,7 +14,7 @@ import contextlib
 import hashlib
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from querator.client import AsyncClient, ConnectionFailed, seconds_of
 from querator.clock import SystemClock, from_datetime, micros, to_datetime
@@ -62,6 +62,15 @@ class Suspend(BaseException):
     def __init__(self, wake_at: int = 0) -> None:
         super().__init__(wake_at)
         self.wake_at = wake_at
+
+
+class ContinueAsNew(BaseException):
+    """The run ends and the workflow starts over with ``input`` (``Context.continue_as_new``): a
+    BaseException, so that a workflow's ``except Exception`` does not swallow it."""
+
+    def __init__(self, input_: bytes) -> None:
+        super().__init__()
+        self.input = input_
 
 
 class Lost(BaseException):
@@ -152,7 +161,7 @@ class Context:
         self._journal = {e.seq: e for e in wf.entries}
         self._signals = list(wf.signals)
         self._claim_timeout = claim_timeout
-        self._seq = 0
+        self._seq = wf.seq_base  # a run that continued an earlier one numbers on from it
         self._timed_out = wf.timed_out
         """The server saw the workflow's deadline pass (at the claim, or in an append's reply)."""
         self._lapsed = wf.lapsed_claims
@@ -311,6 +320,17 @@ class Context:
             self._unsent.append(
                 m.WorkflowEntry(seq=seq, kind=SEARCH, name=SEARCH_ENTRY_NAME, state=DONE, value=value)
             )
+
+    def continue_as_new(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Ends this run and starts the workflow over under the same id with ``args`` and ``kwargs`` and
+        an empty journal (Temporal's continue-as-new, docs/adr/0059), so that a workflow that loops for
+        ever (a poller that sleeps and continues) keeps a journal of one run's length. The switch is one
+        write on the server; signals no wait of this run took stay for the next one; ``result()`` waits
+        for the last run. No compensation runs (the run did not fail). Refused (and the workflow failed
+        for it) while a child or a dispatched step of this run has not finished: await them first.
+        Call it without ``await``: it raises, ending the turn, as a return would."""
+        definition = self.app.workflow_of(self._wf.name)
+        raise ContinueAsNew(definition.next_input(self.input, args, kwargs))
 
     # -- the machinery -----------------------------------------------------------------------------------
 

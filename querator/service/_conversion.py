@@ -208,6 +208,8 @@ def workflow_info(wf: Workflow, journal: bool) -> m.WorkflowInfo:
         forked_from=wf.forked_from,
         app_version=wf.app_version,
         search_attributes=wf.search_attributes,
+        seq_base=wf.seq_base,
+        runs=wf.runs,
     )
     if journal:
         info.entries = [

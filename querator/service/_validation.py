@@ -14,6 +14,7 @@ from querator.errors import InvalidOption
 from querator.names import check_new_name_characters, check_printable
 from querator.storage.base import QueueRecord
 from querator.storage.failures import MAX_ERROR_CHARS, MAX_FAILURES
+from querator.storage.journal import INFO_ENTRIES
 from querator.storage.operations import storage_id_error
 from querator.wire import messages as m
 from querator.wire.search import SEARCH_ATTRIBUTES_INVALID, check_search_attributes, decode_search_entry
@@ -481,12 +482,27 @@ def check_list_workflows(req: m.WorkflowsListRequest) -> int:
     return req.limit or DEFAULT_LIST_LIMIT
 
 
+def check_workflow_info(req: m.WorkflowsInfoRequest) -> int:
+    """A page of a journal (``after`` a seq, at most ``limit`` entries): the page's size, at most
+    ``INFO_ENTRIES`` (the default)."""
+    check_workflow_id(req.workflow_id)
+    if req.after < 0:
+        raise InvalidOption(f"after is invalid; cannot be negative, but {req.after} was requested")
+    if req.limit < 0:
+        raise InvalidOption(f"limit is invalid; cannot be negative, but {req.limit} was requested")
+    if req.limit > INFO_ENTRIES:
+        raise InvalidOption(f"limit is invalid; cannot be greater than {INFO_ENTRIES}")
+    return req.limit or INFO_ENTRIES
+
+
 def check_workflow_append(req: m.WorkflowsAppendRequest) -> None:
     check_workflow_id(req.workflow_id)
     if req.fence < 0:
         raise InvalidOption(f"fence is invalid; cannot be negative, but {req.fence} was given")
     if req.then not in THENS:
-        raise InvalidOption(f"then is invalid; '{req.then}' is not suspend, complete, fail or cancel")
+        raise InvalidOption(
+            f"then is invalid; '{req.then}' is not suspend, complete, fail, cancel or continue_as_new"
+        )
     if req.fence == 0 and (req.then or not req.entries):
         raise InvalidOption("fence is invalid; only entries may be recorded without a claim's fence")
     if len(req.entries) > MAX_APPEND_ENTRIES:

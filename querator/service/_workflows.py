@@ -37,6 +37,7 @@ from querator.service._validation import (
     check_terminate,
     check_workflow_append,
     check_workflow_id,
+    check_workflow_info,
     claim_timeout,
     namespace,
     request_timeout,
@@ -198,15 +199,16 @@ class Workflows:
             raise InvalidOption(f"workflow does not exist; no parent workflow '{req.parent_id}'")
 
     async def info(self, ctx: RequestContext, req: m.WorkflowsInfoRequest) -> m.WorkflowInfo:
-        check_workflow_id(req.workflow_id)
+        limit = check_workflow_info(req)
         key = await self._key(ctx, req.namespace, req.workflow_id, perm.QUEUE_STATS)
         wf = await self._rows.get_workflow(key)
         if wf is None:
             raise journal.not_found(req.workflow_id)
-        # A page: the first of a journal that may be far longer than a reply should hold.
-        rows = await self._rows.get_entries(key, 1, min(wf.length, journal.INFO_ENTRIES))
-        page = journal.info_page(journal.entries_of(wf, rows))
-        return workflow_info(replace(wf, entries=page), journal=True)
+        # A page (after seq ``after``) of a journal that may be far longer than a reply should hold.
+        first, last = journal.info_span(wf, req.after, limit)
+        rows = await self._rows.get_entries(key, first, last) if last >= first else []
+        found = [e for e in journal.entries_of(wf, rows) if e.seq >= first]
+        return workflow_info(replace(wf, entries=journal.info_page(found, limit)), journal=True)
 
     async def list(self, ctx: RequestContext, req: m.WorkflowsListRequest) -> m.WorkflowsListResponse:
         limit = check_list_workflows(req)
@@ -313,8 +315,10 @@ class Workflows:
         wf = outcome.workflow
         if outcome.outcome != CLAIMED:
             return m.WorkflowsClaimResponse(outcome=outcome.outcome, workflow=workflow_info(wf, False))
-        # The claimant replays all of it: the rows up to the head's length.
-        rows = await self._rows.get_entries(key, 1, wf.length) if wf.length else []
+        # The claimant replays all of the run: its rows up to the head's length.
+        rows = (
+            await self._rows.get_entries(key, wf.seq_base + 1, wf.length) if wf.length > wf.seq_base else []
+        )
         full = replace(wf, entries=journal.entries_of(wf, rows))
         return m.WorkflowsClaimResponse(outcome=outcome.outcome, workflow=workflow_info(full, True))
 
@@ -348,6 +352,8 @@ class Workflows:
 
         effects, write = await self._write(key, rule, entries, schedule)
         await self._carry_out(key, effects, write if wrote else None)
+        if effects.drop_through and wrote:
+            await self._drop_earlier_runs(key, effects.drop_through)
         timed_out = write is not None and write.timed_out  # ``write``: the head as it is now
         return m.WorkflowsAppendResponse(resume=effects.resume, timed_out=timed_out)
 
@@ -426,6 +432,15 @@ class Workflows:
                 await self._cancel_one(child, split_stored_id(child)[1])
             except InvalidOption:
                 pass  # never started (its parent ended between recording it and starting it)
+
+    async def _drop_earlier_runs(self, key: str, last_seq: int) -> None:
+        """Drops the rows of the runs before the one a continue-as-new started. They are never read again
+        (``journal.recorded_rows``), so a failure, or a crash before this, only leaves them until a
+        later continue or the record's purge drops them: the append has succeeded all the same."""
+        try:
+            await self._rows.drop_entries(key, last_seq)
+        except QueratorError as e:
+            log.warning("the rows of %s's earlier runs stay for now: %s", split_stored_id(key)[1], e.message)
 
     async def _record_together(self, key: str, batch: Batch) -> Outcomes:
         """Records the results of ``batch`` in the workflow stored as ``key`` in one write (``journal.record``

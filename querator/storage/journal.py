@@ -28,6 +28,7 @@ from querator.wire.workflows import (
     CLAIMED,
     COMPLETED,
     CONTINUE,
+    CONTINUE_AS_NEW,
     DONE,
     ENDINGS,
     ERROR,
@@ -75,6 +76,9 @@ EXISTS = "workflow exists already"
 """The stable prefix of a start of an id whose run is of another workflow or queue."""
 FORK_STEP = "from step is invalid"
 """The stable prefix of a fork whose step is not one the journal can be cut at."""
+NOT_CONTINUED = "workflow cannot continue as new"
+"""The stable prefix of a continue-as-new refused because a child or a dispatched step of the run is
+not finished: its result would have no run to go to."""
 
 
 def not_found(workflow_id: str) -> InvalidOption:
@@ -106,6 +110,8 @@ class Effects:
     cancel_children: list[str] = field(default_factory=list)
     rows: list[Entry] = field(default_factory=list)
     """Entries moved out of the head into the journal's rows: stored with the head, in its write."""
+    drop_through: int = 0
+    """The workflow continued as new: drop its journal's rows up to this seq, after the write."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,9 +162,10 @@ def fork(original: Workflow, key: str, from_step: int, now: int) -> Workflow:
         InvalidOption: ``from_step`` is not a seq the journal can be cut at: past its end, after an
             entry still pending (a step, timer, wait or child not finished), or inside a gather.
     """
-    last = max((e.seq for e in original.entries), default=0)
-    if not 1 <= from_step <= last + 1:
-        raise InvalidOption(f"{FORK_STEP}; the journal's steps are 1 to {last + 1}, not {from_step}")
+    first = original.seq_base + 1  # the run's first seq (docs/adr/0059)
+    last = max((e.seq for e in original.entries), default=original.seq_base)
+    if not first <= from_step <= last + 1:
+        raise InvalidOption(f"{FORK_STEP}; the journal's steps are {first} to {last + 1}, not {from_step}")
     kept = [e for e in original.entries if e.seq < from_step]
     for e in kept:
         if e.state not in FINAL_STATES:
@@ -179,6 +186,8 @@ def fork(original: Workflow, key: str, from_step: int, now: int) -> Workflow:
         deadline=now + original.timeout_us if original.timeout_us else 0,
         forked_from=forked_from,
         search_attributes=original.search_attributes,
+        seq_base=original.seq_base,
+        length=original.seq_base,
     )
     _check_size(new)
     return new
@@ -261,7 +270,7 @@ def append(
     signals = list(wf.signals)
     attributes = _searched(wf, journal, recorded or {}, entries)
     for entry in entries:
-        _put_entry(journal, recorded or {}, signals, entry, wf.journal_rows)
+        _put_entry(journal, recorded or {}, signals, entry, wf.journal_rows, wf.seq_base)
     kept, rows = _moved(journal.values())
     wf = replace(
         wf,
@@ -285,12 +294,16 @@ def append(
     effects = Effects(rows=rows)
     if ending.then == SUSPEND:
         wf = _suspend(wf, ending.wake_at, timing_out, effects)
+    elif ending.then == CONTINUE_AS_NEW:
+        wf = continue_as_new(wf, ending.result, now, effects)
     elif ending.then in ENDINGS:
         wf = _finish(wf, ENDINGS[ending.then], ending.result, ending.error, now, retention_us, effects)
         # A child's failure is its parent's to handle (recorded there): only a top workflow resumes.
         wf = replace(wf, resumable=ending.resumable and ending.then == FAIL and not wf.parent_id)
     elif ending.then != CONTINUE:
-        raise InvalidOption(f"then is invalid; '{ending.then}' is not suspend, complete, fail or cancel")
+        raise InvalidOption(
+            f"then is invalid; '{ending.then}' is not suspend, complete, fail, cancel or continue_as_new"
+        )
     _check_size(wf)
     return effects, wf
 
@@ -306,6 +319,45 @@ def _searched(
         if entry.kind == SEARCH and entry.seq not in journal and entry.seq not in recorded:
             attributes = merged_search_attributes(attributes, decode_search_entry(entry.value))
     return attributes
+
+
+def continue_as_new(wf: Workflow, new_input: bytes, now: int, effects: Effects) -> Workflow:
+    """The run ends and the same workflow starts over with ``new_input`` and an empty journal, in the
+    head's one write (docs/adr/0059): its seqs go on from the run's last (``seq_base``), so that nothing
+    of the run -- its rows, a late result of one of its steps, its children's ids -- is ever taken for
+    the new run's. The signals no wait took stay for the new run; the claim is released and its fence
+    bumped (a retry of this append is refused, not continued twice); the new run is woken. The rows of
+    the earlier runs are dropped after the write (``Effects.drop_through``).
+
+    Raises:
+        InvalidOption: a child or a dispatched step of the run is not finished.
+    """
+    for e in wf.entries:
+        if e.state not in FINAL_STATES and (e.kind == CHILD or e.group):
+            raise InvalidOption(f"{NOT_CONTINUED}; seq {e.seq}, {e.kind} '{e.name}', is not finished")
+    base = max([wf.length, *(e.seq for e in wf.entries), *(e.seq for e in effects.rows)])
+    effects.rows = []  # the run's entries are never read again: not written as rows
+    effects.wake = True
+    effects.drop_through = base
+    return replace(
+        wf,
+        input=new_input,
+        entries=[],
+        seq_base=base,
+        length=base,
+        journal_rows=0,
+        journal_bytes=0,
+        # A received signal's payload went to its run; its id stays, so that a retried send counts once.
+        signals=[s if not s.taken_by else replace(s, payload=b"") for s in wf.signals],
+        fence=wf.fence + 1,
+        claim_deadline=0,
+        timer_at=0,
+        lapsed_claims=0,
+        # Something to do, so that a sweep wakes it if the wake-up is lost (``stranded``).
+        changed=True,
+        runs=wf.runs + 1,
+        updated_at=now,
+    )
 
 
 def _suspend(wf: Workflow, wake_at: int, timing_out: bool, effects: Effects) -> Workflow:
@@ -345,6 +397,8 @@ def record(
     if wf.status != RUNNING:
         return effects, None
     journal = {e.seq: e for e in wf.entries}
+    # A late result of an earlier run (it continued as new) is dropped: nothing waits for it.
+    entries = [e for e in entries if e.seq > wf.seq_base]
     groups: set[int] = set()
     applied = False
     for entry in entries:
@@ -499,11 +553,17 @@ def _unfinished_children(wf: Workflow) -> list[str]:
 
 
 def _put_entry(
-    journal: dict[int, Entry], recorded: Mapping[int, Entry], signals: list[Signal], entry: Entry, rows: int
+    journal: dict[int, Entry],
+    recorded: Mapping[int, Entry],
+    signals: list[Signal],
+    entry: Entry,
+    rows: int,
+    seq_base: int,
 ) -> None:
-    """Puts ``entry`` into the head's ``journal`` (the journal's ``rows`` hold as many others)."""
-    if entry.seq < 1:
-        raise InvalidOption(f"entries are invalid; seq must be at least 1, got {entry.seq}")
+    """Puts ``entry`` into the head's ``journal`` (the journal's ``rows`` hold as many others; the run's
+    seqs are past ``seq_base``)."""
+    if entry.seq <= seq_base:
+        raise InvalidOption(f"entries are invalid; seq must be at least {seq_base + 1}, got {entry.seq}")
     found = journal.get(entry.seq)
     row = recorded.get(entry.seq) if found is None else None
     if row is not None:
@@ -620,7 +680,7 @@ def rows_to_read(wf: Workflow | None, entries: Iterable[Entry]) -> tuple[int, in
     if wf is None:
         return None
     held = {e.seq for e in wf.entries}
-    seqs = [e.seq for e in entries if 1 <= e.seq <= wf.length and e.seq not in held]
+    seqs = [e.seq for e in entries if wf.seq_base < e.seq <= wf.length and e.seq not in held]
     return (min(seqs), max(seqs)) if seqs else None
 
 
@@ -637,7 +697,7 @@ def recorded_rows(wf: Workflow, rows: Iterable[JournalRow]) -> dict[int, Entry]:
     best: dict[int, JournalRow] = {}
     for row in rows:
         seq = row.entry.seq
-        if seq > wf.length or seq in held or row.version > wf.version:
+        if seq > wf.length or seq <= wf.seq_base or seq in held or row.version > wf.version:
             continue
         if seq not in best or row.version > best[seq].version:
             best[seq] = row
@@ -652,17 +712,24 @@ def next_version(current: Workflow | None, now: int) -> int:
     return current.version + 1 if current is not None else max(1, now)
 
 
-def info_page(journal: Sequence[Entry]) -> list[Entry]:
-    """The first entries of ``journal`` that ``workflows.info`` returns: at most ``INFO_ENTRIES``, and
+def info_page(journal: Sequence[Entry], limit: int = INFO_ENTRIES) -> list[Entry]:
+    """The first entries of ``journal`` that ``workflows.info`` returns: at most ``limit``, and
     ending before the entry that would pass ``MAX_RECORD_BYTES`` of values (never before the first)."""
     page: list[Entry] = []
     size = 0
-    for entry in journal[:INFO_ENTRIES]:
+    for entry in journal[:limit]:
         size += _values_bytes((entry,))
         if size > MAX_RECORD_BYTES and page:
             break
         page.append(entry)
     return page
+
+
+def info_span(wf: Workflow, after: int, limit: int) -> tuple[int, int]:
+    """The seqs (first, last) of the rows a page of ``workflows.info`` reads: the ``limit`` after seq
+    ``after`` (of the run: never an earlier run's, docs/adr/0059). ``last < first`` when it needs none."""
+    first = max(after, wf.seq_base) + 1
+    return first, min(wf.length, first + limit - 1)
 
 
 def entries_of(wf: Workflow, rows: Iterable[JournalRow]) -> list[Entry]:

@@ -297,6 +297,11 @@ class MemoryWorkflowRows:
             return [r for r in found if r is not None]
         return [journal[seq] for seq in sorted(journal) if first_seq <= seq <= last_seq]
 
+    async def drop_entries(self, workflow_id: str, last_seq: int) -> None:
+        journal = self._rows.get(workflow_id, {})
+        for seq in [seq for seq in journal if seq <= last_seq]:
+            del journal[seq]
+
     async def list_workflows(self, status: str, pivot: str, limit: int) -> list[Workflow]:
         ids = sorted(
             i for i, w in self._workflows.items() if i >= pivot and (not status or w.status == status)

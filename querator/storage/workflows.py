@@ -98,6 +98,11 @@ class Workflow(msgspec.Struct, kw_only=True, omit_defaults=True):
     """A claim or append saw ``deadline`` pass: its worker raises ``WorkflowTimeout`` in it."""
     forked_from: str = ""
     """The workflow id (in its namespace) whose journal it started with (``journal.fork``)."""
+    seq_base: int = 0
+    """The last seq of the runs before this one (it continued as new): this run's seqs follow it, and
+    no entry, row or result of a seq up to it is this run's (``journal.continue_as_new``)."""
+    runs: int = 0
+    """How many times it continued as new."""
     entries: list[Entry] = []
     """The entries kept in the head: those still open (pending), and those recorded from outside the
     claim (a dispatched step's, a child's result) that no claimant write has moved into rows yet."""
@@ -227,6 +232,10 @@ class WorkflowRows(Protocol):
     async def get_entries(self, workflow_id: str, first_seq: int, last_seq: int) -> list[JournalRow]:
         """The journal rows of ``workflow_id`` with ``first_seq <= seq <= last_seq``, in seq order (a
         seq's rows of several versions in any order)."""
+
+    async def drop_entries(self, workflow_id: str, last_seq: int) -> None:
+        """Drops the journal rows of ``workflow_id`` with ``seq <= last_seq``: an earlier run's, once the
+        workflow continued as new (its rows are never read again, ``journal.continue_as_new``)."""
 
     async def list_workflows(self, status: str, pivot: str, limit: int) -> list[Workflow]:
         """Records with ``id >= pivot`` in id order, at most ``limit``, of ``status`` ("" for any), a page

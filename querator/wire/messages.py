@@ -361,6 +361,8 @@ class WorkflowInfo(Message):
     forked_from: str = ""
     app_version: str = ""
     search_attributes: dict[str, str] = {}
+    seq_base: int = 0
+    runs: int = 0
 
 
 class WorkflowsStartRequest(Message):
@@ -391,6 +393,8 @@ class WorkflowsStartResponse(Message):
 class WorkflowsInfoRequest(Message):
     workflow_id: str = ""
     namespace: str = ""
+    after: int = 0
+    limit: int = 0
 
 
 class WorkflowsListRequest(Message):

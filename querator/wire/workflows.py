@@ -50,9 +50,11 @@ SUSPEND: Final = "suspend"
 COMPLETE: Final = "complete"
 FAIL: Final = "fail"
 CANCEL: Final = "cancel"
+CONTINUE_AS_NEW: Final = "continue_as_new"
+"""The run ends and the workflow starts over with ``result`` as its input and an empty journal."""
 ENDINGS: Final = {COMPLETE: COMPLETED, FAIL: FAILED, CANCEL: CANCELLED}
 """The ``then`` that ends a workflow, and the status it ends in."""
-THENS: Final = frozenset({CONTINUE, SUSPEND, *ENDINGS})
+THENS: Final = frozenset({CONTINUE, SUSPEND, CONTINUE_AS_NEW, *ENDINGS})
 
 
 def child_id(parent_id: str, seq: int) -> str:

@@ -923,6 +923,26 @@ def test_cli_workflows(cli_endpoint: str, tmp_path: Path) -> None:
     assert ok(cli(None, "workflows", "show", "flow-b", "--endpoint", e))["workflow_id"] == "flow-b"
 
 
+def test_cli_workflows_show_pages_the_journal(cli_endpoint: str) -> None:
+    """``workflows show --after N --limit M`` shows one page of the journal, ``--all`` every page."""
+    e = cli_endpoint
+    ok(cli(e, "create", "paged"))
+    done = [m.WorkflowEntry(seq=seq, kind="step", name="s", state="done") for seq in range(1, 26)]
+    with Client(e) as c:
+        c.start_workflow("paged", "checkout", "paged", b"[]", encoding="application/json")
+        fence = c.claim_workflow("paged").workflow.fence
+        c.append_workflow(m.WorkflowsAppendRequest(workflow_id="paged", fence=fence, entries=done))
+    page = ok(cli(e, "workflows", "show", "paged", "--after", "10", "--limit", "5"))
+    assert [x["seq"] for x in page["entries"]] == [11, 12, 13, 14, 15]
+    whole = ok(cli(e, "workflows", "show", "paged", "--all", "--limit", "10"))  # three pages and an empty one
+    assert [x["seq"] for x in whole["entries"]] == list(range(1, 26))
+    refused = cli(e, "workflows", "show", "paged", "--limit", "10001")
+    assert (refused.returncode, refused.stderr) == (
+        1,
+        "querator: 400 limit is invalid; cannot be greater than 10000\n",
+    )
+
+
 def test_cli_tables_on_request_and_json_for_scripts(cli_endpoint: str) -> None:
     e = cli_endpoint
     assert ok(cli(e, "create", "tbl-a", "--partitions", "2", "--dead-queue", "")) == {"code": 200}

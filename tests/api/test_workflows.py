@@ -817,6 +817,8 @@ async def test_a_journal_holds_more_than_ten_thousand_entries(durable: Api) -> N
         await append(durable, 1, "wf", entries=[step(seq) for seq in range(first, last)])
     info = await durable.post("/v1/workflows.info", {"workflow_id": "wf"})
     assert [e["seq"] for e in info["entries"]] == list(range(1, INFO_ENTRIES + 1))
+    rest = await durable.post("/v1/workflows.info", {"workflow_id": "wf", "after": INFO_ENTRIES})
+    assert [e["seq"] for e in rest["entries"]] == list(range(INFO_ENTRIES + 1, total + 1))
     claimed = await claim_again(durable, "wf")
     assert [e["seq"] for e in claimed["workflow"]["entries"]] == list(range(1, total + 1))
 

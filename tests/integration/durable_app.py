@@ -280,3 +280,39 @@ async def deadly_gathered(ctx: Context, key: str) -> str:
     except StepFailed as e:
         return f"caught {e.error}"
     return "not reached"
+
+
+def die_once(marker: str) -> None:
+    """Kills this worker (kill -9) if the file ``marker`` exists, taking it away: a fault the test set
+    up, met once whichever worker comes there first."""
+    try:
+        (RECORDS / marker).unlink()
+    except FileNotFoundError:
+        return
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@app.step()
+async def count(key: str, i: int) -> int:
+    record("count", key=f"{key}-{i}")
+    die_once(f"die-in-step-{key}-{i}")
+    return i
+
+
+@app.workflow()
+async def looping(ctx: Context, key: str, i: int, n: int, total: int) -> int:
+    """A step a run, continued as new until run ``n``: its journal stays one run's (one entry)."""
+    total += await ctx.run(count, key, i)
+    if i < n:
+        die_once(f"die-before-continue-{key}-{i}")  # its step recorded, its continue not yet sent
+        ctx.continue_as_new(key, i + 1, n, total)
+    return total
+
+
+@app.workflow()
+async def collector(ctx: Context, key: str, got: list[str], want: int) -> list[str]:
+    """Takes one signal a run and continues as new until it has ``want``: those sent meanwhile wait."""
+    got = [*got, await ctx.wait_for_signal("item")]
+    if len(got) < want:
+        ctx.continue_as_new(key, got, want)
+    return got

@@ -425,3 +425,48 @@ async def test_a_schedule_starts_one_workflow_per_tick(workers: Workers, client:
 async def _completed_ticks(client: AsyncClient, n: int) -> bool:
     done = [w for w in await client.list_workflows("completed") if w.workflow_id.startswith("every-second@")]
     return len(done) >= n
+
+
+async def test_a_workflow_continued_as_new_fifty_times_keeps_one_runs_journal(
+    workers: Workers, client: AsyncClient
+) -> None:
+    """docs/durable.md, "Continuing as new": the same id starts over 50 times; the last run's journal
+    holds its own entry only, and every step ran once."""
+    workers.start()
+    handle = await wf.app.start(wf.looping, "c", 0, 50, 0, workflow_id="looping")
+    assert await handle.result(timeout=DEADLINE) == sum(range(51))
+    assert sorted(r["key"] for r in workers.runs("count")) == sorted(f"c-{i}" for i in range(51))
+    info = await client.workflow_info("looping")
+    assert (info.runs, info.seq_base, [(e.seq, e.name) for e in info.entries]) == (
+        50,
+        50,
+        [(51, wf.count.name)],
+    )
+
+
+async def test_signals_sent_across_continues_are_each_received_once(
+    workers: Workers, client: AsyncClient
+) -> None:
+    workers.start()
+    handle = await wf.app.start(wf.collector, "s", [], 10, workflow_id="collector")
+    for n in range(10):  # while it continues, run after run
+        await wf.app.signal("collector", "item", f"v{n}", signal_id=f"s{n}")
+    await wf.app.signal("collector", "item", "v0", signal_id="s0")  # a retry after a lost reply: once
+    assert await handle.result(timeout=DEADLINE) == [f"v{n}" for n in range(10)]
+    assert (await client.workflow_info("collector")).runs == 9
+
+
+async def test_kill_9_around_a_continue_loses_nothing(workers: Workers, client: AsyncClient) -> None:
+    """A worker killed after a run's step was recorded and before its continue was sent, and one killed
+    in the first step of a run that followed a continue: the workflow ends with the same result, the
+    recorded step never ran again, the one in flight ran again (at least once, docs/durable.md)."""
+    for marker in ("die-before-continue-k-3", "die-in-step-k-6"):
+        (workers.records / marker).touch()
+    handle = await wf.app.start(wf.looping, "k", 0, 8, 0, workflow_id="killed")
+    for _ in range(2):
+        workers.start().wait(DEADLINE)  # killed at its marker
+    workers.start()
+    assert await handle.result(timeout=DEADLINE) == sum(range(9))
+    runs = sorted(r["key"] for r in workers.runs("count"))
+    assert runs == sorted([*(f"k-{i}" for i in range(9)), "k-6"])  # k-6 was in flight at its kill
+    assert (await client.workflow_info("killed")).runs == 8

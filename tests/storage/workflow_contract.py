@@ -122,6 +122,19 @@ class WorkflowContract:
         assert head is not None
         assert entries_of(head, await store.workflows.get_entries("wf-1", 1, 2)) == [step(1)]
 
+    async def test_drop_entries_drops_the_rows_up_to_a_seq(self, store: Store) -> None:
+        """A workflow that continued as new drops its earlier runs' rows (seqs up to its ``seq_base``),
+        of every version, and nothing past them nor of another workflow."""
+        wf = await self.put_new(store, new("wf-1"))
+        assert await store.workflows.put_workflow(replace(wf, version=2, length=2), 1, [step(1), step(2)])
+        assert await store.workflows.put_workflow(replace(wf, version=3, length=3), 2, [step(2), step(3)])
+        other = await self.put_new(store, new("wf-2"))
+        assert await store.workflows.put_workflow(replace(other, version=2, length=1), 1, [step(1)])
+        await store.workflows.drop_entries("wf-1", 2)
+        assert await store.workflows.get_entries("wf-1", 1, 3) == [JournalRow(3, step(3))]
+        assert await store.workflows.get_entries("wf-2", 1, 3) == [JournalRow(2, step(1))]
+        await store.workflows.drop_entries("wf-3", 10)  # none: nothing to drop, no error
+
     async def test_a_long_journal_reads_whole(self, store: Store) -> None:
         """More rows than one read of a backend returns (Cassandra reads them a page at a time)."""
         wf = await self.put_new(store, new("wf-1"))

@@ -137,6 +137,8 @@ class Statement(Enum):
     PUT_WORKFLOW = "UPDATE {ks}.workflows USING TTL ? SET version = ?, record = ? WHERE id = ? IF version = ?"
     INDEX_WORKFLOW = "INSERT INTO {ks}.workflows_by_status (status, bucket, id) VALUES (?, ?, ?) USING TTL ?"
     PUT_ENTRY = "INSERT INTO {ks}.workflow_entries (id, seq, version, entry) VALUES (?, ?, ?, ?) USING TTL ?"
+    # A range of the clustering's first column: one range tombstone, whatever the rows it covers.
+    DROP_ENTRIES = "DELETE FROM {ks}.workflow_entries WHERE id = ? AND seq <= ?"
     GET_ENTRIES = (
         "SELECT seq, version, entry FROM {ks}.workflow_entries WHERE id = ? AND seq >= ? AND seq <= ? LIMIT ?"
     )

@@ -184,6 +184,9 @@ class CassandraWorkflowRows:
             last = page[-1]["seq"]
             start = last if page[0]["seq"] != last else last + 1
 
+    async def drop_entries(self, workflow_id: str, last_seq: int) -> None:
+        await self._send(Statement.DROP_ENTRIES, (workflow_id, last_seq), writes=True)
+
     async def list_workflows(self, status: str, pivot: str, limit: int) -> list[Workflow]:
         now = self.clock_now()
 

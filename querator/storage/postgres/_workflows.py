@@ -53,6 +53,7 @@ _WITH_ROWS: Final = (
 )
 _INSERT_WITH_ROWS: Final = _WITH_ROWS.format(head=_INSERT)
 _REPLACE_WITH_ROWS: Final = _WITH_ROWS.format(head=_REPLACE)
+_DROP_ENTRIES: Final = "DELETE FROM workflow_entries WHERE id = %b AND seq <= %b"
 _ENTRIES: Final = (
     "SELECT version, entry FROM workflow_entries WHERE id = %b AND seq >= %b AND seq <= %b ORDER BY seq"
 )
@@ -95,6 +96,9 @@ class PostgresWorkflowRows:
     async def get_entries(self, workflow_id: str, first_seq: int, last_seq: int) -> list[JournalRow]:
         found = await self.pool.run(lambda conn: rows(conn, _ENTRIES, (workflow_id, first_seq, last_seq)))
         return [JournalRow(version, decode_entry(bytes(entry))) for version, entry in found]
+
+    async def drop_entries(self, workflow_id: str, last_seq: int) -> None:
+        await self.pool.run(lambda conn: count(conn, _DROP_ENTRIES, (workflow_id, last_seq)))
 
     async def list_workflows(self, status: str, pivot: str, limit: int) -> list[Workflow]:
         if status:

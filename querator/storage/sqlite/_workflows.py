@@ -43,6 +43,7 @@ SQL_LIST_STATUS: Final = "SELECT record FROM workflows WHERE status = ? AND id >
 SQL_EXPIRED: Final = "SELECT id FROM workflows WHERE expires_at > 0 AND expires_at <= ? LIMIT ?"
 SQL_PURGE: Final = "DELETE FROM workflows WHERE id = ?"
 SQL_PURGE_ENTRIES: Final = "DELETE FROM workflow_entries WHERE id = ?"
+SQL_DROP_ENTRIES: Final = "DELETE FROM workflow_entries WHERE id = ? AND seq <= ?"
 SQL_PUT_ENTRY: Final = (
     "INSERT INTO workflow_entries (id, seq, version, entry) VALUES (?, ?, ?, ?) "
     "ON CONFLICT (id, seq) DO UPDATE SET version = excluded.version, entry = excluded.entry"
@@ -91,6 +92,12 @@ class SqliteWorkflowRows:
             return [JournalRow(version, decode_entry(entry)) for version, entry in found]
 
         return await self._submit(job)
+
+    async def drop_entries(self, workflow_id: str, last_seq: int) -> None:
+        def job(worker: Worker) -> None:
+            worker.conn.execute(SQL_DROP_ENTRIES, (workflow_id, last_seq))
+
+        await self._submit(job)
 
     async def list_workflows(self, status: str, pivot: str, limit: int) -> list[Workflow]:
         def job(worker: Worker) -> list[Workflow]:
