@@ -89,7 +89,7 @@ async def activate(app: Durable, workflow_id: str) -> None:
                 if not reply.resume:
                     return
                 # Something arrived meanwhile: replay again.
-                wf = await client.workflow_info(workflow_id, namespace=app.namespace)
+                wf = await client.workflow_journal(workflow_id, namespace=app.namespace)
     except Lost as e:
         log.warning("workflow %s was claimed by another worker; this one stops: %s", workflow_id, e)
     except Interrupted as e:

@@ -544,7 +544,7 @@ class Durable:
             NonDeterminism: this code does not agree with the workflow's journal.
         """
         client = await self.client()
-        info = await client.workflow_info(workflow_id, namespace=self.namespace)
+        info = await client.workflow_journal(workflow_id, namespace=self.namespace)
         return await Replayer(self).query(info, name, *args, **kwargs)
 
     async def cancel(self, workflow_id: str) -> None:

@@ -85,7 +85,7 @@ class Replayer:
             wf.workflow_id for wf in await _listed(client, status, self.app.namespace)
         ]
         return [
-            await self.check(await client.workflow_info(workflow_id, namespace=self.app.namespace))
+            await self.check(await client.workflow_journal(workflow_id, namespace=self.app.namespace))
             for workflow_id in ids
         ]
 

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from querator.cli import main
-from querator.durable import Context, Durable, NonDeterminism, UnknownQuery
+from querator.durable import Context, Durable, NonDeterminism, Replayer, UnknownQuery
 from querator.testing import Node
 from tests.conftest import eventually
 
@@ -116,3 +116,30 @@ async def test_the_cli_prints_a_querys_answer_and_refuses_an_unknown_one(
         assert capsys.readouterr().err == (
             "querator: query: workflow c-1 answers no query 'total' (it answers: seen)\n"
         )
+
+
+async def test_a_query_replays_a_journal_longer_than_one_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    """workflows.info answers a page of a journal (10,000 entries; 3 here): a query, a replay check and a
+    worker's replay after a resumed turn read every page, or steps past the first would look unrun."""
+    monkeypatch.setattr("querator.service._validation.INFO_ENTRIES", 3)
+    app = Durable("http://unused.invalid")
+
+    @app.step()
+    async def add(n: int) -> int:
+        return n + 1
+
+    @app.workflow()
+    async def count(ctx: Context, steps: int) -> int:
+        state = {"n": 0}
+        ctx.on_query("n", lambda: state["n"])
+        for _ in range(steps):
+            state["n"] = await ctx.run(add, state["n"])
+        return state["n"]
+
+    async with Node() as node, node.running(app):
+        handle = await app.start(count, 5, workflow_id="c-1")
+        assert await handle.result(timeout=timedelta(seconds=30)) == 5
+        assert len((await handle.info()).entries) == 3  # one page
+        assert await handle.query("n") == 5
+        [replayed] = await Replayer(app).replay_node(await app.client(), ["c-1"])
+        assert (replayed.then, replayed.error) == ("complete", None)
