@@ -1,11 +1,13 @@
-"""``querator workflows list | show | signal | cancel | resume | fork | terminate | result | query |
-replay``: a caller's view of durable workflows (docs/durable.md), printed as the other client commands
+"""``querator workflows list | show | signal | update | cancel | resume | fork | terminate | result | query
+| replay``: a caller's view of durable workflows (docs/durable.md), printed as the other client commands
 print (``querator.cli``); ``query`` and ``replay`` load the app's code: a query's answer comes from a
-replay of the journal, and ``replay`` checks changed workflow code against recorded journals."""
+replay of the journal, and ``replay`` checks changed workflow code against recorded journals; ``update``
+loads it, with ``--app``, to validate the update first."""
 
 from __future__ import annotations
 
 import argparse
+import secrets
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +18,7 @@ import msgspec
 from querator import durable
 from querator.client import AsyncClient
 from querator.wire import messages as m
-from querator.wire.workflows import RUNNING, STATUSES
+from querator.wire.workflows import PENDING, RUNNING, STATUSES
 from querator.worker import find_app
 
 
@@ -45,11 +47,12 @@ class Replayed(Exception):
 
 
 class NotFinished(Exception):
-    """``result`` waited its ``--timeout`` and the workflow still runs: printed as found, with an exit
-    status of its own, so that a script cannot take a timeout for an outcome."""
+    """``result`` waited its ``--timeout`` and the workflow still runs, or ``update`` did and the update
+    is not answered yet: printed as found, with an exit status of its own, so that a script cannot take
+    a timeout for an outcome."""
 
-    def __init__(self, info: m.WorkflowInfo) -> None:
-        super().__init__(info.workflow_id)
+    def __init__(self, info: m.WorkflowInfo | m.WorkflowsUpdateResponse) -> None:
+        super().__init__(info)
         self.info = info
 
 
@@ -117,6 +120,25 @@ def add_parser(
         "-p", "--payload", type=json_payload, default=b"", help="JSON, or @file holding it (@- = stdin)"
     )
     a.add_argument("--signal-id", default="", help="a signal sent again with the same id counts once")
+    a = add(
+        "update",
+        "send an update to a running workflow and print its handler's answer (still pending, and exit "
+        "status 4, when --timeout passed first: the update stays recorded, ask again with its --update-id)",
+    )
+    a.add_argument("name", metavar="NAME", help="the update, as the workflow registers it (ctx.on_update)")
+    a.add_argument(
+        "--args", type=json_payload, default=b"[]", help="the handler's arguments: a JSON array, or @file"
+    )
+    a.add_argument(
+        "--app",
+        default="",
+        help="module:attribute of the querator.durable.Durable app: validate the update with its code "
+        "first (without it the update is sent unvalidated)",
+    )
+    a.add_argument("--update-id", default="", help="an update sent again with the same id counts once")
+    a.add_argument(
+        "--timeout", type=duration, default="30s", help="how long to wait, at most 15m (default 30s)"
+    )
     add("cancel", "ask a workflow to stop (its compensations run, its children are cancelled)")
     add("resume", "run a workflow that failed on non-determinism again, once its code is fixed")
     a = add(
@@ -194,11 +216,17 @@ async def command(client: AsyncClient, args: argparse.Namespace) -> m.Message | 
         raise Replayed(await _replay(client, args))
     if args.action == "query":
         return {"workflow_id": args.workflow_id, "query": args.name, "answer": await _query(client, args)}
+    if args.action == "update":
+        return await _update(client, args)
     if args.action == "result":
         info = await client.workflow_result(args.workflow_id, args.timeout, namespace=args.namespace)
         if info.status == RUNNING:
             raise NotFinished(info)
         return info
+    return await _fork_or_show(client, args)
+
+
+async def _fork_or_show(client: AsyncClient, args: argparse.Namespace) -> m.Message:
     if args.action == "fork":
         return await client.fork_workflow(
             args.workflow_id, args.from_step, new_workflow_id=args.new_id, namespace=args.namespace
@@ -256,6 +284,34 @@ async def _query(client: AsyncClient, args: argparse.Namespace) -> object:
         raise CannotReplay(f"query: {e}") from None
     except durable.NonDeterminism as e:
         raise Replayed([durable.Replayed(info.workflow_id, info.name, "", e)]) from None
+
+
+async def _update(client: AsyncClient, args: argparse.Namespace) -> m.WorkflowsUpdateResponse:
+    """Sends the update, validated first with ``--app``'s code as ``Durable.update`` does (a refusal is
+    a usage error: nothing was sent); the reply as the server gave it, the answer in the workflow's
+    encoding."""
+    arguments = msgspec.json.decode(args.args)
+    if not isinstance(arguments, list):
+        raise CannotReplay("update: --args must be a JSON array")
+    if args.app:
+        info = await client.workflow_info(args.workflow_id, namespace=args.namespace)
+        try:
+            await durable.Replayer(_app(args.app, "update")).validate_update(info, args.name, *arguments)
+        except (durable.UnknownUpdate, durable.UpdateRejected) as e:
+            raise CannotReplay(f"update: {e}") from None
+        except durable.NonDeterminism as e:
+            raise Replayed([durable.Replayed(info.workflow_id, info.name, "", e)]) from None
+    reply = await client.update_workflow(
+        args.workflow_id,
+        args.name,
+        args.args,
+        update_id=args.update_id or secrets.token_hex(16),
+        timeout=args.timeout,
+        namespace=args.namespace,
+    )
+    if reply.state == PENDING:
+        raise NotFinished(reply)
+    return reply
 
 
 async def _replay(client: AsyncClient, args: argparse.Namespace) -> list[durable.Replayed]:

@@ -117,6 +117,39 @@ class WorkflowCalls(Caller):
         )
         await self.call("/v1/workflows.signal", msg, m.Reply, idempotent=True)
 
+    async def update_workflow(
+        self,
+        workflow_id: str,
+        name: str,
+        payload: bytes = b"",
+        *,
+        update_id: str,
+        timeout: Duration = "30s",
+        namespace: str = "",
+    ) -> m.WorkflowsUpdateResponse:
+        """Sends the update ``name`` (``payload``: its handler's arguments, in the workflow's encoding) and
+        waits for the answer the workflow's turn records, at most ``timeout`` (at most 15m): ``state``
+        done or error, or pending once ``timeout`` passed (the update stays recorded; a call with the
+        same ``update_id`` waits for it again, and a send tried again after a lost reply counts once).
+        The caller validates it first (``querator.durable.Durable.update`` does, docs/adr/0060).
+
+        Raises:
+            InvalidOption: the workflow is finished, or ended before it took the update.
+        """
+        request_timeout = go_duration(timeout)
+        msg = m.WorkflowsUpdateRequest(
+            workflow_id=workflow_id,
+            name=name,
+            payload=payload,
+            update_id=update_id,
+            request_timeout=request_timeout,
+            namespace=namespace,
+        )
+        seconds = http_timeout_s(request_timeout)
+        return await self.call(
+            "/v1/workflows.update", msg, m.WorkflowsUpdateResponse, seconds=seconds, idempotent=True
+        )
+
     async def cancel_workflow(self, workflow_id: str, *, namespace: str = "") -> None:
         """Asks a workflow to stop: its compensations run and it ends cancelled, with its children."""
         msg = m.WorkflowsCancelRequest(workflow_id=workflow_id, namespace=namespace)

@@ -107,7 +107,11 @@ async def _turn(ctx: Context, definition: Any) -> m.WorkflowsAppendResponse:
     """Runs the workflow function once over the journal; ends the turn as the run ended."""
     try:
         args, kwargs = definition.arguments(ctx)
-        value = await definition.fn(ctx, *args, **kwargs)
+        try:
+            value = await definition.fn(ctx, *args, **kwargs)
+        except Suspend:
+            await ctx.take_updates()  # where it waits (docs/adr/0060); a handler missing is NonDeterminism
+            raise
     except Suspend as s:
         wake_at = to_datetime(s.wake_at) if s.wake_at else None
         return await ctx.append(SUSPEND, wake_at=wake_at)

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 from querator.client import AsyncClient, Duration, go_duration, seconds_of
 from querator.clock import SystemClock
 from querator.durable._activation import activate, run_step
-from querator.durable._errors import WorkflowFailed
+from querator.durable._errors import UpdateFailed, UpdateTimeout, WorkflowFailed
 from querator.durable._replayer import Replayer
 from querator.durable._step import Step, StepOptions, decode
 from querator.wire import messages as m
 from querator.wire.search import SearchValue
-from querator.wire.workflows import CANCELLED, COMPLETED, FAILED, child_id
+from querator.wire.workflows import CANCELLED, COMPLETED, DONE, ERROR, FAILED, child_id
 from querator.worker import (
     JsonSerializer,
     Serializer,
@@ -157,6 +157,12 @@ class WorkflowHandle:
 
     async def signal(self, name: str, value: Any = None, *, signal_id: str | None = None) -> None:
         await self.app.signal(self.workflow_id, name, value, signal_id=signal_id)
+
+    async def update(
+        self, name: str, /, *args: Any, update_id: str | None = None, timeout: Duration = "30s"
+    ) -> Any:
+        """``Durable.update`` of this workflow."""
+        return await self.app.update(self.workflow_id, name, *args, update_id=update_id, timeout=timeout)
 
     async def cancel(self) -> None:
         await self.app.cancel(self.workflow_id)
@@ -546,6 +552,52 @@ class Durable:
         client = await self.client()
         info = await client.workflow_journal(workflow_id, namespace=self.namespace)
         return await Replayer(self).query(info, name, *args, **kwargs)
+
+    async def update(
+        self,
+        workflow_id: str,
+        name: str,
+        /,
+        *args: Any,
+        update_id: str | None = None,
+        timeout: Duration = "30s",
+    ) -> Any:
+        """The answer of the update ``name`` of a running workflow: what its handler
+        (``Context.on_update``) returned for ``args``, once the workflow took it where it waits and
+        recorded it (docs/durable.md, "Updates"; docs/adr/0060). The journal is first replayed here, as
+        for a query, and the handler's validator called with ``args``: a refusal raises here, and nothing
+        is sent or recorded. ``update_id`` (made here unless given) makes the update count once: called
+        again with it (after ``UpdateTimeout``, say), this waits for the same answer without validating
+        again.
+
+        Raises:
+            UnknownUpdate: the workflow registers no handler ``name``.
+            UpdateRejected: the validator raised (nothing recorded).
+            UpdateFailed: the handler raised (recorded; the workflow goes on).
+            UpdateTimeout: no answer within ``timeout``; the update stays recorded.
+            InvalidOption: the workflow is finished, or ended before it took the update.
+            NonDeterminism: this code does not agree with the workflow's journal.
+        """
+        client = await self.client()
+        info = await client.workflow_info(workflow_id, namespace=self.namespace)
+        if not any(u.id == update_id for u in info.updates):  # a repeat was validated when sent
+            await Replayer(self).validate_update(info, name, *args)
+        update_id = update_id or uuid.uuid4().hex
+        reply = await client.update_workflow(
+            workflow_id,
+            name,
+            self.serializer.dumps(list(args)),
+            update_id=update_id,
+            timeout=timeout,
+            namespace=self.namespace,
+        )
+        if reply.state == ERROR:
+            raise UpdateFailed(name, reply.error)
+        if reply.state != DONE:
+            raise UpdateTimeout(
+                f"update {name} of {workflow_id} is not answered yet; it stays recorded as {update_id}"
+            )
+        return decode(self.serializer, reply.value, Any)
 
     async def cancel(self, workflow_id: str) -> None:
         """Cancels a workflow: its compensations run, its children are cancelled, it ends cancelled."""

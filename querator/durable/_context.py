@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import inspect
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, TypeVar
+
+from msgspec.structs import replace
 
 from querator.client import AsyncClient, ConnectionFailed, seconds_of
 from querator.clock import SystemClock, from_datetime, micros, to_datetime
@@ -36,6 +39,7 @@ from querator.wire.workflows import (
     CHILD,
     DONE,
     ERROR,
+    FINAL_STATES,
     PATCH,
     PENDING,
     RUNNING,
@@ -43,6 +47,8 @@ from querator.wire.workflows import (
     SIGNAL,
     SLEEP,
     STEP,
+    UPDATE,
+    UPDATE_RESULT,
 )
 from querator.worker import current_traceparent
 
@@ -140,6 +146,13 @@ class ChildCall:
 Call = StepCall | ChildCall
 
 
+class Update(NamedTuple):
+    """An update's handler and its validator (``Context.on_update``)."""
+
+    handler: Callable[..., Any]
+    validator: Callable[..., Any] | None
+
+
 class Context:
     """A workflow run's view of its journal; the first argument of every workflow function.
 
@@ -170,6 +183,10 @@ class Context:
         self.compensations: list[tuple[Step[..., Any], tuple[Any, ...], dict[str, Any]]] = []
         self.queries: dict[str, Callable[..., Any]] = {}
         """The query handlers the code registered so far (``on_query``)."""
+        self.updates: dict[str, Update] = {}
+        """The update handlers the code registered so far (``on_update``)."""
+        self._asked = [u for u in wf.updates if not u.taken_by]
+        """Updates sent and not taken yet, oldest first: the turn takes them when it suspends."""
         self.compensating = False
         # The server's time at the claim, moved on by this process's monotonic clock: timers compare
         # with the server's clock, which delivers them, not with this machine's.
@@ -272,6 +289,75 @@ class Context:
         process and calls the handler the replay registered last, so it must return at once and change
         nothing; registering costs a worker nothing."""
         self.queries[name] = handler
+
+    def on_update(
+        self, name: str, handler: Callable[..., Any], /, *, validator: Callable[..., Any] | None = None
+    ) -> None:
+        """Handles the update ``name`` (``Durable.update``) with ``handler(*args)``, a plain function over
+        the workflow's own state that may change it and returns the caller's answer (docs/durable.md,
+        "Updates"). ``validator(*args)`` runs first, in the caller's process on a replay of the journal
+        (as a query does): an exception refuses the update, which is then recorded nowhere. An update
+        accepted is recorded with its arguments where the workflow waits, and applied again at that
+        point by every replay; the handler must not make durable calls."""
+        if inspect.iscoroutinefunction(handler):
+            raise TypeError("an update handler is a plain function: it runs again at every replay")
+        self.updates[name] = Update(handler, validator)
+
+    async def take_updates(self) -> None:
+        """Where the workflow waits: the updates recorded here before are applied again, then each update
+        sent since is taken, its handler run and its answer recorded with the suspend (an ``update``
+        entry, whose value the server fills with the arguments, and its ``update_result``)."""
+        self.reapply_updates()
+        for asked in self._asked:
+            taken = m.WorkflowEntry(
+                seq=self.next_seq(), kind=UPDATE, name=asked.name, state=DONE, value=asked.payload
+            )
+            answer = m.WorkflowEntry(seq=self.next_seq(), kind=UPDATE_RESULT, name=asked.name, state=DONE)
+            update = self.updates.get(asked.name)
+            if update is None:  # the caller hears it; the workflow goes on
+                known = ", ".join(sorted(self.updates)) or "none"
+                answer.state = ERROR
+                answer.error = f"UnknownUpdate: no update handler '{asked.name}' (it has: {known})"
+            else:
+                try:
+                    answer.value = self.app.serializer.dumps(self._apply(update, taken))
+                except Exception as e:
+                    answer.state, answer.error = ERROR, describe(e)
+            self._unsent += [replace(taken, value=b""), answer]  # the server records the arguments
+            self._journal.update({taken.seq: taken, answer.seq: answer})
+        self._asked = []
+
+    def reapply_updates(self) -> None:
+        """Applies again the updates recorded right after the seq last taken (each an ``update`` entry and
+        its ``update_result``): they were taken while the workflow waited here. The handler's answer is
+        recorded already, so what it returns or raises now is dropped.
+
+        Raises:
+            NonDeterminism: an update's answer is missing, or the code registered no handler of its name
+                by then (one refused for want of a handler is skipped).
+        """
+        while (entry := self._journal.get(self._seq + 1)) is not None and entry.kind == UPDATE:
+            self.next_seq()
+            answer = self._journal.get(self.next_seq())
+            if answer is None or (answer.kind, answer.name) != (UPDATE_RESULT, entry.name):
+                raise NonDeterminism(
+                    f"the journal records update '{entry.name}' at seq {entry.seq} without its answer"
+                )
+            update = self.updates.get(entry.name)
+            if update is None and answer.state == ERROR:
+                continue  # refused for want of a handler when taken: nothing of it to apply
+            if update is None:
+                raise NonDeterminism(
+                    f"the journal records update '{entry.name}' at seq {entry.seq}, but the workflow's code "
+                    "registered no handler of that name by then"
+                )
+            with contextlib.suppress(Exception):
+                self._apply(update, entry)
+
+    def _apply(self, update: Update, entry: m.WorkflowEntry) -> Any:
+        """Runs ``update``'s handler with the arguments ``entry`` records."""
+        args = decode(self.app.serializer, entry.value, list[Any]) if entry.value else []
+        return update.handler(*args)
 
     def patched(self, patch_id: str) -> bool:
         """Whether this run takes the changed code of the patch ``patch_id`` (docs/durable.md, "Changing
@@ -446,6 +532,8 @@ class Context:
         self._timed_out = self._timed_out or reply.timed_out
         for entry in entries:
             self._journal[entry.seq] = entry
+        if any(e.seq == self._seq and e.state in FINAL_STATES for e in entries):
+            self.reapply_updates()  # the call that waited returns now: what was taken meanwhile first
         return reply
 
     async def _dispatch(self, calls: Sequence[Call], group: int, size: int) -> None:
@@ -496,6 +584,8 @@ class Context:
                 f"the workflow's code asked for {kind} '{name}' at seq {seq}, but its journal records "
                 f"{entry.kind} '{entry.name}' there"
             )
+        if entry is not None and entry.state in FINAL_STATES and seq == self._seq:
+            self.reapply_updates()  # taken while this call waited: applied before it returns
         return entry
 
     def _check_cancelled(self) -> None:

@@ -51,6 +51,35 @@ class UnknownQuery(DurableError):
     that name (``Context.on_query``)."""
 
 
+class UnknownUpdate(DurableError):
+    """``Durable.update``: the workflow's code, replayed to the end of its journal, registered no handler
+    of that name (``Context.on_update``); nothing was sent."""
+
+
+class UpdateRejected(DurableError):
+    """``Durable.update``: the update's validator refused its arguments (in the caller, on a replay of the
+    journal); nothing was sent or recorded.
+
+    Attributes:
+        error: ``<type name>: <message>`` of what the validator raised.
+    """
+
+    def __init__(self, name: str, error: str) -> None:
+        super().__init__(f"update {name} was rejected: {error}")
+        self.name = name
+        self.error = error
+
+
+class UpdateFailed(StepFailed):
+    """``Durable.update``: the update's handler raised in the workflow (recorded as its answer); the
+    workflow goes on."""
+
+
+class UpdateTimeout(DurableError, TimeoutError):
+    """``Durable.update``: the workflow did not answer within the timeout. The update stays recorded:
+    ``Durable.update`` with the same ``update_id`` waits for its answer again."""
+
+
 class WorkflowFailed(DurableError):
     """``WorkflowHandle.result``: the workflow ended failed or cancelled.
 

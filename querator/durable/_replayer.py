@@ -25,7 +25,7 @@ import msgspec
 from querator.client import AsyncClient
 from querator.durable._activation import _turn
 from querator.durable._context import Call, Context, StepCall, Suspend
-from querator.durable._errors import NonDeterminism, UnknownQuery, describe
+from querator.durable._errors import NonDeterminism, UnknownQuery, UnknownUpdate, UpdateRejected, describe
 from querator.wire import decode_json, encode_json
 from querator.wire import messages as m
 from querator.wire.workflows import COMPLETE, COMPLETED, FINAL_STATES, RUNNING, STEP
@@ -99,6 +99,41 @@ class Replayer:
             UnknownQuery: the replay registered no handler ``name``.
             Exception: what the handler raised.
         """
+        ctx = await self._replayed(wf)
+        handler = ctx.queries.get(name)
+        if handler is None:
+            known = ", ".join(sorted(ctx.queries)) or "none"
+            raise UnknownQuery(f"workflow {wf.workflow_id} answers no query '{name}' (it answers: {known})")
+        return handler(*args, **kwargs)
+
+    async def validate_update(self, wf: m.WorkflowInfo, name: str, /, *args: Any) -> None:
+        """Checks the update ``name`` with ``args`` as the workflow ``wf`` stands: its journal replayed to
+        its end (as ``query``), then the validator the code registered last with the handler
+        (``Context.on_update``), if any, called with ``args`` (docs/adr/0060).
+
+        Raises:
+            NonDeterminism: the code does not agree with the journal.
+            UnknownUpdate: the replay registered no handler ``name``.
+            UpdateRejected: the validator raised.
+        """
+        ctx = await self._replayed(wf)
+        update = ctx.updates.get(name)
+        if update is None:
+            known = ", ".join(sorted(ctx.updates)) or "none"
+            raise UnknownUpdate(f"workflow {wf.workflow_id} takes no update '{name}' (it takes: {known})")
+        if update.validator is None:
+            return
+        try:
+            update.validator(*args)
+        except Exception as e:
+            raise UpdateRejected(name, describe(e)) from e
+
+    async def _replayed(self, wf: m.WorkflowInfo) -> _ReplayContext:
+        """The context of the workflow ``wf`` replayed to the end of its journal, with what it registered.
+
+        Raises:
+            NonDeterminism: the code does not agree with the journal.
+        """
         definition = self.app.workflows.get(wf.name)
         if definition is None:
             raise _undefined(wf)
@@ -106,11 +141,7 @@ class Replayer:
         await _turn(ctx, definition)
         if ctx.mismatch is not None:
             raise ctx.mismatch
-        handler = ctx.queries.get(name)
-        if handler is None:
-            known = ", ".join(sorted(ctx.queries)) or "none"
-            raise UnknownQuery(f"workflow {wf.workflow_id} answers no query '{name}' (it answers: {known})")
-        return handler(*args, **kwargs)
+        return ctx
 
     async def check(self, wf: m.WorkflowInfo) -> Replayed:
         """``replay`` without raising."""
@@ -186,6 +217,10 @@ class _ReplayContext(Context):
 
     async def _dispatch(self, calls: Sequence[Call], group: int, size: int) -> None:
         raise Suspend()  # a worker would dispatch steps or start children here
+
+    async def take_updates(self) -> None:
+        """Those recorded where it waits are applied again; none is taken."""
+        self.reapply_updates()
 
     async def append(self, then: str = "", **fields: Any) -> m.WorkflowsAppendResponse:
         """How the turn ends: kept, not sent."""

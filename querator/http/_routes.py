@@ -140,6 +140,7 @@ def _api_app(
         ("/v1/workflows.info", Route(w.info, m.WorkflowsInfoRequest, SMALL_BODY)),
         ("/v1/workflows.list", Route(w.list, m.WorkflowsListRequest, SMALL_BODY)),
         ("/v1/workflows.signal", Route(w.signal, m.WorkflowsSignalRequest, max_produce_body, shield=True)),
+        ("/v1/workflows.update", Route(w.update, m.WorkflowsUpdateRequest, max_produce_body)),
         ("/v1/workflows.cancel", Route(w.cancel, m.WorkflowsCancelRequest, SMALL_BODY, shield=True)),
         ("/v1/workflows.resume", Route(w.resume, m.WorkflowsResumeRequest, SMALL_BODY, shield=True)),
         ("/v1/workflows.fork", Route(w.fork, m.WorkflowsForkRequest, SMALL_BODY, shield=True)),

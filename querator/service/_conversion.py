@@ -15,7 +15,7 @@ from querator.engine.logical_queue import LogicalStats
 from querator.storage.base import Item, PartitionStats, QueueRecord
 from querator.storage.failures import Failure, encode_failures, failures_of
 from querator.storage.operations import LEASE_TOKEN_KEY, RetryEntry, lease_token
-from querator.storage.workflows import Entry, Workflow, split_stored_id
+from querator.storage.workflows import Entry, Signal, Workflow, split_stored_id
 from querator.wire import messages as m
 
 _lease_deadline = functools.lru_cache(maxsize=64)(to_datetime)
@@ -227,13 +227,16 @@ def workflow_info(wf: Workflow, journal: bool) -> m.WorkflowInfo:
             )
             for e in wf.entries
         ]
-        info.signals = [
-            m.WorkflowSignal(
-                id=s.id, name=s.name, payload=s.payload, sent_at=_when(s.sent_at), taken_by=s.taken_by
-            )
-            for s in wf.signals
-        ]
+        info.signals = [_wire_signal(s) for s in wf.signals]
+        info.updates = [_wire_signal(u) for u in wf.updates]
     return info
+
+
+def _wire_signal(s: Signal) -> m.WorkflowSignal:
+    """A signal, or an update asked for (the same fields: docs/adr/0060), for the wire."""
+    return m.WorkflowSignal(
+        id=s.id, name=s.name, payload=s.payload, sent_at=_when(s.sent_at), taken_by=s.taken_by
+    )
 
 
 def workflow_entry(e: m.WorkflowEntry) -> Entry:

@@ -18,7 +18,7 @@ from querator.storage.journal import INFO_ENTRIES
 from querator.storage.operations import storage_id_error
 from querator.wire import messages as m
 from querator.wire.search import SEARCH_ATTRIBUTES_INVALID, check_search_attributes, decode_search_entry
-from querator.wire.workflows import DONE, KINDS, SEARCH, STATES, STATUSES, THENS
+from querator.wire.workflows import DONE, KINDS, SEARCH, STATES, STATUSES, THENS, UPDATE, UPDATE_RESULT
 
 MAX_PRODUCE_BATCH = 1000
 MAX_LEASE_BATCH = 1000
@@ -458,6 +458,19 @@ def check_signal(req: m.WorkflowsSignalRequest) -> None:
     check_new_name_characters("signal id", req.signal_id)
 
 
+def check_update(req: m.WorkflowsUpdateRequest) -> int:
+    """An update's request (docs/adr/0060), all of it before anything is recorded or waited for; its
+    ``request_timeout`` in microseconds."""
+    check_workflow_id(req.workflow_id)
+    _check_label(req.name, "update name")
+    if not req.update_id:
+        raise InvalidOption("update id is required; the caller makes it, to ask again for the same update")
+    if len(req.update_id) > MAX_SIGNAL_ID:
+        raise InvalidOption(f"update id is invalid; cannot be greater than '{MAX_SIGNAL_ID}' characters")
+    check_new_name_characters("update id", req.update_id)
+    return request_timeout(req.request_timeout)
+
+
 MAX_TERMINATE_REASON: Final = 1024
 """Characters of a terminate's reason: it becomes the workflow's error."""
 
@@ -523,6 +536,7 @@ def _check_entry(fence: int, e: m.WorkflowEntry) -> None:
         raise InvalidOption("entries is invalid; attempts, group and group_size cannot be negative")
     if e.kind == SEARCH:
         _check_search_entry(fence, e)
+    _check_outside(fence, e)
 
 
 def _check_search_entry(fence: int, e: m.WorkflowEntry) -> None:
@@ -532,6 +546,13 @@ def _check_search_entry(fence: int, e: m.WorkflowEntry) -> None:
             f"{SEARCH_ATTRIBUTES_INVALID}; a search entry is recorded done, by the claim's fence"
         )
     decode_search_entry(e.value)
+
+
+def _check_outside(fence: int, e: m.WorkflowEntry) -> None:
+    """Only the claimant's turn takes an update and answers it: a result recorded from outside the claim
+    (fence 0) cannot answer for a workflow (docs/adr/0060)."""
+    if fence == 0 and e.kind in (UPDATE, UPDATE_RESULT):
+        raise InvalidOption(f"entries is invalid; only a claim's turn records {e.kind} entries")
 
 
 def claim_timeout(text: str) -> int:

@@ -12,6 +12,7 @@ which is produced before the suspend that relies on it is stored.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import secrets
@@ -27,6 +28,7 @@ from querator.service._batcher import KeyedBatcher
 from querator.service._conversion import workflow_entry, workflow_info
 from querator.service._heads import Heads
 from querator.service._result_waits import ResultWaits
+from querator.service._update_waits import UpdateWaits
 from querator.service._validation import (
     SYSTEM_NAMESPACE,
     check_app_version,
@@ -35,6 +37,7 @@ from querator.service._validation import (
     check_signal,
     check_start,
     check_terminate,
+    check_update,
     check_workflow_append,
     check_workflow_id,
     check_workflow_info,
@@ -105,6 +108,7 @@ class Workflows:
         self._retention_us = retention_us
         self._results = ResultWaits(rows, clock)
         """The ``result`` calls waiting on this node (by stored id, as every key here)."""
+        self._updates = UpdateWaits(rows, clock)
         self._fan_in: KeyedBatcher[Recorded] = KeyedBatcher(self._record_together)
         """Results from outside the claim (dispatched steps, children), written together per workflow."""
         self._heads = Heads()
@@ -232,6 +236,26 @@ class Workflows:
             dedup_id=f"signal:{_digest(key + chr(0) + sent.id)}",
         )
         return m.OK_REPLY
+
+    async def update(self, ctx: RequestContext, req: m.WorkflowsUpdateRequest) -> m.WorkflowsUpdateResponse:
+        """Records an update for the workflow to take (``journal.request_update``), then waits for the
+        answer its turn records, until ``request_timeout`` (docs/adr/0060). The caller validated it;
+        the request is checked whole, and authorized, before anything is recorded or waited for."""
+        timeout_us = check_update(req)
+        key = await self._key(ctx, req.namespace, req.workflow_id, perm.QUEUE_PRODUCE)
+        now = self._clock.now()
+        deadline = now + ctx.within_us(timeout_us, now)
+        self._updates.check_room()
+        sent = Signal(id=req.update_id, name=req.name, payload=req.payload)
+        # Shielded: a caller that leaves mid-write must not leave the update kept with no wake-up.
+        await asyncio.shield(
+            self._apply(
+                key,
+                lambda wf, _: journal.request_update(wf, req.workflow_id, sent, now),
+                dedup_id=f"update:{_digest(key + chr(0) + sent.id)}",
+            )
+        )
+        return await self._updates.wait(key, req.workflow_id, req.update_id, deadline)
 
     async def cancel(self, ctx: RequestContext, req: m.WorkflowsCancelRequest) -> m.Reply:
         check_workflow_id(req.workflow_id)
@@ -421,6 +445,8 @@ class Workflows:
         return None
 
     async def _carry_out(self, key: str, effects: Effects, wf: Workflow | None, dedup_id: str = "") -> None:
+        if wf is not None:
+            self._updates.changed(key)  # an update's answer, or its workflow's end
         if wf is not None and wf.status != RUNNING:
             self._results.finished(key, wf)
         if effects.wake and wf is not None:

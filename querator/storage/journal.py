@@ -41,6 +41,7 @@ from querator.wire.workflows import (
     SEARCH,
     SIGNAL,
     SUSPEND,
+    UPDATE,
     child_id,
 )
 
@@ -74,6 +75,8 @@ NOT_RESUMABLE = "workflow cannot be resumed"
 """The stable prefix of a resume of a workflow that did not fail for its code."""
 EXISTS = "workflow exists already"
 """The stable prefix of a start of an id whose run is of another workflow or queue."""
+UPDATE_UNANSWERED = "workflow ended before the update was answered"
+"""The stable prefix of an update whose workflow ended with the update taken by no turn."""
 FORK_STEP = "from step is invalid"
 """The stable prefix of a fork whose step is not one the journal can be cut at."""
 NOT_CONTINUED = "workflow cannot continue as new"
@@ -269,14 +272,16 @@ def append(
     journal = {e.seq: e for e in wf.entries}
     signals = list(wf.signals)
     attributes = _searched(wf, journal, recorded or {}, entries)
+    updates = list(wf.updates)
     for entry in entries:
-        _put_entry(journal, recorded or {}, signals, entry, wf.journal_rows, wf.seq_base)
+        _put_entry(journal, recorded or {}, signals, entry, wf.journal_rows, wf.seq_base, updates)
     kept, rows = _moved(journal.values())
     wf = replace(
         wf,
         search_attributes=attributes,
         entries=kept,
         signals=signals,
+        updates=updates,
         length=max([wf.length, *(e.seq for e in rows)]),
         journal_rows=wf.journal_rows + len(rows),
         journal_bytes=wf.journal_bytes + _values_bytes(rows),
@@ -559,6 +564,7 @@ def _put_entry(
     entry: Entry,
     rows: int,
     seq_base: int,
+    updates: list[Signal],
 ) -> None:
     """Puts ``entry`` into the head's ``journal`` (the journal's ``rows`` hold as many others; the run's
     seqs are past ``seq_base``)."""
@@ -582,6 +588,8 @@ def _put_entry(
         return
     if entry.kind == SIGNAL and entry.state == DONE:
         entry = _take_signal(signals, entry)
+    if entry.kind == UPDATE:
+        entry = _take_update(updates, entry)
     if found is None and (rows + len(journal) >= MAX_ENTRIES or len(journal) >= MAX_OPEN_ENTRIES):
         raise InvalidOption(
             f"journal is full; a workflow holds at most {MAX_ENTRIES} entries,"
@@ -597,6 +605,60 @@ def _take_signal(signals: list[Signal], entry: Entry) -> Entry:
             signals[i] = replace(s, taken_by=entry.seq)
             return replace(entry, value=s.payload)
     raise Conflict(f"{FENCED}; no signal '{entry.name}' is waiting to be received")
+
+
+def _take_update(updates: list[Signal], entry: Entry) -> Entry:
+    """A turn takes the oldest update of its name that no turn has taken, as a wait takes a signal: the
+    entry gets the caller's arguments, which a replay applies again (docs/adr/0060)."""
+    if entry.state != DONE:
+        raise InvalidOption(f"entries are invalid; an {UPDATE} entry is {DONE}, not {entry.state}")
+    for i, u in enumerate(updates):
+        if u.name == entry.name and not u.taken_by:
+            updates[i] = replace(u, taken_by=entry.seq)
+            return replace(entry, value=u.payload)
+    raise Conflict(f"{FENCED}; no update '{entry.name}' is waiting to be taken")
+
+
+def request_update(
+    current: Workflow | None, workflow_id: str, sent: Signal, now: int
+) -> tuple[Effects, Workflow | None]:
+    """Keeps an update (its id, name and arguments) until a turn of the workflow takes it, and wakes the
+    workflow, as ``signal`` keeps a signal. An update id seen before is not kept twice (its caller asked
+    again, after a lost reply or a timeout, to wait for its answer).
+
+    Raises:
+        InvalidOption: the workflow has ended, or holds ``MAX_SIGNALS`` updates not taken yet.
+    """
+    wf = _existing(current, workflow_id)
+    if any(u.id == sent.id for u in wf.updates):
+        return Effects(wake=wf.status == RUNNING), None
+    if wf.status != RUNNING:
+        raise InvalidOption(f"workflow is finished; '{workflow_id}' is {wf.status}")
+    if sum(1 for u in wf.updates if not u.taken_by) >= MAX_SIGNALS:
+        raise InvalidOption(f"too many updates; '{workflow_id}' holds {MAX_SIGNALS} not yet taken")
+    updated = replace(
+        wf, updates=_trimmed([*wf.updates, replace(sent, sent_at=now)]), changed=True, updated_at=now
+    )
+    _check_size(updated)
+    return Effects(wake=True), updated
+
+
+def update_answer_seq(wf: Workflow, workflow_id: str, update_id: str) -> int:
+    """The seq of the ``update_result`` entry that answers the update ``update_id``: 0 while no turn has
+    taken it.
+
+    Raises:
+        InvalidOption: the workflow ended with the update not taken (``UPDATE_UNANSWERED``), or holds no
+            update of that id (dropped among the oldest taken ones).
+    """
+    for u in wf.updates:
+        if u.id == update_id:
+            if u.taken_by:
+                return u.taken_by + 1
+            if wf.status != RUNNING:
+                raise InvalidOption(f"{UPDATE_UNANSWERED}; '{workflow_id}' is {wf.status}")
+            return 0
+    raise InvalidOption(f"update does not exist; '{workflow_id}' holds no update '{update_id}'")
 
 
 def _trimmed(signals: list[Signal]) -> list[Signal]:
@@ -629,7 +691,7 @@ def head_bytes(wf: Workflow) -> int:
     # ids are bounded one by one, and in number by MAX_ENTRIES and MAX_SIGNALS.)
     size = len(wf.input) + len(wf.result) + _utf8_bytes(wf.error) + _utf8_bytes(wf.encoding)
     size += _values_bytes(wf.entries)
-    return size + sum(len(s.payload) for s in wf.signals)
+    return size + sum(len(s.payload) for s in (*wf.signals, *wf.updates))
 
 
 def _check_size(wf: Workflow) -> None:

@@ -113,6 +113,9 @@ class Workflow(msgspec.Struct, kw_only=True, omit_defaults=True):
     journal_bytes: int = 0
     """Bytes of the values and error texts of the journal's rows (``journal.MAX_JOURNAL_BYTES``)."""
     signals: list[Signal] = []
+    updates: list[Signal] = []
+    """Updates asked for (docs/adr/0060), in the order they came, until the workflow takes them (``taken_by``:
+    the seq of their ``update`` entry, whose next one holds the answer)."""
     created_at: int = 0
     updated_at: int = 0
     finished_at: int = 0

@@ -348,6 +348,7 @@ class WorkflowInfo(Message):
     cancel_requested: bool = False
     entries: list[WorkflowEntry] = []
     signals: list[WorkflowSignal] = []
+    updates: list[WorkflowSignal] = []
     created_at: datetime | None = None
     updated_at: datetime | None = None
     finished_at: datetime | None = None
@@ -416,6 +417,24 @@ class WorkflowsSignalRequest(Message):
     payload: builtins.bytes = b""
     signal_id: str = ""
     namespace: str = ""
+
+
+class WorkflowsUpdateRequest(Message):
+    workflow_id: str = ""
+    name: str = ""
+    payload: builtins.bytes = b""
+    update_id: str = ""
+    request_timeout: str = ""
+    namespace: str = ""
+
+
+class WorkflowsUpdateResponse(Message):
+    update_id: str = ""
+    seq: int = 0
+    """The seq of the ``update_result`` entry that answers it."""
+    state: str = ""
+    value: builtins.bytes = b""
+    error: str = ""
 
 
 class WorkflowsCancelRequest(Message):

@@ -23,7 +23,12 @@ PATCH: Final = "patch"
 SEARCH: Final = "search"
 """Search attributes the workflow set (``Context.set_search_attributes``), a JSON object in its value:
 recording it merges them into the run's attributes, once (``querator.wire.search``)."""
-KINDS: Final = frozenset({STEP, SLEEP, SIGNAL, CHILD, PATCH, SEARCH})
+UPDATE: Final = "update"
+"""An update the workflow took (docs/adr/0060): its value is the caller's arguments, which a replay applies
+again at the same seq; the next seq holds its ``UPDATE_RESULT``."""
+UPDATE_RESULT: Final = "update_result"
+"""What an update's handler returned (done) or raised (error): the answer its caller waits for."""
+KINDS: Final = frozenset({STEP, SLEEP, SIGNAL, CHILD, PATCH, SEARCH, UPDATE, UPDATE_RESULT})
 
 # An entry's states. The first two are final: a final entry is never replaced by a different one.
 DONE: Final = "done"

@@ -302,6 +302,8 @@ async def test_workflow_routes_need_the_permissions_of_their_queue(admin: Caller
         assert (await owner.call(path, body))[0] == 200, path
     # (the owner's result would wait on the test's FakeClock: the refusal comes before any wait)
     await viewer.fails("/v1/workflows.result", {**wf, "request_timeout": "1s"}, 403, "access denied")
+    update = {**wf, "name": "go", "update_id": "u-1", "request_timeout": "1s"}
+    await viewer.fails("/v1/workflows.update", update, 403, "access denied")  # before it records or waits
     await owner.fails("/v1/workflows.list", {}, 403, "access denied")  # queue.list in _system
     listed = await owner.ok("/v1/workflows.list", {"namespace": TEAM})
     assert [(w["workflow_id"], w["namespace"]) for w in listed["workflows"]] == [("wf-1", TEAM)]
@@ -350,6 +352,7 @@ OTHER_ROUTES: dict[str, dict[str, Any]] = {
     "/v1/workflows.info": _WF,
     "/v1/workflows.list": {"namespace": TEAM},
     "/v1/workflows.signal": {**_WF, "name": "go"},
+    "/v1/workflows.update": {**_WF, "name": "go", "update_id": "u-1", "request_timeout": "1s"},
     "/v1/workflows.cancel": _WF,
     "/v1/workflows.resume": _WF,
     "/v1/workflows.fork": {**_WF, "from_step": 1},

@@ -27,6 +27,7 @@ LIMITS = {
     "/v1/workflows.info": SMALL_BODY,
     "/v1/workflows.list": SMALL_BODY,
     "/v1/workflows.signal": MAX_PRODUCE_BODY,
+    "/v1/workflows.update": MAX_PRODUCE_BODY,
     "/v1/workflows.cancel": SMALL_BODY,
     "/v1/workflows.result": SMALL_BODY,
     "/v1/workflows.claim": SMALL_BODY,

@@ -35,6 +35,8 @@ from querator.wire.workflows import (
     SLEEP,
     STEP,
     SUSPEND,
+    UPDATE,
+    UPDATE_RESULT,
 )
 
 NOW = 1_000_000_000
@@ -357,6 +359,22 @@ REFUSED_APPENDS = [
         "^workflow claimed elsewhere; no signal 'go' is waiting to be received$",
     ),
     RefusedAppend(
+        "a turn takes an update nobody sent",
+        CLAIMED_WF,
+        [Entry(seq=1, kind=UPDATE, name="add", state=DONE)],
+        j.Ending(),
+        Conflict,
+        "^workflow claimed elsewhere; no update 'add' is waiting to be taken$",
+    ),
+    RefusedAppend(
+        "an update entry that is not done",
+        replace(CLAIMED_WF, updates=[Signal(id="u-1", name="add")]),
+        [Entry(seq=1, kind=UPDATE, name="add", state=PENDING)],
+        j.Ending(),
+        InvalidOption,
+        "^entries are invalid; an update entry is done, not pending$",
+    ),
+    RefusedAppend(
         "an unknown ending", CLAIMED_WF, [], j.Ending("explode"), InvalidOption, "^then is invalid; 'explode'"
     ),
     RefusedAppend(
@@ -533,6 +551,103 @@ def test_entries_of_reads_only_what_the_head_recorded() -> None:
 def test_record_refuses_a_pending_entry() -> None:
     with pytest.raises(InvalidOption, match=r"^entries are invalid; a recorded entry must be done or error$"):
         j.record(FRESH, "wf", [replace(CHARGED, state=PENDING)], NOW)
+
+
+# -- updates (docs/adr/0060) ----------------------------------------------------------------------------
+
+
+ASKED = Signal(id="u-1", name="add", payload=b'["apple"]')
+
+
+def test_an_update_is_kept_once_by_id_and_wakes() -> None:
+    effects, stored = j.request_update(FRESH, "wf", ASKED, NOW)
+    assert effects.wake and stored is not None and stored.changed
+    assert stored.updates == [replace(ASKED, sent_at=NOW)]
+    assert j.update_answer_seq(stored, "wf", "u-1") == 0  # not taken yet
+    again, none = j.request_update(stored, "wf", ASKED, NOW + 1)
+    assert again.wake and none is None
+
+
+@dataclass(frozen=True)
+class RefusedUpdate:
+    id: str
+    current: Workflow
+    message: str
+
+
+REFUSED_UPDATES = [
+    RefusedUpdate(
+        "a finished workflow", replace(FRESH, status=COMPLETED), r"^workflow is finished; 'wf' is completed$"
+    ),
+    RefusedUpdate(
+        "too many not taken",
+        replace(FRESH, updates=[Signal(id=f"u{i}", name="add") for i in range(j.MAX_SIGNALS)]),
+        rf"^too many updates; 'wf' holds {j.MAX_SIGNALS} not yet taken$",
+    ),
+    RefusedUpdate(
+        "arguments past the head's size",
+        replace(FRESH, input=b"x" * j.MAX_RECORD_BYTES),
+        f"^workflow is too large; its values pass {j.MAX_RECORD_BYTES} bytes in all$",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", REFUSED_UPDATES, ids=[c.id for c in REFUSED_UPDATES])
+def test_an_update_refused(case: RefusedUpdate) -> None:
+    with pytest.raises(InvalidOption, match=case.message):
+        j.request_update(case.current, "wf", ASKED, NOW)
+
+
+def test_an_update_sent_again_to_a_finished_workflow_is_no_error() -> None:
+    """Its caller asks again for an answer: what it gets is the wait's (``update_answer_seq``)."""
+    effects, none = j.request_update(replace(FRESH, status=COMPLETED, updates=[ASKED]), "wf", ASKED, NOW)
+    assert not effects.wake and none is None
+
+
+def test_a_turn_takes_the_oldest_update_of_its_name_with_its_arguments() -> None:
+    later = Signal(id="u-2", name="add", payload=b'["pear"]')
+    current = replace(CLAIMED_WF, updates=[ASKED, later])
+    taken = [
+        Entry(seq=1, kind=UPDATE, name="add", state=DONE),
+        Entry(seq=2, kind=UPDATE_RESULT, name="add", state=DONE, value=b"1"),
+    ]
+    effects, stored = j.append(current, "wf", 1, taken, j.Ending(SUSPEND), NOW, 0, RETENTION_US)
+    assert stored is not None
+    assert [(u.id, u.taken_by) for u in stored.updates] == [("u-1", 1), ("u-2", 0)]
+    assert [(e.seq, e.kind, e.value) for e in effects.rows] == [
+        (1, UPDATE, b'["apple"]'),  # the caller's arguments, whatever the turn sent
+        (2, UPDATE_RESULT, b"1"),
+    ]
+    assert j.update_answer_seq(stored, "wf", "u-1") == 2
+    assert j.update_answer_seq(stored, "wf", "u-2") == 0
+    # The same append again (its reply lost) takes nothing more.
+    _, again = j.append(
+        replace(stored, entries=[]),
+        "wf",
+        1,
+        taken,
+        j.Ending(),
+        NOW,
+        0,
+        RETENTION_US,
+        {e.seq: e for e in effects.rows},
+    )
+    assert again is not None and [u.taken_by for u in again.updates] == [1, 0]
+
+
+@pytest.mark.parametrize(
+    ("current", "message"),
+    [
+        (
+            replace(FRESH, status=FAILED, updates=[ASKED]),
+            r"^workflow ended before the update was answered; 'wf' is failed$",
+        ),
+        (FRESH, r"^update does not exist; 'wf' holds no update 'u-1'$"),
+    ],
+)
+def test_an_update_that_cannot_be_answered(current: Workflow, message: str) -> None:
+    with pytest.raises(InvalidOption, match=message):
+        j.update_answer_seq(current, "wf", "u-1")
 
 
 # -- signal, cancel, resume, terminate, start ----------------------------------------------------------
