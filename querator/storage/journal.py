@@ -77,6 +77,8 @@ EXISTS = "workflow exists already"
 """The stable prefix of a start of an id whose run is of another workflow or queue."""
 UPDATE_UNANSWERED = "workflow ended before the update was answered"
 """The stable prefix of an update whose workflow ended with the update taken by no turn."""
+UPDATE_GONE = "update answer is gone"
+"""The stable prefix of an update whose answer went with a run that continued as new."""
 FORK_STEP = "from step is invalid"
 """The stable prefix of a fork whose step is not one the journal can be cut at."""
 NOT_CONTINUED = "workflow cannot continue as new"
@@ -330,9 +332,10 @@ def continue_as_new(wf: Workflow, new_input: bytes, now: int, effects: Effects) 
     """The run ends and the same workflow starts over with ``new_input`` and an empty journal, in the
     head's one write (docs/adr/0059): its seqs go on from the run's last (``seq_base``), so that nothing
     of the run -- its rows, a late result of one of its steps, its children's ids -- is ever taken for
-    the new run's. The signals no wait took stay for the new run; the claim is released and its fence
-    bumped (a retry of this append is refused, not continued twice); the new run is woken. The rows of
-    the earlier runs are dropped after the write (``Effects.drop_through``).
+    the new run's. The signals and updates no turn took stay for the new run (the answers of those it
+    took go with it: ``UPDATE_GONE``); the claim is released and its fence bumped (a retry of this
+    append is refused, not continued twice); the new run is woken. The rows of the earlier runs are
+    dropped after the write (``Effects.drop_through``).
 
     Raises:
         InvalidOption: a child or a dispatched step of the run is not finished.
@@ -354,6 +357,7 @@ def continue_as_new(wf: Workflow, new_input: bytes, now: int, effects: Effects) 
         journal_bytes=0,
         # A received signal's payload went to its run; its id stays, so that a retried send counts once.
         signals=[s if not s.taken_by else replace(s, payload=b"") for s in wf.signals],
+        updates=[u if not u.taken_by else replace(u, payload=b"") for u in wf.updates],
         fence=wf.fence + 1,
         claim_deadline=0,
         timer_at=0,
@@ -648,11 +652,16 @@ def update_answer_seq(wf: Workflow, workflow_id: str, update_id: str) -> int:
     taken it.
 
     Raises:
-        InvalidOption: the workflow ended with the update not taken (``UPDATE_UNANSWERED``), or holds no
-            update of that id (dropped among the oldest taken ones).
+        InvalidOption: the workflow ended with the update not taken (``UPDATE_UNANSWERED``), its answer
+            went with a run that continued as new (``UPDATE_GONE``), or it holds no update of that id
+            (dropped among the oldest taken ones).
     """
     for u in wf.updates:
         if u.id == update_id:
+            if u.taken_by and u.taken_by <= wf.seq_base:
+                raise InvalidOption(
+                    f"{UPDATE_GONE}; '{workflow_id}' continued as new after answering '{u.id}'"
+                )
             if u.taken_by:
                 return u.taken_by + 1
             if wf.status != RUNNING:

@@ -135,3 +135,31 @@ async def test_no_one_but_the_claimant_records_an_update_or_its_answer(durable: 
         kind = entries[0]["kind"]
         assert error.message == f"entries is invalid; only a claim's turn records {kind} entries"
 
+
+async def test_an_update_answered_before_a_continue_as_new_is_refused_not_left_pending(
+    durable: Api,
+) -> None:
+    """A continue-as-new drops the run's journal (docs/adr/0059), and with it the answers of the updates
+    the run took: asked for, they are refused at once rather than pending at every call."""
+    await start(durable)
+    fence = (await claim(durable))["workflow"]["fence"]
+    answered = asyncio.create_task(durable.post("/v1/workflows.update", update()))
+    await eventually(lambda: waiting_on(durable, "wf-1"))
+    await append(durable, fence, entries=taken(1, b"3"), then="suspend")
+    assert (await answered)["state"] == "done"
+    fence = (await claim(durable))["workflow"]["fence"]
+    second = asyncio.create_task(durable.post("/v1/workflows.update", update(update_id="u-2")))
+    await eventually(lambda: waiting_on(durable, "wf-1"))
+    # Taken and answered in the turn that continues: the answer is not kept for the new run.
+    await append(durable, fence, entries=taken(3, b"4"), then="continue_as_new", result=b64(b"[]"))
+    with pytest.raises(ApiError) as refused:
+        await second
+    assert (refused.value.status, refused.value.message) == (
+        400,
+        "update answer is gone; 'wf-1' continued as new after answering 'u-2'",
+    )
+    info = await durable.post("/v1/workflows.info", {"workflow_id": "wf-1"})
+    assert [(u["id"], u.get("payload", "")) for u in info["updates"]] == [("u-1", ""), ("u-2", "")]
+    error = await durable.error("/v1/workflows.update", update())  # asked again
+    gone = "update answer is gone; 'wf-1' continued as new after answering 'u-1'"
+    assert (error.code, error.message) == (400, gone)
