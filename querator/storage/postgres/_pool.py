@@ -4,8 +4,9 @@ sent in pipeline mode.
 The engine's run functions call ``PartitionTx`` primitives that answer synchronously, so a run executes on
 a worker thread with a blocking connection (as the Cassandra store's runs do): no hop back into the event
 loop per statement. In pipeline mode the driver sends statements without waiting for their answers until
-one is read: a run's BEGIN, its writes, the fence and the COMMIT go out together, and only a read it needs
-an answer to (``head``, ``get``) costs a round trip of its own.
+one is read: a run's writes and the fence go out together, in the pipeline's implicit transaction that
+commits at its sync, and only a read it needs an answer to (``head``, ``get``) costs a round trip of its
+own.
 
 A connection that broke (PostgreSQL restarted, the network cut it) is closed and replaced by a new one on
 its next use; until PostgreSQL answers again every job fails with ``PostgresStorageError``, which the
@@ -66,6 +67,11 @@ def transaction(conn: Conn, body: Callable[[], T], subject: str = "the partition
     """Runs ``body`` (statements on ``conn``) in one transaction, pipelined; returns once it committed.
     ``subject`` names the partition a fence in it speaks of.
 
+    The transaction is the pipeline's implicit one: PostgreSQL runs the statements up to the pipeline's
+    sync (sent when the block ends; a read mid-way asks for a flush, not a sync) as one transaction, and
+    commits it at the sync, or rolls it back when one failed. So no ``BEGIN`` or ``COMMIT`` is sent: two
+    statements fewer per run (docs/adr/0065).
+
     Raises:
         StorageError: PostgreSQL failed (``StaleOwnerError`` from the fence); nothing was applied unless
             ``maybe_applied``.
@@ -74,20 +80,32 @@ def transaction(conn: Conn, body: Callable[[], T], subject: str = "the partition
     commit_sent = False
     try:
         with conn.pipeline():
-            conn.execute("BEGIN")
-            result = body()
-            commit_sent = True
-            conn.execute("COMMIT")
+            try:
+                result = body()
+            except BaseException:
+                _abort(conn)
+                raise
+            commit_sent = True  # the sync that ends the block commits
     except psycopg.Error as e:
-        _rollback(conn)
+        rollback(conn)
         raise storage_error(e, commit_sent=commit_sent, subject=subject) from e
     except BaseException:
-        _rollback(conn)
+        rollback(conn)
         raise
     return result
 
 
-def _rollback(conn: Conn) -> None:
+def _abort(conn: Conn) -> None:
+    """Rolls back the pipeline's implicit transaction before the sync that ends the block would commit
+    what ``body`` sent before it raised (a Python error, or a value the driver could not send)."""
+    try:
+        conn.execute("ROLLBACK")
+    except psycopg.Error:
+        pass  # a statement failed or the connection broke: the sync rolls back, or nothing commits
+
+
+def rollback(conn: Conn) -> None:
+    """Ends a transaction left open; a broken connection is left for the pool to replace."""
     if conn.closed:
         return
     try:
