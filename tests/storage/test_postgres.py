@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import re
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -392,3 +393,28 @@ async def test_a_run_that_fails_after_writing_applies_nothing(store: PostgresSto
     with pytest.raises(OverflowError):
         await part.run(insert_then(lambda tx: tx.update([too_big])))
     assert payloads(await part.list()) == ["kept"]
+
+
+async def test_a_job_whose_caller_gave_up_before_it_started_never_runs(
+    postgres_settings: PostgresSettings,
+) -> None:
+    """The pool's worker threads skip a job whose caller was cancelled while it waited for a
+    connection, as an executor does: a run nobody awaits any more must not commit."""
+    async with opened_store(dataclasses.replace(postgres_settings, connections=1), EPOCH) as store:
+        release = threading.Event()
+        ran: list[str] = []
+
+        def blocking(conn: object) -> None:
+            release.wait(timeout=30)
+            ran.append("first")
+
+        first = asyncio.create_task(store.pool.run(blocking))
+        second = asyncio.create_task(store.pool.run(lambda conn: ran.append("second")))
+        await asyncio.sleep(0)  # both jobs are queued; the only thread holds the first
+        second.cancel()
+        release.set()
+        await first
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        assert await store.pool.run(lambda conn: ran.append("third")) is None
+        assert ran == ["first", "third"]
