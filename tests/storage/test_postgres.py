@@ -7,7 +7,8 @@ import asyncio
 import contextlib
 import dataclasses
 import re
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import psycopg
@@ -336,3 +337,84 @@ async def test_a_head_with_journal_rows_is_one_round_trip(
         found = await flows.get_entries("wf", 1, 4)
         assert found == [JournalRow(1, step(1)), JournalRow(2, again), JournalRow(2, step(3))]
         assert (await flows.get_workflow("wf")) == replace(first, version=2, length=3)
+
+
+async def test_a_run_sends_its_statements_and_the_fence_without_begin_or_commit(
+    postgres_settings: PostgresSettings, tmp_path: Path
+) -> None:
+    """A run is the pipeline's implicit transaction, committed by its sync: a produce sends its insert
+    and the fence, a lease and a complete their read, their write and the fence, and none of them a
+    ``BEGIN`` or a ``COMMIT`` (docs/adr/0065). Counted in libpq's trace of the protocol (one Execute
+    message per statement) on a pool of one connection."""
+    settings = dataclasses.replace(postgres_settings, connections=1)
+    async with opened_store(settings, EPOCH) as store:
+        part = Part(store.partition("queue", 0))
+        await part.produce(item("claimed"))  # the first run claims the partition first
+
+        async def executes(operation: Awaitable[object]) -> int:
+            trace = tmp_path / "trace"
+            with trace.open("w") as out:
+                await store.pool.run(lambda conn: conn.pgconn.trace(out.fileno()))
+                try:
+                    await operation
+                finally:
+                    await store.pool.run(lambda conn: conn.pgconn.untrace())
+            return sum("\tF\t" in line and "\tExecute\t" in line for line in trace.read_text().splitlines())
+
+        assert await executes(part.produce(item("a"))) == 2
+        leased: list[list[Item]] = []
+
+        async def lease() -> None:
+            leased.extend(await part.lease(2))
+
+        assert await executes(lease()) == 3
+        assert await executes(part.complete(*ids(leased[0]))) == 3
+        assert payloads(await part.list()) == []
+
+
+async def test_a_run_that_fails_after_writing_applies_nothing(store: PostgresStore) -> None:
+    """Without a ``BEGIN``, the sync that ends a run would commit what it sent before it failed: a run
+    that raises, or whose value the driver refuses to send, is rolled back first (docs/adr/0065)."""
+    part = Part(store.partition("queue", 0))
+    (kept,) = await part.produce(item("kept"))
+
+    def insert_then(fail: Callable[[PartitionTx], object]) -> Callable[[PartitionTx], None]:
+        def fn(tx: PartitionTx) -> None:
+            tx.insert([replace(item("lost"), id=part.new_id())])
+            tx.head(1)  # the insert has run: its answer came before the head's
+            fail(tx)
+
+        return fn
+
+    with pytest.raises(ZeroDivisionError):
+        await part.run(insert_then(lambda tx: 1 // 0))
+    # An attempt count beyond BIGINT: the driver cannot send it, and PostgreSQL never hears why.
+    too_big = replace(kept, attempts=2**64)
+    with pytest.raises(OverflowError):
+        await part.run(insert_then(lambda tx: tx.update([too_big])))
+    assert payloads(await part.list()) == ["kept"]
+
+
+async def test_a_job_whose_caller_gave_up_before_it_started_never_runs(
+    postgres_settings: PostgresSettings,
+) -> None:
+    """The pool's worker threads skip a job whose caller was cancelled while it waited for a
+    connection, as an executor does: a run nobody awaits any more must not commit."""
+    async with opened_store(dataclasses.replace(postgres_settings, connections=1), EPOCH) as store:
+        release = threading.Event()
+        ran: list[str] = []
+
+        def blocking(conn: object) -> None:
+            release.wait(timeout=30)
+            ran.append("first")
+
+        first = asyncio.create_task(store.pool.run(blocking))
+        second = asyncio.create_task(store.pool.run(lambda conn: ran.append("second")))
+        await asyncio.sleep(0)  # both jobs are queued; the only thread holds the first
+        second.cancel()
+        release.set()
+        await first
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        assert await store.pool.run(lambda conn: ran.append("third")) is None
+        assert ran == ["first", "third"]

@@ -2,9 +2,10 @@
 PostgreSQL database, through psycopg 3 (docs/storage.md).
 
 - Runs (``Partition.run``) execute the engine's function on a worker thread with a connection of the
-  pool, in one transaction sent in pipeline mode: BEGIN, the writes, the fence and COMMIT go out together
-  and only a read the function needs an answer to waits, so a produce is one round trip and a lease or a
-  complete two. ``synchronous_commit`` is the server's: on (the default), a 200 means the WAL is on disk.
+  pool, in one transaction sent in pipeline mode: the writes and the fence go out together in the
+  pipeline's implicit transaction, committed by its sync (no BEGIN or COMMIT, docs/adr/0065), and only a
+  read the function needs an answer to waits, so a produce is one round trip and a lease or a complete
+  two. ``synchronous_commit`` is the server's: on (the default), a 200 means the WAL is on disk.
 - Batches travel as arrays (``unnest``): a hundred items are one statement, not a hundred.
 - Layout as the sqlite store's: one ``items`` table keyed by (queue, partition, id), so a partition is one
   contiguous key range in FIFO order, with partial indexes that make every primitive an index range scan;

@@ -16,7 +16,7 @@ GONE: Final = "QR002"
 
 class PostgresStorageError(StorageError):
     """PostgreSQL failed or could not be reached; the transaction it happened in was rolled back, unless
-    ``maybe_applied``: its COMMIT was sent and the connection died before the answer came."""
+    ``maybe_applied``: its commit was sent and the connection died before the answer came."""
 
 
 def storage_error(

@@ -4,7 +4,7 @@ A partition is claimed on its first run with the store's epoch (a node alone: it
 over by ``claim`` (a cluster node) with an epoch above every epoch it finds. Every run ends with the
 fence (``_schema``'s ``querator_fence``): the partition's row must still hold this owner's epoch, or the
 run is rolled back (its reads discarded) and the partition refuses every run until it is claimed again
-(docs/adr/0045). It is pipelined with the COMMIT: no round trip of its own.
+(docs/adr/0045). It is pipelined with the sync that commits: no round trip of its own.
 """
 
 from __future__ import annotations
