@@ -190,6 +190,7 @@ async def test_no_loss_in_a_cluster_under_fault(
     await scenario(cluster, fault, batch=5)
 
 
+@pytest.mark.slow  # 50-80 s each: RELIABILITY_RUNS=3 pytest tests/reliability/test_cluster_faults.py -m slow
 @pytest.mark.parametrize("run", range(RUNS))
 @pytest.mark.parametrize("fault", [join_and_leave, starve_in_bursts])
 async def test_no_loss_and_no_overlapping_lease_at_one_item_per_request(
