@@ -226,9 +226,10 @@ async def test_runs_started_together_share_one_read_whenever_their_commits_end(n
     await asyncio.gather(*(p.produce(item(f"first-{n}")) for n, p in enumerate(parts)))
     counters = new.run_counters
     for batch in range(3):
-        before = (counters.paxos, counters.plain)
+        before = (counters.paxos, counters.plain, counters.fence_reads)
         await asyncio.gather(*(p.produce(item(f"{batch}-{n}")) for n, p in enumerate(parts)))
-        assert (counters.paxos - before[0], counters.plain - before[1]) == (0, len(parts) + 1)
+        spent = (counters.paxos - before[0], counters.plain - before[1], counters.fence_reads - before[2])
+        assert spent == (0, len(parts) + 1, 1)
     for n, p in enumerate(parts):
         assert payloads(await p.list()) == [f"first-{n}", *(f"{batch}-{n}" for batch in range(3))]
 

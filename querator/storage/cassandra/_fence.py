@@ -10,8 +10,9 @@ write acknowledged before it was sent, so the runs of a queue's partitions share
 When it is sent decides how many runs share it. The engine runs a batch's partitions together and
 starts the next batch when the last of them ends, so a read sent as soon as the first commit is
 acknowledged serves that run alone and the others wait for another: the read waits instead until every
-run of the queue under way has asked for it (or ended without), but never more than ``GATHER_S`` after
-the first run asked, so that a slow or unrelated run cannot hold the others' answers back (ADR 0064).
+run of the queue under way has asked for it (or ended without), but no more than ``GATHER_S`` after the
+first waiting run asked (or after the read in flight then returned), so that a slow or unrelated run
+cannot hold the others' answers back (ADR 0064).
 Waiting longer only sends the read later, after more acknowledged writes, which is always safe.
 """
 
@@ -43,7 +44,7 @@ class FenceReads:
         self._waiting: dict[str, dict[int, list[asyncio.Future[Rows]]]] = {}
         """Per queue, the partitions whose runs wait for the next read, with their futures."""
         self._running: Counter[str] = Counter()
-        """Per queue, the runs under way that have not asked for a read yet (``started``)."""
+        """Per queue, the runs under way that have not asked for a read yet (``start``)."""
         self._timers: dict[str, asyncio.TimerHandle] = {}
         """Per queue with runs waiting, the call that sends the read without the runs still under way."""
         self._reading: set[asyncio.Task[None]] = set()
@@ -67,8 +68,8 @@ class FenceReads:
 
     def _send_if_due(self, loop: asyncio.AbstractEventLoop, queue: str, force: bool = False) -> None:
         """Sends the next read of ``queue`` if runs wait for one, none is in flight, and no run under way
-        may still ask (or ``force``: the first waiting run waited ``gather_s``); else makes sure the timer
-        that forces it is set."""
+        may still ask (or ``force``: the timer set when the first of them asked, or when the read in flight
+        returned, ran out); else makes sure that timer is set."""
         if queue in self._queues_reading or queue not in self._waiting:
             return
         if force or not self._running[queue]:
@@ -91,6 +92,7 @@ class FenceReads:
     ) -> None:
         """One read for the partitions ``waiting``; then the next, if it is due (a read in flight answers
         only the runs that were waiting when it was sent)."""
+        self._connection.counters.fence_reads += 1
         try:
             epochs = self._connection.opened().stmt(Statement.EPOCHS)
             rows = await self._connection.execute_async(loop, epochs.bind((queue, sorted(waiting))))
