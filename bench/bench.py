@@ -90,6 +90,7 @@ RUN_COUNTERS = {
     "querator_batch_run_requests_total": "requests",
     "querator_batch_run_seconds_total": "seconds",
     "querator_storage_runs_total": "storage_runs",
+    "querator_storage_fence_reads_total": "fence_reads",
 }
 """The counters of /metrics that ``run_costs`` reports, by a short name."""
 
@@ -129,7 +130,8 @@ def run_costs(result: Result, partitions: int) -> str:
     if "paxos" in spent:
         line += (
             f"; per item {spent['paxos'] / result.items:.2f} Paxos rounds, "
-            f"{spent.get('plain', 0.0) / result.items:.2f} plain statements"
+            f"{spent.get('plain', 0.0) / result.items:.2f} plain statements "
+            f"({spent.get('fence_reads', 0.0) / result.items:.2f} of them epoch reads)"
         )
     storage_runs = spent.get("storage_runs", 0.0)
     phases = sorted((k.removeprefix("phase:"), v) for k, v in spent.items() if k.startswith("phase:"))

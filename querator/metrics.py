@@ -297,6 +297,11 @@ class _RunCollector(Collector):
         statements.add_metric(["paxos"], c.paxos)
         statements.add_metric(["plain"], c.plain)
         yield statements
+        yield CounterMetricFamily(
+            "querator_storage_fence_reads",
+            "Of the plain statements, the reads of owner epochs that acknowledge plain commits.",
+            c.fence_reads,
+        )
         phases = CounterMetricFamily(
             "querator_storage_run_phase_seconds",
             "Where partition runs spent their time, by phase: lock (waiting for the partition's previous "

@@ -97,6 +97,9 @@ class RunCounters:
     """Paxos rounds: conditional writes (lightweight transactions) and serial reads."""
     plain: int = 0
     """Every other statement (a batch is one)."""
+    fence_reads: int = 0
+    """Of the plain statements, the reads that acknowledge plain commits (Cassandra's epoch reads, ADR
+    0038): what they cost beside the commits themselves."""
     seconds: dict[str, float] = field(default_factory=dict)
     """Run time by phase (the backend names them), summed over the runs."""
 

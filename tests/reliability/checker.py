@@ -9,13 +9,18 @@
 - **duplicates**: an item delivered again after it was completed (a real duplicate: a bug), or after a
   delivery that ended without an acknowledged complete or retry (explained: the lease expired, or the
   complete's answer was lost). Deliveries after an acknowledged retry are expected, not duplicates;
-- **stranded**: items still queued or leased at the end, after the drain.
+- **stranded**: items still queued or leased at the end, after the drain;
+- **within a lease** (when the lease's length is given): an item delivered again before the delivery
+  ahead of it could have expired, with no complete or retry of it sent in between: two consumers held
+  it at once. The server's lease starts after the first lease was called and the second delivery
+  before its answer returned, so comparing those two client times never blames a correct server.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from .history import History
 
@@ -32,6 +37,8 @@ class Report:
     explained: Counter[str] = field(default_factory=Counter)
     """Re-deliveries explained by a lease that ended without an acknowledged complete or retry."""
     stranded: int = 0
+    within_lease: list[str] = field(default_factory=list)
+    """Delivered again while a delivery of it was certainly still leased (checked with ``lease_s``)."""
 
     def problems(self) -> list[str]:
         found = []
@@ -43,6 +50,8 @@ class Report:
             found.append(f"{len(self.duplicated)} duplicated after completion: {self.duplicated[:10]}")
         if self.stranded:
             found.append(f"{self.stranded} stranded")
+        if self.within_lease:
+            found.append(f"{len(self.within_lease)} delivered twice within a lease: {self.within_lease[:10]}")
         return found
 
     def summary(self) -> str:
@@ -50,14 +59,17 @@ class Report:
             f"acknowledged {self.acknowledged}, unknown-outcome produces {self.unknown_produces}, "
             f"deliveries {self.deliveries}, lost {len(self.lost)}, unexpected {len(self.unexpected)}, "
             f"duplicated {len(self.duplicated)}, re-deliveries after expiry {sum(self.explained.values())}, "
-            f"stranded {self.stranded}"
+            f"stranded {self.stranded}, delivered twice within a lease {len(self.within_lease)}"
         )
 
 
 # Long on purpose: every property of a history, checked in one pass.
-def check(history: History, stranded: int) -> Report:  # noqa: C901, PLR0912
-    """Checks a history that ends with a drain; ``stranded`` is what the server still holds after it."""
+def check(history: History, stranded: int, lease_s: float | None = None) -> Report:  # noqa: C901, PLR0912
+    """Checks a history that ends with a drain; ``stranded`` is what the server still holds after it;
+    ``lease_s``, the queue's lease timeout, also checks that no delivery overlapped a lease."""
     report = Report(stranded=stranded)
+    if lease_s is not None:
+        report.within_lease = within_lease(history, lease_s)
     acked = {p for op in history.of("produce", "ok") for p in op.payloads}
     maybe = {p for op in history.of("produce", "unknown") for p in op.payloads}
     refused = {p for op in history.of("produce", "fail") for p in op.payloads}
@@ -96,6 +108,29 @@ def check(history: History, stranded: int) -> Report:  # noqa: C901, PLR0912
                 completed.add(payload)
     report.lost = sorted(acked - completed)
     return report
+
+
+def within_lease(history: History, lease_s: float) -> list[str]:
+    """Items delivered again less than ``lease_s`` after the previous delivery was called, with no
+    complete or retry of them (answered or not) sent in between."""
+    leases: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    settles: dict[str, list[float]] = defaultdict(list)
+    for op in history.ops:
+        if op.kind == "lease" and op.outcome == "ok":
+            for payload in op.payloads:
+                leases[payload].append((op.called, op.returned))
+        elif op.kind in ("complete", "retry"):
+            for payload in op.payloads:
+                settles[payload].append(op.called)
+    found = []
+    for payload, seq in leases.items():
+        seq.sort()
+        for (first, _), (_, second) in pairwise(seq):
+            ended = any(first <= t <= second for t in settles[payload])
+            if second < first + lease_s and not ended:
+                found.append(payload)
+                break
+    return sorted(found)
 
 
 def trace(history: History, payloads: list[str], limit: int = 5) -> str:

@@ -58,3 +58,23 @@ def test_an_unanswered_complete_counts_only_if_the_item_never_came_back() -> Non
         ("lease", "ok", 3, ("a",)),
     )
     assert check(back, stranded=0).lost == ["a"]
+
+
+def test_a_delivery_within_the_previous_lease_is_found_only_without_a_settle_between() -> None:
+    # Each op returns 0.5 s after its call; the lease is 2 s long.
+    overlapping = history(
+        ("produce", "ok", 0, ("a",)), ("lease", "ok", 1, ("a",)), ("lease", "ok", 2, ("a",))
+    )
+    assert check(overlapping, stranded=0, lease_s=2.0).within_lease == ["a"]
+    assert check(overlapping, stranded=0).within_lease == []  # checked only when the lease is known
+    after_expiry = history(
+        ("produce", "ok", 0, ("a",)), ("lease", "ok", 1, ("a",)), ("lease", "ok", 3, ("a",))
+    )
+    assert check(after_expiry, stranded=0, lease_s=2.0).within_lease == []
+    retried_unanswered = history(
+        ("produce", "ok", 0, ("a",)),
+        ("lease", "ok", 1, ("a",)),
+        ("retry", "unknown", 1.6, ("a",)),
+        ("lease", "ok", 2, ("a",)),
+    )
+    assert check(retried_unanswered, stranded=0, lease_s=2.0).within_lease == []

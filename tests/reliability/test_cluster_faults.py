@@ -13,6 +13,14 @@ The workload's clients talk to all three nodes; the fault hits node 2 (or what a
 - Node 2 cut from etcd, its peers and its clients but not from Cassandra: the split-brain case, where
   only the epoch fence keeps the old owner from writing after the others took its partitions.
 
+At one item per request (every run a plain commit acknowledged by the shared epoch read, ADR 0038),
+with no delivery allowed to overlap a lease:
+
+- A ring change under load: a fourth node joins, takes its share of the partitions, and leaves
+  (SIGTERM), each move a takeover by a new owner while the old one's runs may still be in flight.
+- CPU starvation: node 2 is stopped in bursts, some past its etcd lease, running only a fraction of a
+  second between them, so a new owner takes its partitions over while it still gets to run now and then.
+
 Each scenario runs the workload, applies the fault, heals, waits until the three nodes agree on the
 membership again, runs the workload a while longer, stops it, drains the queue and runs the checker.
 ``RELIABILITY_RUNS=n`` repeats every scenario n times (the full matrix of docs/reliability.md).
@@ -22,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -30,7 +39,7 @@ import pytest
 
 from querator.client import AsyncClient
 from tests.cassandra_node import CassandraNode
-from tests.integration.conftest import ServerProcess, Servers, free_port, kill9
+from tests.integration.conftest import ServerProcess, Servers, free_port, kill9, terminate
 from tests.integration.etcd_server import EtcdServer
 from tests.integration.test_cluster_routing import LEASE_TTL, members_are, node_args
 
@@ -45,6 +54,10 @@ OUTAGE = 5.0
 """Seconds a pause or a partition lasts: more than twice the nodes' etcd lease TTL (2 s)."""
 RECOVERY = 90.0
 """Seconds the cluster may take to agree on its membership again after the fault healed."""
+LEASE_S = 2.0
+"""The queue's lease timeout."""
+STARVED = 8.0
+"""Seconds node 2 runs only in short slices between stops."""
 
 
 @dataclass
@@ -126,6 +139,28 @@ async def _partition(cluster: Cluster, *addresses: str) -> None:
         cluster.island.heal()
 
 
+async def join_and_leave(cluster: Cluster) -> None:
+    joiner = await cluster.start_node(3)
+    await asyncio.wait_for(members_are([*cluster.nodes, joiner], 4), RECOVERY)
+    await asyncio.sleep(RUN)  # workload time with the fourth node owning its share
+    assert await asyncio.to_thread(terminate, joiner) == 0, joiner.describe()
+
+
+async def starve_in_bursts(cluster: Cluster) -> None:
+    victim = cluster.nodes[2]
+    rng = random.Random(2)
+    loop = asyncio.get_running_loop()
+    until = loop.time() + STARVED
+    while loop.time() < until:
+        os.kill(victim.pid, signal.SIGSTOP)
+        try:
+            # The fault itself: stops around the etcd lease's 2 s, some shorter, some past it.
+            await asyncio.sleep(rng.uniform(0.5, 3.0))
+        finally:
+            os.kill(victim.pid, signal.SIGCONT)
+        await asyncio.sleep(rng.uniform(0.05, 0.3))  # a slice of CPU between stops
+
+
 PARTITIONS = (isolate, cut_from_etcd_and_peers)
 
 
@@ -152,13 +187,42 @@ async def test_no_loss_in_a_cluster_under_fault(
 ) -> None:
     island: Island | None = request.getfixturevalue("island") if fault in PARTITIONS else None
     cluster = Cluster(servers, etcd, cassandra_node, keyspace, f"/faults-{fault.__name__}-{run}", island)
+    await scenario(cluster, fault, batch=5)
+
+
+@pytest.mark.slow  # 50-80 s each: RELIABILITY_RUNS=3 pytest tests/reliability/test_cluster_faults.py -m slow
+@pytest.mark.parametrize("run", range(RUNS))
+@pytest.mark.parametrize("fault", [join_and_leave, starve_in_bursts])
+async def test_no_loss_and_no_overlapping_lease_at_one_item_per_request(
+    servers: Servers,
+    etcd: EtcdServer,
+    cassandra_node: CassandraNode,
+    keyspace: str,
+    fault: Fault,
+    run: int,
+) -> None:
+    cluster = Cluster(servers, etcd, cassandra_node, keyspace, f"/batch1-{fault.__name__}-{run}")
+    await scenario(cluster, fault, batch=1, lease_s=LEASE_S)
+
+
+async def scenario(cluster: Cluster, fault: Fault, batch: int, lease_s: float | None = None) -> None:
+    """Runs the workload with ``batch`` items per produce and lease, applies the fault, recovers, drains
+    and checks (that no delivery overlapped a lease too, given ``lease_s``)."""
     await cluster.start()
     assert LEASE_TTL == "2s", "OUTAGE is chosen to outlast the etcd lease"
     async with AsyncClient(cluster.nodes[0].url) as client:
-        await client.create_queue("work", lease_timeout="2s", expire_timeout="1h", partitions=6)
+        await client.create_queue("work", lease_timeout=f"{LEASE_S:g}s", expire_timeout="1h", partitions=6)
     history = History()
     workload = Workload(
-        [n.url for n in cluster.nodes], "work", history, producers=3, consumers=3, retry=0.05, abandon=0.05
+        [n.url for n in cluster.nodes],
+        "work",
+        history,
+        producers=3,
+        consumers=3,
+        batch=batch,
+        lease_batch=batch,
+        retry=0.05,
+        abandon=0.05,
     )
     running = asyncio.create_task(workload.run())
     try:
@@ -170,7 +234,8 @@ async def test_no_loss_in_a_cluster_under_fault(
         workload.stop.set()
         await running
     stranded = await drain(cluster.nodes[0].url, "work", history)
-    report = check(history, stranded)
-    print(f"cluster {fault.__name__}: {report.summary()}")
+    report = check(history, stranded, lease_s)
+    print(f"cluster {fault.__name__} at batch {batch}: {report.summary()}")
     assert report.acknowledged > 0 and report.deliveries > 0
-    assert report.problems() == [], f"{report.summary()}\n{trace(history, report.lost + report.unexpected)}"
+    problems = report.lost + report.unexpected + report.within_lease
+    assert report.problems() == [], f"{report.summary()}\n{trace(history, problems)}"
