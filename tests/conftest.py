@@ -274,18 +274,29 @@ def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Leaves the tests of tests/api outside ``POSTGRES_API_FILES`` to memory and sqlite."""
-    if os.environ.get("QUERATOR_TEST_POSTGRES") == "all":
-        return
-    dropped = [
-        item
-        for item in items
-        if isinstance(item, pytest.Function)
+def _postgres_elsewhere(item: pytest.Item) -> bool:
+    """A postgres case of a file of tests/api outside ``POSTGRES_API_FILES``."""
+    return (
+        isinstance(item, pytest.Function)
         and getattr(item, "callspec", None) is not None
         and item.callspec.params.get("backend") == "postgres"
         and item.path.parent.name == "api"
         and item.path.name not in POSTGRES_API_FILES
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leaves the tests of tests/api outside ``POSTGRES_API_FILES`` to memory and sqlite (unless
+    ``QUERATOR_TEST_POSTGRES=all``), and the tests marked ``slow`` out (unless ``QUERATOR_TEST_SLOW=1``
+    or a ``-m`` expression chooses them): the whole suite stays within CI's budget, and a flag runs
+    all of it (CONTRIBUTING.md)."""
+    every_backend = os.environ.get("QUERATOR_TEST_POSTGRES") == "all"
+    every_speed = os.environ.get("QUERATOR_TEST_SLOW") == "1" or bool(config.option.markexpr)
+    dropped = [
+        item
+        for item in items
+        if (not every_backend and _postgres_elsewhere(item))
+        or (not every_speed and item.get_closest_marker("slow") is not None)
     ]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
