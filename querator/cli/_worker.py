@@ -28,7 +28,7 @@ def add_parser(sub: Any) -> None:
         "--prefetch",
         type=int,
         help="items leased ahead of the running ones, given back at a warm stop (default: the Worker's, "
-        "else a quarter of the concurrency)",
+        "else as many as the concurrency)",
     )
     p.add_argument("-Q", "--queues", default="", help="comma-separated queues to run (default: all)")
     p.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")

@@ -39,9 +39,10 @@ DEFAULT_RETRY = exponential(first="1s", cap="10m")
 
 
 def default_prefetch(concurrency: int) -> int:
-    """Items held ahead when the Worker names no ``prefetch``: a quarter of its slots, so a freed slot
-    rarely waits for a lease while a kill -9 strands few items more than were running (docs/adr/0053)."""
-    return concurrency // 4
+    """Items held ahead when the Worker names no ``prefetch``: as many as its slots, so that its leases
+    come in batches rather than one item per freed slot, while a kill -9 strands at most as many unrun
+    items as were running (docs/adr/0067)."""
+    return concurrency
 
 
 def check_prefetch(prefetch: int | None) -> None:
@@ -58,7 +59,7 @@ class Worker:
         concurrency: items run at once in this process, all tasks together (``run`` may override it).
         prefetch: items leased ahead of the running ones, held (renewed) until a slot frees, so that a
             slot freed starts the next item without waiting for a lease; a warm stop gives them back.
-            Default ``concurrency // 4`` (``default_prefetch``); 0 leases only what can run
+            Default ``concurrency`` (``default_prefetch``); 0 leases only what can run
             (docs/adr/0053).
         serializer: how arguments become payloads (``JsonSerializer`` by default; any ``Serializer``).
         protobuf: speak binary protobuf to the server instead of JSON.

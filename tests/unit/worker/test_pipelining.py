@@ -20,7 +20,7 @@ async def test_the_next_lease_does_not_wait_for_the_last_items_completes(
     """Completes are held until the test lets them go: a worker of concurrency 2 still runs all 4
     items (two leases of two), because a slot is free once its run ended, not once its outcome is
     stored; once let go, every item is completed, each once."""
-    worker = Worker("http://unused.invalid")
+    worker = Worker("http://unused.invalid", prefetch=0)  # leases only what its slots can run
     ran: list[int] = []
     release = asyncio.Event()
     completed: list[str] = []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
 
 import pytest
 
@@ -56,6 +57,35 @@ async def test_a_warm_stop_gives_held_items_back_unless_on_their_last_attempt(
         assert [(i.is_leased, i.attempts) for i in items] == ([(False, 1)] if not max_attempts else [])
         assert (await client.list_items("ahead-dead", 0)).items == []
         await client.close()
+
+
+async def test_a_worker_holds_as_many_items_ahead_as_it_has_slots_by_default() -> None:
+    """docs/adr/0067: with no ``prefetch`` a worker of 2 slots leases 4 items, 2 running and 2 held."""
+    worker = Worker("http://unused.invalid", concurrency=2)
+    go = asyncio.Event()
+
+    @worker.task(queue="ahead", create_queue=True)
+    async def wait(n: int) -> None:
+        await go.wait()
+
+    async with Node() as node:
+        worker.connect(node.url)
+        await wait.enqueue_many([((n,), {}) for n in range(6)])
+        client = AsyncClient(node.url)
+
+        async def leased() -> int:
+            return sum(i.is_leased for i in (await client.list_items("ahead", 0)).items)
+
+        async with node.running(worker):
+            try:
+                await eventually(lambda: _equal(leased(), 4))
+            finally:
+                go.set()
+        await client.close()
+
+
+async def _equal(value: Awaitable[int], expected: int) -> bool:
+    return await value == expected
 
 
 def test_a_negative_prefetch_is_refused() -> None:

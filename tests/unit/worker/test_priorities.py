@@ -12,7 +12,7 @@ async def test_lowest_first_every_lets_low_items_through_a_stream_of_high_ones()
     """With ``lowest_first_every=2`` every second lease looks at the low level first: a backlog of high
     and low items alternates on a one-slot worker, where strict levels would run every high item first
     (tests/integration/test_worker.py shows the strict order)."""
-    worker = Worker("http://unused.invalid", lowest_first_every=2)
+    worker = Worker("http://unused.invalid", lowest_first_every=2, prefetch=0)  # one item per lease
     ran: list[str] = []
 
     @worker.task(queue="mixed", priority="normal", create_queue=True)
