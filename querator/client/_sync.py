@@ -168,6 +168,7 @@ class Client:
     workflow_journal = _blocking(AsyncClient.workflow_journal)
     list_workflows = _blocking(AsyncClient.list_workflows)
     signal_workflow = _blocking(AsyncClient.signal_workflow)
+    update_workflow = _blocking(AsyncClient.update_workflow)
     cancel_workflow = _blocking(AsyncClient.cancel_workflow)
     terminate_workflow = _blocking(AsyncClient.terminate_workflow)
     resume_workflow = _blocking(AsyncClient.resume_workflow)
