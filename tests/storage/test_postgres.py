@@ -201,6 +201,16 @@ async def test_a_new_store_finds_everything(
         assert await found.last_id() == last
 
 
+async def test_nodes_opening_a_new_schema_at_once_all_open(postgres_settings: PostgresSettings) -> None:
+    """Pods started together on a schema nobody created yet: each creates it if it is missing, and none
+    fails on another's creation (CREATE SCHEMA IF NOT EXISTS alone races to a unique violation)."""
+    stores = [PostgresStore(postgres_settings, EPOCH + n) for n in range(8)]
+    try:
+        await asyncio.gather(*(s.open() for s in stores))
+    finally:
+        await asyncio.gather(*(s.close() for s in stores))
+
+
 async def test_a_newer_schema_is_refused(store: PostgresStore, postgres_settings: PostgresSettings) -> None:
     await store.pool.run(lambda conn: conn.execute("UPDATE querator_schema SET version = version + 1"))
     newer = PostgresStore(postgres_settings, EPOCH)

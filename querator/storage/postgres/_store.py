@@ -56,12 +56,13 @@ class PostgresStore(PostgresSchedules, PostgresRecords):
 
     def _prepare(self, conn: Conn) -> None:
         schema = self.settings.schema
-        if schema:
-            conn.execute(SQL("CREATE SCHEMA IF NOT EXISTS {}").format(Identifier(schema)))
 
         def body() -> None:
-            # Nodes starting together must not create the same table at once (a unique violation).
+            # Nodes starting together must not create the same schema or table at once: IF NOT EXISTS
+            # alone races to a unique violation.
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+            if schema:
+                conn.execute(SQL("CREATE SCHEMA IF NOT EXISTS {}").format(Identifier(schema)))
             conn.execute(SCHEMA[0])
             found = rows(conn, "SELECT max(version) FROM querator_schema")[0][0]
             version = int(found) if found is not None else 0
