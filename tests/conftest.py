@@ -291,7 +291,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     or a ``-m`` expression chooses them): the whole suite stays within CI's budget, and a flag runs
     all of it (CONTRIBUTING.md)."""
     every_backend = os.environ.get("QUERATOR_TEST_POSTGRES") == "all"
-    every_speed = os.environ.get("QUERATOR_TEST_SLOW") == "1" or bool(config.option.markexpr)
+    every_speed = os.environ.get("QUERATOR_TEST_SLOW") == "1" or "slow" in config.option.markexpr
     dropped = [
         item
         for item in items

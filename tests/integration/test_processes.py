@@ -346,7 +346,8 @@ def kill_node(server: ServerProcess) -> None:
     wait_until(lambda: all(_gone(pid) for pid in pids), START_DEADLINE, "the processes stopped")
 
 
-@pytest.mark.parametrize("restart", [KILLED_AT, PROCESSES])
+# Restarting with the old number of processes is the slow pass (each is over 30 s): CI runs the other.
+@pytest.mark.parametrize("restart", [KILLED_AT, pytest.param(PROCESSES, marks=pytest.mark.slow)])
 async def test_a_move_cut_short_by_kill9_completes_at_the_next_start(
     servers: Servers, tmp_path: Path, restart: int
 ) -> None:
