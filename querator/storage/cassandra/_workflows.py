@@ -132,7 +132,10 @@ class CassandraWorkflowRows:
         if workflow.expires_at:
             ttl_s = max(1, (workflow.expires_at - now) // MICROS)
         w = workflow
-        await self._put_rows(w.id, [JournalRow(w.version, e) for e in entries], ttl_s)
+        # A finish rewrites every row with the record's TTL after the record; rows written before it
+        # with that TTL could expire (a TTL of a second, on a loaded node) before the rewrite read them.
+        rewrites = w.status != RUNNING and expected_version != 0 and w.length > 0
+        await self._put_rows(w.id, [JournalRow(w.version, e) for e in entries], 0 if rewrites else ttl_s)
         if expected_version == 0:
             rows = await self._send(Statement.ADD_WORKFLOW, (ttl_s, w.version, record, w.id), writes=True)
         else:
@@ -150,7 +153,7 @@ class CassandraWorkflowRows:
             await self._send(Statement.MARK_DONE, (bucket, [current - 1, current], w.id), writes=True)
             # Its rows go when its record does. (A crash before this leaves them until a purge by hand:
             # they are never read without the record.) A journal with no rows costs no read.
-            if w.length:
+            if rewrites:
                 await self._put_rows(w.id, await self.get_entries(w.id, 1, _LAST_SEQ), ttl_s)
         await self._send(Statement.INDEX_WORKFLOW, (w.status, bucket, w.id, ttl_s), writes=True)
         return True
