@@ -3,7 +3,8 @@ their bounds, their text, how a run's attributes match a ``workflows.list`` filt
 that sets them (kind ``search``) carries them. Written once: the service checks requests with it, the
 journal's rules merge with it, the listing matches with it, and the client and ``querator.durable`` use
 it to check and convert before sending. A condition typed as ``KEY=VALUE`` is parsed here too, for the
-CLI's ``--where`` and as the rule the console's filter keeps.
+CLI's ``--where``; the console's filter keeps the same rule (querator/console/static/search.js), which
+tests/integration/test_console_workflow_search.py pins to this one.
 
 An attribute is a keyword: a string, an int or a bool, kept and compared as its text (``30`` is
 ``"30"``, ``True`` is ``"true"``), so a filter typed on a command line matches what code set.
