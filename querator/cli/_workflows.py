@@ -17,7 +17,9 @@ import msgspec
 
 from querator import durable
 from querator.client import AsyncClient
+from querator.errors import InvalidOption
 from querator.wire import messages as m
+from querator.wire.search import parse_search_condition
 from querator.wire.workflows import PENDING, RUNNING, STATUSES
 from querator.worker import find_app
 
@@ -190,11 +192,11 @@ def add_parser(
 
 
 def _condition(text: str) -> tuple[str, str]:
-    """``--where KEY=VALUE``: the value is text, as attributes are compared (``30`` finds 30)."""
-    key, sep, value = text.partition("=")
-    if not sep:
-        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
-    return key, value
+    """``--where KEY=VALUE``, by the rule the console's filter keeps too (``parse_search_condition``)."""
+    try:
+        return parse_search_condition(text)
+    except InvalidOption as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 async def command(client: AsyncClient, args: argparse.Namespace) -> m.Message | dict[str, Any] | None:

@@ -2,7 +2,9 @@
 their bounds, their text, how a run's attributes match a ``workflows.list`` filter, and how the entry
 that sets them (kind ``search``) carries them. Written once: the service checks requests with it, the
 journal's rules merge with it, the listing matches with it, and the client and ``querator.durable`` use
-it to check and convert before sending.
+it to check and convert before sending. A condition typed as ``KEY=VALUE`` is parsed here too, for the
+CLI's ``--where``; the console's filter keeps the same rule (querator/console/static/search.js), which
+tests/integration/test_console_workflow_search.py pins to this one.
 
 An attribute is a keyword: a string, an int or a bool, kept and compared as its text (``30`` is
 ``"30"``, ``True`` is ``"true"``), so a filter typed on a command line matches what code set.
@@ -88,6 +90,18 @@ def matches_search(attributes: Mapping[str, str], search: Mapping[str, str]) -> 
     """Whether a run's ``attributes`` hold every condition of ``search`` (ANDed equalities; an empty
     filter matches every run)."""
     return all(attributes.get(key) == value for key, value in search.items())
+
+
+def parse_search_condition(text: str) -> tuple[str, str]:
+    """A condition typed as ``KEY=VALUE``: split at the first ``=`` (a value may hold more), the value
+    kept as text (``30`` finds 30). The key and value are checked with the filter, by the server."""
+    key, sep, value = text.partition("=")
+    if not sep:
+        # JSON's quoting, which the console's copy of this rule can write the same.
+        raise InvalidOption(
+            f"{SEARCH_ATTRIBUTES_INVALID}; {msgspec.json.encode(text).decode()} is not KEY=VALUE"
+        )
+    return key, value
 
 
 def encode_search_entry(attributes: Mapping[str, str]) -> bytes:

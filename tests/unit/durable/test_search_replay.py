@@ -85,7 +85,10 @@ async def test_the_cli_lists_by_where_and_refuses_a_condition_without_a_value(
     with pytest.raises(SystemExit) as exited:
         main(["workflows", "list", "--where", "amount"])
     assert exited.value.code == 2
-    assert "argument --where: 'amount' is not KEY=VALUE" in capsys.readouterr().err
+    assert (
+        'argument --where: search attributes are invalid; "amount" is not KEY=VALUE'
+        in capsys.readouterr().err
+    )
 
 
 async def _sleeping(client: AsyncClient, workflow_id: str) -> bool:

@@ -16,6 +16,7 @@ from querator.wire.search import (
     encode_search_entry,
     matches_search,
     merged_search_attributes,
+    parse_search_condition,
     search_texts,
 )
 
@@ -131,3 +132,40 @@ def test_a_search_entry_holds_a_json_object_of_checked_strings(value: bytes, ref
     with pytest.raises(InvalidOption) as raised:
         decode_search_entry(value)
     assert raised.value.message.startswith(PREFIX + refusal), raised.value.message
+
+
+@dataclass(frozen=True)
+class ConditionCase:
+    id: str
+    text: str
+    parsed: tuple[str, str] | None = None
+    refusal: str = ""
+
+
+CONDITIONS = [
+    ConditionCase("a key and its value", "customer=c-1", ("customer", "c-1")),
+    ConditionCase("a number stays text", "amount=30", ("amount", "30")),
+    ConditionCase("split at the first '='", "expr=a=b", ("expr", "a=b")),
+    ConditionCase("an empty value", "stage=", ("stage", "")),
+    ConditionCase("an empty key, refused later by the filter's check", "=x", ("", "x")),
+    ConditionCase("spaces are kept", " k = v ", (" k ", " v ")),
+    ConditionCase("markup, quotes and unicode are text", 'note=<b>"q"&\'é✓', ("note", '<b>"q"&\'é✓')),
+    ConditionCase("no '=' is refused", "oops", refusal='"oops" is not KEY=VALUE'),
+    ConditionCase("empty is refused", "", refusal='"" is not KEY=VALUE'),
+    ConditionCase(
+        "the refusal quotes as JSON does",
+        'é"<\\\n\x1f\u2028',
+        refusal='"é\\"<\\\\\\n\\u001f\u2028" is not KEY=VALUE',
+    ),
+]
+"""The rule of a typed condition, with its exact refusals."""
+
+
+@pytest.mark.parametrize("case", CONDITIONS, ids=[c.id for c in CONDITIONS])
+def test_parse_search_condition(case: ConditionCase) -> None:
+    if case.refusal:
+        with pytest.raises(InvalidOption) as raised:
+            parse_search_condition(case.text)
+        assert raised.value.message == PREFIX + case.refusal
+    else:
+        assert parse_search_condition(case.text) == case.parsed

@@ -1,10 +1,10 @@
-// One durable workflow (workflows.info): its state, version, priority, timeout, its journal as a timeline
-// by seq, its signals, its result or error, its parent and children; a signal can be sent to it, it can be
-// cancelled, terminated, resumed, or run again from a step (workflows.fork). The page refreshes while the
-// workflow runs; the forms stay outside what it redraws, so typing is kept.
+// One durable workflow (workflows.info): its state, version, search attributes, priority, timeout, its
+// journal as a timeline by seq, its signals, its result or error, its parent and children; a signal can
+// be sent to it, it can be cancelled, terminated, resumed, or run again from a step (workflows.fork). The
+// page refreshes while the workflow runs; the forms stay outside what it redraws, so typing is kept.
 import { call, base64Of } from "../api.js";
 import { h, mount, route, time, number, payloadView, valueText, errorBox, confirmed, say, refreshKeepingFocus } from "../dom.js";
-import { statusBadge, versionText } from "./workflows.js";
+import { statusBadge, versionText, searchAttributesView } from "./workflows.js";
 
 const REFRESH_MS = 3000;
 const ENTRY_STATES = { done: "done", error: "failed", pending: "pending" };
@@ -92,6 +92,7 @@ export async function render(main, params, ctx) {
           info.cancel_requested && running ? h("span", { class: "tag" }, "cancel requested") : null),
         h("dt", {}, "Name"), h("dd", {}, info.name),
         h("dt", {}, "App version"), h("dd", { id: "workflow-version" }, versionText(info.app_version)),
+        h("dt", {}, "Search attributes"), h("dd", { id: "workflow-search" }, searchAttributesView(info.search_attributes)),
         h("dt", {}, "Priority"), h("dd", { id: "workflow-priority" }, priorityOf(info.queue_name)),
         h("dt", {}, "Task queue"), h("dd", {}, h("a", { href: route("queue", info.queue_name) }, info.queue_name)),
         h("dt", {}, "Timeout"), h("dd", { id: "workflow-timeout" }, info.timeout

@@ -1,8 +1,10 @@
-// Durable workflows by id (workflows.list, without their journals), of one status or any and of one app
-// version or any, a page at a time from the last id (the pivot is included, so it is dropped); above
-// them, the running and failed runs of each app version; refreshed every few seconds.
+// Durable workflows by id (workflows.list, without their journals), of one status or any, of one app
+// version or any and holding the search attributes of a typed filter, a page at a time from the last id
+// (the pivot is included, so it is dropped); above them, the running and failed runs of each app
+// version; refreshed every few seconds.
 import { call, listAll } from "../api.js";
 import { h, mount, route, time, number, errorBox, refreshKeepingFocus } from "../dom.js";
+import { parseSearchFilter, typable } from "../search.js";
 
 const PAGE = 50;
 const REFRESH_MS = 5000;
@@ -20,20 +22,37 @@ export function versionText(version) {
   return version ? h("span", { class: "mono" }, version) : h("span", { class: "muted" }, "none");
 }
 
-// The list of a status ("" any) and a version ("" any), as a hash: a reload or a shared link shows it.
-function listHash(status, version) {
+// The list of a status ("" any), a version ("" any) and a search filter as typed ("" none), as a hash:
+// a reload or a shared link shows it.
+function listHash(status, version, where = "") {
+  if (where) return route("workflows", status || "any", version, where);
   if (version) return route("workflows", status || "any", version);
   return status ? route("workflows", status) : "#/workflows";
 }
 
+// A run's search attributes (docs/durable.md, "Search attributes") by key, each as text; one that the
+// filter can express links to the runs of any status that hold it too.
+export function searchAttributesView(attributes) {
+  const keys = Object.keys(attributes || {}).sort();
+  if (!keys.length) return h("span", { class: "muted" }, "none");
+  return h("ul", { class: "attributes" }, keys.map((k) => {
+    const v = attributes[k];
+    const pair = [h("span", { class: "mono" }, k), " = ", h("span", { class: "mono" }, v)];
+    return h("li", { dataset: { key: k } }, typable(k + v) ? h("a", { href: listHash("", "", `${k}=${v}`) }, pair) : pair);
+  }));
+}
+
 export async function render(main, params, ctx) {
-  const state = { status: STATUSES.includes(params[0]) ? params[0] : "", version: params[1] || "", pivots: [""], rows: [] };
-  const status = h("select", { id: "workflow-status", onchange: () => (location.hash = listHash(status.value, state.version)) },
+  const state = { status: STATUSES.includes(params[0]) ? params[0] : "", version: params[1] || "", where: params[2] || "", pivots: [""], rows: [] };
+  const status = h("select", { id: "workflow-status", onchange: () => (location.hash = listHash(status.value, state.version, state.where)) },
     h("option", { value: "" }, "any"), STATUSES.map((s) => h("option", { value: s, selected: s === state.status }, s)));
   const versionsSeen = h("datalist", { id: "versions-seen" });
   const version = h("input", { id: "workflow-version", type: "search", value: state.version, list: "versions-seen",
     placeholder: "any", autocomplete: "off", spellcheck: "false",
-    onchange: () => (location.hash = listHash(state.status, version.value.trim())) });
+    onchange: () => (location.hash = listHash(state.status, version.value.trim(), state.where)) });
+  const where = h("input", { id: "workflow-search", type: "search", value: state.where, placeholder: "customer=c-1 amount=30",
+    autocomplete: "off", spellcheck: "false", "aria-describedby": "workflow-search-help",
+    onchange: () => (location.hash = listHash(state.status, state.version, where.value.trim())) });
   const summary = h("div", { class: "table-wrap" });
   const live = h("input", { type: "checkbox", id: "live", checked: true });
   const table = h("div", { class: "table-wrap" });
@@ -47,6 +66,8 @@ export async function render(main, params, ctx) {
     h("div", { class: "toolbar" },
       h("label", { for: "workflow-status" }, "Status "), status,
       h("label", { for: "workflow-version" }, "App version "), version, versionsSeen,
+      h("label", { for: "workflow-search" }, "Search attributes "), where,
+      h("span", { class: "muted", id: "workflow-search-help" }, "KEY=VALUE, space-separated, all must hold"),
       h("label", { class: "check" }, live, " Refresh live"),
       h("button", { type: "button", onclick: () => load() }, "Refresh now")),
     problem,
@@ -56,7 +77,8 @@ export async function render(main, params, ctx) {
   async function load() {
     const pivot = state.pivots[state.pivots.length - 1];
     try {
-      const reply = await call("workflows.list", { status: state.status, pivot, limit: PAGE + (pivot ? 1 : 0), app_version: state.version });
+      const search = parseSearchFilter(state.where);
+      const reply = await call("workflows.list", { status: state.status, pivot, limit: PAGE + (pivot ? 1 : 0), app_version: state.version, search });
       const rows = reply.workflows || [];
       state.rows = pivot ? rows.filter((w) => w.workflow_id !== pivot) : rows;
       // Every run of the counted statuses, of every version: how an operator sees an old version drain.
@@ -89,7 +111,7 @@ export async function render(main, params, ctx) {
         h("td", {}, time(w.finished_at)),
         h("td", { class: "mono" }, w.parent_id ? h("a", { href: route("workflow", w.parent_id) }, w.parent_id) : h("span", { class: "muted" }, "—"))))
         : h("tr", {}, h("td", { colspan: "8", class: "muted" },
-          `No ${state.pivots.length > 1 ? "more " : ""}${state.status ? `${state.status} ` : ""}workflows${state.version ? ` of version ${state.version}` : ""}.`))))));
+          `No ${state.pivots.length > 1 ? "more " : ""}${state.status ? `${state.status} ` : ""}workflows${state.version ? ` of version ${state.version}` : ""}${state.where ? ` with ${state.where}` : ""}.`))))));
   }
 
   // `counted`: the runs of each of COUNTED, at most COUNT_MAX each (then the count says "or more").
