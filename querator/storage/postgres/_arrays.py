@@ -3,9 +3,9 @@
 psycopg dumps a plain ``list`` by first finding its element type: for each list parameter of each
 statement it walks the list, looks the element's dumper up and picks a dumper for the array, all in
 Python, then dumps it element by element. An insert of one item sends 15 such arrays: about two thirds
-of what psycopg spends turning a run's parameters into bytes (docs/benchmarks-log.md, "A PostgreSQL
-run's parameters as typed arrays"). A list of one of these classes has its dumper found by its type at
-once, and that dumper writes the whole array with ``struct``.
+of what psycopg spent turning a run's parameters into bytes (docs/benchmarks-log.md, "Where the cluster
+stores' CPU per item goes at batch 1"). A list of one of these classes has its dumper found by its type
+at once, and that dumper writes the whole array with ``struct``.
 
 The binary array format (PostgreSQL's ``array_send``): the number of dimensions, a has-nulls flag and
 the element type's oid, then per dimension its length and lower bound (1), then each element as its
