@@ -16,10 +16,11 @@ PostgreSQL database, through psycopg 3 (docs/storage.md).
   their version, and a newer version is refused.
 
 Modules: ``_settings`` (``PostgresSettings``), ``_errors`` (driver errors as ours), ``_schema`` (tables,
-the fence, their version), ``_statements`` (every item and queue statement), ``_codec`` (rows), ``_pool``
-(connections, worker threads, pipelined transactions), ``_tx`` (``PostgresTx``: the ``PartitionTx``
-primitives), ``_partition`` (``PostgresPartition``: claims and runs), ``_records``, ``_schedules`` and
-``_workflows`` (tenancy's records, schedules, durable workflows) and ``_store`` (``PostgresStore``).
+the fence, their version), ``_statements`` (every item and queue statement), ``_codec`` (rows),
+``_arrays`` (typed array parameters), ``_pool`` (connections, worker threads, pipelined transactions),
+``_tx`` (``PostgresTx``: the ``PartitionTx`` primitives), ``_partition`` (``PostgresPartition``: claims
+and runs), ``_records``, ``_schedules`` and ``_workflows`` (tenancy's records, schedules, durable
+workflows) and ``_store`` (``PostgresStore``).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from typing import Any, Final
 import msgspec
 
 from querator.storage.base import Item, QueueRecord
+from querator.storage.postgres._arrays import BoolArray, ByteaArray, Int8Array
 from querator.storage.postgres._pool import text
 
 _EXTRA_ENCODER: Final = msgspec.json.Encoder()
@@ -24,22 +25,26 @@ def item_from_row(row: Sequence[Any]) -> Item:
 
 
 def item_arrays(items: Sequence[Item]) -> tuple[list[Any], ...]:
-    """The items as one array per column (``_statements.INSERT_ITEMS``)."""
+    """The items as one typed array per column (``_statements.INSERT_ITEMS``, ``_arrays``)."""
     return (
-        [i.id for i in items], [i.source_id for i in items], [i.is_leased for i in items],
-        [i.lease_deadline for i in items], [i.expire_deadline for i in items], [i.enqueue_at for i in items],
-        [i.created_at for i in items], [i.attempts for i in items], [i.max_attempts for i in items],
-        [i.reference for i in items], [i.encoding for i in items], [i.kind for i in items],
-        [i.payload for i in items], [i.job_id for i in items], [i.failures for i in items],
+        ByteaArray([i.id for i in items]), ByteaArray([i.source_id for i in items]),
+        BoolArray([i.is_leased for i in items]), Int8Array([i.lease_deadline for i in items]),
+        Int8Array([i.expire_deadline for i in items]), Int8Array([i.enqueue_at for i in items]),
+        Int8Array([i.created_at for i in items]), Int8Array([i.attempts for i in items]),
+        Int8Array([i.max_attempts for i in items]), ByteaArray([i.reference for i in items]),
+        ByteaArray([i.encoding for i in items]), ByteaArray([i.kind for i in items]),
+        ByteaArray([i.payload for i in items]), ByteaArray([i.job_id for i in items]),
+        ByteaArray([i.failures for i in items]),
     )  # fmt: skip
 
 
 def update_arrays(items: Sequence[Item]) -> tuple[list[Any], ...]:
-    """The fields ``PartitionTx.update`` writes, one array each (``_statements.UPDATE_ITEMS``)."""
+    """The fields ``PartitionTx.update`` writes, one typed array each (``_statements.UPDATE_ITEMS``)."""
     return (
-        [i.id for i in items], [i.is_leased for i in items], [i.lease_deadline for i in items],
-        [i.attempts for i in items], [i.enqueue_at for i in items], [i.expire_deadline for i in items],
-        [i.failures for i in items],
+        ByteaArray([i.id for i in items]), BoolArray([i.is_leased for i in items]),
+        Int8Array([i.lease_deadline for i in items]), Int8Array([i.attempts for i in items]),
+        Int8Array([i.enqueue_at for i in items]), Int8Array([i.expire_deadline for i in items]),
+        ByteaArray([i.failures for i in items]),
     )  # fmt: skip
 
 

@@ -24,10 +24,11 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg.adapt import Dumper
+from psycopg.adapt import AdaptersMap, Dumper
 from psycopg.pq import Format
 from psycopg.types.numeric import Int8BinaryDumper, Int8Dumper
 
+from querator.storage.postgres._arrays import register as register_arrays
 from querator.storage.postgres._errors import PostgresStorageError, storage_error
 from querator.storage.postgres._settings import PostgresSettings
 
@@ -54,13 +55,19 @@ def text(value: bytes) -> str:
     return value.decode("utf-8", "surrogatepass")
 
 
-def _connect(settings: PostgresSettings) -> Conn:
-    conn = psycopg.Connection.connect(**settings.connect_kwargs(), autocommit=True)
+def register_dumpers(adapters: AdaptersMap) -> None:
+    """How a connection's ``adapters`` send the store's parameters."""
     # Every integer the store sends is a BIGINT column's: as int8, never a numeric that would keep the
     # planner from comparing it with an index.
-    conn.adapters.register_dumper(int, Int8Dumper)
-    conn.adapters.register_dumper(int, Int8BinaryDumper)
-    conn.adapters.register_dumper(str, _Utf8Dumper)
+    adapters.register_dumper(int, Int8Dumper)
+    adapters.register_dumper(int, Int8BinaryDumper)
+    adapters.register_dumper(str, _Utf8Dumper)
+    register_arrays(adapters)
+
+
+def _connect(settings: PostgresSettings) -> Conn:
+    conn = psycopg.Connection.connect(**settings.connect_kwargs(), autocommit=True)
+    register_dumpers(conn.adapters)
     return conn
 
 

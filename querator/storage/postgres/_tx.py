@@ -19,6 +19,7 @@ from typing import Any
 
 from querator.storage.base import ClearOptions, Deadlines, Item, PartitionStats, list_page
 from querator.storage.postgres import _statements as sql
+from querator.storage.postgres._arrays import ByteaArray
 from querator.storage.postgres._codec import item_arrays, item_from_row, update_arrays
 from querator.storage.postgres._pool import Conn, text
 
@@ -81,7 +82,7 @@ class PostgresTx:
     def get(self, ids: Collection[str]) -> dict[str, Item]:
         if not ids:
             return {}
-        return {i.id: i for i in self._items(sql.GET_ITEMS, list(ids))}
+        return {i.id: i for i in self._items(sql.GET_ITEMS, ByteaArray(ids))}
 
     def update(self, items: Sequence[Item]) -> None:
         if items:
@@ -90,7 +91,7 @@ class PostgresTx:
 
     def delete(self, ids: Collection[str]) -> None:
         if ids:
-            self._write(sql.DELETE_ITEMS, (self._queue, self._number, list(ids)))
+            self._write(sql.DELETE_ITEMS, (self._queue, self._number, ByteaArray(ids)))
             self._unqueued.update(ids)
 
     def existing_source_ids(self, source_ids: Collection[str]) -> set[str]:
