@@ -17,6 +17,7 @@ import hashlib
 import os
 import socket
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -381,7 +382,7 @@ async def live_api(start_server: ServerFactory) -> Api:
     return await start_server(SystemClock())
 
 
-# --- Cassandra: one node per test session, a keyspace per test ------------------------------------------
+# --- Cassandra: one node per test session, an emptied keyspace per test ---------------------------------
 
 
 @pytest.fixture(scope="session")
@@ -395,14 +396,25 @@ def cassandra_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cassand
         node.stop()
 
 
+@pytest.fixture(scope="session")
+def cassandra_keyspaces() -> list[str]:
+    """Keyspaces that tests are done with, emptied, for the next tests (``cassandra_settings``)."""
+    return []
+
+
 @pytest.fixture
 def cassandra_settings(
-    cassandra_node: CassandraNode, request: pytest.FixtureRequest
+    cassandra_node: CassandraNode, cassandra_keyspaces: list[str]
 ) -> Iterator[CassandraSettings]:
-    """Settings of a keyspace of this test's own (created by the store that opens it, dropped after)."""
-    name = "t_" + hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:20]
+    """Settings of a keyspace of this test's own while it runs: an earlier test's, emptied, or a new one
+    (created by the store that opens it), emptied after. Creating a keyspace's tables and dropping them
+    again are schema changes, Cassandra's slowest statements: seconds a test, most of the storage tests'
+    time. Emptied after the test rather than beside the next one, whose timing it would disturb; and one
+    keyspace's tables on the node's 1 GiB heap, not a few hundred tests' (which filled it)."""
+    name = cassandra_keyspaces.pop() if cassandra_keyspaces else f"t_{uuid.uuid4().hex}"
     yield CassandraSettings(hosts=("127.0.0.1",), port=cassandra_node.cql_port, keyspace=name)
-    cassandra_node.drop_keyspace(name)
+    cassandra_node.empty_keyspace(name)
+    cassandra_keyspaces.append(name)
 
 
 # --- PostgreSQL: one server per test session, a schema per test ------------------------------------------

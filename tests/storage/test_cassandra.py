@@ -1,5 +1,5 @@
-"""The storage contract bound to the Cassandra backend (a real node, a keyspace per test), plus what
-only this backend has to do: fencing, reloading its index, segments."""
+"""The storage contract bound to the Cassandra backend (a real node, an emptied keyspace per test), plus
+what only this backend has to do: fencing, reloading its index, segments."""
 
 from __future__ import annotations
 
@@ -47,6 +47,7 @@ from querator.storage.cassandra._store import THREADS
 from querator.storage.cassandra._workflows import _bucket
 from querator.storage.operations import RetryEntry
 from querator.storage.workflows import Workflow
+from tests.cassandra_node import CassandraNode
 from tests.conftest import eventually
 from tests.storage.contract import NOW, SECOND, Part, RecordsContract, StoreContract, ids, item, payloads
 
@@ -710,3 +711,27 @@ async def test_a_workflow_record_is_read_and_written_without_a_worker_thread(sto
         release.set()
         await asyncio.gather(*busy)
     assert await store.workflows.list_workflows("completed", "", 10) == [ended]
+
+
+async def test_an_emptied_keyspace_keeps_its_tables_and_none_of_its_rows(
+    store: CassandraStore, cassandra_node: CassandraNode, cassandra_settings: CassandraSettings
+) -> None:
+    """What the tests' reused keyspaces rely on (``cassandra_settings``, tests/conftest.py): emptying one
+    truncates each table that holds a row, and the next store finds its tables and nothing of before."""
+    later = SystemClock().now() + 3600 * SECOND  # the store runs on the real clock
+    queue = QueueRecord(name="queue")
+    assert await store.add_queue(queue)
+    await Part(store.partition("queue", 0)).produce(item("x", expire_deadline=later))
+    assert await store.add_record("kind", "key", b"value")
+    await store.raise_stamps("kind", {"key": later})
+    ks = cassandra_settings.keyspace
+    truncated = await asyncio.to_thread(cassandra_node.empty_keyspace, ks)
+    written = {"schema_version", "queues", "queues_by_namespace", "partitions", "items", "records", "stamps"}
+    assert written <= set(truncated)
+    assert await asyncio.to_thread(cassandra_node.empty_keyspace, ks) == []
+    async with opened_store(cassandra_settings, EPOCH + 1) as again:
+        assert await again.get_queue("queue") is None
+        assert await again.list_queues("", 10, queue.namespace) == []
+        assert await Part(again.partition("queue", 0)).list() == []
+        assert await again.get_record("kind", "key") is None
+        assert await again.get_stamps("kind", ["key"]) == {}

@@ -1,6 +1,6 @@
 """What the Cassandra backend writes and reads for background work, counted by statement (a real node,
-a keyspace per test; docs/adr/0041): schedules' slots, API keys' last use, and the index of running
-workflows, which a finish no longer deletes from."""
+an emptied keyspace per test; docs/adr/0041): schedules' slots, API keys' last use, and the index of
+running workflows, which a finish no longer deletes from."""
 
 from __future__ import annotations
 
