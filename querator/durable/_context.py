@@ -188,6 +188,8 @@ class Context:
         self._asked = [u for u in wf.updates if not u.taken_by]
         """Updates sent and not taken yet, oldest first: the turn takes them when it suspends."""
         self.compensating = False
+        self.activation: m.WorkflowActivation | None = None
+        """The activation item this turn runs for: the turn's ending completes it (docs/adr/0070)."""
         # The server's time at the claim, moved on by this process's monotonic clock: timers compare
         # with the server's clock, which delivers them, not with this machine's.
         self._clock = SystemClock()
@@ -512,8 +514,9 @@ class Context:
         return step.decode(data)
 
     async def append(self, then: str = "", **fields: Any) -> m.WorkflowsAppendResponse:
-        """Sends the unsent entries with ``then`` (the end of this activation's turn)."""
-        return await self._send(self.unsent(), then, **fields)
+        """Sends the unsent entries with ``then`` (the end of this activation's turn), which completes
+        the activation too."""
+        return await self._send(self.unsent(), then, activation=self.activation, **fields)
 
     async def _append(self, entries: Sequence[m.WorkflowEntry]) -> None:
         await self._send([*self.unsent(), *entries], "")

@@ -56,6 +56,8 @@ async def test_a_turn_that_ends_after_a_step_records_both_in_one_append() -> Non
     spent = {route: after.get(route, 0.0) - before.get(route, 0.0) for route in after}
     assert spent["/v1/workflows.claim"] == 1
     assert spent["/v1/workflows.append"] == 3
+    # The ending completed the activation (docs/adr/0070): the worker sends no complete of its own.
+    assert spent.get("/v1/queue.complete", 0.0) == 0
 
 
 async def test_a_step_runs_only_once_the_steps_before_it_are_recorded() -> None:
