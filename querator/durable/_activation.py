@@ -28,7 +28,7 @@ from querator.wire.workflows import (
     STEP,
     SUSPEND,
 )
-from querator.worker import RetryLater, current_attempt, span
+from querator.worker import Lease, RetryLater, current_attempt, current_lease, span
 
 if TYPE_CHECKING:
     from querator.durable._app import Durable
@@ -75,21 +75,16 @@ async def activate(app: Durable, workflow_id: str) -> None:
         with contextlib.suppress(QueratorError):
             await client.append_workflow(release)
         raise RetryLater(UNKNOWN_WAIT_S)
+    lease = current_lease()
+    activation = _activation(lease, wf)
     renewal = asyncio.create_task(_keep_claimed(client, wf, app.claim_timeout))
     attributes = {"querator.workflow.id": workflow_id, "querator.workflow.fence": wf.fence}
     try:
         # Every turn of a run is a span in the trace the run was started in, whichever worker takes it.
         with span(f"{wf.name} workflow", attributes, definition.trace(wf.input)):
-            while True:
-                ctx = Context(app, client, wf, app.claim_timeout)
-                try:
-                    reply = await _turn(ctx, definition)
-                except Exception as e:
-                    reply = await _fail_unrecorded(client, wf, e)
-                if not reply.resume:
-                    return
-                # Something arrived meanwhile: replay again.
-                wf = await client.workflow_journal(workflow_id, namespace=app.namespace)
+            reply = await _turns(app, client, wf, definition, activation)
+        if reply.settled and lease is not None:
+            lease.settled = True  # the ending completed the activation: no complete of ours
     except Lost as e:
         log.warning("workflow %s was claimed by another worker; this one stops: %s", workflow_id, e)
     except Interrupted as e:
@@ -101,6 +96,27 @@ async def activate(app: Durable, workflow_id: str) -> None:
         renewal.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await renewal
+
+
+async def _turns(
+    app: Durable,
+    client: AsyncClient,
+    wf: m.WorkflowInfo,
+    definition: Any,
+    activation: m.WorkflowActivation | None,
+) -> m.WorkflowsAppendResponse:
+    """Replays the claimed workflow until a turn's ending is stored; that ending's reply."""
+    while True:
+        ctx = Context(app, client, wf, app.claim_timeout)
+        ctx.activation = activation
+        try:
+            reply = await _turn(ctx, definition)
+        except Exception as e:
+            reply = await _fail_unrecorded(client, wf, e, activation)
+        if not reply.resume:
+            return reply
+        # Something arrived meanwhile: replay again.
+        wf = await client.workflow_journal(wf.workflow_id, namespace=app.namespace)
 
 
 async def _turn(ctx: Context, definition: Any) -> m.WorkflowsAppendResponse:
@@ -127,8 +143,17 @@ async def _turn(ctx: Context, definition: Any) -> m.WorkflowsAppendResponse:
     return await ctx.append(COMPLETE, result=definition.encode(value))
 
 
+def _activation(lease: Lease | None, wf: m.WorkflowInfo) -> m.WorkflowActivation | None:
+    """The activation item this turn runs for, which its ending completes (docs/adr/0070): the leased
+    item, when it is one of the workflow's own queue (where its activations are)."""
+    if lease is None or lease.queue != wf.queue_name:
+        return None
+    item = lease.item
+    return m.WorkflowActivation(partition=lease.partition, id=item.id, lease_token=item.lease_token)
+
+
 async def _fail_unrecorded(
-    client: AsyncClient, wf: m.WorkflowInfo, error: Exception
+    client: AsyncClient, wf: m.WorkflowInfo, error: Exception, activation: m.WorkflowActivation | None
 ) -> m.WorkflowsAppendResponse:
     """Ends a workflow whose turn's outcome could not be recorded (a result that does not serialize, a
     journal the server refuses as too large): trying the same turn again would fail the same way, for
@@ -136,7 +161,12 @@ async def _fail_unrecorded(
     reason = f"the workflow's outcome could not be recorded: {describe(error)}"[:MAX_FAILURE_CHARS]
     log.error("workflow %s failed: %s", wf.workflow_id, reason)
     ending = m.WorkflowsAppendRequest(
-        workflow_id=wf.workflow_id, fence=wf.fence, then=FAIL, error=reason, namespace=wf.namespace
+        workflow_id=wf.workflow_id,
+        fence=wf.fence,
+        then=FAIL,
+        error=reason,
+        namespace=wf.namespace,
+        activation=activation,
     )
     with server_call():
         return await client.append_workflow(ending)

@@ -188,6 +188,8 @@ class Context:
         self._asked = [u for u in wf.updates if not u.taken_by]
         """Updates sent and not taken yet, oldest first: the turn takes them when it suspends."""
         self.compensating = False
+        self.activation: m.WorkflowActivation | None = None
+        """The activation item this turn runs for: the turn's ending completes it (docs/adr/0070)."""
         # The server's time at the claim, moved on by this process's monotonic clock: timers compare
         # with the server's clock, which delivers them, not with this machine's.
         self._clock = SystemClock()
@@ -216,8 +218,10 @@ class Context:
         entries = [self._entry(c.seq, c.kind, c.name) for c in calls]
         waiting = [c for c, e in zip(calls, entries, strict=True) if e is None or e.state == PENDING]
         if waiting:
-            self._check_cancelled()
             new = [c for c, e in zip(calls, entries, strict=True) if e is None]
+            if new:
+                await self._send_held()  # before the check: its reply may say the deadline passed
+            self._check_cancelled()
             if new:
                 await self._dispatch(new, group=calls[0].seq, size=len(calls))
             raise Suspend()
@@ -454,10 +458,13 @@ class Context:
             return call.outcome(entry)
         if entry is not None and entry.group:
             raise Suspend()  # dispatched by a gather of an earlier run of this code: not ours to run
+        await self._send_held()  # before the check: its reply may say the deadline passed
         self._check_cancelled()
         if entry is not None and _micros(entry.wake_at) > self.now_us():
             raise Suspend(_micros(entry.wake_at))
-        await self._send_search_attributes()
+        # A list finds the run by its search attributes while the step runs (a suspend, which dispatched
+        # steps, timers, waits and children end in, sends them anyway).
+        await self._send_held(SEARCH)
         crashed, self._lapsed = self._lapsed, 0
         attempts = (entry.attempts if entry is not None else 0) + crashed + 1
         step = call.step
@@ -467,7 +474,7 @@ class Context:
                 seq=call.seq, kind=STEP, name=call.name, state=ERROR, error=worker_lost(attempts - 1),
                 attempts=attempts - 1,
             )  # fmt: skip
-            await self._append([lost])
+            self._hold(lost)
             raise StepFailed(call.name, lost.error)
         try:
             if not await step.admitted(
@@ -484,7 +491,7 @@ class Context:
                 done = m.WorkflowEntry(
                     seq=call.seq, kind=STEP, name=call.name, state=ERROR, error=describe(e), attempts=attempts
                 )
-                await self._append([done])
+                self._hold(done)
                 raise StepFailed(call.name, done.error) from e
             wake_at = self.now_us() + micros(step.options.retry(attempts))
             self._unsent.append(
@@ -499,18 +506,17 @@ class Context:
             )
             raise Suspend(wake_at) from e
         data = step.encode(value)
-        await self._append(
-            [
-                m.WorkflowEntry(
-                    seq=call.seq, kind=STEP, name=call.name, state=DONE, value=data, attempts=attempts
-                )
-            ]
+        self._hold(
+            m.WorkflowEntry(
+                seq=call.seq, kind=STEP, name=call.name, state=DONE, value=data, attempts=attempts
+            )
         )
         return step.decode(data)
 
     async def append(self, then: str = "", **fields: Any) -> m.WorkflowsAppendResponse:
-        """Sends the unsent entries with ``then`` (the end of this activation's turn)."""
-        return await self._send(self.unsent(), then, **fields)
+        """Sends the unsent entries with ``then`` (the end of this activation's turn), which completes
+        the activation too."""
+        return await self._send(self.unsent(), then, activation=self.activation, **fields)
 
     async def _append(self, entries: Sequence[m.WorkflowEntry]) -> None:
         await self._send([*self.unsent(), *entries], "")
@@ -530,11 +536,23 @@ class Context:
         with server_call():
             reply = await self._client.append_workflow(msg)
         self._timed_out = self._timed_out or reply.timed_out
+        self._noted([e for e in entries if self._journal.get(e.seq) is not e])
+        return reply
+
+    def _noted(self, entries: Sequence[m.WorkflowEntry]) -> None:
+        """``entries`` are the journal's now, as far as this turn's code can tell."""
         for entry in entries:
             self._journal[entry.seq] = entry
         if any(e.seq == self._seq and e.state in FINAL_STATES for e in entries):
             self.reapply_updates()  # the call that waited returns now: what was taken meanwhile first
-        return reply
+
+    def _hold(self, entry: m.WorkflowEntry) -> None:
+        """A step's outcome, recorded with the turn's next append rather than one of its own: a turn
+        that ends (or suspends) right after the step records both in one request (docs/adr/0070). The
+        code goes on as if it were recorded; nothing outside the journal happens before it is
+        (``_send_held``), so a crash in between runs again only this step, which steps allow."""
+        self._unsent.append(entry)
+        self._noted([entry])
 
     async def _dispatch(self, calls: Sequence[Call], group: int, size: int) -> None:
         """Steps become task items of the workflow's queue and children are started; then their pending
@@ -569,11 +587,11 @@ class Context:
             for c in calls
         ]
 
-    async def _send_search_attributes(self) -> None:
-        """Search attributes set since the last append are sent before a step runs here, so that a list
-        finds the run by them while the step runs (a suspend, which dispatched steps, timers, waits and
-        children end in, sends them anyway)."""
-        if any(e.kind == SEARCH for e in self._unsent):
+    async def _send_held(self, *kinds: str) -> None:
+        """Before a step runs here, or steps are dispatched or children started: the outcome of a step
+        held (``_hold``) is recorded first, so that a step never runs again once a later one has started
+        (docs/durable.md, Guarantees); with it, the unsent entries of ``kinds``."""
+        if any(e.kind in kinds or (e.kind == STEP and e.state in FINAL_STATES) for e in self._unsent):
             await self._append([])
 
     def _entry(self, seq: int, kind: str, name: str) -> m.WorkflowEntry | None:

@@ -143,6 +143,7 @@ class Service(QueueAdministration):
             store.workflows,
             self.clock,
             self._produce_own,
+            self.complete,
             self._queue_namespace,
             workflow_retention_us,
             authorize=self.tenancy.authorize if tenancy else None,

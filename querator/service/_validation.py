@@ -524,6 +524,11 @@ def check_workflow_append(req: m.WorkflowsAppendRequest) -> None:
         _check_entry(req.fence, e)
     if req.claim_timeout:
         claim_timeout(req.claim_timeout)
+    activation = req.activation
+    if activation is not None and (not req.then or not activation.id or activation.partition < 0):
+        raise InvalidOption(
+            "activation is invalid; it goes with an ending (then), with an item id and a partition >= 0"
+        )
 
 
 def _check_entry(fence: int, e: m.WorkflowEntry) -> None:

@@ -78,6 +78,8 @@ Recorded = tuple[str, list[Entry], int]
 Batch = list[Recorded]
 Outcomes = list[BaseException | None]
 Produce = Callable[[m.QueueProduceRequest], Awaitable[m.QueueProduceResponse]]
+Complete = Callable[[RequestContext, m.QueueCompleteRequest], Awaitable[None]]
+"""``queue.complete`` for a caller."""
 QueueNamespace = Callable[[str], Awaitable[str | None]]
 """The namespace of a queue, None when there is no such queue."""
 Authorize = Callable[[RequestContext, str, str], Awaitable[None]]
@@ -96,6 +98,7 @@ class Workflows:
         rows: WorkflowRows,
         clock: Clock,
         produce: Produce,
+        complete: Complete,
         queue_namespace: QueueNamespace,
         retention_us: int = DEFAULT_RETENTION_US,
         authorize: Authorize | None = None,
@@ -104,6 +107,7 @@ class Workflows:
         self._authorize = authorize
         self._clock = clock
         self._produce = produce
+        self._complete = complete
         self._queue_namespace = queue_namespace
         self._retention_us = retention_us
         self._results = ResultWaits(rows, clock)
@@ -379,7 +383,33 @@ class Workflows:
         if effects.drop_through and wrote:
             await self._drop_earlier_runs(key, effects.drop_through)
         timed_out = write is not None and write.timed_out  # ``write``: the head as it is now
-        return m.WorkflowsAppendResponse(resume=effects.resume, timed_out=timed_out)
+        settled = not effects.resume and await self._settle(ctx, req.activation, write)
+        return m.WorkflowsAppendResponse(resume=effects.resume, timed_out=timed_out, settled=settled)
+
+    async def _settle(
+        self, ctx: RequestContext, activation: m.WorkflowActivation | None, wf: Workflow | None
+    ) -> bool:
+        """Completes the activation a turn ran for, with the turn's ending stored (docs/adr/0070): as the
+        worker's own ``queue.complete`` would, for the same caller, in the workflow's queue (where its
+        activations are). False when it is not completed (its lease lost, say): the worker then
+        completes it itself, or it comes back and its claim finds nothing new, as before."""
+        if activation is None or wf is None:
+            return False
+        tokens = [activation.lease_token] if activation.lease_token else []
+        done = m.QueueCompleteRequest(
+            queue_name=wf.queue,
+            partition=activation.partition,
+            request_timeout="30s",  # as an activation's produce: within the caller's own deadline
+            ids=[activation.id],
+            lease_tokens=tokens,
+        )
+        try:
+            await self._complete(ctx, done)
+        except QueratorError as e:
+            workflow_id = split_stored_id(wf.id)[1]
+            log.info("activation %s of %s left to its worker: %s", activation.id, workflow_id, e.message)
+            return False
+        return True
 
     # -- writes and their effects -----------------------------------------------------------------------
 

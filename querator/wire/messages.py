@@ -471,6 +471,15 @@ class WorkflowsClaimResponse(Message):
     workflow: WorkflowInfo | None = None
 
 
+class WorkflowActivation(Message):
+    """The activation item a turn runs for: its lease in the workflow's queue, which the append that
+    ends the turn completes (docs/adr/0070)."""
+
+    partition: int = 0
+    id: str = ""
+    lease_token: str = ""
+
+
 class WorkflowsAppendRequest(Message):
     workflow_id: str = ""
     fence: int = 0
@@ -482,11 +491,14 @@ class WorkflowsAppendRequest(Message):
     claim_timeout: str = ""
     namespace: str = ""
     resumable: bool = False
+    activation: WorkflowActivation | None = None
 
 
 class WorkflowsAppendResponse(Message):
     resume: bool = False
     timed_out: bool = False
+    settled: bool = False
+    """The request's activation was completed with the turn's end: its worker leaves it."""
 
 
 # -- cron schedules (docs/schedules.md) -------------------------------------------------------------------

@@ -41,7 +41,16 @@ from querator.worker._run import find as find_app
 from querator.worker._run import load as load_worker
 from querator.worker._run import run_worker
 from querator.worker._serializer import JsonSerializer, Serializer, Signature, typed
-from querator.worker._task import Permanent, RetryLater, Task, current_attempt, current_item, current_job_id
+from querator.worker._task import (
+    Lease,
+    Permanent,
+    RetryLater,
+    Task,
+    current_attempt,
+    current_item,
+    current_job_id,
+    current_lease,
+)
 from querator.worker._trace import current_traceparent, span, use_traceparent
 from querator.worker._worker import Worker
 
@@ -49,6 +58,7 @@ __all__ = [
     "EnvelopeError",
     "JsonFormatter",
     "JsonSerializer",
+    "Lease",
     "Permanent",
     "RateLimit",
     "RetryLater",
@@ -61,6 +71,7 @@ __all__ = [
     "current_attempt",
     "current_item",
     "current_job_id",
+    "current_lease",
     "current_traceparent",
     "find_app",
     "level_queue",

@@ -36,7 +36,7 @@ from querator.worker._priority import level_queues
 from querator.worker._rate import take_shared
 from querator.worker._settle import Settler
 from querator.worker._slots import Slots
-from querator.worker._task import CURRENT_ITEM, MAX_BATCH, Permanent, RetryLater, Task
+from querator.worker._task import CURRENT_ITEM, CURRENT_LEASE, MAX_BATCH, Lease, Permanent, RetryLater, Task
 from querator.worker._trace import current_traceparent, span
 
 log = logging.getLogger("querator.worker")
@@ -283,6 +283,8 @@ class QueueRunner:
             "item_id": item.id,
             "attempt": item.attempts,
         }
+        lease = Lease(queue, partition, item)
+        CURRENT_LEASE.set(lease)  # this run's own task: the run's code sees it, nothing after
         try:
             try:
                 admitted = await self._admitted(task, item)
@@ -294,7 +296,7 @@ class QueueRunner:
             finally:
                 rt.reservations.give()  # the run ended: its settlement overlaps the next lease
             if admitted:
-                await self._settle(queue, partition, item, fields, failure, outcome, retry)
+                await self._settle(lease, fields, failure, outcome, retry)
             else:
                 await self._give_back(queue, partition, item)
         finally:
@@ -416,19 +418,20 @@ class QueueRunner:
 
     async def _settle(
         self,
-        queue: str,
-        partition: int,
-        item: m.QueueLeaseItem,
+        lease: Lease,
         fields: dict[str, Any],
         failure: _Failure | None,
         outcome: str,
         retry: m.QueueRetryItem | None,
     ) -> None:
-        """Stores the run's outcome (complete, or ``retry``), counts it and logs it."""
+        """Stores the run's outcome (complete, unless the run's own request did, or ``retry``), counts it
+        and logs it."""
         rt = self._rt
+        queue, partition, item = lease.queue, lease.partition, lease.item
         try:
             if retry is None:
-                await rt.settler.complete(queue, partition, item.id, item.lease_token)
+                if not lease.settled:
+                    await rt.settler.complete(queue, partition, item.id, item.lease_token)
             else:
                 # The lease's proof goes with it, for a queue that requires lease tokens.
                 await rt.settler.retry(queue, partition, replace(retry, lease_token=item.lease_token))

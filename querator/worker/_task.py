@@ -51,6 +51,28 @@ CURRENT_ITEM: contextvars.ContextVar[m.QueueLeaseItem | None] = contextvars.Cont
 """The leased item the running task works on: ``current_item``, ``current_attempt``."""
 
 
+@dataclass(slots=True)
+class Lease:
+    """Where the item a task run works on is leased. A task whose item another request completed (a
+    durable turn's ending, docs/adr/0070) sets ``settled``, and its worker sends no complete of its own."""
+
+    queue: str
+    partition: int
+    item: m.QueueLeaseItem
+    settled: bool = False
+
+
+CURRENT_LEASE: contextvars.ContextVar[Lease | None] = contextvars.ContextVar(
+    "querator_current_lease", default=None
+)
+"""The lease of the item the running task works on (``current_lease``)."""
+
+
+def current_lease() -> Lease | None:
+    """The lease of the item the calling task run works on; None outside a run."""
+    return CURRENT_LEASE.get()
+
+
 def current_item() -> m.QueueLeaseItem | None:
     """The leased item the calling task run works on (its id, ``attempts``, ``reference``, ``kind``...);
     None outside a run."""

@@ -830,7 +830,7 @@ async def test_a_head_a_node_kept_gives_way_to_another_nodes_write(durable: Api)
     await start(durable, "wf")
     await claim(durable, "wf")  # this node keeps the head it claimed
     here = durable.service.workflows
-    there = Workflows(here._rows, here._clock, here._produce, here._queue_namespace)
+    there = Workflows(here._rows, here._clock, here._produce, here._complete, here._queue_namespace)
     await there.signal(AS_SERVER, m.WorkflowsSignalRequest(workflow_id="wf", name="go", signal_id="s-1"))
     assert await append(durable, 1, "wf", then="suspend") == {"resume": True}
     info = await durable.post("/v1/workflows.info", {"workflow_id": "wf"})
@@ -856,3 +856,33 @@ async def test_a_start_of_a_new_id_reads_nothing(durable: Api, monkeypatch: pyte
     durable.service.workflows._heads.forget("wf")  # another node's start: nothing kept here
     assert "created" not in await start(durable, "wf")  # (false is left out of a reply)
     assert len(reads) == 2
+
+
+async def test_an_ending_completes_the_activation_its_turn_ran_for(durable: Api) -> None:
+    """A worker's ending names the activation its turn ran for: completed with it, for the same caller,
+    so the worker sends no complete of its own (docs/adr/0070); one not leased any more is left to the
+    worker (``settled`` false), and the ending is stored all the same."""
+    await start(durable)
+    leased = await durable.lease("durable", timeout="1s")
+    [item] = leased["items"]
+    activation = {"partition": leased.get("partition", 0), "id": item["id"]}
+    await claim(durable)
+    # A continuing append does not end the turn: it names no activation.
+    error = await durable.error(
+        "/v1/workflows.append", {"workflow_id": "wf-1", "fence": 1, "activation": activation}
+    )
+    assert error.status == 400 and error.message.startswith("activation is invalid; it goes with an ending")
+    assert await _items(durable) == [item["id"]]  # leased
+    ended = await append(durable, 1, entries=[step(1)], then="suspend", activation=activation)
+    assert ended == {"settled": True}
+    assert await _items(durable) == []
+    await durable.post("/v1/workflows.signal", {"workflow_id": "wf-1", "name": "go"})  # wakes it again
+    await claim(durable)
+    assert await append(durable, 2, then="complete", activation=activation) == {}  # completed already
+    assert (await claim(durable))["outcome"] == "finished"
+
+
+async def _items(api: Api) -> list[str]:
+    """The ids of the items in the app's queue, leased or not."""
+    listed = await api.post("/v1/storage/items.list", {"queue_name": "durable", "partition": 0})
+    return [i["id"] for i in listed.get("items", [])]

@@ -304,7 +304,7 @@ async def looping(ctx: Context, key: str, i: int, n: int, total: int) -> int:
     """A step a run, continued as new until run ``n``: its journal stays one run's (one entry)."""
     total += await ctx.run(count, key, i)
     if i < n:
-        die_once(f"die-before-continue-{key}-{i}")  # its step recorded, its continue not yet sent
+        die_once(f"die-before-continue-{key}-{i}")  # its step run, its result and continue not yet sent
         ctx.continue_as_new(key, i + 1, n, total)
     return total
 

@@ -457,9 +457,10 @@ async def test_signals_sent_across_continues_are_each_received_once(
 
 
 async def test_kill_9_around_a_continue_loses_nothing(workers: Workers, client: AsyncClient) -> None:
-    """A worker killed after a run's step was recorded and before its continue was sent, and one killed
-    in the first step of a run that followed a continue: the workflow ends with the same result, the
-    recorded step never ran again, the one in flight ran again (at least once, docs/durable.md)."""
+    """A worker killed after a run's step and before its continue was sent, and one killed in the first
+    step of a run that followed a continue: the workflow ends with the same result, and both steps ran
+    again (at least once, docs/durable.md): the first one's result goes with the continue, in one
+    append (docs/adr/0070); the steps recorded never ran again."""
     for marker in ("die-before-continue-k-3", "die-in-step-k-6"):
         (workers.records / marker).touch()
     handle = await wf.app.start(wf.looping, "k", 0, 8, 0, workflow_id="killed")
@@ -468,5 +469,5 @@ async def test_kill_9_around_a_continue_loses_nothing(workers: Workers, client: 
     workers.start()
     assert await handle.result(timeout=DEADLINE) == sum(range(9))
     runs = sorted(r["key"] for r in workers.runs("count"))
-    assert runs == sorted([*(f"k-{i}" for i in range(9)), "k-6"])  # k-6 was in flight at its kill
+    assert runs == sorted([*(f"k-{i}" for i in range(9)), "k-3", "k-6"])  # the two the kills cut off
     assert (await client.workflow_info("killed")).runs == 8
