@@ -53,6 +53,15 @@ class Waiting:
             if lease.timer is None:
                 lease.timer = self._clock.call_at(lease.deadline, functools.partial(self._lease_due, lease))
 
+    def withdraw(self, lease: Lease) -> None:
+        """Takes a lease whose caller went away off the lists at once, rather than at the next batch: it
+        is no longer counted as waiting, and no batch serves it (one whose write is in flight gives back
+        what it leased to it: ``Transaction.answer``)."""
+        if lease in self.pending:
+            self.pending.remove(lease)
+        elif lease in self.leases:
+            self.leases.remove(lease)
+
     def expire_parked(self) -> None:
         """Answers the parked leases whose deadline passed while their write was in flight and that
         came back without items."""
@@ -118,8 +127,8 @@ class Waiting:
         self._drop(lease, RetryRequest(LEASE_NOT_STORED) if lease.writing else LeaseTimedOut())
 
     def _drop(self, request: Request, error: QueratorError) -> None:
-        if request in self.pending:
+        if isinstance(request, Lease):
+            self.withdraw(request)
+        elif request in self.pending:
             self.pending.remove(request)
-        elif isinstance(request, Lease) and request in self.leases:
-            self.leases.remove(request)
         fail_future(request.future, error)

@@ -165,9 +165,11 @@ class LogicalQueue:
             result: tuple[int, list[Item]] = await self._submit(request, deadline=deadline)
             return result
         except asyncio.CancelledError:
-            # The caller went away (its client disconnected) after the items were leased to it, before
-            # it could take them: they are nobody's. (Cancelled earlier, the future is cancelled and the
-            # batch that leases to it gives them back: Transaction.answer.)
+            # The caller went away (its client disconnected): the lease stops waiting now, so that it is
+            # not counted and no later batch serves it. Items leased to it before it could take them
+            # are nobody's. (Cancelled earlier, the future is cancelled and the batch that leases to it
+            # gives them back: Transaction.answer.)
+            self._waiting.withdraw(request)
             future = request.future
             if future.done() and not future.cancelled() and future.exception() is None:
                 partition, items = future.result()

@@ -484,6 +484,23 @@ async def test_a_lease_cancelled_after_its_items_were_dealt_gives_them_back() ->
     await lq.shutdown()
 
 
+async def test_a_parked_lease_cancelled_stops_waiting_at_once() -> None:
+    """Its caller gone, a parked lease is off the queue's lists before any batch runs again: not counted
+    as waiting (queue.stats), and the next item goes to the next lease."""
+    lq = LogicalQueue(Settings(record()), [(0, MemoryPartition())], FakeClock(), no_dead_queue)
+    lease = asyncio.ensure_future(lq.lease("c", 1, 10 * MINUTE))
+    await eventually(lambda: _true(lq.waiting().lease_waiting == 1))
+    lease.cancel()  # its caller went away (an HTTP client that disconnected)
+    with pytest.raises(asyncio.CancelledError):
+        await lease
+    assert lq.waiting().lease_waiting == 0
+    await lq.produce([Item(payload=b"x")], MINUTE)
+    _, items = await asyncio.wait_for(lq.lease("c", 1, MINUTE), 5)
+    assert [(i.payload, i.attempts) for i in items] == [(b"x", 1)]
+    assert lq.counters.released == 0  # nothing was leased to the cancelled one
+    await lq.shutdown()
+
+
 async def items_leased_to_nobody_come_back_at_once(p: HeldWrites, lq: LogicalQueue) -> None:
     """The held write goes through, leasing the item to a request nobody waits for any more: it comes
     back at once (no lease expiry) and that lease does not count as an attempt."""

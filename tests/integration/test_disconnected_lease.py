@@ -21,8 +21,11 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from querator.client import AsyncClient
+from querator.cluster.local_members import process_owner
+from querator.cluster.node import LOCAL_NODE
 
 from .conftest import ServerProcess, Servers, eventually
+from .test_processes import PROCESSES, all_listening, private_addresses
 
 pytestmark = pytest.mark.integration
 
@@ -36,6 +39,14 @@ async def leases_waiting(client: AsyncClient, expected: int) -> bool:
     return sum(lq.lease_waiting for lq in stats.logical_queues) == expected
 
 
+def lease_request(body: bytes) -> bytes:
+    """A raw HTTP lease request: sent on a bare socket, closing the socket is the client leaving."""
+    return (
+        f"POST /v1/queue.lease HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
 async def one_item_reaches_the_same_client(client: AsyncClient) -> None:
     """Once the abandoned lease is gone: an item produced now goes to the consumer's next lease, as
     its first attempt, under the same client id."""
@@ -45,9 +56,9 @@ async def one_item_reaches_the_same_client(client: AsyncClient) -> None:
     assert [(i.bytes, i.attempts) for i in reply.items] == [(b"hello", 1)]
 
 
-async def leases_timed(server: ServerProcess) -> dict[str, float]:
-    """The count of lease requests in the node's latency histogram, by status code."""
-    async with aiohttp.ClientSession() as session, session.get(server.url + "/metrics") as reply:
+async def leases_timed(url: str) -> dict[str, float]:
+    """The count of lease requests in the latency histogram of the server at ``url``, by status code."""
+    async with aiohttp.ClientSession() as session, session.get(url + "/metrics") as reply:
         text = await reply.text()
     return {
         sample.labels["code"]: sample.value
@@ -70,17 +81,12 @@ async def test_a_lease_whose_client_closed_its_socket_takes_nothing(
     node: tuple[ServerProcess, AsyncClient],
 ) -> None:
     server, client = node
-    body = msgspec.json.encode(LEASE)
-    request = (
-        f"POST /v1/queue.lease HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
     with socket.create_connection(("127.0.0.1", server.port), timeout=DEADLINE) as sock:
-        sock.sendall(request)
+        sock.sendall(lease_request(msgspec.json.encode(LEASE)))
         await eventually(lambda: leases_waiting(client, 1), DEADLINE, "the lease is parked")
     await one_item_reaches_the_same_client(client)
     # The abandoned lease is timed under 499 (the client went away), the one served under 200.
-    assert await leases_timed(server) == {"200": 1, "499": 1}
+    assert await leases_timed(server.url) == {"200": 1, "499": 1}
 
 
 async def idle_cutting_proxy(upstream: str, idle_timeout: float) -> web.AppRunner:
@@ -122,3 +128,24 @@ async def test_a_lease_cut_by_a_proxy_idle_timeout_takes_nothing(
     finally:
         with contextlib.suppress(Exception):
             await runner.cleanup()
+
+
+async def test_a_forwarded_lease_whose_client_left_takes_nothing_at_the_owner(servers: Servers) -> None:
+    """A node of two processes: the lease reaches the process that does not own the queue, which
+    forwards it to the owner over a pooled connection. Its client leaving cancels the forward, which
+    closes that connection, and the owner drops its waiting lease (timed there under 499): the next
+    item goes to the next lease as its first attempt, not to nobody until the lease_timeout of a
+    minute."""
+    server = servers.start("--storage", "memory", "--processes", str(PROCESSES))
+    await all_listening(server)
+    addresses = private_addresses(server)
+    owner = process_owner(LOCAL_NODE, PROCESSES)("q", 0)
+    far, near = addresses[1 - owner], addresses[owner]
+    async with AsyncClient(f"http://{near}") as client:
+        await client.create_queue("q", max_attempts=1, lease_timeout="1m")
+        host, port = far.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=DEADLINE) as sock:
+            sock.sendall(lease_request(msgspec.json.encode(LEASE)))
+            await eventually(lambda: leases_waiting(client, 1), DEADLINE, "the lease waits at the owner")
+        await one_item_reaches_the_same_client(client)
+    assert await leases_timed(f"http://{near}") == {"200": 1, "499": 1}
