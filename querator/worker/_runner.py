@@ -36,7 +36,7 @@ from querator.worker._priority import level_queues
 from querator.worker._rate import take_shared
 from querator.worker._settle import Settler
 from querator.worker._slots import Slots
-from querator.worker._task import CURRENT_ITEM, CURRENT_LEASE, MAX_BATCH, Lease, Permanent, RetryLater, Task
+from querator.worker._task import CURRENT_LEASE, MAX_BATCH, Lease, Permanent, RetryLater, Task
 from querator.worker._trace import current_traceparent, span
 
 log = logging.getLogger("querator.worker")
@@ -367,12 +367,11 @@ class QueueRunner:
             failure = await _rate_limited(task, call.args, call.kwargs, self._rt)
             if failure is not None:
                 return failure
-            return await self._run_in_slot(task, item, fields, call, trace)
+            return await self._run_in_slot(task, fields, call, trace)
 
     async def _run_in_slot(
         self,
         task: Task[..., Any],
-        item: m.QueueLeaseItem,
         fields: dict[str, Any],
         call: inspect.BoundArguments,
         trace: dict[str, str],
@@ -383,7 +382,6 @@ class QueueRunner:
         with span(f"{task.name} process", attributes, trace):
             fields["traceparent"] = current_traceparent()
             started_s = loop.time()
-            current = CURRENT_ITEM.set(item)
             try:
                 await self._call(task, call.args, call.kwargs)
             except RetryLater as e:
@@ -394,7 +392,6 @@ class QueueRunner:
                 permanent = isinstance(e, (Permanent, *task.options.permanent))
                 return _Failure("permanent" if permanent else "error", e)
             finally:
-                CURRENT_ITEM.reset(current)
                 duration_s = loop.time() - started_s
                 fields["duration_s"] = round(duration_s, 6)
                 self._rt.metrics.of(task.name).duration.observe(duration_s)

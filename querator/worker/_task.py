@@ -45,12 +45,6 @@ class RetryLater(Exception):
         self.after_s = seconds_of(after)
 
 
-CURRENT_ITEM: contextvars.ContextVar[m.QueueLeaseItem | None] = contextvars.ContextVar(
-    "querator_current_item", default=None
-)
-"""The leased item the running task works on: ``current_item``, ``current_attempt``."""
-
-
 @dataclass(slots=True)
 class Lease:
     """Where the item a task run works on is leased. A task whose item another request completed (a
@@ -65,7 +59,8 @@ class Lease:
 CURRENT_LEASE: contextvars.ContextVar[Lease | None] = contextvars.ContextVar(
     "querator_current_lease", default=None
 )
-"""The lease of the item the running task works on (``current_lease``)."""
+"""The lease of the item the running task works on: ``current_lease``, ``current_item``,
+``current_attempt``, ``current_job_id``."""
 
 
 def current_lease() -> Lease | None:
@@ -76,14 +71,15 @@ def current_lease() -> Lease | None:
 def current_item() -> m.QueueLeaseItem | None:
     """The leased item the calling task run works on (its id, ``attempts``, ``reference``, ``kind``...);
     None outside a run."""
-    return CURRENT_ITEM.get()
+    lease = CURRENT_LEASE.get()
+    return lease.item if lease is not None else None
 
 
 def current_job_id() -> str:
     """The id of the job the calling task run works on: the id ``enqueue`` returned, the same on every
     attempt, though a retried item comes back under a new id. Use it as the idempotency key of what the
     task does outside (a payment, an email, a webhook); "" outside a run."""
-    item = CURRENT_ITEM.get()
+    item = current_item()
     if item is None:
         return ""
     return item.job_id or item.id
@@ -92,7 +88,7 @@ def current_job_id() -> str:
 def current_attempt() -> int:
     """The attempt number of the item the calling task run works on (1 for its first run; 0 outside a
     run): a task can tell its last attempt by comparing it with its ``max_attempts``."""
-    item = CURRENT_ITEM.get()
+    item = current_item()
     return item.attempts if item is not None else 0
 
 
