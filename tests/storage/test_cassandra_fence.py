@@ -217,48 +217,6 @@ async def test_runs_of_a_queues_partitions_share_one_read_of_their_epochs(
         assert payloads(await p.list()) == [f"first-{n}", f"second-{n}"]
 
 
-async def test_runs_started_together_share_one_read_whenever_their_commits_end(new: CassandraStore) -> None:
-    """The engine starts a batch's runs of a queue's partitions together: the read waits until each has
-    asked for it, however far apart their commits are acknowledged (ADR 0064). A batch of one item per
-    partition on eight partitions: eight plain commits and one read, where a read sent for the first
-    acknowledged commit took that run alone and the others needed more."""
-    parts = [Part(new.partition("queue", n)) for n in range(8)]
-    await asyncio.gather(*(p.produce(item(f"first-{n}")) for n, p in enumerate(parts)))
-    counters = new.run_counters
-    for batch in range(3):
-        before = (counters.paxos, counters.plain, counters.fence_reads)
-        await asyncio.gather(*(p.produce(item(f"{batch}-{n}")) for n, p in enumerate(parts)))
-        spent = (counters.paxos - before[0], counters.plain - before[1], counters.fence_reads - before[2])
-        assert spent == (0, len(parts) + 1, 1)
-    for n, p in enumerate(parts):
-        assert payloads(await p.list()) == [f"first-{n}", *(f"{batch}-{n}" for batch in range(3))]
-
-
-async def test_a_run_still_under_way_holds_the_others_read_back_only_briefly(
-    new: CassandraStore, hook: Hook
-) -> None:
-    """A run whose commit does not come back (here: held until the others are answered) does not keep
-    the runs started with it from their read: it is sent without it after ``GATHER_S``."""
-    parts = [Part(new.partition("queue", n)) for n in range(4)]
-    await asyncio.gather(*(p.produce(item(f"first-{n}")) for n, p in enumerate(parts)))
-    others_answered = asyncio.Event()
-
-    async def hold_partition_0(partition: CassandraPartition, step: Step, send: Send) -> Rows:
-        if step.kind == "write" and partition.number == 0:
-            await others_answered.wait()
-        return await send(step)
-
-    hook.wrap = hold_partition_0
-    slow = asyncio.create_task(parts[0].produce(item("second-0")))
-    await asyncio.wait_for(
-        asyncio.gather(*(p.produce(item(f"second-{n}")) for n, p in enumerate(parts) if n)), 30
-    )
-    others_answered.set()
-    await slow
-    for n, p in enumerate(parts):
-        assert payloads(await p.list()) == [f"first-{n}", f"second-{n}"]
-
-
 @pytest.mark.parametrize("skew_s", [-30, 30], ids=["driver's clock behind", "driver's clock ahead"])
 async def test_plain_and_fenced_commits_stay_in_order_whatever_the_drivers_clock(
     store: CassandraStore, cassandra_settings: CassandraSettings, sizes: Segments, skew_s: int

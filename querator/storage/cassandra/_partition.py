@@ -25,7 +25,7 @@ from querator.storage.base import ClearOptions, Deadlines, Item, PartitionStats,
 from querator.storage.cassandra._codec import decode_states, encode_states, item_from_row, item_rows, log_key
 from querator.storage.cassandra._dedup import Claimant, claim, max_ttl
 from querator.storage.cassandra._errors import DRIVER_ERRORS, CassandraStorageError, storage_error
-from querator.storage.cassandra._fence import FenceReads, Turn
+from querator.storage.cassandra._fence import FenceReads
 from querator.storage.cassandra._index import Index, Meta, StateRow, Writes
 from querator.storage.cassandra._session import Connection, Cql, Rows
 from querator.storage.cassandra._statements import Statement
@@ -223,14 +223,12 @@ class CassandraPartition:
             if self._stale is not None:
                 raise self._stale
             loop = asyncio.get_running_loop()
-            # Under way until it asks for its read or ends: the queue's next read waits for it (ADR 0064).
-            turn = self._fences.start(loop, self.queue)
             try:
                 result, steps = await loop.run_in_executor(self._threads, self._execute, fn)
                 at_s = self._timed("thread", at_s)
                 for step in steps:
                     try:
-                        rows = await self._send(loop, step, turn)
+                        rows = await self._send(loop, step)
                         at_s = self._timed(step.kind, at_s)
                     except DRIVER_ERRORS as e:
                         # Nothing before the commit is visible: item rows above the committed last_id
@@ -249,8 +247,6 @@ class CassandraPartition:
                 if isinstance(e, DRIVER_ERRORS):
                     raise storage_error(e) from e
                 raise
-            finally:
-                turn.end()
             assert self._index is not None
             self._index.end()
             return result
@@ -261,12 +257,12 @@ class CassandraPartition:
         self._connection.counters.add_seconds(phase, now_s - since_s)
         return now_s
 
-    async def _send(self, loop: asyncio.AbstractEventLoop, step: Step, turn: Turn) -> list[dict[str, Any]]:
-        """Where every step of a run goes out; ``turn``, the run's place among those a read waits for."""
+    async def _send(self, loop: asyncio.AbstractEventLoop, step: Step) -> list[dict[str, Any]]:
+        """Where every step of a run goes out."""
 
         def send(step: Step) -> Awaitable[Rows]:
             if step.kind == "verify":
-                return turn.read(self.number)
+                return self._fences.read(loop, self.queue, self.number)
             # The plain commit writes the tail's statics, which a run with markers writes with Paxos.
             return self._connection.execute_async(loop, step.statement, server_timed=step.kind == "write")
 
