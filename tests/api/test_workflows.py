@@ -843,7 +843,8 @@ async def test_a_head_a_node_kept_gives_way_to_another_nodes_write(durable: Api)
 
 async def test_a_start_of_a_new_id_reads_nothing(durable: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/adr/0066: a start guesses that its id is new and inserts at once; only when the insert is
-    refused (the id exists) does it read the head, and it then answers with the run stored."""
+    refused (the id exists) does it read the head, and it then answers with the run stored. It finds
+    its queue's namespace in the settings the node routes by, not in a read (docs/adr/0072)."""
     rows = durable.service.workflows._rows
     read = rows.get_workflow
     reads: list[str] = []
@@ -853,8 +854,19 @@ async def test_a_start_of_a_new_id_reads_nothing(durable: Api, monkeypatch: pyte
         return await read(workflow_id)
 
     monkeypatch.setattr(rows, "get_workflow", counted)
+    await start(durable, "warm")  # the queue's settings are read once, as by any route of the queue
+    reads.clear()
+    store = durable.service.store
+    get_queue = store.get_queue
+    queue_reads: list[str] = []
+
+    async def counted_queue(name: str) -> Any:
+        queue_reads.append(name)
+        return await get_queue(name)
+
+    monkeypatch.setattr(store, "get_queue", counted_queue)
     assert (await start(durable, "wf"))["created"] is True
-    assert reads == []
+    assert (reads, queue_reads) == ([], [])  # docs/adr/0072: nor its queue's record
     again = await start(durable, "wf")
     assert (again.get("created", False), again["workflow"]["workflow_id"], len(reads)) == (False, "wf", 1)
     durable.service.workflows._heads.forget("wf")  # another node's start: nothing kept here
