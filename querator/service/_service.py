@@ -321,7 +321,10 @@ class Service(QueueAdministration):
         return await self._queue_namespace(name) is not None
 
     async def _queue_namespace(self, name: str) -> str | None:
-        record = await self.store.get_queue(name)
+        """The namespace of queue ``name`` by the settings its routes are checked and routed by (the
+        running engine's, else the ones last read): a start reads no record when they are at hand, and
+        the activation it produces goes by the same ones anyway (docs/adr/0072)."""
+        record = await self.manager.known(name)
         return record.namespace if record is not None else None
 
     async def _produce_own(self, req: m.QueueProduceRequest) -> m.QueueProduceResponse:

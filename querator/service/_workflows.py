@@ -179,20 +179,27 @@ class Workflows:
             new.id, lambda current, _: journal.start(current, new, now), absent=True
         )
         assert wf is not None
-        if not created:  # an existing run is what a read returns: the caller must be allowed one
+        if created:
+            # Only the start that created the record produces these, once: no dedup id, whose marker
+            # would cost every workflow a write and a check (on Cassandra two Paxos rounds) to guard
+            # against repeats that never make them (docs/adr/0072). The deadline's goes first, so that
+            # a crash between the two leaves the sweep a workflow never claimed, which it wakes (and
+            # its deadline is checked at every claim).
+            if wf.deadline:
+                await self._activate(wf, enqueue_at=wf.deadline)
+            await self._activate(wf)
+        else:  # an existing run is what a read returns: the caller must be allowed one
             await self._check(ctx, owner, perm.QUEUE_STATS)
             journal.check_same_run(wf, new)
-        elif wf.deadline:
-            # Before the first activation, so that a crash between the two leaves the sweep a workflow
-            # never claimed, which it wakes (and its deadline is checked at every claim).
-            await self._activate(wf, enqueue_at=wf.deadline, dedup_id=f"timeout:{_digest(wf.id)}")
-        if journal.stranded(wf, now, 0):
-            # Never claimed (its first activation may be the one a crash lost), or with nothing left to
-            # move it on (its activation expired or deleted by hand, its last claim run out): a start
-            # wakes it, as a sweep would. The dedup id makes repeated starts produce it once until the
-            # workflow moves (a claimed one's stored version has changed since it was made).
-            moved = f":{wf.version}" if wf.fence else ""
-            await self._activate(wf, dedup_id=f"start:{_digest(wf.id)}{moved}")
+            if journal.stranded(wf, now, 0):
+                # Never claimed (its first activation may be the one a crash lost), or with nothing left
+                # to move it on (its activation expired or deleted by hand, its last claim run out): a
+                # start wakes it, as a sweep would. The dedup id makes repeated starts produce one until
+                # the workflow moves (a claimed one's stored version has changed since it was made): a
+                # start retried at once makes one activation besides the first, which a claim finds busy
+                # or finished, or replays with nothing new.
+                moved = f":{wf.version}" if wf.fence else ""
+                await self._activate(wf, dedup_id=f"start:{_digest(wf.id)}{moved}")
         return m.WorkflowsStartResponse(created=created, workflow=workflow_info(wf, journal=False))
 
     async def _check_parent(self, req: m.WorkflowsStartRequest, parent_key: str) -> None:

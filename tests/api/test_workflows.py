@@ -74,16 +74,20 @@ async def durable(api: Api) -> Api:
     return api
 
 
-async def test_start_stores_the_workflow_and_activates_it_once(durable: Api) -> None:
+async def test_start_stores_the_workflow_and_activates_it(durable: Api) -> None:
+    """Repeated starts of a workflow no claim took yet wake it once more, together (docs/adr/0072): the
+    start that created it produced its first activation without a dedup id."""
     first = await start(durable)
     assert first["created"] is True
     assert first["workflow"]["status"] == "running"
     again = await start(durable, input=b64(b"[2]"))
     assert "created" not in again  # false: omitted, as protojson does
     assert again["workflow"]["input"] == b64(b"[1]")  # the first start's, unchanged
-    [activation] = await activations(durable)  # the repeated start's produce was a duplicate
-    assert (activation["kind"], activation["reference"]) == (ACTIVATION, "wf-1")
-    assert base64.b64decode(activation["payload"]) == b'{"args":["wf-1"]}'
+    await start(durable)
+    activation, woken = await activations(durable)  # the third start's produce was a duplicate
+    for item in (activation, woken):
+        assert (item["kind"], item["reference"]) == (ACTIVATION, "wf-1")
+        assert base64.b64decode(item["payload"]) == b'{"args":["wf-1"]}'
 
 
 async def test_starting_an_existing_id_of_another_workflow_is_a_conflict(durable: Api) -> None:
@@ -839,7 +843,8 @@ async def test_a_head_a_node_kept_gives_way_to_another_nodes_write(durable: Api)
 
 async def test_a_start_of_a_new_id_reads_nothing(durable: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/adr/0066: a start guesses that its id is new and inserts at once; only when the insert is
-    refused (the id exists) does it read the head, and it then answers with the run stored."""
+    refused (the id exists) does it read the head, and it then answers with the run stored. It finds
+    its queue's namespace in the settings the node routes by, not in a read (docs/adr/0072)."""
     rows = durable.service.workflows._rows
     read = rows.get_workflow
     reads: list[str] = []
@@ -849,13 +854,48 @@ async def test_a_start_of_a_new_id_reads_nothing(durable: Api, monkeypatch: pyte
         return await read(workflow_id)
 
     monkeypatch.setattr(rows, "get_workflow", counted)
+    await start(durable, "warm")  # the queue's settings are read once, as by any route of the queue
+    reads.clear()
+    store = durable.service.store
+    get_queue = store.get_queue
+    queue_reads: list[str] = []
+
+    async def counted_queue(name: str) -> Any:
+        queue_reads.append(name)
+        return await get_queue(name)
+
+    monkeypatch.setattr(store, "get_queue", counted_queue)
     assert (await start(durable, "wf"))["created"] is True
-    assert reads == []
+    assert (reads, queue_reads) == ([], [])  # docs/adr/0072: nor its queue's record
     again = await start(durable, "wf")
     assert (again.get("created", False), again["workflow"]["workflow_id"], len(reads)) == (False, "wf", 1)
     durable.service.workflows._heads.forget("wf")  # another node's start: nothing kept here
     assert "created" not in await start(durable, "wf")  # (false is left out of a reply)
     assert len(reads) == 2
+
+
+async def test_a_created_workflow_s_activations_carry_no_dedup_id(
+    durable: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/adr/0072: the start that creates a workflow produces its activations (the first, and the
+    one at its deadline) with no dedup id, whose marker cost every workflow a write and a check (two
+    Paxos rounds on Cassandra). A repeated start of a workflow still stranded keeps one: the repeats
+    make one activation between them."""
+    workflows = durable.service.workflows
+    produce = workflows._produce
+    produced: list[m.QueueProduceItem] = []
+
+    async def recorded(req: m.QueueProduceRequest) -> m.QueueProduceResponse:
+        produced.extend(req.items)
+        return await produce(req)
+
+    monkeypatch.setattr(workflows, "_produce", recorded)
+    await start(durable, timeout="1h")
+    assert [(i.dedup_id, i.enqueue_at is not None) for i in produced] == [("", True), ("", False)]
+    await start(durable, timeout="1h")  # never claimed yet: a repeat wakes it, deduplicated
+    await start(durable, timeout="1h")
+    assert [i.dedup_id.split(":")[0] for i in produced[2:]] == ["start", "start"]
+    assert len(await activations(durable)) == 2
 
 
 async def test_an_ending_completes_the_activation_its_turn_ran_for(durable: Api) -> None:

@@ -23,7 +23,7 @@ from querator.durable._app import QUEUE_PARTITIONS
 from querator.errors import Conflict
 from tests.integration import durable_app as wf
 
-from .conftest import ServerProcess, Servers, WorkerProcesses, eventually, kill9, wait_until
+from .conftest import ServerProcess, Servers, WorkerProcesses, eventually, held, kill9, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -75,6 +75,28 @@ async def test_a_workflow_runs_its_steps_once_and_returns(workers: Workers, clie
     again = await wf.app.start(wf.three_steps, "other", workflow_id="three")  # idempotent by id
     assert await again.result(timeout=DEADLINE) == [3, 13, 113]
     assert len(workers.runs("add")) == 3
+
+
+async def test_a_start_repeated_before_the_first_claim_runs_the_workflow_once(
+    workers: Workers, client: AsyncClient
+) -> None:
+    """docs/adr/0072: the start that created the workflow produced its activation without a dedup id,
+    so starts repeated before any claim wake it once more, together; that activation finds the
+    workflow busy or finished and its worker completes it: the steps run once, no item is left."""
+    await client.create_queue("durable", partitions=QUEUE_PARTITIONS)
+    handle = await wf.app.start(wf.three_steps, "r", workflow_id="repeated")
+    for _ in range(2):
+        await wf.app.start(wf.three_steps, "r", workflow_id="repeated")
+    assert (await held(client, "durable")).items == 2
+    workers.start()
+    assert await handle.result(timeout=DEADLINE) == [3, 13, 113]
+
+    async def emptied() -> bool:
+        left = await held(client, "durable")
+        return left.items == left.scheduled == 0
+
+    await eventually(emptied, DEADLINE, "the second activation completed")
+    assert [r["key"] for r in workers.runs("add")] == ["r-1", "r-2", "r-3"]
 
 
 async def test_kill_9_of_a_worker_mid_step_resumes_after_the_recorded_steps(
