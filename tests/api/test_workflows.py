@@ -841,30 +841,28 @@ async def test_a_head_a_node_kept_gives_way_to_another_nodes_write(durable: Api)
     assert [s["id"] for s in info["signals"]] == ["s-1"]
 
 
+def calls_to(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[Any]:
+    """The argument of every later call of ``owner``'s one-argument coroutine method ``name``, which
+    still runs."""
+    method = getattr(owner, name)
+    calls: list[Any] = []
+
+    async def recorded(arg: Any) -> Any:
+        calls.append(arg)
+        return await method(arg)
+
+    monkeypatch.setattr(owner, name, recorded)
+    return calls
+
+
 async def test_a_start_of_a_new_id_reads_nothing(durable: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/adr/0066: a start guesses that its id is new and inserts at once; only when the insert is
     refused (the id exists) does it read the head, and it then answers with the run stored. It finds
     its queue's namespace in the settings the node routes by, not in a read (docs/adr/0072)."""
-    rows = durable.service.workflows._rows
-    read = rows.get_workflow
-    reads: list[str] = []
-
-    async def counted(workflow_id: str) -> Any:
-        reads.append(workflow_id)
-        return await read(workflow_id)
-
-    monkeypatch.setattr(rows, "get_workflow", counted)
+    reads = calls_to(monkeypatch, durable.service.workflows._rows, "get_workflow")
     await start(durable, "warm")  # the queue's settings are read once, as by any route of the queue
     reads.clear()
-    store = durable.service.store
-    get_queue = store.get_queue
-    queue_reads: list[str] = []
-
-    async def counted_queue(name: str) -> Any:
-        queue_reads.append(name)
-        return await get_queue(name)
-
-    monkeypatch.setattr(store, "get_queue", counted_queue)
+    queue_reads = calls_to(monkeypatch, durable.service.store, "get_queue")
     assert (await start(durable, "wf"))["created"] is True
     assert (reads, queue_reads) == ([], [])  # docs/adr/0072: nor its queue's record
     again = await start(durable, "wf")
@@ -881,19 +879,13 @@ async def test_a_created_workflow_s_activations_carry_no_dedup_id(
     one at its deadline) with no dedup id, whose marker cost every workflow a write and a check (two
     Paxos rounds on Cassandra). A repeated start of a workflow still stranded keeps one: the repeats
     make one activation between them."""
-    workflows = durable.service.workflows
-    produce = workflows._produce
-    produced: list[m.QueueProduceItem] = []
-
-    async def recorded(req: m.QueueProduceRequest) -> m.QueueProduceResponse:
-        produced.extend(req.items)
-        return await produce(req)
-
-    monkeypatch.setattr(workflows, "_produce", recorded)
+    requests: list[m.QueueProduceRequest] = calls_to(monkeypatch, durable.service.workflows, "_produce")
     await start(durable, timeout="1h")
+    produced = [i for r in requests for i in r.items]
     assert [(i.dedup_id, i.enqueue_at is not None) for i in produced] == [("", True), ("", False)]
     await start(durable, timeout="1h")  # never claimed yet: a repeat wakes it, deduplicated
     await start(durable, timeout="1h")
+    produced = [i for r in requests for i in r.items]
     assert [i.dedup_id.split(":")[0] for i in produced[2:]] == ["start", "start"]
     assert len(await activations(durable)) == 2
 
