@@ -352,10 +352,11 @@ async def test_a_head_with_journal_rows_is_one_round_trip(
 async def test_a_run_sends_its_statements_and_the_fence_without_begin_or_commit(
     postgres_settings: PostgresSettings, tmp_path: Path
 ) -> None:
-    """A run is the pipeline's implicit transaction, committed by its sync: a produce sends its insert
-    and the fence, a lease and a complete their read, their write and the fence, and none of them a
-    ``BEGIN`` or a ``COMMIT`` (docs/adr/0065). Counted in libpq's trace of the protocol (one Execute
-    message per statement) on a pool of one connection."""
+    """A run is the pipeline's implicit transaction, committed by its sync, and its last write goes
+    with the fence as one statement: a produce sends its insert with the fence, a lease and a complete
+    their read, then their write with the fence, and none of them a ``BEGIN`` or a ``COMMIT``
+    (docs/adr/0065, docs/adr/0073). Counted in libpq's trace of the protocol (one Execute message per
+    statement) on a pool of one connection."""
     settings = dataclasses.replace(postgres_settings, connections=1)
     async with opened_store(settings, EPOCH) as store:
         part = Part(store.partition("queue", 0))
@@ -371,14 +372,14 @@ async def test_a_run_sends_its_statements_and_the_fence_without_begin_or_commit(
                     await store.pool.run(lambda conn: conn.pgconn.untrace())
             return sum("\tF\t" in line and "\tExecute\t" in line for line in trace.read_text().splitlines())
 
-        assert await executes(part.produce(item("a"))) == 2
+        assert await executes(part.produce(item("a"))) == 1
         leased: list[list[Item]] = []
 
         async def lease() -> None:
             leased.extend(await part.lease(2))
 
-        assert await executes(lease()) == 3
-        assert await executes(part.complete(*ids(leased[0]))) == 3
+        assert await executes(lease()) == 2
+        assert await executes(part.complete(*ids(leased[0]))) == 2
         assert payloads(await part.list()) == []
 
 
