@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 from querator.errors import StaleOwnerError
 from querator.storage.base import PartitionTx
 from querator.storage.postgres import _statements as sql
-from querator.storage.postgres._pool import Conn, transaction
+from querator.storage.postgres._pool import Conn, Run, run_statements
 from querator.storage.postgres._tx import PostgresTx
 
 if TYPE_CHECKING:
@@ -72,14 +72,15 @@ class PostgresPartition:
                 raise
 
     def _run(self, conn: Conn, fn: Callable[[PartitionTx], T]) -> T:
-        tx = PostgresTx(conn, self.queue, self.number, self._head_from)
+        run = Run(conn)
+        tx = PostgresTx(run, self.queue, self.number, self._head_from)
 
         def body() -> T:
             result = fn(tx)
             tx.end(self.epoch)
             return result
 
-        result = transaction(conn, body, self._subject)
+        result = run_statements(run, body, self._subject)
         self._head_from = tx.head_from()
         return result
 
