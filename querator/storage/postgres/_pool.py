@@ -3,10 +3,10 @@ sent in pipeline mode.
 
 The engine's run functions call ``PartitionTx`` primitives that answer synchronously, so a run executes on
 a worker thread with a blocking connection (as the Cassandra store's runs do): no hop back into the event
-loop per statement. In pipeline mode the driver sends statements without waiting for their answers until
-one is read: a run's writes and the fence go out together, in the pipeline's implicit transaction that
-commits at its sync, and only a read it needs an answer to (``head``, ``get``) costs a round trip of its
-own.
+loop per statement. A run's statements go alone until one must share a transaction with a later one
+(``Run``); then in pipeline mode, where the driver sends statements without waiting for their answers
+until one is read, in the pipeline's implicit transaction that commits at its sync, and only a read it
+needs an answer to (``head``, ``get``) costs a round trip of its own.
 
 A connection that broke (PostgreSQL restarted, the network cut it) is closed and replaced by a new one on
 its next use; until PostgreSQL answers again every job fails with ``PostgresStorageError``, which the
