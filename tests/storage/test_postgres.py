@@ -90,6 +90,23 @@ async def test_a_stale_owner_is_fenced_and_stops_serving(
         assert await Part(store.partition("queue", 1)).produce(item("elsewhere"))
 
 
+async def test_a_refused_produce_keeps_none_of_its_dedup_records(
+    store: PostgresStore, postgres_settings: PostgresSettings
+) -> None:
+    """A produce's de-duplication records commit with its items or not at all: the statement that
+    records them shares the run's transaction with the fence (docs/adr/0073), so a deposed owner's
+    refused produce leaves the dedup id free for the new owner's."""
+    old = Part(store.partition("queue", 0))
+    await old.produce(item("before"))
+    async with opened_store(postgres_settings, EPOCH + 1) as newer:
+        await newer.partition("queue", 0).claim()
+        with pytest.raises(StaleOwnerError):
+            await old.produce(item("lost", dedup_id="d"), dedup_window=60 * SECOND)
+        new = Part(newer.partition("queue", 0))
+        await new.produce(item("kept", dedup_id="d"), dedup_window=60 * SECOND)
+        assert sorted(payloads(await new.list())) == ["before", "kept"]
+
+
 async def test_leases_and_completes_leave_the_partition_row_unwritten(
     store: PostgresStore, postgres_settings: PostgresSettings, postgres_node: PostgresNode
 ) -> None:
@@ -349,36 +366,52 @@ async def test_a_head_with_journal_rows_is_one_round_trip(
         assert (await flows.get_workflow("wf")) == replace(first, version=2, length=3)
 
 
-async def test_a_run_sends_its_statements_and_the_fence_without_begin_or_commit(
+async def test_a_run_sends_its_last_write_with_the_fence_and_no_begin_or_commit(
     postgres_settings: PostgresSettings, tmp_path: Path
 ) -> None:
-    """A run is the pipeline's implicit transaction, committed by its sync: a produce sends its insert
-    and the fence, a lease and a complete their read, their write and the fence, and none of them a
-    ``BEGIN`` or a ``COMMIT`` (docs/adr/0065). Counted in libpq's trace of the protocol (one Execute
-    message per statement) on a pool of one connection."""
+    """A run's last write goes with the fence as one statement, which commits it: a produce sends its
+    insert with the fence, a lease and a complete their read, then their write with the fence, none of
+    them a ``BEGIN`` or a ``COMMIT`` (docs/adr/0065), and, their read needing no transaction with the
+    write, each statement alone (its own Sync). A run that writes, then reads, then writes sends them in
+    the pipeline, in its implicit transaction, which its one Sync commits (docs/adr/0073). Counted in
+    libpq's trace of the protocol (one Execute message per statement) on a pool of one connection."""
     settings = dataclasses.replace(postgres_settings, connections=1)
     async with opened_store(settings, EPOCH) as store:
         part = Part(store.partition("queue", 0))
         await part.produce(item("claimed"))  # the first run claims the partition first
 
-        async def executes(operation: Awaitable[object]) -> int:
+        def traced(conn: psycopg.Connection[tuple[object, ...]], fileno: int) -> None:
+            conn.pgconn.trace(fileno)
+            conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+
+        async def sent(operation: Awaitable[object]) -> tuple[int, int, int]:
+            """The Execute, Sync and Query (BEGIN, COMMIT) messages ``operation`` sent."""
             trace = tmp_path / "trace"
             with trace.open("w") as out:
-                await store.pool.run(lambda conn: conn.pgconn.trace(out.fileno()))
+                await store.pool.run(lambda conn: traced(conn, out.fileno()))
                 try:
                     await operation
                 finally:
                     await store.pool.run(lambda conn: conn.pgconn.untrace())
-            return sum("\tF\t" in line and "\tExecute\t" in line for line in trace.read_text().splitlines())
+            sent = re.findall(r"^F\t\d+\t(Execute|Sync|Query)\b", trace.read_text(), re.MULTILINE)
+            return sent.count("Execute"), sent.count("Sync"), sent.count("Query")
 
-        assert await executes(part.produce(item("a"))) == 2
+        assert await sent(part.produce(item("a"))) == (1, 1, 0)
         leased: list[list[Item]] = []
 
         async def lease() -> None:
             leased.extend(await part.lease(2))
 
-        assert await executes(lease()) == 3
-        assert await executes(part.complete(*ids(leased[0]))) == 3
+        assert await sent(lease()) == (2, 2, 0)
+        assert await sent(part.complete(*ids(leased[0]))) == (2, 2, 0)
+
+        def insert_head_delete(tx: PartitionTx) -> None:
+            (inserted,) = [replace(item("b"), id=part.new_id())]
+            tx.insert([inserted])
+            assert [i.id for i in tx.head(1)] == [inserted.id]  # the run reads its own insert
+            tx.delete([inserted.id])
+
+        assert await sent(part.run(insert_head_delete)) == (3, 1, 0)
         assert payloads(await part.list()) == []
 
 

@@ -4,7 +4,8 @@ A partition is claimed on its first run with the store's epoch (a node alone: it
 over by ``claim`` (a cluster node) with an epoch above every epoch it finds. Every run ends with the
 fence (``_schema``'s ``querator_fence``): the partition's row must still hold this owner's epoch, or the
 run is rolled back (its reads discarded) and the partition refuses every run until it is claimed again
-(docs/adr/0045). It is pipelined with the sync that commits: no round trip of its own.
+(docs/adr/0045). It is pipelined with the sync that commits: no round trip of its own, and it is one
+statement with the run's last write (docs/adr/0073).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 from querator.errors import StaleOwnerError
 from querator.storage.base import PartitionTx
 from querator.storage.postgres import _statements as sql
-from querator.storage.postgres._pool import Conn, transaction
+from querator.storage.postgres._pool import Conn, Run, run_statements
 from querator.storage.postgres._tx import PostgresTx
 
 if TYPE_CHECKING:
@@ -71,15 +72,15 @@ class PostgresPartition:
                 raise
 
     def _run(self, conn: Conn, fn: Callable[[PartitionTx], T]) -> T:
-        tx = PostgresTx(conn, self.queue, self.number, self._head_from)
+        run = Run(conn)
+        tx = PostgresTx(run, self.queue, self.number, self._head_from)
 
         def body() -> T:
             result = fn(tx)
-            newest = tx.newest if tx.wrote else None  # None: check the epoch, write nothing
-            conn.execute(sql.FENCE, (self.queue, self.number, self.epoch, newest))
+            tx.end(self.epoch)
             return result
 
-        result = transaction(conn, body, self._subject)
+        result = run_statements(run, body, self._subject)
         self._head_from = tx.head_from()
         return result
 

@@ -3,10 +3,10 @@ sent in pipeline mode.
 
 The engine's run functions call ``PartitionTx`` primitives that answer synchronously, so a run executes on
 a worker thread with a blocking connection (as the Cassandra store's runs do): no hop back into the event
-loop per statement. In pipeline mode the driver sends statements without waiting for their answers until
-one is read: a run's writes and the fence go out together, in the pipeline's implicit transaction that
-commits at its sync, and only a read it needs an answer to (``head``, ``get``) costs a round trip of its
-own.
+loop per statement. A run's statements go alone until one must share a transaction with a later one
+(``Run``); then in pipeline mode, where the driver sends statements without waiting for their answers
+until one is read, in the pipeline's implicit transaction that commits at its sync, and only a read it
+needs an answer to (``head``, ``get``) costs a round trip of its own.
 
 A connection that broke (PostgreSQL restarted, the network cut it) is closed and replaced by a new one on
 its next use; until PostgreSQL answers again every job fails with ``PostgresStorageError``, which the
@@ -71,6 +71,39 @@ def _connect(settings: PostgresSettings) -> Conn:
     return conn
 
 
+class Run:
+    """A run's statements on ``conn``: each sent alone, a transaction of its own, until ``pipeline`` is
+    called; from then on pipelined, in the pipeline's implicit transaction, committed by its sync.
+
+    Alone, a statement is one send and one answer; in the pipeline it costs psycopg a flush, polls that
+    hand the GIL over, and a sync and a flush request at the end. So a run whose statements are reads
+    and a last write (a produce, a lease, a complete: the fence goes with its last write, ``_tx``) sends
+    them alone; a write that must share the run's transaction with a later statement opens the pipeline
+    first (docs/adr/0073).
+    """
+
+    __slots__ = ("commit_sent", "conn", "pipelined", "stack")
+
+    def __init__(self, conn: Conn) -> None:
+        self.conn = conn
+        self.stack = contextlib.ExitStack()
+        self.pipelined = False
+        self.commit_sent = False
+        """Whether what commits the run was sent: a connection lost since may have applied it."""
+
+    def pipeline(self) -> None:
+        """Pipelines the run's statements from here on (the earlier ones, reads, committed alone)."""
+        if not self.pipelined:
+            self.stack.enter_context(self.conn.pipeline())
+            self.pipelined = True
+
+    def commit(self, statement: str, params: Any) -> None:
+        """Sends the run's last statement, which commits it: alone, or at the pipeline's sync."""
+        if not self.pipelined:
+            self.commit_sent = True
+        self.conn.execute(statement, params)
+
+
 def transaction(conn: Conn, body: Callable[[], T], subject: str = "the partition") -> T:
     """Runs ``body`` (statements on ``conn``) in one transaction, pipelined; returns once it committed.
     ``subject`` names the partition a fence in it speaks of.
@@ -85,18 +118,33 @@ def transaction(conn: Conn, body: Callable[[], T], subject: str = "the partition
             ``maybe_applied``.
         Exception: whatever ``body`` raised; nothing was applied.
     """
-    commit_sent = False
+
+    run = Run(conn)
+
+    def pipelined() -> T:
+        run.pipeline()
+        return body()
+
+    return run_statements(run, pipelined, subject)
+
+
+def run_statements(run: Run, body: Callable[[], T], subject: str = "the partition") -> T:
+    """Runs ``body``, whose statements go through ``run``: alone until it opens the pipeline, then in
+    the pipeline's implicit transaction, committed when the block ends. Raises as ``transaction``."""
+    conn = run.conn
     try:
-        with conn.pipeline():
+        with run.stack:
             try:
                 result = body()
             except BaseException:
-                _abort(conn)
+                if run.pipelined:
+                    _abort(conn)
                 raise
-            commit_sent = True  # the sync that ends the block commits
+            if run.pipelined:
+                run.commit_sent = True  # the sync that ends the block commits
     except psycopg.Error as e:
         rollback(conn)
-        raise storage_error(e, commit_sent=commit_sent, subject=subject) from e
+        raise storage_error(e, commit_sent=run.commit_sent, subject=subject) from e
     except BaseException:
         rollback(conn)
         raise

@@ -7,6 +7,7 @@ hundred items is one statement with one plan, not a hundred.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Final
 
 ITEM_COLUMNS: Final = (
@@ -99,6 +100,15 @@ DELETE_QUEUE_DEDUP: Final = "DELETE FROM dedup WHERE queue = %b"
 
 LAST_ID: Final = "SELECT last_id FROM partitions WHERE queue = %b AND number = %b"
 FENCE: Final = "SELECT querator_fence(%b, %b, %b, %b)"
+
+
+@cache
+def fenced(write: str) -> str:
+    """``write`` (of the items) and the fence as one statement: the write's parameters, then the fence's.
+    A failing fence aborts the statement, and with it the run's transaction (docs/adr/0073)."""
+    return f"WITH w AS ({write}) {FENCE}"
+
+
 # A node alone claims with its start time, and fails if it finds a newer epoch (no row returned).
 CLAIM: Final = (
     "INSERT INTO partitions (queue, number, epoch) VALUES (%b, %b, %b) ON CONFLICT (queue, number) "

@@ -1,7 +1,10 @@
-"""``PartitionTx`` over one partition's rows, inside a run's pipelined transaction.
+"""``PartitionTx`` over one partition's rows, in a run's statements: alone, or in its pipelined transaction.
 
-Writes are sent without waiting (pipeline mode); a read waits for its answer, and PostgreSQL has run
-every statement before it by then, so a run reads its own writes.
+A write is held back until the run's next statement: the last one goes out with the fence, as one
+statement that commits the run (``end``). Reads before it are sent alone; a write followed by another
+statement opens the pipeline first, so that they share the run's transaction: writes are then sent
+without waiting, a read waits for its answer, and PostgreSQL has run every statement before it by
+then, so a run reads its own writes (``_pool.Run``, docs/adr/0073).
 
 The head bound: an item is queued from its insert (at the tail: its id is above every id in the partition)
 until it is leased, scheduled or deleted, and never again under its id (``storage/base.py``). So once a
@@ -15,22 +18,34 @@ removes them, which every ``head`` would otherwise step over again.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 from querator.storage.base import ClearOptions, Deadlines, Item, PartitionStats, list_page
 from querator.storage.postgres import _statements as sql
 from querator.storage.postgres._arrays import ByteaArray
 from querator.storage.postgres._codec import item_arrays, item_from_row, update_arrays
-from querator.storage.postgres._pool import Conn, text
+from querator.storage.postgres._pool import Run, text
+
+_Statement: TypeAlias = tuple[str, Sequence[Any]]
 
 
 class PostgresTx:
-    """``PartitionTx`` over the items of one partition, inside a run's transaction on ``conn``."""
+    """``PartitionTx`` over the items of one partition, in a run's statements (``run``)."""
 
-    __slots__ = ("_conn", "_head", "_head_from", "_number", "_queue", "_unqueued", "newest", "wrote")
+    __slots__ = (
+        "_head",
+        "_head_from",
+        "_held",
+        "_number",
+        "_queue",
+        "_run",
+        "_unqueued",
+        "newest",
+        "wrote",
+    )
 
-    def __init__(self, conn: Conn, queue_name: str, number: int, head_from: str = "") -> None:
-        self._conn = conn
+    def __init__(self, run: Run, queue_name: str, number: int, head_from: str = "") -> None:
+        self._run = run
         self._queue = queue_name
         self._number = number
         self._head_from = head_from
@@ -38,13 +53,21 @@ class PostgresTx:
         """The ids the run's last ``head`` returned."""
         self._unqueued: set[str] = set()
         """Ids the run leased, scheduled or deleted."""
+        self._held: _Statement | None = None
+        """The run's last write, not sent yet: it goes before the next statement, or with the fence."""
         self.wrote = False
         """Whether the run wrote: then it ends with the fence (``PostgresPartition``)."""
         self.newest = ""
         """The greatest id the run inserted: the fence raises the partition's ``last_id`` to it."""
 
-    def _rows(self, statement: str, params: Sequence[Any] | dict[str, Any]) -> list[tuple[Any, ...]]:
-        cursor = self._conn.cursor(binary=True)
+    def _rows(
+        self, statement: str, params: Sequence[Any] | dict[str, Any], writes: bool = False
+    ) -> list[tuple[Any, ...]]:
+        """The rows ``statement`` answers; one that ``writes`` must commit with the run, not alone."""
+        self._send_held()
+        if writes:
+            self._run.pipeline()
+        cursor = self._run.conn.cursor(binary=True)
         cursor.execute(statement, params)
         return cursor.fetchall()
 
@@ -53,7 +76,29 @@ class PostgresTx:
 
     def _write(self, statement: str, params: Sequence[Any]) -> None:
         self.wrote = True
-        self._conn.execute(statement, params)
+        self._send_held()
+        self._held = (statement, params)
+
+    def _send_held(self) -> None:
+        """Sends the write held back, in its place: before the statement the run sends next, in the
+        run's transaction."""
+        if self._held is not None:
+            statement, params = self._held
+            self._held = None
+            self._run.pipeline()
+            self._run.conn.execute(statement, params)
+
+    def end(self, epoch: int) -> None:
+        """Sends the fence (``_schema``'s ``querator_fence``) with ``epoch``, the run's last statement, and
+        with it the write held back, as one statement: one execute and one send fewer per run that wrote
+        (docs/adr/0073). A run that wrote nothing only checks the epoch (``newest`` None)."""
+        fence = (self._queue, self._number, epoch, self.newest if self.wrote else None)
+        if self._held is None:
+            self._run.commit(sql.FENCE, fence)
+            return
+        statement, params = self._held
+        self._held = None
+        self._run.commit(sql.fenced(statement), (*params, *fence))
 
     def last_id(self) -> str:
         rows = self._rows(sql.LAST_ID, (self._queue, self._number))
@@ -124,7 +169,8 @@ class PostgresTx:
         if not ids:
             return set()
         self.wrote = True
-        rows = self._rows(sql.DEDUP, {"q": self._queue, "ids": ids, "until": expires_at, "now": now})
+        query = {"q": self._queue, "ids": ids, "until": expires_at, "now": now}
+        rows = self._rows(sql.DEDUP, query, writes=True)
         return set(ids).difference(text(r[0]) for r in rows)
 
     def clear(self, options: ClearOptions) -> None:
