@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import io
 import socket
@@ -467,6 +468,99 @@ async def test_a_finished_request_is_freed_without_the_cyclic_collector(store: C
         assert requests() - before < 10  # 75 without the cycle broken
     finally:
         gc.enable()
+
+
+async def test_a_request_from_the_loop_makes_no_timer_of_the_driver(
+    store: CassandraStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's statements are bounded by a timer of the event loop: one of the driver's per statement
+    woke the driver's thread once more and stayed in its queue for the whole request timeout."""
+    part = Part(store.partition("queue", 0))
+    await part.produce(item("loads the partition"))  # blocking reads, with the driver's timers
+    connection_class = store._connection.opened().session.cluster.connection_class
+    create_timer = connection_class.create_timer
+    made: list[float] = []
+
+    def counted(timeout: float, callback: Any) -> Any:
+        made.append(timeout)
+        return create_timer(timeout, callback)
+
+    monkeypatch.setattr(connection_class, "create_timer", staticmethod(counted))
+    for n in range(10):
+        await part.produce(item(f"{n}"))  # the commit and the read of the owner epoch, from the loop
+    assert made == []  # 20 before
+
+
+async def test_the_store_speaks_protocol_v4(store: CassandraStore) -> None:
+    """Not v5, whose framing checksums every frame in Python: a fifth of the driver's CPU per statement
+    (ADR 0074)."""
+    assert store._connection.opened().session.cluster.protocol_version == 4
+
+
+class Relay:
+    """A TCP relay to Cassandra that can hold Cassandra's answers back (``passing`` cleared): a
+    coordinator that takes requests and never answers."""
+
+    def __init__(self, port: int) -> None:
+        self._target = port
+        self.passing = asyncio.Event()
+        self.passing.set()
+        self._server: asyncio.Server | None = None
+        self._streams: list[asyncio.StreamWriter] = []
+
+    async def start(self) -> int:
+        """Listens on loopback; returns the port."""
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", self._target)
+        self._streams += [writer, upstream_writer]
+        with contextlib.suppress(OSError):
+            await asyncio.gather(
+                self._pump(reader, upstream_writer), self._pump(upstream_reader, writer, answers=True)
+            )
+
+    async def _pump(
+        self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, answers: bool = False
+    ) -> None:
+        while data := await source.read(65536):
+            if answers:
+                await self.passing.wait()
+            sink.write(data)
+            await sink.drain()
+        sink.close()
+
+    async def close(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for stream in self._streams:
+            stream.close()
+        await self._server.wait_closed()
+
+
+async def test_a_request_cassandra_does_not_answer_fails_at_the_request_timeout(
+    cassandra_settings: CassandraSettings,
+) -> None:
+    """The loop's timer bounds a run's commit as the driver's did: it fails after ``request_timeout``
+    as the driver's own timeout (its stream freed, so the connection serves the next runs), maybe
+    applied."""
+    relay = Relay(cassandra_settings.port)
+    settings = dataclasses.replace(cassandra_settings, port=await relay.start(), request_timeout=1.0)
+    try:
+        async with opened_store(settings) as store:
+            part = Part(store.partition("queue", 0))
+            await part.produce(item("loads the partition"))
+            relay.passing.clear()
+            with pytest.raises(CassandraStorageError) as failed:
+                await part.produce(item("unanswered"))
+            assert isinstance(failed.value.__cause__, OperationTimedOut)
+            assert failed.value.maybe_applied
+            relay.passing.set()
+            await part.produce(item("answered"))
+            assert "answered" in payloads(await part.list(limit=10))
+    finally:
+        await relay.close()
 
 
 def answered(code: int) -> Exception:

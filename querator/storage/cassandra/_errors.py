@@ -28,9 +28,10 @@ def storage_error(exc: BaseException, sent: bool = False) -> CassandraStorageErr
 
 
 # ErrorMessage: what Cassandra answered that the driver raises as it came (overloaded, server error,
-# bootstrapping) or has no class for (CAS_WRITE_UNKNOWN, protocol v5: a conditional write a later Paxos
-# round may still commit); before, these escaped as bugs (500) instead of 454, as did a connection's
-# failure when the driver does not retry it on another host.
+# bootstrapping) or has no class for (CAS_WRITE_UNKNOWN: a conditional write a later Paxos round may
+# still commit, on protocol v5; on v4, the store's, Cassandra sends it as a WriteTimeout of type CAS);
+# before, these escaped as bugs (500) instead of 454, as did a connection's failure when the driver
+# does not retry it on another host.
 DRIVER_ERRORS = (
     DriverException, RequestExecutionException, ErrorMessage, ConnectionException, NoHostAvailable, OSError
 )  # fmt: skip

@@ -3,7 +3,8 @@ into asyncio.
 
 The driver has no asyncio API. Blocking calls (``Cql``) run on the store's worker threads; a run's
 writes are awaited on the event loop through ``Connection.execute_async``, which settles an asyncio future
-from the driver's callbacks.
+from the driver's callbacks and bounds the request with a timer of the loop rather than the driver's
+(``bridge``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import threading
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 from cassandra import ConsistencyLevel
@@ -122,17 +124,15 @@ class Connection:
         self, loop: asyncio.AbstractEventLoop, statement: Any, server_timed: bool = False
     ) -> list[dict[str, Any]]:
         """Sends ``statement`` and waits for its rows on ``loop`` without blocking a thread; with
-        ``server_timed``, its write timestamp is the coordinator's (``Cql.server_timed``)."""
+        ``server_timed``, its write timestamp is the coordinator's (``Cql.server_timed``). The request
+        fails with the driver's ``OperationTimedOut`` after ``request_timeout`` (``bridge``)."""
         cql = self.opened()
-        response = (cql.server_timed if server_timed else cql.session).execute_async(statement)
-        settled = bridge(loop, response)
-        try:
-            rows = await settled
-            cql.count(statement, rows)
-            return rows
-        finally:
-            if settled.done() and not settled.cancelled():  # the driver answered: the request is over
-                finished(response)
+        session = cql.server_timed if server_timed else cql.session
+        # No driver timer: the loop bounds the request instead (``bridge``), see ``_expire``.
+        response = session.execute_async(statement, timeout=None)
+        rows = await bridge(loop, response, self._settings.request_timeout)
+        cql.count(statement, rows)
+        return rows
 
     async def call(self, fn: Callable[[Cql], T], writes: bool = False) -> T:
         """Runs ``fn`` on a worker thread; if it ``writes``, a failure may leave its writes applied."""
@@ -262,11 +262,18 @@ def finished(response: Any) -> None:
     response._timer = None
 
 
-def bridge(loop: asyncio.AbstractEventLoop, response: Any) -> asyncio.Future[list[dict[str, Any]]]:
-    """An asyncio future settled (on ``loop``) by a driver ``ResponseFuture``."""
+def bridge(
+    loop: asyncio.AbstractEventLoop, response: Any, timeout_s: float
+) -> asyncio.Future[list[dict[str, Any]]]:
+    """An asyncio future settled (on ``loop``) by a driver ``ResponseFuture`` sent without a timeout,
+    which is timed out as the driver would after ``timeout_s`` if no answer came (``_expire``)."""
     future: asyncio.Future[list[dict[str, Any]]] = loop.create_future()
+    # Only the answer stops it, not a cancelled waiter: the request must end either way. Cancelling
+    # the handle also drops its reference to the request, so an answered one leaves no cycle.
+    timer = loop.call_later(timeout_s, _expire, response)
 
     def settle(value: Any, error: BaseException | None) -> None:
+        timer.cancel()
         if future.done():
             return
         if error is not None:
@@ -288,3 +295,18 @@ def bridge(loop: asyncio.AbstractEventLoop, response: Any) -> asyncio.Future[lis
 
     response.add_callbacks(ok, failed)
     return future
+
+
+def _expire(response: Any) -> None:
+    """A request's time ran out on the loop: the driver times it out on its own thread, where its timers
+    and the answers run, so that an answer and the timeout never race (it frees the request's stream
+    and fails it with ``OperationTimedOut``). A timer of the driver's per request instead is made
+    and queued on the loop and signalled to that thread, which keeps it queued for the whole timeout:
+    work on both threads for every statement (docs/benchmarks-log.md)."""
+    response.session.cluster.connection_class.create_timer(0, partial(_time_out, response))
+
+
+def _time_out(response: Any) -> None:
+    """The driver's thread: ``response`` fails as timed out, unless it was answered meanwhile."""
+    if not response._event.is_set():
+        response._on_timeout()

@@ -104,7 +104,10 @@ class CassandraSettings:
             # Reconnect quickly after a Cassandra restart: the default waits up to ten minutes.
             "reconnection_policy": ExponentialReconnectionPolicy(0.5, 5.0),
             "connect_timeout": 5,
-            "protocol_version": 5,
+            # Not 5: its framing (a CRC24 of each frame's header, computed bit by bit in Python, and a
+            # CRC32 of its payload) cost a fifth of the driver's CPU per statement on both threads
+            # (ADR 0074; TCP checksums the bytes, TLS authenticates them).
+            "protocol_version": 4,
             # Without it, Nagle's algorithm holds the end of a large request (a batch of a hundred rows)
             # until its start is acknowledged, which Linux delays by up to 40 ms: a batch then took
             # 47 ms instead of 4 (docs/benchmarks-log.md).
