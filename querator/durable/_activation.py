@@ -12,6 +12,7 @@ from querator.client import AsyncClient, seconds_of
 from querator.clock import SystemClock, from_datetime, to_datetime
 from querator.durable._context import Context, ContinueAsNew, Interrupted, Lost, Suspend, server_call
 from querator.durable._errors import Cancelled, NonDeterminism, StepFailed, describe, worker_lost
+from querator.durable._lease import release
 from querator.durable._step import step_attributes
 from querator.errors import Conflict, QueratorError
 from querator.wire import messages as m
@@ -52,7 +53,8 @@ UNKNOWN_WAIT_S = 60.0
 async def activate(app: Durable, workflow_id: str) -> None:
     """One activation: claims the workflow, replays it until it suspends or ends, and records that."""
     client = await app.client()
-    claim = await client.claim_workflow(
+    lease = current_lease()
+    claim = app.claims.take(lease, workflow_id) or await client.claim_workflow(
         workflow_id, app.claim_timeout, namespace=app.namespace, app_version=app.version
     )
     wf = claim.workflow
@@ -69,13 +71,8 @@ async def activate(app: Durable, workflow_id: str) -> None:
     if definition is None:
         log.error("no workflow named %r in this worker: %s offered again later", wf.name, workflow_id)
         # Let the claim go now: one left to run out would count as a worker lost in the workflow's turn.
-        release = m.WorkflowsAppendRequest(
-            workflow_id=workflow_id, fence=wf.fence, then=SUSPEND, namespace=wf.namespace
-        )
-        with contextlib.suppress(QueratorError):
-            await client.append_workflow(release)
+        await release(client, wf)
         raise RetryLater(UNKNOWN_WAIT_S)
-    lease = current_lease()
     activation = _activation(lease, wf)
     renewal = asyncio.create_task(_keep_claimed(client, wf, app.claim_timeout))
     attributes = {"querator.workflow.id": workflow_id, "querator.workflow.fence": wf.fence}
@@ -193,13 +190,18 @@ async def _compensate(ctx: Context, error: Exception) -> m.WorkflowsAppendRespon
 
 
 async def _keep_claimed(client: AsyncClient, wf: m.WorkflowInfo, claim_timeout: str) -> None:
-    """Renews the claim (an append of nothing) a few times per claim timeout while the turn runs."""
+    """Renews the claim (an append of nothing) a few times per claim timeout while the turn runs, the
+    first time when a third of it has passed since the claim: at once for a claim its lease made while
+    the item waited for a slot longer than that (docs/adr/0071)."""
     every_s = seconds_of(claim_timeout) / 3
     renew = m.WorkflowsAppendRequest(
         workflow_id=wf.workflow_id, fence=wf.fence, claim_timeout=claim_timeout, namespace=wf.namespace
     )
+    left_s = (from_datetime(wf.claim_deadline) - SystemClock().now()) / 1e6 if wf.claim_deadline else 0.0
+    wait_s = max(0.0, min(every_s, left_s - 2 * every_s))
     while True:
-        await asyncio.sleep(every_s)
+        await asyncio.sleep(wait_s)
+        wait_s = every_s
         try:
             await client.append_workflow(renew)
         except Conflict:

@@ -244,6 +244,18 @@ def claim(
     return Claim(CLAIMED, claimed), claimed
 
 
+def release(current: Workflow | None, workflow_id: str, fence: int) -> tuple[None, Workflow | None]:
+    """Lets go of the claim of ``fence`` that no worker got (a ``workflows.lease`` whose reply was not
+    delivered, or had no room for its journal: docs/adr/0071): no turn ran under it, so it is not
+    counted as a worker lost, as a claim that runs out is. Nothing is written when the claim is not
+    that one any more."""
+    wf = _existing(current, workflow_id)
+    if fence != wf.fence or wf.status != RUNNING or not wf.claim_deadline:
+        return None, None
+    # Whatever arrived since the claim is still to be replayed: the activation goes back to the queue.
+    return None, replace(wf, claim_deadline=0, changed=True)
+
+
 def append(
     current: Workflow | None,
     workflow_id: str,
