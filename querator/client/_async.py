@@ -310,10 +310,13 @@ class AsyncClient(QueueAdminCalls, StorageCalls, ScheduleCalls, WorkflowCalls, T
         claims: int = 0,
         claim_timeout: Duration = "30s",
         app_version: str = "",
+        claimant: str = "",
     ) -> m.WorkflowsLeaseResponse:
         """``lease`` of a durable app's task queue that also claims, as ``claim_workflow`` would, the
         workflows of up to ``claims`` of the activations it leases (docs/adr/0071): the reply's
         ``claims`` name their items by id; an activation without one is claimed by its worker.
+        ``claimant``: the worker process the claims are for (its claims that run out count as one
+        worker lost).
 
         Raises:
             as ``lease``; NotImplementedRoute: a server older than the route (lease and claim then).
@@ -327,6 +330,7 @@ class AsyncClient(QueueAdminCalls, StorageCalls, ScheduleCalls, WorkflowCalls, T
             claims=claims,
             claim_timeout=go_duration(claim_timeout),
             app_version=app_version,
+            claimant=claimant,
         )
         try:
             # Not tried again: a lost reply's claims hold until their timeout, as claim_workflow's.

@@ -19,6 +19,7 @@ from querator.wire import messages as m
 from querator.wire.workflows import (
     BUSY,
     CANCEL,
+    CLAIMED,
     COMPLETE,
     CONTINUE_AS_NEW,
     DONE,
@@ -54,9 +55,11 @@ async def activate(app: Durable, workflow_id: str) -> None:
     """One activation: claims the workflow, replays it until it suspends or ends, and records that."""
     client = await app.client()
     lease = current_lease()
-    claim = app.claims.take(lease, workflow_id) or await client.claim_workflow(
-        workflow_id, app.claim_timeout, namespace=app.namespace, app_version=app.version
-    )
+    claim = app.claims.take(lease, workflow_id)
+    if claim is None or not await _fresh(client, claim, app.claim_timeout):
+        claim = await client.claim_workflow(
+            workflow_id, app.claim_timeout, namespace=app.namespace, app_version=app.version
+        )
     wf = claim.workflow
     assert wf is not None
     if claim.outcome == FINISHED:
@@ -189,19 +192,39 @@ async def _compensate(ctx: Context, error: Exception) -> m.WorkflowsAppendRespon
     return await ctx.append(ending, error=describe(error))
 
 
-async def _keep_claimed(client: AsyncClient, wf: m.WorkflowInfo, claim_timeout: str) -> None:
-    """Renews the claim (an append of nothing) a few times per claim timeout while the turn runs, the
-    first time when a third of it has passed since the claim: at once for a claim its lease made while
-    the item waited for a slot longer than that (docs/adr/0071)."""
-    every_s = seconds_of(claim_timeout) / 3
-    renew = m.WorkflowsAppendRequest(
+def _renewal(wf: m.WorkflowInfo, claim_timeout: str) -> m.WorkflowsAppendRequest:
+    """The append of nothing that renews the claim ``wf`` holds."""
+    return m.WorkflowsAppendRequest(
         workflow_id=wf.workflow_id, fence=wf.fence, claim_timeout=claim_timeout, namespace=wf.namespace
     )
-    left_s = (from_datetime(wf.claim_deadline) - SystemClock().now()) / 1e6 if wf.claim_deadline else 0.0
-    wait_s = max(0.0, min(every_s, left_s - 2 * every_s))
+
+
+async def _fresh(client: AsyncClient, claim: m.WorkflowsClaimResponse, claim_timeout: str) -> bool:
+    """Whether the claim the activation's lease made (docs/adr/0071) can be run on: its journal is the
+    workflow's as long as no other worker claimed it since. One whose item waited a third of its
+    timeout or more (held ahead of the slots, a worker paused) is renewed first, which the fence
+    refuses once another worker claimed it: then the worker claims afresh, rather than replay a
+    journal that may lack steps recorded since (and run them again)."""
+    wf = claim.workflow
+    if claim.outcome != CLAIMED or wf is None or wf.claim_deadline is None:
+        return True
+    left_s = (from_datetime(wf.claim_deadline) - SystemClock().now()) / 1e6
+    if left_s >= seconds_of(claim_timeout) * 2 / 3:
+        return True
+    try:
+        await client.append_workflow(_renewal(wf, claim_timeout))
+    except QueratorError as e:
+        log.info("workflow %s: the claim its lease made is gone, claimed again: %s", wf.workflow_id, e)
+        return False
+    return True
+
+
+async def _keep_claimed(client: AsyncClient, wf: m.WorkflowInfo, claim_timeout: str) -> None:
+    """Renews the claim (an append of nothing) a few times per claim timeout while the turn runs."""
+    every_s = seconds_of(claim_timeout) / 3
+    renew = _renewal(wf, claim_timeout)
     while True:
-        await asyncio.sleep(wait_s)
-        wait_s = every_s
+        await asyncio.sleep(every_s)
         try:
             await client.append_workflow(renew)
         except Conflict:

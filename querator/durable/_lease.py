@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import socket
 
 from querator.client import AsyncClient
 from querator.errors import NotImplementedRoute, QueratorError
@@ -14,6 +16,9 @@ from querator.wire.workflows import CLAIMED, SUSPEND
 from querator.worker import Lease
 
 log = logging.getLogger("querator.durable")
+
+MAX_CLAIMANT_CHARS = 256
+"""The longest claimant the server takes."""
 
 
 class Claims:
@@ -48,6 +53,7 @@ class Claims:
                     claims=max(0, startable - len(self._held)),
                     claim_timeout=self._claim_timeout,
                     app_version=self._version,
+                    claimant=claimant(),
                 )
             except NotImplementedRoute:
                 log.info("the server has no workflows.lease: each activation is claimed on its own")
@@ -77,6 +83,12 @@ class Claims:
         claim = self._held.pop((queue, item.id), None)
         if claim is not None and claim.outcome == CLAIMED and claim.workflow is not None:
             await release(client, claim.workflow)
+
+
+def claimant() -> str:
+    """This worker process, as its leases' claims name it: host and process id (a process forked from
+    another, with the app made before the fork, is another claimant)."""
+    return f"{socket.gethostname()}-{os.getpid()}"[:MAX_CLAIMANT_CHARS]
 
 
 async def release(client: AsyncClient, wf: m.WorkflowInfo) -> None:

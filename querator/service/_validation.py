@@ -412,6 +412,8 @@ def check_workflows_lease(req: m.WorkflowsLeaseRequest) -> None:
     if req.claims < 0:
         raise InvalidOption(f"claims is invalid; {req.claims} cannot be negative")
     check_app_version(req.app_version)
+    if req.claimant:
+        _check_label(req.claimant, "claimant")
     claim_timeout(req.claim_timeout)
 
 

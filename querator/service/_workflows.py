@@ -351,10 +351,12 @@ class Workflows:
         claimed = await self._claim(key, req.workflow_id, until, req.app_version)
         return await self._claim_reply(key, claimed)
 
-    async def _claim(self, key: str, workflow_id: str, until: int, app_version: str) -> journal.Claim:
+    async def _claim(
+        self, key: str, workflow_id: str, until: int, app_version: str, claimant: str = ""
+    ) -> journal.Claim:
         now = self._clock.now()
         outcome, _ = await self._write(
-            key, lambda wf, _: journal.claim(wf, workflow_id, now, until, app_version)
+            key, lambda wf, _: journal.claim(wf, workflow_id, now, until, app_version, claimant)
         )
         if outcome.outcome == FINISHED and outcome.workflow.parent_id:
             # Its parent may not have heard (a crash between the two writes): telling it again is harmless.
@@ -393,7 +395,7 @@ class Workflows:
         activations = [i for i in leased.items if is_activation(i)][: req.claims]
         if activations:
             # Shielded: a caller gone mid-claims gets what it leased given back, and its claims let go.
-            claiming = asyncio.ensure_future(self._claims(owner, activations, timeout_us, req.app_version))
+            claiming = asyncio.ensure_future(self._claims(owner, activations, timeout_us, req))
             try:
                 reply.claims = await asyncio.shield(claiming)
             except asyncio.CancelledError:
@@ -402,14 +404,17 @@ class Workflows:
         return reply
 
     async def _claims(
-        self, owner: str, items: Sequence[m.QueueLeaseItem], timeout_us: int, app_version: str
+        self, owner: str, items: Sequence[m.QueueLeaseItem], timeout_us: int, req: m.WorkflowsLeaseRequest
     ) -> LeaseClaims:
         """The claims of the workflows ``items`` name, in namespace ``owner``, with their journals within
         ``LEASE_CLAIM_BYTES`` in all: one past it is let go, and its item goes without."""
         until = self._clock.now() + timeout_us
         keys = [stored_id(owner, i.reference) for i in items]
         made = await asyncio.gather(
-            *(self._claim(key, i.reference, until, app_version) for key, i in zip(keys, items, strict=True)),
+            *(
+                self._claim(key, i.reference, until, req.app_version, req.claimant)
+                for key, i in zip(keys, items, strict=True)
+            ),
             return_exceptions=True,
         )
         room, kept, let_go = LEASE_CLAIM_BYTES, [], []

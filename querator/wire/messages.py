@@ -482,6 +482,7 @@ class WorkflowsLeaseRequest(Message):
     claims: int = 0
     claim_timeout: str = ""
     app_version: str = ""
+    claimant: str = ""
 
 
 class WorkflowsLeaseClaim(Message):
