@@ -421,11 +421,13 @@ class Workflows:
         for key, item, claimed in zip(keys, items, made, strict=True):
             if not isinstance(claimed, journal.Claim):
                 continue  # its worker's own claim meets the failure again
+            # Any outcome counts: a finished run's reply carries its result.
             size = journal.head_bytes(claimed.workflow) + claimed.workflow.journal_bytes
-            if claimed.outcome == CLAIMED and size > room:
-                let_go.append(self._let_go(key, claimed.workflow.fence))
+            if size > room:
+                if claimed.outcome == CLAIMED:
+                    let_go.append(self._let_go(key, claimed.workflow.fence))
                 continue
-            room -= size if claimed.outcome == CLAIMED else 0
+            room -= size
             kept.append((key, item, claimed))
         await asyncio.gather(*let_go)
         replies = await asyncio.gather(*(self._claim_reply(key, claimed) for key, _, claimed in kept))

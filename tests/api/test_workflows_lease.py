@@ -3,14 +3,17 @@ the workflows of the activations it leases, for the caller, in the same reply.""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
 
 from querator.clock import FakeClock
+from querator.service import _workflows
+from querator.service._workflows import activation_payload
 from querator.storage.workflows import SYSTEM_NAMESPACE, stored_id
 from querator.wire import messages as m
-from tests.api.test_workflows import ACTIVATION, activations, append, claim, start, step
+from tests.api.test_workflows import ACTIVATION, activations, append, b64, claim, start, step
 from tests.conftest import Api, eventually
 
 
@@ -120,3 +123,36 @@ async def test_an_undelivered_lease_lets_its_claims_go_uncounted(durable: Api, c
     again = await lease(durable)  # the item came back, and its workflow is free
     [claimed] = again["claims"]
     assert claimed["outcome"] == "claimed" and "lapsed_claims" not in claimed["workflow"]
+
+
+async def test_claims_past_the_replys_bytes_are_let_go(durable: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The claims' workflows fill at most LEASE_CLAIM_BYTES of a reply: one past them is let go (not
+    left to run out) and its item goes without, for its worker to claim alone."""
+    monkeypatch.setattr(_workflows, "LEASE_CLAIM_BYTES", 150)
+    for n in range(2):
+        await start(durable, f"wf-{n}", input=b64(b"x" * 100))
+    reply = await lease(durable)
+    assert len(reply["items"]) == 2
+    [kept] = reply["claims"]
+    other = "wf-1" if kept["workflow"]["workflow_id"] == "wf-0" else "wf-0"
+    alone = await claim(durable, other)
+    assert alone["outcome"] == "claimed" and "lapsed_claims" not in alone["workflow"]
+
+
+async def test_a_finished_runs_result_counts_in_the_replys_bytes(
+    durable: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim's reply for a finished run carries its result: it counts as a journal does."""
+    monkeypatch.setattr(_workflows, "LEASE_CLAIM_BYTES", 150)
+    await start(durable)
+    await activations(durable)
+    await append(
+        durable, (await claim(durable))["workflow"]["fence"], then="complete", result=b64(b"r" * 200)
+    )
+    payload = base64.b64encode(activation_payload("wf-1")).decode()
+    late = {"kind": ACTIVATION, "reference": "wf-1", "bytes": payload}  # a late activation, as after a crash
+    await durable.post(
+        "/v1/queue.produce", {"queue_name": "durable", "request_timeout": "5s", "items": [late]}
+    )
+    reply = await lease(durable)
+    assert len(reply["items"]) == 1 and "claims" not in reply
