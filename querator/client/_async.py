@@ -300,6 +300,51 @@ class AsyncClient(QueueAdminCalls, StorageCalls, ScheduleCalls, WorkflowCalls, T
         except LeaseTimedOut:
             return m.QueueLeaseResponse(queue_name=queue_name)
 
+    async def lease_workflows(
+        self,
+        queue_name: str,
+        batch_size: int = 1,
+        client_id: str | None = None,
+        request_timeout: Duration = "1m",
+        *,
+        claims: int = 0,
+        claim_timeout: Duration = "30s",
+        app_version: str = "",
+        claimant: str = "",
+    ) -> m.WorkflowsLeaseResponse:
+        """``lease`` of a durable app's task queue that also claims, as ``claim_workflow`` would, the
+        workflows of up to ``claims`` of the activations it leases (docs/adr/0071): the reply's
+        ``claims`` name their items by id; an activation without one is claimed by its worker.
+        ``claimant``: the worker process the claims are for (its claims that run out count as one
+        worker lost).
+
+        Raises:
+            as ``lease``; NotImplementedRoute: a server older than the route (lease and claim then).
+        """
+        timeout = go_duration(request_timeout)
+        msg = m.WorkflowsLeaseRequest(
+            queue_name=queue_name,
+            batch_size=batch_size,
+            client_id=new_client_id() if client_id is None else client_id,
+            request_timeout=timeout,
+            claims=claims,
+            claim_timeout=go_duration(claim_timeout),
+            app_version=app_version,
+            claimant=claimant,
+        )
+        try:
+            # Not tried again: a lost reply's claims hold until their timeout, as claim_workflow's.
+            return await self._owner_call(
+                queue_name,
+                None,
+                "/v1/workflows.lease",
+                msg,
+                m.WorkflowsLeaseResponse,
+                seconds=http_timeout_s(timeout),
+            )
+        except LeaseTimedOut:
+            return m.WorkflowsLeaseResponse(queue_name=queue_name)
+
     async def complete(
         self,
         queue_name: str,

@@ -12,12 +12,14 @@ from querator.client import AsyncClient, seconds_of
 from querator.clock import SystemClock, from_datetime, to_datetime
 from querator.durable._context import Context, ContinueAsNew, Interrupted, Lost, Suspend, server_call
 from querator.durable._errors import Cancelled, NonDeterminism, StepFailed, describe, worker_lost
+from querator.durable._lease import release
 from querator.durable._step import step_attributes
 from querator.errors import Conflict, QueratorError
 from querator.wire import messages as m
 from querator.wire.workflows import (
     BUSY,
     CANCEL,
+    CLAIMED,
     COMPLETE,
     CONTINUE_AS_NEW,
     DONE,
@@ -52,9 +54,12 @@ UNKNOWN_WAIT_S = 60.0
 async def activate(app: Durable, workflow_id: str) -> None:
     """One activation: claims the workflow, replays it until it suspends or ends, and records that."""
     client = await app.client()
-    claim = await client.claim_workflow(
-        workflow_id, app.claim_timeout, namespace=app.namespace, app_version=app.version
-    )
+    lease = current_lease()
+    claim = app.claims.take(lease, workflow_id)
+    if claim is None or not await _fresh(client, claim, app.claim_timeout):
+        claim = await client.claim_workflow(
+            workflow_id, app.claim_timeout, namespace=app.namespace, app_version=app.version
+        )
     wf = claim.workflow
     assert wf is not None
     if claim.outcome == FINISHED:
@@ -69,13 +74,8 @@ async def activate(app: Durable, workflow_id: str) -> None:
     if definition is None:
         log.error("no workflow named %r in this worker: %s offered again later", wf.name, workflow_id)
         # Let the claim go now: one left to run out would count as a worker lost in the workflow's turn.
-        release = m.WorkflowsAppendRequest(
-            workflow_id=workflow_id, fence=wf.fence, then=SUSPEND, namespace=wf.namespace
-        )
-        with contextlib.suppress(QueratorError):
-            await client.append_workflow(release)
+        await release(client, wf)
         raise RetryLater(UNKNOWN_WAIT_S)
-    lease = current_lease()
     activation = _activation(lease, wf)
     renewal = asyncio.create_task(_keep_claimed(client, wf, app.claim_timeout))
     attributes = {"querator.workflow.id": workflow_id, "querator.workflow.fence": wf.fence}
@@ -192,12 +192,37 @@ async def _compensate(ctx: Context, error: Exception) -> m.WorkflowsAppendRespon
     return await ctx.append(ending, error=describe(error))
 
 
+def _renewal(wf: m.WorkflowInfo, claim_timeout: str) -> m.WorkflowsAppendRequest:
+    """The append of nothing that renews the claim ``wf`` holds."""
+    return m.WorkflowsAppendRequest(
+        workflow_id=wf.workflow_id, fence=wf.fence, claim_timeout=claim_timeout, namespace=wf.namespace
+    )
+
+
+async def _fresh(client: AsyncClient, claim: m.WorkflowsClaimResponse, claim_timeout: str) -> bool:
+    """Whether the claim the activation's lease made (docs/adr/0071) can be run on: its journal is the
+    workflow's as long as no other worker claimed it since. One whose item waited a third of its
+    timeout or more (held ahead of the slots, a worker paused) is renewed first, which the fence
+    refuses once another worker claimed it: then the worker claims afresh, rather than replay a
+    journal that may lack steps recorded since (and run them again)."""
+    wf = claim.workflow
+    if claim.outcome != CLAIMED or wf is None or wf.claim_deadline is None:
+        return True
+    left_s = (from_datetime(wf.claim_deadline) - SystemClock().now()) / 1e6
+    if left_s >= seconds_of(claim_timeout) * 2 / 3:
+        return True
+    try:
+        await client.append_workflow(_renewal(wf, claim_timeout))
+    except QueratorError as e:
+        log.info("workflow %s: the claim its lease made is gone, claimed again: %s", wf.workflow_id, e)
+        return False
+    return True
+
+
 async def _keep_claimed(client: AsyncClient, wf: m.WorkflowInfo, claim_timeout: str) -> None:
     """Renews the claim (an append of nothing) a few times per claim timeout while the turn runs."""
     every_s = seconds_of(claim_timeout) / 3
-    renew = m.WorkflowsAppendRequest(
-        workflow_id=wf.workflow_id, fence=wf.fence, claim_timeout=claim_timeout, namespace=wf.namespace
-    )
+    renew = _renewal(wf, claim_timeout)
     while True:
         await asyncio.sleep(every_s)
         try:

@@ -14,6 +14,7 @@ from querator.client import AsyncClient, Duration, go_duration, seconds_of
 from querator.clock import SystemClock
 from querator.durable._activation import activate, run_step
 from querator.durable._errors import UpdateFailed, UpdateTimeout, WorkflowFailed
+from querator.durable._lease import Claims
 from querator.durable._replayer import Replayer
 from querator.durable._step import Step, StepOptions, decode
 from querator.wire import messages as m
@@ -234,6 +235,9 @@ class Durable:
             partitions=partitions,
             priority="normal" if priorities else None,  # the level queues, leased highest first
         )
+        self.claims = Claims(self.claim_timeout, version)
+        """The claims its worker's leases got with their activations (docs/adr/0071)."""
+        self.worker.leasers[queue] = self.claims
         self._activation = task(name="querator.durable.run", lease_timeout=self.claim_timeout)(self._activate)
         task(name="querator.durable.step", lease_timeout=self.claim_timeout)(self._run_step)
         task(name=SCHEDULED_START, lease_timeout=self.claim_timeout)(self._start_scheduled)

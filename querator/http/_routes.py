@@ -150,6 +150,11 @@ def _api_app(
         ),
         ("/v1/workflows.result", Route(w.result, m.WorkflowsResultRequest, SMALL_BODY)),
         ("/v1/workflows.claim", Route(w.claim, m.WorkflowsClaimRequest, SMALL_BODY, shield=True)),
+        # A lease, so not shielded: one parked is cancelled with its client (its claims are shielded).
+        (
+            "/v1/workflows.lease",
+            Route(w.lease, m.WorkflowsLeaseRequest, SMALL_BODY, undelivered=w.lease_undelivered),
+        ),
         ("/v1/workflows.append", Route(w.append, m.WorkflowsAppendRequest, max_produce_body, shield=True)),
         *_schedule_routes(s),
         *_tenancy_routes(s.tenancy),

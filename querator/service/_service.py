@@ -145,6 +145,8 @@ class Service(QueueAdministration):
             self._produce_own,
             self.complete,
             self._queue_namespace,
+            self._lease_in,
+            self.release,
             workflow_retention_us,
             authorize=self.tenancy.authorize if tenancy else None,
         )
@@ -466,10 +468,16 @@ class Service(QueueAdministration):
         return await target.produce(req, timeout_us)
 
     async def lease(self, ctx: RequestContext, req: m.QueueLeaseRequest) -> m.QueueLeaseResponse:
+        return (await self._lease_in(ctx, req))[0]
+
+    async def _lease_in(
+        self, ctx: RequestContext, req: m.QueueLeaseRequest
+    ) -> tuple[m.QueueLeaseResponse, str]:
+        """``lease``'s reply, and the namespace of the queue (a ``workflows.lease`` claims there)."""
         record = await self._record(ctx, req.queue_name, perm.QUEUE_LEASE)
         timeout_us = ctx.within_us(check_lease(req), self.clock.now())
         target = await self._lease_target(record, ctx.forwarded_by, seconds(timeout_us))
-        return await target.lease(req, timeout_us)
+        return await target.lease(req, timeout_us), record.namespace
 
     async def watch(self, ctx: RequestContext, req: m.QueueLeaseRequest) -> None:
         """Answers once this node's partitions of the queue hold items a lease could take, leasing

@@ -407,6 +407,16 @@ def check_app_version(version: str) -> None:
         _check_label(version, "app version")
 
 
+def check_workflows_lease(req: m.WorkflowsLeaseRequest) -> None:
+    """What a ``workflows.lease`` adds to a lease (which ``check_lease`` checks): its claims'."""
+    if req.claims < 0:
+        raise InvalidOption(f"claims is invalid; {req.claims} cannot be negative")
+    check_app_version(req.app_version)
+    if req.claimant:
+        _check_label(req.claimant, "claimant")
+    claim_timeout(req.claim_timeout)
+
+
 def check_start(req: m.WorkflowsStartRequest) -> None:
     check_workflow_id(req.workflow_id, new=True)
     _check_label(req.name, "workflow name")

@@ -41,6 +41,7 @@ from querator.service._validation import (
     check_workflow_append,
     check_workflow_id,
     check_workflow_info,
+    check_workflows_lease,
     claim_timeout,
     namespace,
     request_timeout,
@@ -72,14 +73,22 @@ SWEEP_GRACE_US: Final = 5 * 60 * MICROS
 """How long a workflow with something to do stays untouched before a sweep wakes it: longer than any
 activation's way from its record's write to a worker's claim under load."""
 SWEEP_PAGE: Final = 1000
+LEASE_CLAIM_BYTES: Final = journal.MAX_RECORD_BYTES
+"""The most bytes of workflows (heads and journals) the claims of one ``workflows.lease`` reply carry:
+a claim past them is let go, and its item goes without (docs/adr/0071)."""
 
 Recorded = tuple[str, list[Entry], int]
 """Results recorded from outside a workflow's claim: its id in messages, the entries, the time."""
 Batch = list[Recorded]
 Outcomes = list[BaseException | None]
+LeaseClaims = list[m.WorkflowsLeaseClaim]
 Produce = Callable[[m.QueueProduceRequest], Awaitable[m.QueueProduceResponse]]
 Complete = Callable[[RequestContext, m.QueueCompleteRequest], Awaitable[None]]
 """``queue.complete`` for a caller."""
+Lease = Callable[[RequestContext, m.QueueLeaseRequest], Awaitable[tuple[m.QueueLeaseResponse, str]]]
+"""``queue.lease`` for a caller: the reply, and the namespace of the queue."""
+Release = Callable[[m.QueueLeaseResponse], None]
+"""Gives back the items of a lease whose reply never reached its client."""
 QueueNamespace = Callable[[str], Awaitable[str | None]]
 """The namespace of a queue, None when there is no such queue."""
 Authorize = Callable[[RequestContext, str, str], Awaitable[None]]
@@ -100,10 +109,16 @@ class Workflows:
         produce: Produce,
         complete: Complete,
         queue_namespace: QueueNamespace,
+        lease: Lease,
+        release: Release,
         retention_us: int = DEFAULT_RETENTION_US,
         authorize: Authorize | None = None,
     ) -> None:
         self._rows = rows
+        self._lease = lease
+        self._release = release
+        self._releasing: set[asyncio.Task[None]] = set()
+        """Claims of undelivered ``workflows.lease`` replies being let go."""
         self._authorize = authorize
         self._clock = clock
         self._produce = produce
@@ -340,22 +355,121 @@ class Workflows:
         check_app_version(req.app_version)
         until = self._clock.now() + claim_timeout(req.claim_timeout)
         key = await self._key(ctx, req.namespace, req.workflow_id, perm.QUEUE_LEASE)
+        claimed = await self._claim(key, req.workflow_id, until, req.app_version)
+        return await self._claim_reply(key, claimed)
+
+    async def _claim(
+        self, key: str, workflow_id: str, until: int, app_version: str, claimant: str = ""
+    ) -> journal.Claim:
         now = self._clock.now()
         outcome, _ = await self._write(
-            key, lambda wf, _: journal.claim(wf, req.workflow_id, now, until, req.app_version)
+            key, lambda wf, _: journal.claim(wf, workflow_id, now, until, app_version, claimant)
         )
         if outcome.outcome == FINISHED and outcome.workflow.parent_id:
             # Its parent may not have heard (a crash between the two writes): telling it again is harmless.
             await self._tell_parent(outcome.workflow)
-        wf = outcome.workflow
-        if outcome.outcome != CLAIMED:
-            return m.WorkflowsClaimResponse(outcome=outcome.outcome, workflow=workflow_info(wf, False))
+        return outcome
+
+    async def _claim_reply(self, key: str, claimed: journal.Claim) -> m.WorkflowsClaimResponse:
+        wf = claimed.workflow
+        if claimed.outcome != CLAIMED:
+            return m.WorkflowsClaimResponse(outcome=claimed.outcome, workflow=workflow_info(wf, False))
         # The claimant replays all of the run: its rows up to the head's length.
         rows = (
             await self._rows.get_entries(key, wf.seq_base + 1, wf.length) if wf.length > wf.seq_base else []
         )
         full = replace(wf, entries=journal.entries_of(wf, rows))
-        return m.WorkflowsClaimResponse(outcome=outcome.outcome, workflow=workflow_info(full, True))
+        return m.WorkflowsClaimResponse(outcome=claimed.outcome, workflow=workflow_info(full, True))
+
+    async def lease(self, ctx: RequestContext, req: m.WorkflowsLeaseRequest) -> m.WorkflowsLeaseResponse:
+        """``queue.lease`` of a durable app's task queue, and the claims of the workflows of up to
+        ``claims`` of the activations leased, made for the caller as ``claim`` would (docs/adr/0071): the
+        lease's permission (``queue.lease`` in the queue's namespace) is the claim's, and a workflow is
+        in its queue's namespace. An activation claimed elsewhere, or whose claim failed or had no room
+        in the reply, goes without one: its worker claims it itself."""
+        check_workflows_lease(req)
+        timeout_us = claim_timeout(req.claim_timeout)
+        queue_lease = m.QueueLeaseRequest(
+            queue_name=req.queue_name,
+            batch_size=req.batch_size,
+            client_id=req.client_id,
+            request_timeout=req.request_timeout,
+        )
+        leased, owner = await self._lease(ctx, queue_lease)
+        reply = m.WorkflowsLeaseResponse(
+            queue_name=leased.queue_name, partition=leased.partition, items=leased.items
+        )
+        activations = [i for i in leased.items if is_activation(i)][: req.claims]
+        if activations:
+            # Shielded: a caller gone mid-claims gets what it leased given back, and its claims let go.
+            claiming = asyncio.ensure_future(self._claims(owner, activations, timeout_us, req))
+            try:
+                reply.claims = await asyncio.shield(claiming)
+            except asyncio.CancelledError:
+                claiming.add_done_callback(lambda done: self._lost(reply, done))
+                raise
+        return reply
+
+    async def _claims(
+        self, owner: str, items: Sequence[m.QueueLeaseItem], timeout_us: int, req: m.WorkflowsLeaseRequest
+    ) -> LeaseClaims:
+        """The claims of the workflows ``items`` name, in namespace ``owner``, with their journals within
+        ``LEASE_CLAIM_BYTES`` in all: one past it is let go, and its item goes without."""
+        until = self._clock.now() + timeout_us
+        keys = [stored_id(owner, i.reference) for i in items]
+        made = await asyncio.gather(
+            *(
+                self._claim(key, i.reference, until, req.app_version, req.claimant)
+                for key, i in zip(keys, items, strict=True)
+            ),
+            return_exceptions=True,
+        )
+        room, kept, let_go = LEASE_CLAIM_BYTES, [], []
+        for key, item, claimed in zip(keys, items, made, strict=True):
+            if not isinstance(claimed, journal.Claim):
+                continue  # its worker's own claim meets the failure again
+            # Any outcome counts: a finished run's reply carries its result.
+            size = journal.head_bytes(claimed.workflow) + claimed.workflow.journal_bytes
+            if size > room:
+                if claimed.outcome == CLAIMED:
+                    let_go.append(self._let_go(key, claimed.workflow.fence))
+                continue
+            room -= size
+            kept.append((key, item, claimed))
+        await asyncio.gather(*let_go)
+        replies = await asyncio.gather(*(self._claim_reply(key, claimed) for key, _, claimed in kept))
+        return [
+            m.WorkflowsLeaseClaim(id=item.id, outcome=r.outcome, workflow=r.workflow)
+            for (_, item, _), r in zip(kept, replies, strict=True)
+        ]
+
+    async def _let_go(self, key: str, fence: int) -> None:
+        """Releases the claim of ``fence`` (``journal.release``), best effort: one left runs out."""
+        workflow_id = split_stored_id(key)[1]
+        try:
+            await self._write(key, lambda current, _: journal.release(current, workflow_id, fence))
+        except QueratorError as e:
+            log.info("claim %d of %s not let go, left to run out: %s", fence, workflow_id, e.message)
+
+    def _lost(self, reply: m.WorkflowsLeaseResponse, claiming: asyncio.Future[LeaseClaims]) -> None:
+        """The claims of a ``workflows.lease`` whose caller went away while they were made are done."""
+        if not claiming.cancelled() and claiming.exception() is None:
+            reply.claims = claiming.result()
+        self.lease_undelivered(reply)
+
+    def lease_undelivered(self, reply: m.WorkflowsLeaseResponse) -> None:
+        """A ``workflows.lease`` reply that never reached its client: its items are given back as a
+        lease's are, and its claims let go (not counted as workers lost)."""
+        items = m.QueueLeaseResponse(
+            queue_name=reply.queue_name, partition=reply.partition, items=reply.items
+        )
+        self._release(items)
+        for c in reply.claims:
+            if c.outcome == CLAIMED and c.workflow is not None:
+                key = stored_id(namespace(c.workflow.namespace), c.workflow.workflow_id)
+                task = asyncio.create_task(self._let_go(key, c.workflow.fence))
+                self._releasing.add(task)
+                task.add_done_callback(self._releasing.discard)
 
     async def append(self, ctx: RequestContext, req: m.WorkflowsAppendRequest) -> m.WorkflowsAppendResponse:
         check_workflow_append(req)
@@ -640,6 +754,17 @@ async def _namespace_page(
         # sorts between it and this.
         start = page[-1].id + "\x01"
     return found
+
+
+def is_activation(item: m.QueueLeaseItem) -> bool:
+    """Whether ``item`` is an activation of the workflow its reference names, as ``_activate`` makes them
+    (a producer's item of that kind with another payload is not claimed by a lease: its worker claims
+    what the payload names)."""
+    return (
+        item.kind == ACTIVATION_KIND
+        and bool(item.reference)
+        and item.bytes == activation_payload(item.reference)
+    )
 
 
 def activation_payload(workflow_id: str) -> bytes:

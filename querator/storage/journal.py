@@ -213,11 +213,17 @@ def check_same_run(found: Workflow, started: Workflow) -> None:
 
 
 def claim(
-    current: Workflow | None, workflow_id: str, now: int, claim_until: int, app_version: str = ""
+    current: Workflow | None,
+    workflow_id: str,
+    now: int,
+    claim_until: int,
+    app_version: str = "",
+    claimant: str = "",
 ) -> tuple[Claim, Workflow | None]:
     """Makes the caller the one worker that advances the workflow until ``claim_until`` (renewed by its
     appends), unless another claim still holds, or the run is of another app version than the
-    caller's (both set: a version "" goes with any, docs/adr/0049)."""
+    caller's (both set: a version "" goes with any, docs/adr/0049). ``claimant``: the worker process a
+    lease claims for (docs/adr/0071)."""
     wf = _existing(current, workflow_id)
     if wf.status != RUNNING:
         return Claim(FINISHED, wf), None
@@ -228,8 +234,11 @@ def claim(
     # A timer due now may be the activation being claimed (the queue delivers one due within NEAR_NOW
     # at once): it no longer counts as scheduled, so a suspend until then schedules another.
     timer_at = 0 if wf.timer_at <= now + NEAR_NOW else wf.timer_at
-    # A claim that ran out instead of being released: its worker was lost mid-turn.
-    lapsed = wf.lapsed_claims + 1 if wf.claim_deadline else wf.lapsed_claims
+    # A claim that ran out instead of being released: its worker was lost mid-turn. Once per worker
+    # process a lease claimed for: a paused worker's waiting leases may each claim, and none runs a turn.
+    lapsed, lost = wf.lapsed_claims, wf.lost_claimant
+    if wf.claim_deadline and not (wf.claimant and wf.claimant == wf.lost_claimant):
+        lapsed, lost = lapsed + 1, wf.claimant
     claimed = replace(
         wf,
         fence=wf.fence + 1,
@@ -238,10 +247,24 @@ def claim(
         timer_at=timer_at,
         updated_at=now,
         lapsed_claims=lapsed,
+        claimant=claimant,
+        lost_claimant=lost,
         # Its deadline's activation may be delivered early, as a timer's is (NEAR_NOW).
         timed_out=wf.timed_out or _past_deadline(wf, now + NEAR_NOW),
     )
     return Claim(CLAIMED, claimed), claimed
+
+
+def release(current: Workflow | None, workflow_id: str, fence: int) -> tuple[None, Workflow | None]:
+    """Lets go of the claim of ``fence`` that no worker got (a ``workflows.lease`` whose reply was not
+    delivered, or had no room for its journal: docs/adr/0071): no turn ran under it, so it is not
+    counted as a worker lost, as a claim that runs out is. Nothing is written when the claim is not
+    that one any more."""
+    wf = _existing(current, workflow_id)
+    if fence != wf.fence or wf.status != RUNNING or not wf.claim_deadline:
+        return None, None
+    # Whatever arrived since the claim is still to be replayed: the activation goes back to the queue.
+    return None, replace(wf, claim_deadline=0, changed=True)
 
 
 def append(
@@ -290,6 +313,7 @@ def append(
         updated_at=now,
         # The turn got on: a claim lost before this was not lost in what comes next.
         lapsed_claims=0 if entries else wf.lapsed_claims,
+        lost_claimant="" if entries else wf.lost_claimant,
     )
     if claim_until:
         wf = replace(wf, claim_deadline=claim_until)
@@ -362,6 +386,7 @@ def continue_as_new(wf: Workflow, new_input: bytes, now: int, effects: Effects) 
         claim_deadline=0,
         timer_at=0,
         lapsed_claims=0,
+        lost_claimant="",
         # Something to do, so that a sweep wakes it if the wake-up is lost (``stranded``).
         changed=True,
         runs=wf.runs + 1,

@@ -87,6 +87,12 @@ class Workflow(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Claims in a row that ran out without being released or renewed since the journal last grew: each
     is a worker lost in the middle of the turn (killed, out of memory), which the step it was running
     counts as an attempt."""
+    claimant: str = ""
+    """The worker process the current claim was made for by its lease (docs/adr/0071); "" for a claim it
+    asked for itself."""
+    lost_claimant: str = ""
+    """The claimant of the last claim counted in ``lapsed_claims``: another of its claims that runs out
+    is the same worker lost (a paused worker's waiting leases claim again and again), not counted again."""
     resumable: bool = False
     """It failed for its code (non-determinism): ``journal.resume`` may run it again."""
     cancel_requested: bool = False

@@ -471,6 +471,35 @@ class WorkflowsClaimResponse(Message):
     workflow: WorkflowInfo | None = None
 
 
+class WorkflowsLeaseRequest(Message):
+    """A ``queue.lease`` of a durable app's task queue that also claims the workflows of the activations
+    it leases, up to ``claims`` of them, for the caller (docs/adr/0071)."""
+
+    queue_name: str = ""
+    batch_size: int = 0
+    client_id: str = ""
+    request_timeout: str = ""
+    claims: int = 0
+    claim_timeout: str = ""
+    app_version: str = ""
+    claimant: str = ""
+
+
+class WorkflowsLeaseClaim(Message):
+    """The claim of the workflow an activation item of a ``workflows.lease`` names (the item's ``id``)."""
+
+    id: str = ""
+    outcome: str = ""
+    workflow: WorkflowInfo | None = None
+
+
+class WorkflowsLeaseResponse(Message):
+    queue_name: str = ""
+    partition: int = 0
+    items: list[QueueLeaseItem] = []
+    claims: list[WorkflowsLeaseClaim] = []
+
+
 class WorkflowActivation(Message):
     """The activation item a turn runs for: its lease in the workflow's queue, which the append that
     ends the turn completes (docs/adr/0070)."""

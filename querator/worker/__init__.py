@@ -43,6 +43,7 @@ from querator.worker._run import run_worker
 from querator.worker._serializer import JsonSerializer, Serializer, Signature, typed
 from querator.worker._task import (
     Lease,
+    Leaser,
     Permanent,
     RetryLater,
     Task,
@@ -59,6 +60,7 @@ __all__ = [
     "JsonFormatter",
     "JsonSerializer",
     "Lease",
+    "Leaser",
     "Permanent",
     "RateLimit",
     "RetryLater",

@@ -36,7 +36,7 @@ from querator.worker._priority import level_queues
 from querator.worker._rate import take_shared
 from querator.worker._settle import Settler
 from querator.worker._slots import Slots
-from querator.worker._task import CURRENT_LEASE, MAX_BATCH, Lease, Permanent, RetryLater, Task
+from querator.worker._task import CURRENT_LEASE, MAX_BATCH, Lease, Leaser, Permanent, RetryLater, Task
 from querator.worker._trace import current_traceparent, span
 
 log = logging.getLogger("querator.worker")
@@ -104,6 +104,8 @@ class Runtime:
     their items back."""
     lowest_first_every: int = 0
     """With priority levels: every n-th lease takes the lowest level first (0: never)."""
+    leasers: dict[str, Leaser] = field(default_factory=dict)
+    """``Worker.leasers``."""
 
 
 async def _rate_limited(
@@ -175,6 +177,7 @@ class QueueRunner:
             t.name: asyncio.Semaphore(t.options.concurrency) for t in tasks if t.options.concurrency
         }
         self._lease_timeout = next((t.options.lease_timeout for t in tasks if t.options.lease_timeout), "")
+        self._leaser = runtime.leasers.get(queue)
         leveled = any(t.options.priority is not None for t in tasks)
         self._levels = level_queues(queue) if leveled else [queue]
         """The queues leased, highest level first."""
@@ -197,7 +200,7 @@ class QueueRunner:
                 if len(self._levels) > 1:
                     await self._lease_levels(client_id, wanted)
                 else:
-                    self._start(self.queue, await rt.client.lease(self.queue, wanted, client_id, LEASE_POLL))
+                    self._start(self.queue, await self._lease(self.queue, wanted, client_id, LEASE_POLL))
             except QueratorError as e:
                 failures += 1
                 wait_s = backoff.wait_s(failures, *LEASE_FAILED_WAIT_S)
@@ -206,18 +209,23 @@ class QueueRunner:
                 continue
             failures = 0
 
+    async def _lease(self, queue: str, wanted: int, client_id: str, timeout: str) -> m.QueueLeaseResponse:
+        rt = self._rt
+        if self._leaser is None:
+            return await rt.client.lease(queue, wanted, client_id, timeout)
+        return await self._leaser.lease(rt.client, queue, wanted, client_id, timeout, rt.running.free())
+
     async def _lease_levels(self, client_id: str, wanted: int) -> None:
         """Fills ``wanted`` slots level by level, highest first (lowest first every
         ``lowest_first_every``-th time), each level looked at without waiting; when every level is
         empty, waits for the first to have items. Levels are strict: a lower one is leased only when the
         higher ones had fewer items than free slots."""
-        client = self._rt.client
         self._rounds += 1
         every = self._rt.lowest_first_every
         order = self._levels[::-1] if every and self._rounds % every == 0 else self._levels
         found = False
         for queue in order:
-            reply = await client.lease(queue, wanted, client_id, LEVEL_LOOK)
+            reply = await self._lease(queue, wanted, client_id, LEVEL_LOOK)
             self._start(queue, reply)
             wanted -= len(reply.items)
             found = found or bool(reply.items)
@@ -225,7 +233,7 @@ class QueueRunner:
                 return
         if found:
             return
-        polls = [asyncio.ensure_future(client.lease(q, wanted, client_id, LEASE_POLL)) for q in order]
+        polls = [asyncio.ensure_future(self._lease(q, wanted, client_id, LEASE_POLL)) for q in order]
         try:
             await asyncio.wait(polls, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -315,6 +323,8 @@ class QueueRunner:
         that cannot be stored, it comes back when its lease ends."""
         back = m.QueueRetryItem(id=item.id, error=GIVEN_BACK, lease_token=item.lease_token)
         try:
+            if self._leaser is not None:
+                await self._leaser.given_back(self._rt.client, queue, item)
             await self._rt.settler.retry(queue, partition, back)
         except QueratorError as e:
             log.warning(

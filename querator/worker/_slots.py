@@ -21,6 +21,10 @@ class Slots:
         """Each held item's future, and whether it waits on through a stop."""
         self._stopped = False
 
+    def free(self) -> int:
+        """Slots an item asking now would take at once."""
+        return 0 if self._waiting else self._free
+
     async def take(self, through_stop: bool = False) -> bool:
         """True once a slot is the caller's (``give`` it back); False when the worker stops warmly
         first, unless ``through_stop`` (the item waits for a slot then too)."""

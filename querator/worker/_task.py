@@ -8,9 +8,9 @@ import inspect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
-from querator.client import Duration, seconds_of
+from querator.client import AsyncClient, Duration, seconds_of
 from querator.wire import messages as m
 from querator.worker._envelope import pack
 from querator.worker._priority import NORMAL, check_level, level_queue
@@ -43,6 +43,27 @@ class RetryLater(Exception):
     def __init__(self, after: Duration) -> None:
         super().__init__(f"run again in {seconds_of(after):g}s")
         self.after_s = seconds_of(after)
+
+
+class Leaser(Protocol):
+    """How a queue's items are leased, when not by ``AsyncClient.lease`` (``Worker.leasers``): a
+    ``Durable`` app's lease also claims the workflows of its activations (docs/adr/0071)."""
+
+    async def lease(
+        self,
+        client: AsyncClient,
+        queue: str,
+        batch_size: int,
+        client_id: str,
+        request_timeout: str,
+        startable: int,
+    ) -> m.QueueLeaseResponse:
+        """``client.lease``'s reply; ``startable``: items the worker could start at once now."""
+        ...
+
+    async def given_back(self, client: AsyncClient, queue: str, item: m.QueueLeaseItem) -> None:
+        """``item``, leased and never run (held ahead at a warm stop), is about to go back to ``queue``."""
+        ...
 
 
 @dataclass(slots=True)

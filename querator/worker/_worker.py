@@ -23,7 +23,7 @@ from querator.worker._runner import QueueRunner, Reservations, Runtime
 from querator.worker._serializer import JsonSerializer, Serializer
 from querator.worker._settle import Settler
 from querator.worker._slots import Slots
-from querator.worker._task import Task, TaskOptions
+from querator.worker._task import Leaser, Task, TaskOptions
 from querator.worker.backoff import Policy, exponential
 
 log = logging.getLogger("querator.worker")
@@ -103,6 +103,8 @@ class Worker:
         self._closers: dict[asyncio.AbstractEventLoop, AsyncGenerator[None, None]] = {}
         self._ensured: dict[asyncio.AbstractEventLoop, set[str]] = {}
         """The queues each loop's client has made sure of; dropped with the client (its id may be reused)."""
+        self.leasers: dict[str, Leaser] = {}
+        """How the items of a queue (by name) are leased, when not by ``AsyncClient.lease``."""
         self._stop: asyncio.Event | None = None
         self._signals = 0
         self._blocking: LoopThread | None = None
@@ -408,6 +410,7 @@ class Worker:
             Slots(limit),
             pool,
             lowest_first_every=self.lowest_first_every,
+            leasers=self.leasers,
         )
         if handle_signals:
             for sig in (signal.SIGINT, signal.SIGTERM):

@@ -834,7 +834,15 @@ async def test_a_head_a_node_kept_gives_way_to_another_nodes_write(durable: Api)
     await start(durable, "wf")
     await claim(durable, "wf")  # this node keeps the head it claimed
     here = durable.service.workflows
-    there = Workflows(here._rows, here._clock, here._produce, here._complete, here._queue_namespace)
+    there = Workflows(
+        here._rows,
+        here._clock,
+        here._produce,
+        here._complete,
+        here._queue_namespace,
+        here._lease,
+        here._release,
+    )
     await there.signal(AS_SERVER, m.WorkflowsSignalRequest(workflow_id="wf", name="go", signal_id="s-1"))
     assert await append(durable, 1, "wf", then="suspend") == {"resume": True}
     info = await durable.post("/v1/workflows.info", {"workflow_id": "wf"})

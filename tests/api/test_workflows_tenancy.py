@@ -147,3 +147,25 @@ async def test_the_same_id_in_two_namespaces_is_two_workflows(alice: Caller, bob
         assert [(w["workflow_id"], w["queue_name"]) for w in listed["workflows"]] == [
             ("wf", f"q-{namespace}")
         ]
+
+
+async def test_a_claiming_lease_claims_in_its_queues_namespace_for_its_caller(
+    alice: Caller, bob: Caller
+) -> None:
+    """workflows.lease (docs/adr/0071) needs queue.lease in the queue's namespace, and claims the
+    workflows of that namespace: another tenant is refused before anything is leased or claimed."""
+    for caller, namespace in ((alice, ALPHA), (bob, BETA)):
+        await caller.ok("/v1/workflows.start", start_body(namespace, "wf"))
+    lease = {
+        "queue_name": f"q-{ALPHA}",
+        "batch_size": 5,
+        "client_id": "w",
+        "request_timeout": "1s",
+        "claims": 5,
+    }
+    await bob.fails("/v1/workflows.lease", lease, 403, "access denied")
+    assert await activations(alice, ALPHA) == ["wf"]  # nothing leased
+    [claimed] = (await alice.ok("/v1/workflows.lease", lease))["claims"]
+    assert (claimed["outcome"], claimed["workflow"]["namespace"]) == ("claimed", ALPHA)
+    beta = await bob.ok("/v1/workflows.claim", {"workflow_id": "wf", "namespace": BETA})
+    assert beta["outcome"] == "claimed"  # the same id in the other namespace: not claimed by alice's lease

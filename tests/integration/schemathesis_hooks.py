@@ -40,7 +40,7 @@ QUEUES: dict[str, dict[str, Any]] = msgspec.json.decode(os.environ["SCHEMATHESIS
 REFILL = 10
 """Items produced into each queue by a refill."""
 LEASE_WAIT = "200ms"
-LONG_POLLS = ("/v1/queue.lease", "/v1/workflows.result")
+LONG_POLLS = ("/v1/queue.lease", "/v1/workflows.lease", "/v1/workflows.result")
 MAX_PARTITIONS = 8
 LEASED = "leased-by-the-hook"
 """Placeholder id, replaced by a leased item's id just before the request is sent."""

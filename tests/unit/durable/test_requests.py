@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from typing import Any
 
 import aiohttp
+import pytest
 
+from querator.client import AsyncClient
 from querator.durable import Context, Durable
 from querator.testing import Node
+from querator.wire import messages as m
 
 ROUTE_COUNT = re.compile(
     r'^querator_request_duration_seconds_count\{code="2\d\d",route="([^"]+)"\} (\S+)$', re.M
@@ -54,10 +58,45 @@ async def test_a_turn_that_ends_after_a_step_records_both_in_one_append() -> Non
         (3, "done", b"3"),
     ]
     spent = {route: after.get(route, 0.0) - before.get(route, 0.0) for route in after}
-    assert spent["/v1/workflows.claim"] == 1
     assert spent["/v1/workflows.append"] == 3
     # The ending completed the activation (docs/adr/0070): the worker sends no complete of its own.
     assert spent.get("/v1/queue.complete", 0.0) == 0
+    # Its lease claimed the workflow (docs/adr/0071): no claim of its own, no lease but that one.
+    assert spent.get("/v1/workflows.claim", 0.0) == 0
+    assert spent["/v1/workflows.lease"] == 1
+    assert spent.get("/v1/queue.lease", 0.0) == 0
+
+
+async def test_a_worker_claims_on_its_own_from_a_node_without_the_claiming_lease(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nodes are upgraded before workers, but a worker newer than its node is not stuck: the node
+    answers the route it does not know 501, and the worker leases and claims apart (docs/adr/0071)."""
+
+    async def older_node(
+        client: AsyncClient, queue: str, *args: Any, **kwargs: Any
+    ) -> m.WorkflowsLeaseResponse:
+        """A route this node does not know, as an older node does not know workflows.lease."""
+        asked = m.WorkflowsLeaseRequest(queue_name=queue)
+        return await client.call("/v1/workflows.nosuch", asked, m.WorkflowsLeaseResponse)
+
+    monkeypatch.setattr(AsyncClient, "lease_workflows", older_node)
+    app = Durable("http://unused.invalid", concurrency=1)
+
+    @app.step()
+    async def add(n: int) -> int:
+        return n + 1
+
+    @app.workflow()
+    async def two(ctx: Context) -> int:
+        return await ctx.run(add, await ctx.run(add, 0))
+
+    async with Node() as node, node.running(app):
+        handles = [await app.start(two, workflow_id=f"two-{n}") for n in range(2)]
+        assert [await h.result(timeout=timedelta(seconds=30)) for h in handles] == [2, 2]
+        spent = await requests(node)
+    assert spent["/v1/workflows.claim"] == 2
+    assert spent.get("/v1/workflows.lease", 0.0) == 0
 
 
 async def test_a_step_runs_only_once_the_steps_before_it_are_recorded() -> None:

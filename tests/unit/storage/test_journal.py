@@ -796,3 +796,34 @@ def test_a_new_run_of_an_id_ranks_its_rows_above_a_dropped_runs() -> None:
     new = replace(FRESH, created_at=NOW + 86_400_000_000, version=new_version + 3, length=1)
     rows = [row(old.version, replace(CHARGED, value=b'"old run"')), row(new_version + 2, CHARGED)]
     assert j.entries_of(new, rows) == [CHARGED]
+
+
+def test_the_claims_a_lease_made_for_one_worker_count_it_lost_once() -> None:
+    """A paused worker's waiting leases may each claim the workflow, and each claim runs out: one worker
+    lost, not one per lease (docs/adr/0071). Another worker's, and a claim asked for alone, count."""
+    wf: Workflow | None = FRESH
+    lapses = []
+    for now, claimant in [
+        (NOW, "a"),
+        (2 * NOW, "a"),
+        (3 * NOW, "a"),
+        (4 * NOW, "b"),
+        (5 * NOW, ""),
+        (6 * NOW, ""),
+    ]:
+        _, wf = j.claim(wf, "wf", now, now + CLAIM_US, claimant=claimant)
+        assert wf is not None and wf.claimant == claimant
+        lapses.append(wf.lapsed_claims)
+    assert lapses == [0, 1, 1, 1, 2, 3]  # a ran out three times: once; then b, then a claim alone
+    _, wf = j.append(wf, "wf", wf.fence, [CHARGED], j.Ending(), 6 * NOW, 0, RETENTION_US)
+    assert wf is not None and (wf.lapsed_claims, wf.lost_claimant) == (0, "")
+
+
+def test_a_claim_nobody_got_is_let_go_uncounted() -> None:
+    _, claimed = j.claim(FRESH, "wf", NOW, NOW + CLAIM_US, claimant="a")
+    assert claimed is not None
+    assert j.release(claimed, "wf", claimed.fence - 1) == (None, None)  # not that claim: left alone
+    _, released = j.release(claimed, "wf", claimed.fence)
+    assert released is not None and released.claim_deadline == 0 and released.changed
+    _, again = j.claim(released, "wf", 2 * NOW, 2 * NOW + CLAIM_US)
+    assert again is not None and (again.fence, again.lapsed_claims) == (2, 0)

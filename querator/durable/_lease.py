@@ -1,0 +1,103 @@
+"""A ``Durable`` app's worker leases its task queue with ``workflows.lease``: the claims of the
+workflows of the activations it leases come in the lease's reply, and an activation starts its turn
+without a claim request of its own (docs/adr/0071)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+
+from querator.client import AsyncClient
+from querator.errors import NotImplementedRoute, QueratorError
+from querator.wire import messages as m
+from querator.wire.workflows import CLAIMED, SUSPEND
+from querator.worker import Lease
+
+log = logging.getLogger("querator.durable")
+
+MAX_CLAIMANT_CHARS = 256
+"""The longest claimant the server takes."""
+
+
+class Claims:
+    """The ``Leaser`` of a ``Durable`` app's queue (``Worker.leasers``): it asks for the claims of as many
+    activations as the worker could start at once (fewer the claims it holds for items not started
+    yet), and keeps each claim until its item's run takes it (``take``) or the item goes back unrun."""
+
+    def __init__(self, claim_timeout: str, version: str) -> None:
+        self._claim_timeout = claim_timeout
+        self._version = version
+        self._held: dict[tuple[str, str], m.WorkflowsLeaseClaim] = {}
+        """The claims got with leases, by the queue and id of their items."""
+        self._refused = False
+        """The server has no ``workflows.lease`` (older than the worker): leases and claims apart."""
+
+    async def lease(
+        self,
+        client: AsyncClient,
+        queue: str,
+        batch_size: int,
+        client_id: str,
+        request_timeout: str,
+        startable: int,
+    ) -> m.QueueLeaseResponse:
+        if not self._refused:
+            try:
+                reply = await client.lease_workflows(
+                    queue,
+                    batch_size,
+                    client_id,
+                    request_timeout,
+                    claims=max(0, startable - len(self._held)),
+                    claim_timeout=self._claim_timeout,
+                    app_version=self._version,
+                    claimant=claimant(),
+                )
+            except NotImplementedRoute:
+                log.info("the server has no workflows.lease: each activation is claimed on its own")
+                self._refused = True
+            else:
+                for claim in reply.claims:
+                    self._held[(queue, claim.id)] = claim
+                return m.QueueLeaseResponse(
+                    queue_name=reply.queue_name, partition=reply.partition, items=reply.items
+                )
+        return await client.lease(queue, batch_size, client_id, request_timeout)
+
+    def take(self, lease: Lease | None, workflow_id: str) -> m.WorkflowsClaimResponse | None:
+        """The claim that came with the lease of the running activation of ``workflow_id``; None when
+        none did (the worker claims it itself)."""
+        if lease is None:
+            return None
+        claim = self._held.pop((lease.queue, lease.item.id), None)
+        if claim is None or claim.workflow is None or claim.workflow.workflow_id != workflow_id:
+            return None
+        return m.WorkflowsClaimResponse(outcome=claim.outcome, workflow=claim.workflow)
+
+    async def given_back(self, client: AsyncClient, queue: str, item: m.QueueLeaseItem) -> None:
+        """An item held ahead goes back unrun at a warm stop: its claim is let go first, so that the
+        worker that leases it next claims it at once, and no lost worker is counted (a claim that runs
+        out counts one)."""
+        claim = self._held.pop((queue, item.id), None)
+        if claim is not None and claim.outcome == CLAIMED and claim.workflow is not None:
+            await release(client, claim.workflow)
+
+
+def claimant() -> str:
+    """This worker process, as its leases' claims name it: host and process id (a process forked from
+    another, with the app made before the fork, is another claimant)."""
+    return f"{socket.gethostname()}-{os.getpid()}"[:MAX_CLAIMANT_CHARS]
+
+
+async def release(client: AsyncClient, wf: m.WorkflowInfo) -> None:
+    """Lets go of the claim ``wf`` holds, before any turn under it, with a suspend: one refused because
+    something arrived (``resume``: the claim holds) is sent again, which then lets go; the activation
+    that goes back replays what arrived. Best effort: a claim not let go runs out."""
+    suspend = m.WorkflowsAppendRequest(
+        workflow_id=wf.workflow_id, fence=wf.fence, then=SUSPEND, namespace=wf.namespace
+    )
+    with contextlib.suppress(QueratorError):
+        if (await client.append_workflow(suspend)).resume:
+            await client.append_workflow(suspend)
