@@ -32,7 +32,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Self
 
 import pytest
 
@@ -425,9 +425,11 @@ def shared_storage(request: pytest.FixtureRequest) -> tuple[str, ...]:
 
 class WorkerProcesses:
     """``querator worker <app>`` processes of one test, each logging to ``<records>/../worker-<n>.log``
-    and recording its runs under ``records``; killed at teardown if still running."""
+    and recording its runs under ``records`` (made here); killed when closed, or when the ``with``
+    block ends, if still running."""
 
     def __init__(self, server: ServerProcess, records: Path, app: str, records_env: str) -> None:
+        records.mkdir(parents=True, exist_ok=True)
         self.server = server
         self.records = records
         self.app = app
@@ -478,3 +480,9 @@ class WorkerProcesses:
             if proc.poll() is None:
                 proc.kill()
             proc.wait(STOP_DEADLINE)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()

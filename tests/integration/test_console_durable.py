@@ -33,14 +33,11 @@ DEADLINE_S = 30.0
 
 @pytest.fixture
 def worker(server: ServerProcess, tmp_path: Path) -> Iterator[WorkerProcesses]:
-    records = tmp_path / "records"
-    records.mkdir()
-    workers = WorkerProcesses(server, records, "tests.integration.durable_app:app", "DURABLE_RECORDS")
-    try:
+    with WorkerProcesses(
+        server, tmp_path / "records", "tests.integration.durable_app:app", "DURABLE_RECORDS"
+    ) as workers:
         workers.start()
         yield workers
-    finally:
-        workers.close()
 
 
 async def _waiting_for_signal(client: AsyncClient, workflow_id: str) -> bool:

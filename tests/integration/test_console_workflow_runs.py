@@ -200,7 +200,6 @@ async def test_a_read_only_key_is_shown_the_apis_refusal(
     admin_key = generate_key("admin")
     server = await servers.astart("--storage", "sqlite", "--tenancy", "on", "--api-keys", key_hash(admin_key))
     records = tmp_path / "records"
-    records.mkdir()
     workers = WorkerProcesses(server, records, "tests.integration.durable_app:app", "DURABLE_RECORDS")
     try:
         workers.start(env={"QUERATOR_API_KEY": admin_key})

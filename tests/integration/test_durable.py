@@ -47,13 +47,8 @@ def server(servers: Servers) -> ServerProcess:
 
 @pytest.fixture
 def workers(server: ServerProcess, tmp_path: Path) -> Iterator[Workers]:
-    records = tmp_path / "records"
-    records.mkdir()
-    started = Workers(server, records)
-    try:
+    with Workers(server, tmp_path / "records") as started:
         yield started
-    finally:
-        started.close()
 
 
 @pytest.fixture

@@ -120,7 +120,6 @@ async def test_workflows_complete_on_a_cassandra_cluster_that_loses_their_queues
     victim = nodes[int(owner.removeprefix("node-"))]
     entry = next(n for n in nodes if n is not victim)  # the workers' and the callers' node
     records = tmp_path / "records"
-    records.mkdir()
     started = Workers(entry, records)
     monkeypatch.setattr(wf.app.worker, "endpoint", entry.url)
     try:

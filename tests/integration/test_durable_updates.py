@@ -28,13 +28,10 @@ def server(servers: Servers) -> ServerProcess:
 
 @pytest.fixture
 def workers(server: ServerProcess, tmp_path: Path) -> Iterator[WorkerProcesses]:
-    records = tmp_path / "records"
-    records.mkdir()
-    started = WorkerProcesses(server, records, "tests.integration.durable_updates_app:app", "DURABLE_RECORDS")
-    try:
+    with WorkerProcesses(
+        server, tmp_path / "records", "tests.integration.durable_updates_app:app", "DURABLE_RECORDS"
+    ) as started:
         yield started
-    finally:
-        started.close()
 
 
 @pytest.fixture

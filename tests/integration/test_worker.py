@@ -61,13 +61,8 @@ def server(servers: Servers) -> ServerProcess:
 
 @pytest.fixture
 def workers(server: ServerProcess, tmp_path: Path) -> Iterator[Workers]:
-    records = tmp_path / "records"
-    records.mkdir()
-    started = Workers(server, records)
-    try:
+    with Workers(server, tmp_path / "records") as started:
         yield started
-    finally:
-        started.close()
 
 
 @pytest.fixture
@@ -227,7 +222,6 @@ async def test_a_cluster_rate_limit_holds_across_worker_processes(
     gives those back, and only one item ever ran (a per-process limit would have run one per worker)."""
     server = servers.start("--storage", "memory", "--processes", "2")
     records = tmp_path / "records"
-    records.mkdir()
     workers = Workers(server, records)
     monkeypatch.setattr(tasks.worker, "endpoint", server.url)
     try:

@@ -50,7 +50,6 @@ async def test_workflows_finish_once_while_workers_are_killed(
     rng = random.Random(seed)
     server = await servers.astart("--storage", "sqlite", "--data-dir", str(tmp_path / "data"))
     records = tmp_path / "records"
-    records.mkdir()
     workers = Workers(server, records)
     monkeypatch.setattr(wf.app.worker, "endpoint", server.url)
     killed: set[int] = set()
