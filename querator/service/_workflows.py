@@ -399,7 +399,9 @@ class Workflows:
         reply = m.WorkflowsLeaseResponse(
             queue_name=leased.queue_name, partition=leased.partition, items=leased.items
         )
-        activations = [i for i in leased.items if is_activation(i)][: req.claims]
+        # Only among the first ``claims`` items, which the worker starts first: a claim made for an item
+        # that waits behind others for a slot could run out before its turn, and count a worker lost.
+        activations = [i for i in leased.items[: req.claims] if is_activation(i)]
         if activations:
             # Shielded: a caller gone mid-claims gets what it leased given back, and its claims let go.
             claiming = asyncio.ensure_future(self._claims(owner, activations, timeout_us, req))
@@ -436,12 +438,19 @@ class Workflows:
                 continue
             room -= size
             kept.append((key, item, claimed))
+        replies = await asyncio.gather(
+            *(self._claim_reply(key, claimed) for key, _, claimed in kept), return_exceptions=True
+        )
+        claims: LeaseClaims = []
+        for (key, item, claimed), r in zip(kept, replies, strict=True):
+            if isinstance(r, m.WorkflowsClaimResponse):
+                claims.append(m.WorkflowsLeaseClaim(id=item.id, outcome=r.outcome, workflow=r.workflow))
+            elif not isinstance(r, Exception):
+                raise r
+            elif claimed.outcome == CLAIMED:  # its journal could not be read: its worker claims it again
+                let_go.append(self._let_go(key, claimed.workflow.fence))
         await asyncio.gather(*let_go)
-        replies = await asyncio.gather(*(self._claim_reply(key, claimed) for key, _, claimed in kept))
-        return [
-            m.WorkflowsLeaseClaim(id=item.id, outcome=r.outcome, workflow=r.workflow)
-            for (_, item, _), r in zip(kept, replies, strict=True)
-        ]
+        return claims
 
     async def _let_go(self, key: str, fence: int) -> None:
         """Releases the claim of ``fence`` (``journal.release``), best effort: one left runs out."""
@@ -458,18 +467,27 @@ class Workflows:
         self.lease_undelivered(reply)
 
     def lease_undelivered(self, reply: m.WorkflowsLeaseResponse) -> None:
-        """A ``workflows.lease`` reply that never reached its client: its items are given back as a
-        lease's are, and its claims let go (not counted as workers lost)."""
-        items = m.QueueLeaseResponse(
-            queue_name=reply.queue_name, partition=reply.partition, items=reply.items
+        """A ``workflows.lease`` reply that never reached its client: its claims are let go (not counted
+        as workers lost), then its items given back as a lease's are."""
+        task = asyncio.create_task(self._undeliver(reply))
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
+
+    async def _undeliver(self, reply: m.WorkflowsLeaseResponse) -> None:
+        # Claims first: an item given back first may be leased at once by a worker whose own claim
+        # would then find the workflow busy, and wait.
+        await asyncio.gather(
+            *(
+                self._let_go(
+                    stored_id(namespace(c.workflow.namespace), c.workflow.workflow_id), c.workflow.fence
+                )
+                for c in reply.claims
+                if c.outcome == CLAIMED and c.workflow is not None
+            )
         )
-        self._release(items)
-        for c in reply.claims:
-            if c.outcome == CLAIMED and c.workflow is not None:
-                key = stored_id(namespace(c.workflow.namespace), c.workflow.workflow_id)
-                task = asyncio.create_task(self._let_go(key, c.workflow.fence))
-                self._releasing.add(task)
-                task.add_done_callback(self._releasing.discard)
+        self._release(
+            m.QueueLeaseResponse(queue_name=reply.queue_name, partition=reply.partition, items=reply.items)
+        )
 
     async def append(self, ctx: RequestContext, req: m.WorkflowsAppendRequest) -> m.WorkflowsAppendResponse:
         check_workflow_append(req)
@@ -760,11 +778,13 @@ def is_activation(item: m.QueueLeaseItem) -> bool:
     """Whether ``item`` is an activation of the workflow its reference names, as ``_activate`` makes them
     (a producer's item of that kind with another payload is not claimed by a lease: its worker claims
     what the payload names)."""
-    return (
-        item.kind == ACTIVATION_KIND
-        and bool(item.reference)
-        and item.bytes == activation_payload(item.reference)
-    )
+    if item.kind != ACTIVATION_KIND or item.bytes != activation_payload(item.reference):
+        return False
+    try:  # a reference no workflow id can be (a separator in it) would name another namespace's
+        check_workflow_id(item.reference)
+    except InvalidOption:
+        return False
+    return True
 
 
 def activation_payload(workflow_id: str) -> bytes:

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from querator.clock import FakeClock
+from querator.errors import StorageError
 from querator.service import _workflows
-from querator.service._workflows import activation_payload
+from querator.service._workflows import activation_payload, is_activation
 from querator.storage.workflows import SYSTEM_NAMESPACE, stored_id
 from querator.wire import messages as m
 from tests.api.test_workflows import ACTIVATION, activations, append, b64, claim, start, step
@@ -70,6 +71,49 @@ async def test_a_lease_claims_as_many_as_it_is_asked_and_only_activations(durabl
     assert (await claim(durable, "wf-2"))["outcome"] == "claimed"  # not claimed by the lease
 
 
+async def test_a_lease_claims_only_among_the_items_the_worker_starts_first(durable: Api) -> None:
+    """A claim is made only for an activation among the first ``claims`` items, which the worker starts
+    at once: one behind another item could wait for a slot past its claim timeout and count a worker
+    lost."""
+    other = {"kind": "x", "reference": "r", "bytes": "e30="}
+    await durable.post(
+        "/v1/queue.produce", {"queue_name": "durable", "request_timeout": "5s", "items": [other]}
+    )
+    await start(durable)
+    reply = await lease(durable, claims=1)
+    assert [i["kind"] for i in reply["items"]] == ["x", ACTIVATION]
+    assert reply.get("claims", []) == []
+    assert (await claim(durable))["outcome"] == "claimed"
+
+
+async def test_a_claim_whose_journal_cannot_be_read_is_let_go(
+    durable: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure after the claim was made (its journal's read) leaves the item to its worker without a
+    claim, and the claim let go: not held until it runs out."""
+    await start(durable)
+    workflows = durable.service.workflows
+
+    async def unreadable(key: str, claimed: Any) -> m.WorkflowsClaimResponse:
+        raise StorageError("storage failed; rows unreadable")
+
+    monkeypatch.setattr(workflows, "_claim_reply", unreadable)
+    reply = await lease(durable)
+    assert len(reply["items"]) == 1 and reply.get("claims", []) == []
+    monkeypatch.undo()
+    assert (await claim(durable))["outcome"] == "claimed"
+
+
+def test_a_reference_that_is_no_workflow_id_is_no_activation() -> None:
+    """A producer's item of the activations' kind and payload whose reference holds the stored ids'
+    separator would name a workflow of another namespace: a lease does not claim it."""
+    reference = "beta\x1fsecret"
+    item = m.QueueLeaseItem(id="i", kind=ACTIVATION, reference=reference, bytes=activation_payload(reference))
+    assert not is_activation(item)
+    fine = m.QueueLeaseItem(id="i", kind=ACTIVATION, reference="wf-1", bytes=activation_payload("wf-1"))
+    assert is_activation(fine)
+
+
 async def test_a_lease_leaves_runs_of_another_version_unclaimed(durable: Api) -> None:
     await start(durable, app_version="v1")
     [left] = (await lease(durable, app_version="v2"))["claims"]
@@ -112,14 +156,25 @@ async def test_an_undelivered_lease_lets_its_claims_go_uncounted(durable: Api, c
             for c in raw["claims"]
         ],
     )
-    workflows.lease_undelivered(delivered)
     key = stored_id(SYSTEM_NAMESPACE, "wf-1")
+    claim_held_when_given_back: list[bool] = []
+    give_back = workflows._release
+
+    def given_back(items: m.QueueLeaseResponse) -> None:
+        # The head as the node keeps it: a worker leasing the item at once must find it free.
+        head = workflows._heads.get(key)
+        claim_held_when_given_back.append(head is None or head.claim_deadline != 0)
+        give_back(items)
+
+    workflows._release = given_back  # type: ignore[method-assign]
+    workflows.lease_undelivered(delivered)
 
     async def released() -> bool:
         stored = await durable.service.store.workflows.get_workflow(key)
-        return stored is not None and stored.claim_deadline == 0
+        return stored is not None and stored.claim_deadline == 0 and bool(claim_held_when_given_back)
 
     await eventually(released)
+    assert claim_held_when_given_back == [False]  # the claim let go before the item went back
     again = await lease(durable)  # the item came back, and its workflow is free
     [claimed] = again["claims"]
     assert claimed["outcome"] == "claimed" and "lapsed_claims" not in claimed["workflow"]
