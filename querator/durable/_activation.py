@@ -55,8 +55,9 @@ async def activate(app: Durable, workflow_id: str) -> None:
     """One activation: claims the workflow, replays it until it suspends or ends, and records that."""
     client = await app.client()
     lease = current_lease()
-    claim = app.claims.take(lease, workflow_id)
-    if claim is None or not await _fresh(client, claim, app.claim_timeout):
+    held = app.claims.take(lease, workflow_id)
+    claim = held[0] if held is not None and await _fresh(client, *held, app.claim_timeout) else None
+    if claim is None:
         claim = await client.claim_workflow(
             workflow_id, app.claim_timeout, namespace=app.namespace, app_version=app.version
         )
@@ -199,23 +200,27 @@ def _renewal(wf: m.WorkflowInfo, claim_timeout: str) -> m.WorkflowsAppendRequest
     )
 
 
-async def _fresh(client: AsyncClient, claim: m.WorkflowsClaimResponse, claim_timeout: str) -> bool:
-    """Whether the claim the activation's lease made (docs/adr/0071) can be run on: its journal is the
-    workflow's as long as no other worker claimed it since. One whose item waited a third of its
-    timeout or more (held ahead of the slots, a worker paused) is renewed first, which the fence
-    refuses once another worker claimed it: then the worker claims afresh, rather than replay a
+async def _fresh(
+    client: AsyncClient, claim: m.WorkflowsClaimResponse, age_s: float, claim_timeout: str
+) -> bool:
+    """Whether the claim the activation's lease made (docs/adr/0071) ``age_s`` ago (by this process's
+    clock: a worker's skewed wall clock must not pass a stale claim as fresh) can be run on: its
+    journal is the workflow's as long as no other worker claimed it since. One whose item waited a
+    third of its timeout or more (held ahead of the slots, a worker paused) is renewed first, which the
+    fence refuses once another worker claimed it: then the worker claims afresh, rather than replay a
     journal that may lack steps recorded since (and run them again)."""
     wf = claim.workflow
-    if claim.outcome != CLAIMED or wf is None or wf.claim_deadline is None:
-        return True
-    left_s = (from_datetime(wf.claim_deadline) - SystemClock().now()) / 1e6
-    if left_s >= seconds_of(claim_timeout) * 2 / 3:
+    if claim.outcome != CLAIMED or wf is None or age_s < seconds_of(claim_timeout) / 3:
         return True
     try:
         await client.append_workflow(_renewal(wf, claim_timeout))
-    except QueratorError as e:
+    except Conflict as e:
         log.info("workflow %s: the claim its lease made is gone, claimed again: %s", wf.workflow_id, e)
         return False
+    except QueratorError as e:
+        # Not known to be lost: replaying now could run a step recorded since, so the turn waits.
+        log.warning("workflow %s: renewing the claim its lease made failed: %s", wf.workflow_id, e)
+        raise RetryLater(INTERRUPTED_WAIT_S) from e
     return True
 
 

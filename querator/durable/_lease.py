@@ -7,9 +7,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import socket
 
 from querator.client import AsyncClient
+from querator.clock import Clock, SystemClock
 from querator.errors import NotImplementedRoute, QueratorError
 from querator.wire import messages as m
 from querator.wire.workflows import CLAIMED, SUSPEND
@@ -20,17 +22,23 @@ log = logging.getLogger("querator.durable")
 MAX_CLAIMANT_CHARS = 256
 """The longest claimant the server takes."""
 
+_STARTED = secrets.token_hex(4)
+"""Drawn once per process start: a process restarted with its host name and process id (a container's
+PID 1 after a restart) is another claimant."""
+
 
 class Claims:
     """The ``Leaser`` of a ``Durable`` app's queue (``Worker.leasers``): it asks for the claims of as many
     activations as the worker could start at once (fewer the claims it holds for items not started
     yet), and keeps each claim until its item's run takes it (``take``) or the item goes back unrun."""
 
-    def __init__(self, claim_timeout: str, version: str) -> None:
+    def __init__(self, claim_timeout: str, version: str, clock: Clock | None = None) -> None:
         self._claim_timeout = claim_timeout
         self._version = version
-        self._held: dict[tuple[str, str], m.WorkflowsLeaseClaim] = {}
-        """The claims got with leases, by the queue and id of their items."""
+        self._clock = clock or SystemClock()
+        self._held: dict[tuple[str, str], tuple[m.WorkflowsLeaseClaim, float]] = {}
+        """The claims got with leases, by the queue and id of their items, with when they came
+        (``Clock.monotonic``)."""
         self._refused = False
         """The server has no ``workflows.lease`` (older than the worker): leases and claims apart."""
 
@@ -59,36 +67,43 @@ class Claims:
                 log.info("the server has no workflows.lease: each activation is claimed on its own")
                 self._refused = True
             else:
+                now_s = self._clock.monotonic()
                 for claim in reply.claims:
-                    self._held[(queue, claim.id)] = claim
+                    self._held[(queue, claim.id)] = (claim, now_s)
                 return m.QueueLeaseResponse(
                     queue_name=reply.queue_name, partition=reply.partition, items=reply.items
                 )
         return await client.lease(queue, batch_size, client_id, request_timeout)
 
-    def take(self, lease: Lease | None, workflow_id: str) -> m.WorkflowsClaimResponse | None:
-        """The claim that came with the lease of the running activation of ``workflow_id``; None when
-        none did (the worker claims it itself)."""
+    def take(self, lease: Lease | None, workflow_id: str) -> tuple[m.WorkflowsClaimResponse, float] | None:
+        """The claim that came with the lease of the running activation of ``workflow_id``, and the
+        seconds since it came (by this process's clock, not the server's); None when none did (the
+        worker claims it itself)."""
         if lease is None:
             return None
-        claim = self._held.pop((lease.queue, lease.item.id), None)
-        if claim is None or claim.workflow is None or claim.workflow.workflow_id != workflow_id:
+        held = self._held.pop((lease.queue, lease.item.id), None)
+        if held is None:
             return None
-        return m.WorkflowsClaimResponse(outcome=claim.outcome, workflow=claim.workflow)
+        claim, received_s = held
+        if claim.workflow is None or claim.workflow.workflow_id != workflow_id:
+            return None
+        reply = m.WorkflowsClaimResponse(outcome=claim.outcome, workflow=claim.workflow)
+        return reply, self._clock.monotonic() - received_s
 
     async def given_back(self, client: AsyncClient, queue: str, item: m.QueueLeaseItem) -> None:
         """An item held ahead goes back unrun at a warm stop: its claim is let go first, so that the
         worker that leases it next claims it at once, and no lost worker is counted (a claim that runs
         out counts one)."""
-        claim = self._held.pop((queue, item.id), None)
-        if claim is not None and claim.outcome == CLAIMED and claim.workflow is not None:
-            await release(client, claim.workflow)
+        held = self._held.pop((queue, item.id), None)
+        if held is not None and held[0].outcome == CLAIMED and held[0].workflow is not None:
+            await release(client, held[0].workflow)
 
 
 def claimant() -> str:
-    """This worker process, as its leases' claims name it: host and process id (a process forked from
-    another, with the app made before the fork, is another claimant)."""
-    return f"{socket.gethostname()}-{os.getpid()}"[:MAX_CLAIMANT_CHARS]
+    """This worker process, as its leases' claims name it: host, process id and a token drawn when the
+    process started (a process forked from another, with the app made before the fork, is another
+    claimant by its id; one restarted with the same host name and id, by its token)."""
+    return f"{socket.gethostname()[:200]}-{os.getpid()}-{_STARTED}"
 
 
 async def release(client: AsyncClient, wf: m.WorkflowInfo) -> None:
