@@ -564,7 +564,7 @@ async def test_a_request_cassandra_does_not_answer_fails_at_the_request_timeout(
 
 
 def answered(code: int) -> Exception:
-    """An error as the driver decodes it from Cassandra's answer (protocol v5 error body)."""
+    """An error as the driver decodes it from Cassandra's answer (the protocol's error body)."""
     message = b"from the coordinator"
     info = bytes([0, 6]) + (1).to_bytes(4, "big") + (2).to_bytes(4, "big")  # a CAS_WRITE_UNKNOWN's
     body = code.to_bytes(4, "big") + len(message).to_bytes(2, "big") + message + info

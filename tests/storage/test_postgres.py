@@ -30,6 +30,7 @@ from querator.storage.postgres import (
     PostgresStore,
 )
 from querator.storage.workflows import JournalRow
+from tests.conftest import eventually
 from tests.postgres_node import PostgresNode
 from tests.storage.contract import NOW, SECOND, Part, RecordsContract, StoreContract, ids, item, payloads
 from tests.storage.workflow_contract import new, step
@@ -132,6 +133,40 @@ async def test_leases_and_completes_leave_the_partition_row_unwritten(
         with pytest.raises(StaleOwnerError, match=rf"is owned by epoch {EPOCH + 1}, not {EPOCH}$"):
             await part.lease(1)
         assert [i.is_leased for i in await Part(newer.partition("queue", 0)).list()] == [False]
+
+
+async def test_a_run_locks_its_items_before_its_partition_row(
+    store: PostgresStore, postgres_settings: PostgresSettings, postgres_node: PostgresNode
+) -> None:
+    """The statement that sends a run's last write with the fence writes first (docs/adr/0073): a run
+    takes its items' row locks before its partition row's, in the order of every run with more writes
+    and of a queue's delete (items, then partitions), so that none of them can deadlock another. Here a
+    complete waits on its item's row, held by another transaction: the partition's row is not locked
+    meanwhile."""
+    part = Part(store.partition("queue", 0))
+    await part.produce(item("a"))
+    [[leased]] = await part.lease(1)
+    schema = Identifier(postgres_settings.schema)
+    with (
+        psycopg.connect(postgres_node.url) as holder,
+        psycopg.connect(postgres_node.url, autocommit=True) as probe,
+    ):
+        holder.execute(
+            SQL("SELECT 1 FROM {}.items WHERE id = %b FOR UPDATE").format(schema), (leased.id.encode(),)
+        )
+        completing = asyncio.ensure_future(part.complete(leased.id))
+
+        async def waits_on_the_item() -> bool:
+            query = "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid'"
+            found = await asyncio.to_thread(lambda: probe.execute(query).fetchone())
+            return found is not None and found[0] > 0
+
+        await eventually(waits_on_the_item)
+        # Before: the fence had share-locked the row first, and this failed at once.
+        probe.execute(SQL("SELECT 1 FROM {}.partitions WHERE number = 0 FOR UPDATE NOWAIT").format(schema))
+        holder.rollback()
+    assert await completing is None
+    assert await part.list() == []
 
 
 async def test_a_read_of_a_deposed_owner_is_refused(

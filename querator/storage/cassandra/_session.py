@@ -299,8 +299,9 @@ def bridge(
 
 def _expire(response: Any) -> None:
     """A request's time ran out on the loop: the driver times it out on its own thread, where its timers
-    and the answers run, so that an answer and the timeout never race (it frees the request's stream
-    and fails it with ``OperationTimedOut``). A timer of the driver's per request instead is made
+    and the answers run, so that an answer and the timeout are handled one after the other (it frees
+    the request's stream and fails it with ``OperationTimedOut``; a retry the driver's executor sends
+    meanwhile fails the same way, maybe applied). A timer of the driver's per request instead is made
     and queued on the loop and signalled to that thread, which keeps it queued for the whole timeout:
     work on both threads for every statement (docs/benchmarks-log.md)."""
     response.session.cluster.connection_class.create_timer(0, partial(_time_out, response))

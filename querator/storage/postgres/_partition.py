@@ -1,11 +1,11 @@
-"""One partition of a queue: its owner epoch, and runs as pipelined transactions ending with the fence.
+"""One partition of a queue: its owner epoch, and runs ending with the fence.
 
 A partition is claimed on its first run with the store's epoch (a node alone: its start time), or taken
 over by ``claim`` (a cluster node) with an epoch above every epoch it finds. Every run ends with the
 fence (``_schema``'s ``querator_fence``): the partition's row must still hold this owner's epoch, or the
 run is rolled back (its reads discarded) and the partition refuses every run until it is claimed again
-(docs/adr/0045). It is pipelined with the sync that commits: no round trip of its own, and it is one
-statement with the run's last write (docs/adr/0073).
+(docs/adr/0045). It is one statement with the run's last write (docs/adr/0073), or, in a run that only
+read, a statement of its own.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The connections: a fixed pool, each connection used by one worker thread at a time, and transactions
-sent in pipeline mode.
+"""The connections: a fixed pool, each connection used by one worker thread at a time, and a run's
+statements sent alone or, once they must share a transaction, in pipeline mode.
 
 The engine's run functions call ``PartitionTx`` primitives that answer synchronously, so a run executes on
 a worker thread with a blocking connection (as the Cassandra store's runs do): no hop back into the event

@@ -105,8 +105,11 @@ FENCE: Final = "SELECT querator_fence(%b, %b, %b, %b)"
 @cache
 def fenced(write: str) -> str:
     """``write`` (of the items) and the fence as one statement: the write's parameters, then the fence's.
-    A failing fence aborts the statement, and with it the run's transaction (docs/adr/0073)."""
-    return f"WITH w AS ({write}) {FENCE}"
+    A failing fence aborts the statement, and with it the run's transaction (docs/adr/0073). The fence
+    reads the write's count, so the write runs first: PostgreSQL runs a data-modifying ``WITH`` that the
+    query does not read after the query, and the fence would lock the partition's row before the
+    write locked its items, the order a queue's delete and runs of more writes take the other way."""
+    return f"WITH w AS ({write} RETURNING 1) {FENCE} FROM (SELECT count(*) FROM w) AS written"
 
 
 # A node alone claims with its start time, and fails if it finds a newer epoch (no row returned).

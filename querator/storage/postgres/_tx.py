@@ -56,7 +56,7 @@ class PostgresTx:
         self._held: _Statement | None = None
         """The run's last write, not sent yet: it goes before the next statement, or with the fence."""
         self.wrote = False
-        """Whether the run wrote: then it ends with the fence (``PostgresPartition``)."""
+        """Whether the run wrote: then its fence locks the partition's row (``end``), else only reads it."""
         self.newest = ""
         """The greatest id the run inserted: the fence raises the partition's ``last_id`` to it."""
 
