@@ -53,9 +53,9 @@ UNKNOWN_WAIT_S = 60.0
 
 async def activate(app: Durable, workflow_id: str) -> None:
     """One activation: claims the workflow, replays it until it suspends or ends, and records that."""
-    client = await app.client()
     lease = current_lease()
-    held = app.claims.take(lease, workflow_id)
+    held = app.claims.take(lease, workflow_id)  # first: a claim left held would lower those asked for
+    client = await app.client()
     claim = held[0] if held is not None and await _fresh(client, *held, app.claim_timeout) else None
     if claim is None:
         claim = await client.claim_workflow(

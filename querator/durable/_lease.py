@@ -19,9 +19,6 @@ from querator.worker import Lease
 
 log = logging.getLogger("querator.durable")
 
-MAX_CLAIMANT_CHARS = 256
-"""The longest claimant the server takes."""
-
 _STARTED = secrets.token_hex(4)
 """Drawn once per process start: a process restarted with its host name and process id (a container's
 PID 1 after a restart) is another claimant."""
@@ -103,7 +100,7 @@ def claimant() -> str:
     """This worker process, as its leases' claims name it: host, process id and a token drawn when the
     process started (a process forked from another, with the app made before the fork, is another
     claimant by its id; one restarted with the same host name and id, by its token)."""
-    return f"{socket.gethostname()[:200]}-{os.getpid()}-{_STARTED}"
+    return f"{socket.gethostname()[:200]}-{os.getpid()}-{_STARTED}"  # within the server's 256 characters
 
 
 async def release(client: AsyncClient, wf: m.WorkflowInfo) -> None:
