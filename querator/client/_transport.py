@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import ssl
 from typing import TypeVar
 
@@ -14,6 +15,10 @@ from querator.client._errors import connection_failed, snippet
 from querator.duration import SECOND, DurationError, parse_duration
 from querator.errors import QueratorError, error_for, plain_error
 from querator.wire import messages as m
+
+LARGE_BODY_BYTES = 2**20
+"""A request body above this goes as a buffer, not as bytes: aiohttp warns (``ResourceWarning``) that a
+large bytes body may hold the event loop while it is written."""
 
 R = TypeVar("R", bound=m.Message)
 
@@ -96,9 +101,12 @@ class Transport:
             RuntimeError: the transport is closed.
         """
         session = self._get_session()
+        encoded = self._encode(msg)
+        # A large one is sent from a buffer, in parts, as aiohttp asks.
+        body = io.BytesIO(encoded) if len(encoded) > LARGE_BODY_BYTES else encoded
         try:
             async with session.post(
-                url, data=self._encode(msg), headers=self._headers, timeout=self._timeout(timeout_s)
+                url, data=body, headers=self._headers, timeout=self._timeout(timeout_s)
             ) as resp:
                 status = resp.status
                 media = _media_type(resp.headers.get("Content-Type"))

@@ -16,6 +16,7 @@ import msgspec
 from querator.clock import seconds
 from querator.cluster.proxy import WATCH_PATH, Proxy
 from querator.cluster.router import Remote
+from querator.engine.run_bytes import split_by_payload
 from querator.errors import LeaseTimedOut, QueratorError
 from querator.wire import messages as m
 
@@ -103,7 +104,7 @@ class RemoteQueue:
         """Sent in parts of at most ``IMPORT_CHUNK_BYTES`` of payload, so that any import fits the owner's
         body limit; the parts' replies are joined."""
         stored: list[m.StorageItem] = []
-        for chunk in _chunks(req.items, IMPORT_CHUNK_BYTES):
+        for chunk in split_by_payload(req.items, _payload_bytes, IMPORT_CHUNK_BYTES):
             part = msgspec.structs.replace(req, items=chunk)
             stored.extend(
                 (await self._call("/v1/storage/items.import", part, m.StorageItemsImportResponse)).items
@@ -119,15 +120,5 @@ class RemoteQueue:
         return await self._proxy.call(self._owner, path, req, reply_type, timeout_s)
 
 
-def _chunks(items: list[m.StorageItem], payload_bytes: int) -> list[list[m.StorageItem]]:
-    """``items`` in order, split so that each part holds at most ``payload_bytes`` of payload (an item
-    larger than that goes alone)."""
-    chunks: list[list[m.StorageItem]] = [[]]
-    size = 0
-    for item in items:
-        if chunks[-1] and size + len(item.payload) > payload_bytes:
-            chunks.append([])
-            size = 0
-        chunks[-1].append(item)
-        size += len(item.payload)
-    return chunks
+def _payload_bytes(item: m.StorageItem) -> int:
+    return len(item.payload)

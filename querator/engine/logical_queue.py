@@ -44,6 +44,7 @@ from querator.engine._wake import Wake
 from querator.engine._watchers import Watchers
 from querator.engine.backlog import Backlog
 from querator.engine.distribution import Distribution
+from querator.engine.run_bytes import RUN_PAYLOAD_BYTES, produced_bytes
 from querator.errors import (
     InvalidOption,
     QueratorError,
@@ -391,7 +392,13 @@ class LogicalQueue:
         pending = self._waiting.pending
         while pending:
             hot: list[Request] = []
+            payload_bytes = 0
             while pending and not isinstance(pending[0], Cold):
+                # Produces merged into one run are bounded by their payloads' bytes (run_bytes).
+                size = produced_bytes(pending[0])
+                if hot and payload_bytes + size > RUN_PAYLOAD_BYTES:
+                    break
+                payload_bytes += size
                 hot.append(pending.popleft())
             if hot:
                 try:

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from querator.clock import Clock
 from querator.engine.logical_queue import PARTITION_MOVED, DeadLetter, LogicalQueue, LogicalStats
+from querator.engine.run_bytes import RUN_PAYLOAD_BYTES, split_by_payload
 from querator.errors import InvalidOption, RetryRequest
 from querator.storage.base import ClearOptions, Item, PartitionStats, PartitionTx, QueueRecord, Store
 from querator.storage.operations import RetryEntry, import_items
@@ -160,11 +161,19 @@ class Queue:
         return await self.owner(partition).run_on(partition, lambda tx: tx.list(pivot, limit, scheduled))
 
     async def import_items(self, partition: int, items: list[Item]) -> list[Item]:
-        """Stores items as given (storage API); new ids, source_id duplicates skipped."""
+        """Stores items as given (storage API); new ids, source_id duplicates skipped. In runs of at most
+        ``RUN_PAYLOAD_BYTES`` of payload, one after the other (``run_bytes``)."""
         owner = self.owner(partition)
         new_id = owner.partitions[partition].new_id
         now: Callable[[], int] = self._clock.now
-        return await owner.run_on(partition, lambda tx: import_items(tx, items, now(), new_id))
+        stored: list[Item] = []
+        for part in split_by_payload(items, _payload_bytes, RUN_PAYLOAD_BYTES):
+
+            def run(tx: PartitionTx, part: list[Item] = part) -> list[Item]:
+                return import_items(tx, part, now(), new_id)
+
+            stored.extend(await owner.run_on(partition, run))
+        return stored
 
     async def delete_items(self, partition: int, ids: list[str]) -> None:
         await self.owner(partition).run_on(partition, lambda tx: tx.delete(ids))
@@ -175,3 +184,7 @@ class Queue:
 
     async def shutdown(self) -> None:
         await self.logical.shutdown()
+
+
+def _payload_bytes(item: Item) -> int:
+    return len(item.payload)

@@ -7,6 +7,7 @@ import asyncio
 
 from querator.clock import MICROS, FakeClock
 from querator.engine.logical_queue import LogicalQueue
+from querator.engine.run_bytes import RUN_PAYLOAD_BYTES, split_by_payload
 from querator.storage.base import Item
 from querator.storage.memory import MemoryPartition
 from tests.conftest import eventually
@@ -32,3 +33,33 @@ async def test_requests_waiting_together_share_one_run_per_partition() -> None:
     await lq.complete(0, [i.id for i in items])
     assert (lq.counters.batch_runs, lq.counters.batch_run_requests) == (3, 5)
     await lq.shutdown()
+
+
+async def test_produces_waiting_together_share_a_run_up_to_its_payload_bytes() -> None:
+    """Cassandra refuses a request over 16 MiB: produces merged into one run carry at most
+    ``RUN_PAYLOAD_BYTES`` of payload together, and the rest go in the next run (a lone produce may carry
+    more)."""
+    clock = FakeClock()
+    lq = LogicalQueue(Settings(record()), [(0, MemoryPartition())], clock, no_dead_queue)
+    hold = asyncio.Event()
+    blocker = asyncio.ensure_future(lq.call(hold.wait))
+    half = RUN_PAYLOAD_BYTES // 2
+    sizes = [half, half, 1, RUN_PAYLOAD_BYTES + 1]
+    produces = [asyncio.ensure_future(lq.produce([Item(payload=b"x" * n)], MINUTE)) for n in sizes]
+
+    async def queued() -> bool:
+        return len(lq._waiting.pending) == len(sizes)
+
+    await eventually(queued)
+    hold.set()
+    await blocker
+    await asyncio.gather(*produces)
+    # [half, half], then [1] (with it the first run would pass the bound), then the large one alone.
+    assert (lq.counters.batch_runs, lq.counters.batch_run_requests) == (3, 4)
+    await lq.shutdown()
+
+
+def test_items_split_by_payload_keep_their_order_and_a_large_one_goes_alone() -> None:
+    parts = split_by_payload([3, 4, 9, 1, 2, 5], lambda n: n, 8)
+    assert parts == [[3, 4], [9], [1, 2, 5]]
+    assert split_by_payload([], lambda n: n, 8) == [[]]

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Iterator
 
@@ -14,9 +15,11 @@ import pytest
 from cassandra.cluster import Cluster
 from cassandra.query import dict_factory
 
+from querator.client import AsyncClient
 from querator.clock import SystemClock
 from querator.storage.cassandra import CassandraPartition, CassandraSettings, CassandraStore
 from querator.storage.cassandra._statements import Statement
+from querator.wire import messages as m
 from tests.cassandra_node import CassandraNode
 from tests.storage.contract import Part, item
 
@@ -72,6 +75,27 @@ def tracing_session(cassandra_node: CassandraNode) -> Iterator[object]:
         yield cluster.connect()
     finally:
         cluster.shutdown()
+
+
+async def test_large_produces_at_once_and_a_large_import_are_stored(
+    servers: Servers, cassandra_node: CassandraNode, keyspace: str
+) -> None:
+    """Cassandra refuses a request over 16 MiB. Six produces of 3.6 MB each, waiting together for one
+    partition, were merged into one run of 21.6 MB, refused at every retry (454 and a failing partition);
+    an import of 20 MB was one run too. Both now go in runs of at most 8 MB of payload
+    (querator/engine/run_bytes.py)."""
+    server = await servers.astart(*cassandra_args(cassandra_node, keyspace))
+    async with AsyncClient(server.url) as client:
+        await client.create_queue("big", lease_timeout="1m", expire_timeout="1h", partitions=1)
+        payload = b"x" * 3_600_000
+        produced = await asyncio.gather(*(client.produce("big", [payload], "30s") for _ in range(6)))
+        assert len(produced) == 6
+        pieces = [m.StorageItem(payload=b"y" * 1_000_000, source_id=f"s-{n}") for n in range(20)]
+        imported = await client.import_items("big", 0, pieces)
+        assert len(imported.items) == 20
+        await client.reload("big")
+        [logical] = (await client.stats("big")).logical_queues
+        assert sum(p.total for p in logical.partitions) == 26
 
 
 async def test_the_head_read_meets_no_tombstones_after_200k_items(
