@@ -132,6 +132,7 @@ class Client:
     call = _blocking(AsyncClient.call)
     produce = _blocking(AsyncClient.produce)
     lease = _blocking(AsyncClient.lease)
+    lease_workflows = _blocking(AsyncClient.lease_workflows)
     complete = _blocking(AsyncClient.complete)
     retry = _blocking(AsyncClient.retry)
     renew = _blocking(AsyncClient.renew)
