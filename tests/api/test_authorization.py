@@ -359,6 +359,12 @@ OTHER_ROUTES: dict[str, dict[str, Any]] = {
     "/v1/workflows.terminate": _WF,
     "/v1/workflows.result": {**_WF, "request_timeout": "1s"},
     "/v1/workflows.claim": _WF,
+    "/v1/workflows.lease": {
+        "queue_name": _queue(TEAM),
+        "request_timeout": "1m",
+        "claims": 1,
+        "claim_timeout": "30s",
+    },
     "/v1/workflows.append": {**_WF, "fence": 1},
     "/v1/schedules.create": _SCHEDULE,
     "/v1/schedules.update": _SCHEDULE,
