@@ -203,14 +203,21 @@ def _renewal(wf: m.WorkflowInfo, claim_timeout: str) -> m.WorkflowsAppendRequest
 async def _fresh(
     client: AsyncClient, claim: m.WorkflowsClaimResponse, age_s: float, claim_timeout: str
 ) -> bool:
-    """Whether the claim the activation's lease made (docs/adr/0071) ``age_s`` ago (by this process's
-    clock: a worker's skewed wall clock must not pass a stale claim as fresh) can be run on: its
-    journal is the workflow's as long as no other worker claimed it since. One whose item waited a
-    third of its timeout or more (held ahead of the slots, a worker paused) is renewed first, which the
-    fence refuses once another worker claimed it: then the worker claims afresh, rather than replay a
-    journal that may lack steps recorded since (and run them again)."""
+    """Whether the claim the activation's lease made (docs/adr/0071), which came ``age_s`` ago, can be
+    run on: its journal is the workflow's as long as no other worker claimed it since. One that waited a
+    third of its timeout or more is renewed first, which the fence refuses once another worker claimed
+    it: then the worker claims afresh, rather than replay a journal that may lack steps recorded since
+    (and run them again). Both clocks tell the wait: this process's (an item held ahead of the slots,
+    whatever the wall clock says) and the server's deadline (a worker paused while its leases claimed:
+    their replies are read when it wakes, so they look new)."""
     wf = claim.workflow
-    if claim.outcome != CLAIMED or wf is None or age_s < seconds_of(claim_timeout) / 3:
+    if claim.outcome != CLAIMED or wf is None:
+        return True
+    timeout_s = seconds_of(claim_timeout)
+    left_s = (
+        (from_datetime(wf.claim_deadline) - SystemClock().now()) / 1e6 if wf.claim_deadline else timeout_s
+    )
+    if age_s < timeout_s / 3 and left_s >= timeout_s * 2 / 3:
         return True
     try:
         await client.append_workflow(_renewal(wf, claim_timeout))
