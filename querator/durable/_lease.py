@@ -27,7 +27,8 @@ PID 1 after a restart) is another claimant."""
 class Claims:
     """The ``Leaser`` of a ``Durable`` app's queue (``Worker.leasers``): it asks for the claims of as many
     activations as the worker could start at once (fewer the claims it holds for items not started
-    yet), and keeps each claim until its item's run takes it (``take``) or the item goes back unrun."""
+    yet, and those its other leases in flight asked for), and keeps each claim until its item's run
+    takes it (``take``) or the item goes back unrun."""
 
     def __init__(self, claim_timeout: str, version: str, clock: Clock | None = None) -> None:
         self._claim_timeout = claim_timeout
@@ -38,6 +39,9 @@ class Claims:
         (``Clock.monotonic``)."""
         self._refused = False
         """The server has no ``workflows.lease`` (older than the worker): leases and claims apart."""
+        self._asked = 0
+        """Claims asked for by the leases in flight: a worker leases a queue with several loops at once,
+        each seeing the same free slots, and claims past them would wait, and might run out."""
 
     async def lease(
         self,
@@ -49,13 +53,15 @@ class Claims:
         startable: int,
     ) -> m.QueueLeaseResponse:
         if not self._refused:
+            claims = max(0, startable - len(self._held) - self._asked)
+            self._asked += claims
             try:
                 reply = await client.lease_workflows(
                     queue,
                     batch_size,
                     client_id,
                     request_timeout,
-                    claims=max(0, startable - len(self._held)),
+                    claims=claims,
                     claim_timeout=self._claim_timeout,
                     app_version=self._version,
                     claimant=claimant(),
@@ -70,6 +76,8 @@ class Claims:
                 return m.QueueLeaseResponse(
                     queue_name=reply.queue_name, partition=reply.partition, items=reply.items
                 )
+            finally:
+                self._asked -= claims
         return await client.lease(queue, batch_size, client_id, request_timeout)
 
     def take(self, lease: Lease | None, workflow_id: str) -> tuple[m.WorkflowsClaimResponse, float] | None:

@@ -3,6 +3,7 @@ named, and when one held a while is run on, renewed or claimed afresh."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 from datetime import UTC, datetime, timedelta
 
@@ -15,6 +16,7 @@ from querator.errors import Conflict, StorageError
 from querator.wire import messages as m
 from querator.wire.workflows import CLAIMED
 from querator.worker import Lease, RetryLater
+from tests.conftest import eventually
 
 
 class Appends:
@@ -91,3 +93,30 @@ async def test_a_held_claim_s_age_is_counted_from_its_lease_s_reply() -> None:
     clock.advance(12.0)
     held = claims.take(Lease("q", 0, reply.items[0]), "wf")
     assert held is not None and held[1] == 12.0
+
+
+async def test_leases_in_flight_together_ask_for_no_more_claims_than_slots_free() -> None:
+    """A worker leases a queue with several loops at once, each seeing the same free slots: the claims
+    they ask for together stay within them (a claim past the slots would wait, and might run out and
+    count a worker lost)."""
+    asked: list[int] = []
+    answer = asyncio.Event()
+
+    class Leases:
+        async def lease_workflows(self, *_: object, claims: int, **__: object) -> m.WorkflowsLeaseResponse:
+            asked.append(claims)
+            await answer.wait()
+            return m.WorkflowsLeaseResponse(queue_name="q")
+
+    claims = Claims("30s", "")
+    loops = [asyncio.ensure_future(claims.lease(Leases(), "q", 4, f"c{n}", "1s", 3)) for n in range(3)]  # type: ignore[arg-type]
+
+    async def all_asked() -> bool:
+        return len(asked) == 3
+
+    await eventually(all_asked)
+    assert asked == [3, 0, 0]
+    answer.set()
+    await asyncio.gather(*loops)
+    await claims.lease(Leases(), "q", 4, "c", "1s", 3)  # type: ignore[arg-type]
+    assert asked[-1] == 3  # the ones in flight are done: free slots are asked for again
