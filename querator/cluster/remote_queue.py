@@ -104,7 +104,7 @@ class RemoteQueue:
         """Sent in parts of at most ``IMPORT_CHUNK_BYTES`` of payload, so that any import fits the owner's
         body limit; the parts' replies are joined."""
         stored: list[m.StorageItem] = []
-        for chunk in split_by_payload(req.items, _payload_bytes, IMPORT_CHUNK_BYTES):
+        for chunk in split_by_payload(req.items, IMPORT_CHUNK_BYTES):
             part = msgspec.structs.replace(req, items=chunk)
             stored.extend(
                 (await self._call("/v1/storage/items.import", part, m.StorageItemsImportResponse)).items
@@ -118,7 +118,3 @@ class RemoteQueue:
         self, path: str, req: m.Message, reply_type: type[M], timeout_s: float = CALL_TIMEOUT_S
     ) -> M:
         return await self._proxy.call(self._owner, path, req, reply_type, timeout_s)
-
-
-def _payload_bytes(item: m.StorageItem) -> int:
-    return len(item.payload)

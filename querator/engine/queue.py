@@ -167,7 +167,7 @@ class Queue:
         new_id = owner.partitions[partition].new_id
         now: Callable[[], int] = self._clock.now
         stored: list[Item] = []
-        for part in split_by_payload(items, _payload_bytes, RUN_PAYLOAD_BYTES):
+        for part in split_by_payload(items, RUN_PAYLOAD_BYTES):
 
             def run(tx: PartitionTx, part: list[Item] = part) -> list[Item]:
                 return import_items(tx, part, now(), new_id)
@@ -184,7 +184,3 @@ class Queue:
 
     async def shutdown(self) -> None:
         await self.logical.shutdown()
-
-
-def _payload_bytes(item: Item) -> int:
-    return len(item.payload)

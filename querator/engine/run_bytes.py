@@ -4,12 +4,19 @@ retry of its requests: produces merged into one batch, and an import, are split 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
+from typing import Protocol, TypeVar
 
 from querator.engine._requests import Produce, Request
 
-T = TypeVar("T")
+
+class WithPayload(Protocol):
+    """An item as stored (``storage.base.Item``) or sent (``StorageItem``): its payload is its bytes."""
+
+    payload: bytes
+
+
+P = TypeVar("P", bound=WithPayload)
 
 RUN_PAYLOAD_BYTES = 8_000_000
 """The most payload bytes of one run's items (a lone produce may carry more: its body limit, 5 MB, bounds
@@ -22,13 +29,13 @@ def produced_bytes(req: Request) -> int:
     return sum(len(i.payload) for i in req.items) if isinstance(req, Produce) else 0
 
 
-def split_by_payload(items: Sequence[T], size: Callable[[T], int], limit: int) -> list[list[T]]:
-    """``items`` in order, in parts of at most ``limit`` bytes by ``size`` (an item larger than that goes
+def split_by_payload(items: Sequence[P], limit: int) -> list[list[P]]:
+    """``items`` in order, in parts of at most ``limit`` bytes of payload (an item larger than that goes
     alone); one empty part for no items."""
-    parts: list[list[T]] = [[]]
+    parts: list[list[P]] = [[]]
     total = 0
     for item in items:
-        bytes_ = size(item)
+        bytes_ = len(item.payload)
         if parts[-1] and total + bytes_ > limit:
             parts.append([])
             total = 0

@@ -60,6 +60,6 @@ async def test_produces_waiting_together_share_a_run_up_to_its_payload_bytes() -
 
 
 def test_items_split_by_payload_keep_their_order_and_a_large_one_goes_alone() -> None:
-    parts = split_by_payload([3, 4, 9, 1, 2, 5], lambda n: n, 8)
-    assert parts == [[3, 4], [9], [1, 2, 5]]
-    assert split_by_payload([], lambda n: n, 8) == [[]]
+    parts = split_by_payload([Item(payload=b"x" * n) for n in (3, 4, 9, 1, 2, 5)], 8)
+    assert [[len(i.payload) for i in part] for part in parts] == [[3, 4], [9], [1, 2, 5]]
+    assert split_by_payload(list[Item](), 8) == [[]]
