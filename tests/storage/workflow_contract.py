@@ -65,6 +65,23 @@ class WorkflowContract:
         again, no_write = claim(got, "wf-1", NOW + SECOND, NOW + 31 * SECOND)
         assert again.outcome == BUSY and no_write is None
 
+    async def test_a_claim_keeps_its_claimant_and_the_one_last_counted_lost(self, store: Store) -> None:
+        """A lease's claim names its worker process, and the head keeps the claimant whose lapsed claim
+        was counted last (docs/adr/0071): both round trip on every backend."""
+        wf = await self.put_new(store, new("wf-1"))
+        _, first = claim(wf, "wf-1", NOW, NOW + 30 * SECOND, claimant="w-1")
+        assert first is not None
+        assert await store.workflows.put_workflow(replace(first, version=2), 1)
+        got = await store.workflows.get_workflow("wf-1")
+        assert got is not None and (got.claimant, got.lost_claimant) == ("w-1", "")
+        later = NOW + 60 * SECOND  # w-1's claim ran out: counted, and named
+        _, second = claim(got, "wf-1", later, later + 30 * SECOND, claimant="w-2")
+        assert second is not None
+        assert await store.workflows.put_workflow(replace(second, version=3), 2)
+        got = await store.workflows.get_workflow("wf-1")
+        assert got is not None
+        assert (got.claimant, got.lost_claimant, got.lapsed_claims) == ("w-2", "w-1", 1)
+
     async def test_concurrent_writers_of_one_version_one_wins(self, store: Store) -> None:
         wf = await self.put_new(store, new("wf-1"))
         writes = [store.workflows.put_workflow(replace(wf, fence=f, version=2), 1) for f in range(1, 6)]
